@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian 12 machine lacks to build and test softrdma.
+#
+# Idempotent and fast on a prepared machine: apt runs only if some package is
+# missing (checked with dpkg-query), and then `apt-get update` runs once.
+# Works as root without a terminal (CI) and through sudo otherwise.
+# docs/dependencies.md says why each package is here.
+set -euo pipefail
+
+packages=(
+  # Build
+  build-essential cmake ninja-build pkg-config binutils
+  zlib1g-dev                          # crc32(): the ICRC is exactly zlib's CRC-32
+  libibverbs-dev librdmacm-dev        # verbs/rdma_cm headers (never their libraries)
+  libgtest-dev libgmock-dev googletest
+  libbenchmark-dev
+  clang libclang-rt-14-dev            # libFuzzer (-fsanitize=fuzzer) for the parser
+  python3                             # scripts/gen-version-script.py, pyverbs suite
+  # Test: real clients and tools the conformance and capture tests start
+  tshark
+  ibverbs-utils perftest rdmacm-utils python3-pyverbs
+  iproute2 procps
+)
+
+missing=()
+for pkg in "${packages[@]}"; do
+  # db:Status-Status is "installed" only for a fully installed package (not for
+  # one that was removed with its config files left, or half-configured).
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)
+  if [[ "$status" != "installed" ]]; then
+    missing+=("$pkg")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+
+# Root runs apt directly; anyone else goes through sudo (which may ask for a
+# password when there is a terminal).
+if [[ $(id -u) -eq 0 ]]; then
+  as_root=(env)
+elif command -v sudo >/dev/null; then
+  as_root=(sudo env)
+else
+  echo "install-deps: need root or sudo to install: ${missing[*]}" >&2
+  exit 1
+fi
+as_root+=(DEBIAN_FRONTEND=noninteractive)
+
+# tshark's postinst asks whether non-root users may capture; answer "no" ahead of
+# time so no prompt can block a run without a terminal.
+if [[ " ${missing[*]} " == *" tshark "* ]]; then
+  echo "wireshark-common wireshark-common/install-setuid boolean false" |
+    "${as_root[@]}" debconf-set-selections
+fi
+
+"${as_root[@]}" apt-get update -q
+"${as_root[@]}" apt-get install -y -q --no-install-recommends \
+  -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
+  "${missing[@]}"
+echo "install-deps: done"

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The README's test command (and CI's, through .ci/run): installs what is
+# missing, then builds and runs every test twice:
+#   1. release build in build/                      (-O3, as users run it)
+#   2. ASan + UBSan build in build-asan/            (memory and UB errors)
+# It goes on after a failing stage so one run reports everything, exits
+# non-zero if anything failed, and ends with "summary: N passed, N failed".
+#
+# Settings (environment): SOFTRDMA_JOBS (build and ctest parallelism, default 2:
+# the machines have two cores), SOFTRDMA_TEST_TIMEOUT (seconds per test for
+# tests that set no TIMEOUT of their own, default 300).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+jobs=${SOFTRDMA_JOBS:-2}
+test_timeout=${SOFTRDMA_TEST_TIMEOUT:-300}
+
+# Excluded from the sanitizer run: tests labelled `no_sanitizer`. A test gets
+# that label only when it cannot run under sanitizers, e.g. it puts a
+# sanitized softrdma library in front of an unsanitized system binary
+# (perftest, ibv_*, python3): ASan refuses to load unless its runtime comes
+# first in the process. Each such test is listed here with its reason:
+#   (none yet; the symbol tests load only the stub vendor libraries, which are
+#   built without sanitizers, and so they run in both stages)
+# The run prints the excluded tests, so an exclusion never goes unseen.
+sanitizer_exclude_label=no_sanitizer
+
+bash scripts/install-deps.sh
+
+passed=0
+failed=0
+
+# stage NAME BUILD_DIR EXCLUDE_LABEL -- [CMAKE_ARGS...]
+# EXCLUDE_LABEL: tests with this ctest label do not run here ("" for none).
+stage() {
+  local name=$1 dir=$2 exclude=$3
+  shift 4
+
+  # Ninja when there is one, unless the directory was configured before (CMake
+  # refuses to switch generators in an existing build directory).
+  local generator=()
+  if [[ ! -f $dir/CMakeCache.txt ]] && command -v ninja >/dev/null; then
+    generator=(-G Ninja)
+  fi
+
+  echo "=== $name: configure and build in $dir"
+  if ! cmake -S . -B "$dir" "${generator[@]}" "$@" ||
+     ! cmake --build "$dir" --parallel "$jobs"; then
+    echo "=== $name: BUILD FAILED (counted as one failure; its tests did not run)"
+    failed=$((failed + 1))
+    return
+  fi
+
+  local ctest_args=()
+  if [[ -n $exclude ]]; then
+    ctest_args=(--label-exclude "$exclude")
+    echo "=== $name: excluded here (label $exclude):"
+    ctest --test-dir "$dir" -N --label-regex "$exclude" | grep -E '^ *Test +#' || echo "    none"
+  fi
+
+  echo "=== $name: ctest"
+  local log=$dir/ctest.log
+  ctest --test-dir "$dir" --output-on-failure --timeout "$test_timeout" \
+    --parallel "$jobs" "${ctest_args[@]}" 2>&1 | tee "$log" || true
+
+  # ctest closes with "NN% tests passed, F tests failed out of T".
+  local summary
+  summary=$(grep -E '[0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1 || true)
+  if [[ $summary =~ ([0-9]+)\ tests?\ failed\ out\ of\ ([0-9]+) ]]; then
+    local f=${BASH_REMATCH[1]} t=${BASH_REMATCH[2]}
+    passed=$((passed + t - f))
+    failed=$((failed + f))
+  elif grep -q 'No tests were found' "$log"; then
+    echo "=== $name: no tests found"
+  else
+    echo "=== $name: ctest ended without a summary (counted as one failure)"
+    failed=$((failed + 1))
+  fi
+}
+
+stage "release" build "" -- \
+  -DCMAKE_BUILD_TYPE=Release
+
+# Sanitizers: optimised with debug info (fast enough for the protocol tests,
+# readable stacks); leak checks on; any UB report fails its test.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:strict_init_order=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+stage "asan+ubsan" build-asan "$sanitizer_exclude_label" -- \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DSOFTRDMA_SANITIZE=address,undefined \
+  -DSOFTRDMA_BUILD_BENCH=OFF
+
+echo "summary: $passed passed, $failed failed"
+((failed == 0))

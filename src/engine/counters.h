@@ -1,0 +1,51 @@
+// Counters of the software RNIC, by reason (DESIGN.md §7: every dropped or refused
+// packet is counted). Relaxed atomics: they are statistics, not synchronisation.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace softrdma::engine {
+
+#define SOFTRDMA_ENGINE_COUNTERS(X)                                          \
+  X(rx_packets)             /* packets handed to a QP */                     \
+  X(rx_malformed)           /* failed wire::parse_packet */                 \
+  X(rx_unknown_qp)          /* BTH DestQP names no QP */                     \
+  X(rx_wrong_transport)     /* opcode of another transport than the QP's */  \
+  X(rx_bad_pkey)            /* BTH P_Key does not match (IBA 9.6.1.1) */     \
+  X(rx_wrong_source)        /* not from the QP's connected peer */           \
+  X(rx_qp_not_ready)        /* QP in RESET/INIT/ERR (IBA 9.6.1.1: drop) */    \
+  X(tx_packets)                                                              \
+  X(tx_dropped)             /* transport refused: counted as loss */         \
+  X(retransmit_timeouts)                                                     \
+  X(retransmitted_packets)                                                   \
+  X(seq_naks_sent)                                                           \
+  X(seq_naks_received)                                                       \
+  X(rnr_naks_sent)                                                           \
+  X(rnr_naks_received)                                                       \
+  X(error_naks_sent)                                                         \
+  X(error_naks_received)                                                     \
+  X(duplicate_requests)                                                      \
+  X(duplicate_reads)                                                         \
+  X(duplicate_atomics_replayed)                                              \
+  X(out_of_sequence_responses)                                               \
+  X(cq_overruns)
+
+struct EngineCounters {
+#define SOFTRDMA_DECLARE_COUNTER(name) std::atomic<uint64_t> name{0};
+  SOFTRDMA_ENGINE_COUNTERS(SOFTRDMA_DECLARE_COUNTER)
+#undef SOFTRDMA_DECLARE_COUNTER
+
+  template <typename Fn>
+  void for_each(Fn&& fn) const {
+#define SOFTRDMA_VISIT_COUNTER(name) fn(#name, name.load(std::memory_order_relaxed));
+    SOFTRDMA_ENGINE_COUNTERS(SOFTRDMA_VISIT_COUNTER)
+#undef SOFTRDMA_VISIT_COUNTER
+  }
+};
+
+inline void bump(std::atomic<uint64_t>& c, uint64_t by = 1) {
+  c.fetch_add(by, std::memory_order_relaxed);
+}
+
+}  // namespace softrdma::engine

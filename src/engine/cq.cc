@@ -1,0 +1,65 @@
+#include "engine/cq.h"
+
+#include <algorithm>
+#include <cerrno>
+
+namespace softrdma::engine {
+
+Cq::Cq(uint32_t capacity) : ring_(capacity), capacity_(capacity) {}
+
+bool Cq::push(const ibv_wc& wc, bool solicited) {
+  std::function<void()> fire;
+  {
+    std::lock_guard lock(mutex_);
+    if (count_ == capacity_) {
+      overrun_.store(true, std::memory_order_relaxed);
+      return false;
+    }
+    ring_[(head_ + count_) % capacity_] = wc;
+    ++count_;
+    // ibv_req_notify_cq(3): "next" fires on any completion; "solicited" fires on a
+    // solicited or an unsuccessful one.
+    bool wanted = armed_ == Armed::kNext ||
+                  (armed_ == Armed::kSolicited && (solicited || wc.status != IBV_WC_SUCCESS));
+    if (wanted && notify_) {
+      armed_ = Armed::kNo;
+      fire = notify_;
+    }
+  }
+  if (fire) fire();
+  return true;
+}
+
+int Cq::poll(int max, ibv_wc* out) {
+  std::lock_guard lock(mutex_);
+  int n = std::min<int>(max, int(count_));
+  for (int i = 0; i < n; ++i) {
+    out[i] = ring_[head_];
+    head_ = (head_ + 1) % capacity_;
+  }
+  count_ -= uint32_t(n);
+  return n;
+}
+
+size_t Cq::depth() const {
+  std::lock_guard lock(mutex_);
+  return count_;
+}
+
+int Cq::resize(uint32_t capacity) {
+  std::lock_guard lock(mutex_);
+  if (capacity < count_) return EINVAL;
+  std::vector<ibv_wc> ring(capacity);
+  for (uint32_t i = 0; i < count_; ++i) ring[i] = ring_[(head_ + i) % capacity_];
+  ring_ = std::move(ring);
+  capacity_ = capacity;
+  head_ = 0;
+  return 0;
+}
+
+void Cq::arm(bool solicited_only) {
+  std::lock_guard lock(mutex_);
+  armed_ = solicited_only ? Armed::kSolicited : Armed::kNext;
+}
+
+}  // namespace softrdma::engine

@@ -1,0 +1,233 @@
+#include "engine/device.h"
+
+#include <sys/random.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+
+#include "engine/tx_batch.h"
+#include "wire/packet.h"
+
+namespace softrdma::engine {
+
+namespace {
+
+// The GID table as Linux Soft-RoCE presents it for an IPv4 address (DESIGN.md §6,
+// abi/README.md §6): index 0 the IPv6 link-local GID, index 1 the IPv4-mapped one.
+// Both carry traffic: the link-local GID is made from the IPv4 address too
+// (fe80::ffff:a.b.c.d), so a peer that picked index 0 reaches the same socket.
+std::vector<Gid> make_gid_table(const Gid& local) {
+  if (!wire::gid_is_ipv4(local)) return {local};
+  Gid link_local = local;
+  link_local[0] = 0xfe;
+  link_local[1] = 0x80;
+  return {link_local, local};
+}
+
+uint32_t initial_qpn() {
+  // QPNs start above QP0/QP1 (IBA 3.5.6); a random base keeps two processes that
+  // share an address from handing out the same numbers by accident.
+  uint16_t r = 0;
+  if (getrandom(&r, sizeof r, 0) != sizeof r) r = 0;
+  return 0x11 + (uint32_t(r) << 4);
+}
+
+}  // namespace
+
+Device::Device(DeviceConfig config, transport::Transport& transport, const Clock& clock)
+    : config_(std::move(config)),
+      transport_(transport),
+      clock_(clock),
+      gids_(make_gid_table(transport.local_gid())),
+      next_qpn_(initial_qpn()) {}
+
+Device::~Device() = default;
+
+Pd* Device::alloc_pd(int& err) {
+  std::lock_guard lock(objects_mutex_);
+  if (pds_.size() >= config_.limits.max_pd) {
+    err = ENOMEM;
+    return nullptr;
+  }
+  pds_.push_back(std::make_unique<Pd>(*this, next_pd_handle_++));
+  return pds_.back().get();
+}
+
+int Device::dealloc_pd(Pd* pd) {
+  std::lock_guard lock(objects_mutex_);
+  if (pd->users.load() != 0) return EBUSY;
+  auto it = std::find_if(pds_.begin(), pds_.end(), [&](auto& p) { return p.get() == pd; });
+  if (it == pds_.end()) return EINVAL;
+  pds_.erase(it);
+  return 0;
+}
+
+Mr* Device::reg_mr(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access, int& err) {
+  if (length > config_.limits.max_mr_size) {
+    err = EINVAL;
+    return nullptr;
+  }
+  if (mrs_.size() >= config_.limits.max_mr) {
+    err = ENOMEM;
+    return nullptr;
+  }
+  return mrs_.reg(pd, addr, length, iova, access, err);
+}
+
+int Device::dereg_mr(Mr* mr) { return mrs_.dereg(mr); }
+
+Cq* Device::create_cq(int cqe, int& err) {
+  if (cqe < 1 || uint32_t(cqe) > config_.limits.max_cqe) {
+    err = EINVAL;
+    return nullptr;
+  }
+  std::lock_guard lock(objects_mutex_);
+  if (cqs_.size() >= config_.limits.max_cq) {
+    err = ENOMEM;
+    return nullptr;
+  }
+  cqs_.push_back(std::make_unique<Cq>(uint32_t(cqe)));
+  return cqs_.back().get();
+}
+
+int Device::destroy_cq(Cq* cq) {
+  std::lock_guard lock(objects_mutex_);
+  if (cq->users.load() != 0) return EBUSY;
+  auto it = std::find_if(cqs_.begin(), cqs_.end(), [&](auto& c) { return c.get() == cq; });
+  if (it == cqs_.end()) return EINVAL;
+  cqs_.erase(it);
+  return 0;
+}
+
+// ibv_create_qp(3): the capabilities asked for must fit the device; the QP gets
+// at least as much as asked, and init.cap reports what it got.
+Qp* Device::create_qp(Pd* pd, QpInit& init, int& err) {
+  const DeviceLimits& lim = config_.limits;
+  ibv_qp_cap& cap = init.cap;
+  err = 0;
+  if (init.type != IBV_QPT_RC) err = EOPNOTSUPP;
+  if (init.send_cq == nullptr || init.recv_cq == nullptr) err = EINVAL;
+  if (cap.max_send_wr > lim.max_qp_wr || cap.max_recv_wr > lim.max_qp_wr ||
+      cap.max_send_sge > lim.max_sge || cap.max_recv_sge > lim.max_sge ||
+      cap.max_inline_data > lim.max_inline_data)
+    err = EINVAL;
+  if (err != 0) return nullptr;
+  cap.max_send_wr = std::max<uint32_t>(cap.max_send_wr, 1);
+  cap.max_recv_wr = std::max<uint32_t>(cap.max_recv_wr, 1);
+  cap.max_send_sge = std::max<uint32_t>(cap.max_send_sge, 1);
+  cap.max_recv_sge = std::max<uint32_t>(cap.max_recv_sge, 1);
+  std::unique_lock lock(qps_mutex_);
+  if (qps_.size() >= lim.max_qp) {
+    err = ENOMEM;
+    return nullptr;
+  }
+  const uint32_t qpn = fresh_qpn();
+  auto qp = std::make_unique<Qp>(*this, qpn, pd, init);
+  Qp* raw = qp.get();
+  qps_.emplace(qpn, std::move(qp));
+  return raw;
+}
+
+uint32_t Device::fresh_qpn() {
+  for (;;) {
+    uint32_t qpn = next_qpn_++ & 0xffffff;
+    if (qpn > 1 && !qps_.contains(qpn)) return qpn;
+  }
+}
+
+int Device::destroy_qp(Qp* qp) {
+  std::unique_lock lock(qps_mutex_);
+  auto it = qps_.find(qp->qpn());
+  if (it == qps_.end() || it->second.get() != qp) return EINVAL;
+  qps_.erase(it);
+  return 0;
+}
+
+void Device::arm_deadline(Nanos when) {
+  Nanos cur = next_deadline_.load(std::memory_order_acquire);
+  while (when < cur) {
+    if (next_deadline_.compare_exchange_weak(cur, when, std::memory_order_acq_rel)) {
+      if (wakeup_) wakeup_();
+      return;
+    }
+  }
+}
+
+void Device::dispatch(const transport::RxPacket& rx, Nanos now, std::vector<Qp*>& touched) {
+  wire::PacketView packet;
+  if (wire::parse_packet(rx.bytes, packet) != wire::ParseError::kNone) {
+    bump(counters_.rx_malformed);
+    return;
+  }
+  auto it = qps_.find(packet.dest_qp());
+  if (it == qps_.end()) {
+    bump(counters_.rx_unknown_qp);
+    return;
+  }
+  Qp& qp = *it->second;
+  // IBA 9.6.1.1: the opcode's transport must be the QP's, and the P_Key must match.
+  if (!packet.info().is(wire::kOpRc) || qp.type() != IBV_QPT_RC) {
+    bump(counters_.rx_wrong_transport);
+    return;
+  }
+  if (packet.get(wire::bth::kPkey) != pkey()) {
+    bump(counters_.rx_bad_pkey);
+    return;
+  }
+  bump(counters_.rx_packets);
+  std::lock_guard lock(qp.mutex());
+  qp.protocol().on_packet(packet, rx, now);
+  if (std::find(touched.begin(), touched.end(), &qp) == touched.end()) touched.push_back(&qp);
+}
+
+bool Device::progress() {
+  std::unique_lock progress_lock(progress_mutex_, std::try_to_lock);
+  if (!progress_lock.owns_lock()) return false;
+  std::array<transport::RxPacket, 32> burst;
+  const size_t n = transport_.rx_burst(burst);
+  const Nanos now = clock_.now();
+  bool worked = n > 0;
+  {
+    std::shared_lock qps_lock(qps_mutex_);
+    thread_local std::vector<Qp*> touched;
+    touched.clear();
+    for (size_t i = 0; i < n; ++i) dispatch(burst[i], now, touched);
+    for (Qp* qp : touched) {
+      std::lock_guard lock(qp->mutex());
+      qp->protocol().on_burst_end(now);
+    }
+    if (now >= next_deadline_.load(std::memory_order_acquire)) worked |= run_timers(now);
+  }
+  TxBatch::local().flush();
+  return worked;
+}
+
+// Runs every QP's due timers and recomputes the earliest deadline. Called with
+// qps_mutex_ held shared.
+bool Device::run_timers(Nanos now) {
+  next_deadline_.store(kNever, std::memory_order_release);
+  Nanos earliest = kNever;
+  for (auto& [qpn, qp] : qps_) {
+    std::lock_guard lock(qp->mutex());
+    if (qp->protocol().deadline() <= now) qp->protocol().on_timer(now);
+    earliest = std::min(earliest, qp->protocol().deadline());
+  }
+  arm_deadline(earliest);
+  return true;
+}
+
+void Device::post_async_event(const AsyncEvent& event) {
+  std::lock_guard lock(events_mutex_);
+  events_.push_back(event);
+}
+
+bool Device::next_async_event(AsyncEvent& out) {
+  std::lock_guard lock(events_mutex_);
+  if (events_.empty()) return false;
+  out = events_.front();
+  events_.pop_front();
+  return true;
+}
+
+}  // namespace softrdma::engine

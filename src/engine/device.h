@@ -1,0 +1,106 @@
+// The software RNIC (DESIGN.md §2): one port, a GID table built from the transport's
+// address, and the tables of PDs, MRs, CQs and QPs. It receives bursts from the
+// transport, dispatches packets to QPs and runs their timers; progress() is driven
+// by a progress loop thread and may also be called inline.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/clock.h"
+#include "engine/counters.h"
+#include "engine/cq.h"
+#include "engine/limits.h"
+#include "engine/mr.h"
+#include "engine/pd.h"
+#include "engine/qp.h"
+#include "transport/transport.h"
+
+namespace softrdma::engine {
+
+using transport::Gid;
+
+struct AsyncEvent {
+  ibv_event_type type;
+  uint32_t qpn = 0;   // for QP events
+  Cq* cq = nullptr;   // for CQ events
+};
+
+class Device {
+ public:
+  Device(DeviceConfig config, transport::Transport& transport,
+         const Clock& clock = steady_clock());
+  ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  // Objects. Create calls return nullptr and set `err` (an errno) on failure.
+  Pd* alloc_pd(int& err);
+  int dealloc_pd(Pd* pd);
+  Mr* reg_mr(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access, int& err);
+  int dereg_mr(Mr* mr);
+  Cq* create_cq(int cqe, int& err);
+  int destroy_cq(Cq* cq);
+  // Validates and rounds init.cap up to what the QP really has (ibv_create_qp(3)).
+  Qp* create_qp(Pd* pd, QpInit& init, int& err);
+  int destroy_qp(Qp* qp);
+
+  // Progress: one receive burst, due timers. True when anything happened.
+  bool progress();
+  Nanos next_deadline() const { return next_deadline_.load(std::memory_order_acquire); }
+  // Called when a timer is armed earlier than next_deadline() (wake the loop).
+  void set_wakeup(std::function<void()> wake) { wakeup_ = std::move(wake); }
+  void arm_deadline(Nanos when);
+
+  const DeviceConfig& config() const { return config_; }
+  const DeviceLimits& limits() const { return config_.limits; }
+  transport::Transport& transport() { return transport_; }
+  const Clock& clock() const { return clock_; }
+  const MrTable& mrs() const { return mrs_; }
+  EngineCounters& counters() { return counters_; }
+  const std::vector<Gid>& gids() const { return gids_; }
+  uint16_t pkey() const { return 0xffff; }  // IBA 10.9.1.2: the default P_Key
+
+  void post_async_event(const AsyncEvent& event);
+  bool next_async_event(AsyncEvent& out);
+
+ private:
+  void dispatch(const transport::RxPacket& rx, Nanos now, std::vector<Qp*>& touched);
+  bool run_timers(Nanos now);
+  uint32_t fresh_qpn();
+
+  DeviceConfig config_;
+  transport::Transport& transport_;
+  const Clock& clock_;
+  std::vector<Gid> gids_;
+  EngineCounters counters_;
+  MrTable mrs_;
+
+  std::mutex objects_mutex_;  // PD and CQ lists: cold paths only
+  std::vector<std::unique_ptr<Pd>> pds_;
+  std::vector<std::unique_ptr<Cq>> cqs_;
+  uint32_t next_pd_handle_ = 1;
+
+  // Receive bursts hold this shared; destroy_qp takes it exclusively, so a QP is
+  // never destroyed while a packet for it is being processed.
+  mutable std::shared_mutex qps_mutex_;
+  std::unordered_map<uint32_t, std::unique_ptr<Qp>> qps_;
+  uint32_t next_qpn_;
+
+  std::mutex progress_mutex_;  // one receiver at a time
+  std::atomic<Nanos> next_deadline_{kNever};
+  std::function<void()> wakeup_;
+
+  std::mutex events_mutex_;
+  std::deque<AsyncEvent> events_;
+};
+
+}  // namespace softrdma::engine

@@ -1,0 +1,38 @@
+// What the software RNIC can do, reported truthfully by queries and enforced by
+// every create/post call (issue 3). One place for all limits.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace softrdma::engine {
+
+struct DeviceLimits {
+  uint32_t max_qp = 16384;
+  uint32_t max_qp_wr = 16384;        // per work queue
+  uint32_t max_sge = 32;             // per work request
+  uint32_t max_inline_data = 512;    // bytes copied at post time
+  uint32_t max_cq = 16384;
+  uint32_t max_cqe = 1 << 20;
+  uint32_t max_pd = 16384;
+  uint32_t max_mr = 1 << 20;
+  uint64_t max_mr_size = uint64_t(1) << 40;
+  uint32_t max_qp_rd_atom = 128;       // responder: max_dest_rd_atomic
+  uint32_t max_qp_init_rd_atom = 128;  // requester: max_rd_atomic
+  uint32_t max_msg_size = 1u << 31;    // IBA: 2^31 bytes per message
+  uint32_t max_path_mtu_bytes = 4096;
+};
+
+struct DeviceConfig {
+  std::string name = "softrdma0";
+  DeviceLimits limits;
+  // Requester window: at most this many unacknowledged packets per QP. IBA leaves
+  // pacing to the implementation; a socket buffer is finite, and go-back-N pays for
+  // every packet in flight when one is lost.
+  uint32_t max_unacked_packets = 64;
+  // AckReq (IBA 9.7.5.1.4) is set on the last packet of each message and at least
+  // every this many packets of a long one, so ACKs stay timely and coalesced.
+  uint32_t ack_request_interval = 16;
+};
+
+}  // namespace softrdma::engine

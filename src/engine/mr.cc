@@ -1,0 +1,103 @@
+#include "engine/mr.h"
+
+#include <sys/random.h>
+
+#include <cerrno>
+
+#include "engine/pd.h"
+
+namespace softrdma::engine {
+
+namespace {
+constexpr int kRemoteNeedsLocalWrite = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+constexpr int kKnownAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                             IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+                             IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |
+                             IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB |
+                             IBV_ACCESS_RELAXED_ORDERING;
+
+uint32_t random_seed() {
+  uint32_t seed = 0;
+  if (getrandom(&seed, sizeof seed, 0) != sizeof seed) seed = uint32_t(reinterpret_cast<uintptr_t>(&seed));
+  return seed;
+}
+}  // namespace
+
+MrTable::MrTable() : key_rng_(random_seed()) {}
+
+// Keys are random (DESIGN.md §7: a guessed key must not reach memory), never 0.
+uint32_t MrTable::fresh_key() {
+  for (;;) {
+    uint32_t key = uint32_t(key_rng_());
+    if (key != 0 && !by_key_.contains(key)) return key;
+  }
+}
+
+Mr* MrTable::reg(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access, int& err) {
+  // IBA 10.6.3.1 / ibv_reg_mr(3): remote write or atomic without local write is EINVAL.
+  if ((access & kRemoteNeedsLocalWrite) && !(access & IBV_ACCESS_LOCAL_WRITE)) {
+    err = EINVAL;
+    return nullptr;
+  }
+  if ((access & ~kKnownAccess) != 0 || (addr == nullptr && length != 0)) {
+    err = EINVAL;
+    return nullptr;
+  }
+  auto mr = std::make_unique<Mr>();
+  mr->pd = pd;
+  mr->addr = static_cast<uint8_t*>(addr);
+  mr->iova = (access & IBV_ACCESS_ZERO_BASED) ? 0 : iova;
+  mr->length = length;
+  mr->access = access;
+  std::unique_lock lock(mutex_);
+  mr->key = fresh_key();
+  Mr* raw = mr.get();
+  by_key_.emplace(raw->key, std::move(mr));
+  pd->users.fetch_add(1);
+  return raw;
+}
+
+int MrTable::dereg(Mr* mr) {
+  std::unique_lock lock(mutex_);
+  auto it = by_key_.find(mr->key);
+  if (it == by_key_.end() || it->second.get() != mr) return EINVAL;
+  mr->pd->users.fetch_sub(1);
+  by_key_.erase(it);
+  return 0;
+}
+
+size_t MrTable::size() const {
+  std::shared_lock lock(mutex_);
+  return by_key_.size();
+}
+
+const Mr* MrTable::Access::find(uint32_t key) const {
+  auto it = table_->by_key_.find(key);
+  return it == table_->by_key_.end() ? nullptr : it->second.get();
+}
+
+uint8_t* MrTable::Access::resolve(uint32_t key, const Pd* pd, uint64_t va, uint64_t len,
+                                  int need, AccessError& why) const {
+  const Mr* mr = find(key);
+  if (mr == nullptr) {
+    why = AccessError::kBadKey;
+    return nullptr;
+  }
+  if (mr->pd != pd) {
+    why = AccessError::kWrongPd;
+    return nullptr;
+  }
+  if ((mr->access & need) != need) {
+    why = AccessError::kNoPermission;
+    return nullptr;
+  }
+  uint8_t* p = mr->translate(va, len);
+  if (p == nullptr) {
+    why = AccessError::kOutOfBounds;
+    return nullptr;
+  }
+  why = AccessError::kNone;
+  return p;
+}
+
+}  // namespace softrdma::engine

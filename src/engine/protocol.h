@@ -1,0 +1,31 @@
+// The wire protocol behind a QP (DESIGN.md §2): the verbs object (Qp) keeps the work
+// queues and the state; a Protocol turns them into packets and back. RoCEv2 RC is
+// the first; UC, UD and an iWARP protocol slot in beside it.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include "engine/clock.h"
+#include "transport/transport.h"
+#include "wire/packet.h"
+
+namespace softrdma::engine {
+
+class Protocol {
+ public:
+  virtual ~Protocol() = default;
+  // A packet for this QP arrived (parsed; ICRC already checked by the transport).
+  virtual void on_packet(wire::PacketView packet, const transport::RxPacket& from,
+                         Nanos now) = 0;
+  // New work was posted to the send queue, or the window may have opened.
+  virtual void on_send_posted(Nanos now) = 0;
+  // Called once per received burst for QPs that got packets: send coalesced ACKs.
+  virtual void on_burst_end(Nanos now) = 0;
+  // Timers: the earliest deadline, and what to do when it has passed.
+  virtual Nanos deadline() const = 0;
+  virtual void on_timer(Nanos now) = 0;
+  // The QP moved to a new state (after modify_qp succeeded).
+  virtual void on_state_change(ibv_qp_state from, ibv_qp_state to, Nanos now) = 0;
+};
+
+}  // namespace softrdma::engine

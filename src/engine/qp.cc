@@ -1,0 +1,235 @@
+#include "engine/qp.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "engine/cq.h"
+#include "engine/device.h"
+#include "engine/pd.h"
+#include "engine/rc/connection.h"
+#include "engine/sgl.h"
+
+namespace softrdma::engine {
+
+Qp::Qp(Device& device, uint32_t qpn, Pd* pd, const QpInit& init)
+    : device_(device),
+      qpn_(qpn),
+      type_(init.type),
+      pd_(pd),
+      send_cq_(init.send_cq),
+      recv_cq_(init.recv_cq),
+      sq_sig_all_(init.sq_sig_all),
+      cap_(init.cap),
+      sq_(init.cap.max_send_wr),
+      rq_(init.cap.max_recv_wr),
+      sq_sges_(size_t(init.cap.max_send_wr) * init.cap.max_send_sge),
+      rq_sges_(size_t(init.cap.max_recv_wr) * init.cap.max_recv_sge),
+      inline_arena_(size_t(init.cap.max_send_wr) * init.cap.max_inline_data) {
+  attr_.qp_state = IBV_QPS_RESET;
+  attr_.cur_qp_state = IBV_QPS_RESET;
+  attr_.path_mtu = IBV_MTU_1024;
+  attr_.cap = cap_;
+  protocol_ = std::make_unique<rc::RcConnection>(*this);
+  pd_->users.fetch_add(1);
+  send_cq_->users.fetch_add(1);
+  recv_cq_->users.fetch_add(1);
+}
+
+Qp::~Qp() {
+  pd_->users.fetch_sub(1);
+  send_cq_->users.fetch_sub(1);
+  recv_cq_->users.fetch_sub(1);
+}
+
+uint32_t Qp::path_mtu_bytes() const {
+  return 128u << std::clamp<int>(attr_.path_mtu, IBV_MTU_256, IBV_MTU_4096);
+}
+
+int Qp::check_send_wr(const ibv_send_wr& wr) const {
+  if (uint32_t(wr.num_sge) > cap_.max_send_sge || wr.num_sge < 0) return EINVAL;
+  uint64_t length = 0;
+  for (int i = 0; i < wr.num_sge; ++i) length += wr.sg_list[i].length;
+  switch (wr.opcode) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_SEND_WITH_INV:
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      if ((wr.send_flags & IBV_SEND_INLINE) && length > cap_.max_inline_data) return EINVAL;
+      break;
+    case IBV_WR_RDMA_READ:
+      if (wr.send_flags & IBV_SEND_INLINE) return EINVAL;
+      break;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      // IBA 10.8.3.1: one 8-byte local buffer; verbs: remote address 8-aligned.
+      if (wr.num_sge != 1 || wr.sg_list[0].length != 8 || (wr.send_flags & IBV_SEND_INLINE))
+        return EINVAL;
+      break;
+    default:
+      return EINVAL;  // LOCAL_INV, BIND_MW, TSO ... not supported on RC yet
+  }
+  if (length > device_.limits().max_msg_size) return EINVAL;
+  return 0;
+}
+
+void Qp::copy_send_wr(const ibv_send_wr& wr, SendWqe& wqe, uint32_t slot) {
+  wqe = SendWqe{};
+  wqe.wr_id = wr.wr_id;
+  wqe.opcode = wr.opcode;
+  wqe.flags = wr.send_flags;
+  wqe.imm_data = wr.imm_data;
+  if (wr.opcode == IBV_WR_SEND_WITH_INV) wqe.invalidate_rkey = wr.invalidate_rkey;
+  if (wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+    wqe.remote_addr = wr.wr.atomic.remote_addr;
+    wqe.rkey = wr.wr.atomic.rkey;
+    wqe.compare_add = wr.wr.atomic.compare_add;
+    wqe.swap = wr.wr.atomic.swap;
+  } else {
+    wqe.remote_addr = wr.wr.rdma.remote_addr;
+    wqe.rkey = wr.wr.rdma.rkey;
+  }
+  Sge* sges = &sq_sges_[size_t(slot) * cap_.max_send_sge];
+  for (int i = 0; i < wr.num_sge; ++i) {
+    sges[i] = Sge{wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey};
+    wqe.length += wr.sg_list[i].length;
+  }
+  wqe.sgl = SgeList{sges, uint32_t(wr.num_sge)};
+  if (wr.send_flags & IBV_SEND_INLINE) {
+    // ibv_post_send(3): inline data is read at post time; no lkey is checked.
+    uint8_t* dst = &inline_arena_[size_t(slot) * cap_.max_inline_data];
+    size_t at = 0;
+    for (int i = 0; i < wr.num_sge; ++i) {
+      std::memcpy(dst + at, reinterpret_cast<const void*>(wr.sg_list[i].addr),
+                  wr.sg_list[i].length);
+      at += wr.sg_list[i].length;
+    }
+    wqe.inline_data = dst;
+  }
+}
+
+int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
+  std::lock_guard lock(mutex_);
+  int err = 0;
+  const ibv_qp_state s = attr_.qp_state;
+  // Send work may be posted from RTS on (and in Error, where it is flushed).
+  if (s == IBV_QPS_RESET || s == IBV_QPS_INIT || s == IBV_QPS_RTR) err = EINVAL;
+  for (; wr != nullptr && err == 0; wr = wr->next) {
+    if ((err = check_send_wr(*wr)) != 0) break;
+    if (sq_.full()) {
+      err = ENOMEM;
+      break;
+    }
+    const uint32_t slot = sq_.tail() % sq_.capacity();
+    copy_send_wr(*wr, sq_.push(), slot);
+  }
+  if (err != 0 && bad != nullptr) *bad = wr;
+  const Nanos now = device_.clock().now();
+  if (attr_.qp_state == IBV_QPS_ERR) {
+    flush_queues();
+  } else {
+    protocol_->on_send_posted(now);
+  }
+  TxBatch::local().flush();
+  return err;
+}
+
+int Qp::check_recv_wr(const ibv_recv_wr& wr) const {
+  if (wr.num_sge < 0 || uint32_t(wr.num_sge) > cap_.max_recv_sge) return EINVAL;
+  return 0;
+}
+
+int Qp::post_recv(const ibv_recv_wr* wr, const ibv_recv_wr** bad) {
+  std::lock_guard lock(mutex_);
+  int err = attr_.qp_state == IBV_QPS_RESET ? EINVAL : 0;
+  for (; wr != nullptr && err == 0; wr = wr->next) {
+    if ((err = check_recv_wr(*wr)) != 0) break;
+    if (rq_.full()) {
+      err = ENOMEM;
+      break;
+    }
+    const uint32_t slot = rq_.tail() % rq_.capacity();
+    RecvWqe& wqe = rq_.push();
+    wqe = RecvWqe{};
+    wqe.wr_id = wr->wr_id;
+    Sge* sges = &rq_sges_[size_t(slot) * cap_.max_recv_sge];
+    for (int i = 0; i < wr->num_sge; ++i) {
+      sges[i] = Sge{wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey};
+      wqe.length += wr->sg_list[i].length;
+    }
+    wqe.sgl = SgeList{sges, uint32_t(wr->num_sge)};
+  }
+  if (err != 0 && bad != nullptr) *bad = wr;
+  if (attr_.qp_state == IBV_QPS_ERR) flush_queues();
+  return err;
+}
+
+ibv_wc Qp::make_send_wc(const SendWqe& wqe, ibv_wc_status status) const {
+  ibv_wc wc{};
+  wc.wr_id = wqe.wr_id;
+  wc.status = status;
+  wc.qp_num = qpn_;
+  switch (wqe.opcode) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM: wc.opcode = IBV_WC_RDMA_WRITE; break;
+    case IBV_WR_RDMA_READ: wc.opcode = IBV_WC_RDMA_READ; break;
+    case IBV_WR_ATOMIC_CMP_AND_SWP: wc.opcode = IBV_WC_COMP_SWAP; break;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD: wc.opcode = IBV_WC_FETCH_ADD; break;
+    default: wc.opcode = IBV_WC_SEND; break;
+  }
+  wc.byte_len = wqe.is_atomic() ? 8 : wqe.length;
+  return wc;
+}
+
+// IBA 10.8.3.2: only signaled successes complete visibly; errors always do.
+void Qp::complete_send_head(ibv_wc_status status) {
+  const SendWqe& wqe = sq_.front();
+  if (status != IBV_WC_SUCCESS || sq_sig_all_ || (wqe.flags & IBV_SEND_SIGNALED)) {
+    if (!send_cq_->push(make_send_wc(wqe, status))) bump(device_.counters().cq_overruns);
+  }
+  sq_.pop();
+  maybe_report_drained();
+}
+
+void Qp::complete_recv_head(const ibv_wc& wc, bool solicited) {
+  if (!recv_cq_->push(wc, solicited)) bump(device_.counters().cq_overruns);
+  rq_.pop();
+}
+
+// IBA 10.3.1: in Error every outstanding and newly posted WQE completes with a
+// flush error, except one that failed for a reason of its own.
+void Qp::flush_queues() {
+  while (!sq_.empty()) {
+    const SendWqe& w = sq_.front();
+    const ibv_wc_status status = w.status != IBV_WC_SUCCESS ? w.status : IBV_WC_WR_FLUSH_ERR;
+    if (!send_cq_->push(make_send_wc(w, status))) bump(device_.counters().cq_overruns);
+    sq_.pop();
+  }
+  while (!rq_.empty()) {
+    const RecvWqe& w = rq_.front();
+    ibv_wc wc{};
+    wc.wr_id = w.wr_id;
+    wc.status = w.status != IBV_WC_SUCCESS ? w.status : IBV_WC_WR_FLUSH_ERR;
+    wc.opcode = IBV_WC_RECV;
+    wc.qp_num = qpn_;
+    if (!recv_cq_->push(wc)) bump(device_.counters().cq_overruns);
+    rq_.pop();
+  }
+}
+
+void Qp::enter_error(Nanos now) {
+  const ibv_qp_state from = attr_.qp_state;
+  if (from == IBV_QPS_ERR) return;
+  attr_.qp_state = IBV_QPS_ERR;
+  attr_.cur_qp_state = IBV_QPS_ERR;
+  flush_queues();
+  protocol_->on_state_change(from, IBV_QPS_ERR, now);
+}
+
+void Qp::reset_queues() {
+  sq_.clear();
+  rq_.clear();
+}
+
+}  // namespace softrdma::engine

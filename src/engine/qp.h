@@ -1,0 +1,100 @@
+// Queue pair, the verbs object (IBA 10.2.4, 11.2.5): attributes, state machine and
+// the two work queues. The protocol engine behind it (engine/rc/) reads and
+// completes the queues through the methods here; everything runs under mutex().
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "engine/clock.h"
+#include "engine/protocol.h"
+#include "engine/ring.h"
+#include "engine/wqe.h"
+
+namespace softrdma::engine {
+
+class Cq;
+class Device;
+class Pd;
+
+// What create_qp needs (ibv_qp_init_attr with the engine's own CQ objects).
+struct QpInit {
+  ibv_qp_type type = IBV_QPT_RC;
+  Cq* send_cq = nullptr;
+  Cq* recv_cq = nullptr;
+  ibv_qp_cap cap{};
+  bool sq_sig_all = false;
+};
+
+class Qp {
+ public:
+  Qp(Device& device, uint32_t qpn, Pd* pd, const QpInit& init);
+  ~Qp();
+
+  // Verbs entry points; errors are positive errno values as verbs returns them.
+  int post_send(const ibv_send_wr* wr, const ibv_send_wr** bad);
+  int post_recv(const ibv_recv_wr* wr, const ibv_recv_wr** bad);
+  int modify(const ibv_qp_attr& attr, int mask);
+  // Fills attr and the type/cap/sq_sig_all of init (ibv_query_qp(3)).
+  int query(ibv_qp_attr& attr, int mask, ibv_qp_init_attr& init) const;
+
+  uint32_t qpn() const { return qpn_; }
+  ibv_qp_type type() const { return type_; }
+  ibv_qp_state state() const { return attr_.qp_state; }
+  const ibv_qp_attr& attr() const { return attr_; }
+  const ibv_qp_cap& cap() const { return cap_; }
+  Device& device() const { return device_; }
+  Pd* pd() const { return pd_; }
+  Cq* send_cq() const { return send_cq_; }
+  Cq* recv_cq() const { return recv_cq_; }
+  bool signal_all() const { return sq_sig_all_; }
+  uint32_t path_mtu_bytes() const;
+  std::mutex& mutex() const { return mutex_; }
+  Protocol& protocol() { return *protocol_; }
+
+  Ring<SendWqe>& sq() { return sq_; }
+  Ring<RecvWqe>& rq() { return rq_; }
+
+  // Completion of the WQE at the send queue's head (the roles call these).
+  void complete_send_head(ibv_wc_status status);
+  void complete_recv_head(const ibv_wc& wc, bool solicited);
+  // IBA 10.3.1 / 11.2.5.4: enter the Error state; flush every outstanding WQE.
+  void enter_error(Nanos now);
+
+ private:
+  int check_send_wr(const ibv_send_wr& wr) const;
+  int check_recv_wr(const ibv_recv_wr& wr) const;
+  void copy_send_wr(const ibv_send_wr& wr, SendWqe& wqe, uint32_t slot);
+  int check_attr(const ibv_qp_attr& attr, int mask) const;
+  void apply_attr(const ibv_qp_attr& attr, int mask);
+  void change_state(ibv_qp_state to, Nanos now);
+  void maybe_report_drained();
+  void reset_queues();
+  void flush_queues();
+  ibv_wc make_send_wc(const SendWqe& wqe, ibv_wc_status status) const;
+
+  Device& device_;
+  const uint32_t qpn_;
+  const ibv_qp_type type_;
+  Pd* const pd_;
+  Cq* const send_cq_;
+  Cq* const recv_cq_;
+  const bool sq_sig_all_;
+  ibv_qp_cap cap_{};
+  ibv_qp_attr attr_{};
+  bool report_sq_drained_ = false;  // IBV_QP_EN_SQD_ASYNC_NOTIFY was asked for
+
+  mutable std::mutex mutex_;
+  Ring<SendWqe> sq_;
+  Ring<RecvWqe> rq_;
+  std::vector<Sge> sq_sges_;           // cap_.max_send_sge per slot
+  std::vector<Sge> rq_sges_;           // cap_.max_recv_sge per slot
+  std::vector<uint8_t> inline_arena_;  // cap_.max_inline_data per slot
+  std::unique_ptr<Protocol> protocol_;
+};
+
+}  // namespace softrdma::engine

@@ -1,0 +1,179 @@
+// ibv_modify_qp: the QP state machine of IBA 10.3 / 11.2.5.2 and, per transition
+// and transport, which attributes must and may be given (the table of
+// ibv_modify_qp(3)). Anything else is EINVAL and changes nothing.
+#include <array>
+#include <cerrno>
+
+#include "engine/device.h"
+#include "engine/qp.h"
+#include "engine/tx_batch.h"
+#include "wire/psn.h"
+
+namespace softrdma::engine {
+
+namespace {
+
+constexpr int kState = IBV_QP_STATE, kCur = IBV_QP_CUR_STATE, kAccess = IBV_QP_ACCESS_FLAGS,
+              kPkey = IBV_QP_PKEY_INDEX, kPort = IBV_QP_PORT, kQkey = IBV_QP_QKEY,
+              kAv = IBV_QP_AV, kMtu = IBV_QP_PATH_MTU, kTimeout = IBV_QP_TIMEOUT,
+              kRetry = IBV_QP_RETRY_CNT, kRnrRetry = IBV_QP_RNR_RETRY,
+              kRqPsn = IBV_QP_RQ_PSN, kRdAtomic = IBV_QP_MAX_QP_RD_ATOMIC,
+              kAltPath = IBV_QP_ALT_PATH, kMinRnr = IBV_QP_MIN_RNR_TIMER,
+              kSqPsn = IBV_QP_SQ_PSN, kDestRdAtomic = IBV_QP_MAX_DEST_RD_ATOMIC,
+              kMig = IBV_QP_PATH_MIG_STATE, kDestQpn = IBV_QP_DEST_QPN,
+              kSqdNotify = IBV_QP_EN_SQD_ASYNC_NOTIFY;
+
+enum Transport { kRc, kUc, kUd, kTransports };
+
+struct Rule {
+  bool valid = false;
+  std::array<int, kTransports> required{};
+  std::array<int, kTransports> optional{};
+};
+
+using Table = std::array<std::array<Rule, IBV_QPS_ERR + 1>, IBV_QPS_ERR + 1>;
+
+constexpr Rule rule(std::array<int, 3> required, std::array<int, 3> optional) {
+  return Rule{true, required, optional};
+}
+
+constexpr Table make_table() {
+  Table t{};
+  for (int from = IBV_QPS_RESET; from <= IBV_QPS_ERR; ++from) {
+    t[from][IBV_QPS_RESET] = rule({}, {});  // any state -> Reset or Error
+    t[from][IBV_QPS_ERR] = rule({}, {});
+  }
+  t[IBV_QPS_RESET][IBV_QPS_INIT] =
+      rule({kPkey | kPort | kAccess, kPkey | kPort | kAccess, kPkey | kPort | kQkey}, {});
+  t[IBV_QPS_INIT][IBV_QPS_INIT] =
+      rule({}, {kPkey | kPort | kAccess, kPkey | kPort | kAccess, kPkey | kPort | kQkey});
+  t[IBV_QPS_INIT][IBV_QPS_RTR] =
+      rule({kAv | kMtu | kDestQpn | kRqPsn | kDestRdAtomic | kMinRnr,
+            kAv | kMtu | kDestQpn | kRqPsn, 0},
+           {kAltPath | kAccess | kPkey, kAltPath | kAccess | kPkey, kPkey | kQkey});
+  t[IBV_QPS_RTR][IBV_QPS_RTS] =
+      rule({kSqPsn | kTimeout | kRetry | kRnrRetry | kRdAtomic, kSqPsn, kSqPsn},
+           {kCur | kAltPath | kAccess | kMinRnr | kMig, kCur | kAltPath | kAccess | kMig,
+            kCur | kQkey});
+  const std::array<int, 3> in_rts = {kCur | kAccess | kAltPath | kMig | kMinRnr,
+                                     kCur | kAccess | kAltPath | kMig, kCur | kQkey};
+  t[IBV_QPS_RTS][IBV_QPS_RTS] = rule({}, in_rts);
+  t[IBV_QPS_SQD][IBV_QPS_RTS] = rule({}, in_rts);
+  t[IBV_QPS_RTS][IBV_QPS_SQD] = rule({}, {kSqdNotify, kSqdNotify, kSqdNotify});
+  t[IBV_QPS_SQD][IBV_QPS_SQD] = rule(
+      {}, {kAv | kTimeout | kRetry | kRnrRetry | kRdAtomic | kDestRdAtomic | kAltPath |
+               kAccess | kPkey | kMinRnr | kMig,
+           kAv | kAltPath | kAccess | kPkey | kMig, kPkey | kQkey});
+  // IBA 10.3.1: SQE exists only for UC and UD.
+  t[IBV_QPS_SQE][IBV_QPS_RTS] = rule({}, {0, kCur | kAccess, kCur | kQkey});
+  return t;
+}
+
+constexpr Table kTransitions = make_table();
+
+Transport transport_of(ibv_qp_type type) {
+  return type == IBV_QPT_UD ? kUd : type == IBV_QPT_UC ? kUc : kRc;
+}
+
+bool valid_state(int s) { return s >= IBV_QPS_RESET && s <= IBV_QPS_ERR; }
+
+}  // namespace
+
+int Qp::check_attr(const ibv_qp_attr& a, int mask) const {
+  const DeviceLimits& lim = device_.limits();
+  if ((mask & kCur) && a.cur_qp_state != attr_.qp_state) return EINVAL;
+  if ((mask & kPort) && a.port_num != 1) return EINVAL;
+  if ((mask & kPkey) && a.pkey_index != 0) return EINVAL;  // one-entry P_Key table
+  if ((mask & kMtu) && (a.path_mtu < IBV_MTU_256 || a.path_mtu > IBV_MTU_4096)) return EINVAL;
+  if ((mask & kAv)) {
+    // RoCE: the GRH is mandatory (IBA A17.4.5); the source GID must exist.
+    if (!a.ah_attr.is_global || a.ah_attr.grh.sgid_index >= device_.gids().size())
+      return EINVAL;
+    if (a.ah_attr.port_num > 1) return EINVAL;
+  }
+  if ((mask & kDestRdAtomic) && a.max_dest_rd_atomic > lim.max_qp_rd_atom) return EINVAL;
+  if ((mask & kRdAtomic) && a.max_rd_atomic > lim.max_qp_init_rd_atom) return EINVAL;
+  if ((mask & kTimeout) && a.timeout > 31) return EINVAL;
+  if ((mask & kRetry) && a.retry_cnt > 7) return EINVAL;
+  if ((mask & kRnrRetry) && a.rnr_retry > 7) return EINVAL;
+  if ((mask & kMinRnr) && a.min_rnr_timer > 31) return EINVAL;
+  if ((mask & kDestQpn) && a.dest_qp_num > wire::kPsnMask) return EINVAL;
+  constexpr unsigned kRemoteRights =
+      IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+      IBV_ACCESS_LOCAL_WRITE;
+  if ((mask & kAccess) && (a.qp_access_flags & ~kRemoteRights)) return EINVAL;
+  return 0;
+}
+
+void Qp::apply_attr(const ibv_qp_attr& a, int mask) {
+  if (mask & kAccess) attr_.qp_access_flags = a.qp_access_flags;
+  if (mask & kPkey) attr_.pkey_index = a.pkey_index;
+  if (mask & kPort) attr_.port_num = a.port_num;
+  if (mask & kQkey) attr_.qkey = a.qkey;
+  if (mask & kAv) attr_.ah_attr = a.ah_attr;
+  if (mask & kMtu) attr_.path_mtu = a.path_mtu;
+  if (mask & kTimeout) attr_.timeout = a.timeout;
+  if (mask & kRetry) attr_.retry_cnt = a.retry_cnt;
+  if (mask & kRnrRetry) attr_.rnr_retry = a.rnr_retry;
+  if (mask & kRqPsn) attr_.rq_psn = a.rq_psn & wire::kPsnMask;
+  if (mask & kSqPsn) attr_.sq_psn = a.sq_psn & wire::kPsnMask;
+  if (mask & kRdAtomic) attr_.max_rd_atomic = a.max_rd_atomic;
+  if (mask & kDestRdAtomic) attr_.max_dest_rd_atomic = a.max_dest_rd_atomic;
+  if (mask & kMinRnr) attr_.min_rnr_timer = a.min_rnr_timer;
+  if (mask & kDestQpn) attr_.dest_qp_num = a.dest_qp_num;
+  if (mask & kAltPath) attr_.alt_ah_attr = a.alt_ah_attr;
+  if (mask & kMig) attr_.path_mig_state = a.path_mig_state;
+  if (mask & kSqdNotify) report_sq_drained_ = a.en_sqd_async_notify != 0;
+}
+
+int Qp::modify(const ibv_qp_attr& a, int mask) {
+  std::lock_guard lock(mutex_);
+  const ibv_qp_state from = attr_.qp_state;
+  const ibv_qp_state to = (mask & kState) ? a.qp_state : from;
+  if (!valid_state(to)) return EINVAL;
+  const Rule& r = kTransitions[from][to];
+  if (!r.valid) return EINVAL;
+  const Transport t = transport_of(type_);
+  if (from == IBV_QPS_SQE && t == kRc) return EINVAL;  // IBA 10.3.1: RC has no SQE
+  const int given = mask & ~kState;
+  if ((given & r.required[t]) != r.required[t]) return EINVAL;
+  if (given & ~(r.required[t] | r.optional[t])) return EINVAL;
+  if (int err = check_attr(a, mask); err != 0) return err;
+  apply_attr(a, mask);
+  change_state(to, device_.clock().now());
+  TxBatch::local().flush();
+  return 0;
+}
+
+void Qp::change_state(ibv_qp_state to, Nanos now) {
+  const ibv_qp_state from = attr_.qp_state;
+  if (to == IBV_QPS_ERR) return enter_error(now);
+  attr_.qp_state = to;
+  attr_.cur_qp_state = to;
+  // IBA 10.3.1: Reset empties the work queues without completions.
+  if (to == IBV_QPS_RESET) reset_queues();
+  protocol_->on_state_change(from, to, now);
+  if (to == IBV_QPS_SQD) maybe_report_drained();
+}
+
+// IBA 11.2.5.3: SQ Drained is reported once nothing sent is still outstanding.
+void Qp::maybe_report_drained() {
+  if (attr_.qp_state != IBV_QPS_SQD || !report_sq_drained_) return;
+  if (!sq_.empty() && sq_.front().state != SendState::kQueued) return;
+  report_sq_drained_ = false;
+  device_.post_async_event(AsyncEvent{IBV_EVENT_SQ_DRAINED, qpn_, nullptr});
+}
+
+int Qp::query(ibv_qp_attr& a, int /*mask*/, ibv_qp_init_attr& init) const {
+  std::lock_guard lock(mutex_);
+  a = attr_;
+  a.cap = cap_;
+  a.sq_draining = 0;
+  init = ibv_qp_init_attr{};
+  init.qp_type = type_;
+  init.cap = cap_;
+  init.sq_sig_all = sq_sig_all_;
+  return 0;
+}
+
+}  // namespace softrdma::engine

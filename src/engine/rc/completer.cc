@@ -1,0 +1,223 @@
+#include "engine/rc/completer.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "engine/device.h"
+#include "engine/qp.h"
+#include "engine/rc/connection.h"
+#include "engine/sgl.h"
+#include "wire/psn.h"
+
+namespace softrdma::engine::rc {
+
+using namespace wire;
+
+void Completer::reset(uint32_t sq_psn, Nanos /*now*/) {
+  const ibv_qp_attr& attr = conn_.qp().attr();
+  una_psn_ = sq_psn & kPsnMask;
+  retries_left_ = attr.retry_cnt;
+  rnr_retries_left_ = attr.rnr_retry;
+  deadline_ = kNever;
+  read_rerequested_ = false;
+}
+
+bool Completer::outstanding() const {
+  return psn_diff(conn_.requester().next_psn(), una_psn_) > 0;
+}
+
+void Completer::restart_timer(Nanos now) {
+  const int64_t timeout = ack_timeout_ns(conn_.qp().attr().timeout);
+  deadline_ = timeout == INT64_MAX ? kNever : now + timeout;
+  conn_.qp().device().arm_deadline(deadline_);
+}
+
+void Completer::on_sent(Nanos now) {
+  if (deadline_ == kNever && outstanding()) restart_timer(now);
+}
+
+void Completer::on_response(PacketView packet, Nanos now) {
+  const ibv_qp_state state = conn_.qp().state();
+  if (state != IBV_QPS_RTS && state != IBV_QPS_SQD) return;
+  const uint32_t psn = packet.psn();
+  // IBA 9.7.5.2.1: a response outside [una, next) answers nothing outstanding
+  // (a late duplicate, or a ghost): ignore it.
+  if (psn_before(psn, una_psn_) || !psn_before(psn, conn_.requester().next_psn())) {
+    bump(conn_.qp().device().counters().out_of_sequence_responses);
+    return;
+  }
+  const OpcodeInfo& info = packet.info();
+  if (info.is(kOpAck)) {
+    on_ack(packet, now);
+  } else if (info.is(kOpReadResponse)) {
+    on_read_response(packet, now);
+  } else if (info.is(kOpAtomicAck)) {
+    on_atomic_ack(packet, now);
+  }
+}
+
+void Completer::on_ack(PacketView packet, Nanos now) {
+  const uint8_t syn = uint8_t(packet.get(aeth::kSyndrome));
+  if (syndrome::type(syn) == syndrome::kAck) {
+    acknowledge_through(packet.psn(), now);
+  } else {
+    on_nak(syn, packet.psn(), now);
+  }
+}
+
+bool Completer::acknowledge_through(uint32_t psn, Nanos now) {
+  Ring<SendWqe>& sq = conn_.qp().sq();
+  bool progressed = false;
+  bool lost_response = false;
+  while (!sq.empty() && sq.front().state != SendState::kQueued) {
+    SendWqe& w = sq.front();
+    if (w.needs_response()) {
+      // IBA 9.7.5.2.3: responses come in PSN order, so an ACK at or beyond the
+      // response still awaited means that response was lost: ask again from there.
+      const uint32_t awaited = psn_add(w.first_psn, w.read_packets_received);
+      lost_response = !psn_before(psn, awaited);
+      break;
+    }
+    const uint32_t last = w.last_psn();
+    if (psn_before(psn, last)) {
+      if (!psn_before(psn, una_psn_)) {  // part of a long message acknowledged
+        una_psn_ = psn_add(psn, 1);
+        progressed = true;
+      }
+      break;
+    }
+    una_psn_ = psn_add(last, 1);
+    complete_head(IBV_WC_SUCCESS);
+    progressed = true;
+  }
+  if (progressed) progress_made(now);
+  if (lost_response && !read_rerequested_) {
+    read_rerequested_ = true;
+    retry(una_psn_, now);
+  }
+  return !lost_response;
+}
+
+void Completer::on_nak(uint8_t syn, uint32_t psn, Nanos now) {
+  EngineCounters& counters = conn_.qp().device().counters();
+  // A NAK acknowledges everything before its PSN (IBA 9.7.5.2.2).
+  if (!acknowledge_through(psn_add(psn, -1), now)) return;
+  if (sq_empty_or_unsent()) return;
+  if (syndrome::type(syn) == syndrome::kRnrNak) {
+    bump(counters.rnr_naks_received);
+    // IBA 9.7.5.2.8: rnr_retry 7 retries forever.
+    if (conn_.qp().attr().rnr_retry != 7) {
+      if (rnr_retries_left_ == 0) return fail_head(IBV_WC_RNR_RETRY_EXC_ERR, now);
+      --rnr_retries_left_;
+    }
+    const Nanos wait = Nanos(kRnrTimerMicros[syndrome::value(syn)]) * 1000;
+    conn_.requester().rewind(psn);
+    conn_.requester().pause_until(now + wait);
+    conn_.qp().device().arm_deadline(now + wait);
+    deadline_ = kNever;  // no ACK timeout while waiting out the RNR timer
+    return;
+  }
+  switch (syndrome::value(syn)) {
+    case syndrome::kNakPsnSequence:
+      bump(counters.seq_naks_received);
+      return retry(psn, now);
+    case syndrome::kNakInvalidRequest:
+      bump(counters.error_naks_received);
+      return fail_head(IBV_WC_REM_INV_REQ_ERR, now);
+    case syndrome::kNakRemoteAccess:
+      bump(counters.error_naks_received);
+      return fail_head(IBV_WC_REM_ACCESS_ERR, now);
+    default:  // remote operational error, or a reserved code
+      bump(counters.error_naks_received);
+      return fail_head(IBV_WC_REM_OP_ERR, now);
+  }
+}
+
+bool Completer::sq_empty_or_unsent() {
+  Ring<SendWqe>& sq = conn_.qp().sq();
+  return sq.empty() || sq.front().state == SendState::kQueued;
+}
+
+void Completer::on_read_response(PacketView packet, Nanos now) {
+  const uint32_t psn = packet.psn();
+  // A READ response acknowledges every request before it (IBA 9.7.5.2.1).
+  if (!acknowledge_through(psn_add(psn, -1), now)) return;
+  if (sq_empty_or_unsent() || !conn_.qp().sq().front().is_read()) return;
+  SendWqe& w = conn_.qp().sq().front();
+  if (psn != psn_add(w.first_psn, w.read_packets_received)) {
+    bump(conn_.qp().device().counters().out_of_sequence_responses);
+    return;
+  }
+  const uint32_t mtu = conn_.path().mtu;
+  const uint64_t offset = uint64_t(w.read_packets_received) * mtu;
+  const uint64_t expected = std::min<uint64_t>(mtu, w.length - std::min<uint64_t>(offset, w.length));
+  std::span<uint8_t> data = packet.payload();
+  if (data.size() != expected) return fail_head(IBV_WC_BAD_RESP_ERR, now);
+  Qp& qp = conn_.qp();
+  if (!scatter(qp.device().mrs().access(), qp.pd(), w.sgl, offset, data))
+    return fail_head(IBV_WC_LOC_PROT_ERR, now);
+  ++w.read_packets_received;
+  una_psn_ = psn_add(psn, 1);
+  if (w.read_packets_received == w.npackets) complete_head(IBV_WC_SUCCESS);
+  progress_made(now);
+}
+
+void Completer::on_atomic_ack(PacketView packet, Nanos now) {
+  const uint32_t psn = packet.psn();
+  if (!acknowledge_through(psn_add(psn, -1), now)) return;
+  if (sq_empty_or_unsent()) return;
+  SendWqe& w = conn_.qp().sq().front();
+  if (!w.is_atomic() || w.first_psn != psn) return;
+  // IBA 9.4.5: the original remote value lands in the local buffer (host order).
+  const uint64_t original = packet.get(atomic_ack_eth::kOriginalData);
+  uint8_t bytes[8];
+  std::memcpy(bytes, &original, sizeof bytes);
+  Qp& qp = conn_.qp();
+  if (!scatter(qp.device().mrs().access(), qp.pd(), w.sgl, 0, bytes))
+    return fail_head(IBV_WC_LOC_PROT_ERR, now);
+  w.read_packets_received = 1;
+  una_psn_ = psn_add(psn, 1);
+  complete_head(IBV_WC_SUCCESS);
+  progress_made(now);
+}
+
+void Completer::complete_head(ibv_wc_status status) {
+  conn_.qp().sq().front().state = SendState::kComplete;
+  conn_.qp().complete_send_head(status);
+}
+
+void Completer::fail_head(ibv_wc_status status, Nanos now) {
+  if (!conn_.qp().sq().empty()) conn_.qp().sq().front().status = status;
+  conn_.fail(now, std::nullopt);
+}
+
+// Forward progress reloads both retry counts (IBA 9.7.6.1.3: they count
+// consecutive failures) and lets the requester use the space it freed.
+void Completer::progress_made(Nanos now) {
+  const ibv_qp_attr& attr = conn_.qp().attr();
+  retries_left_ = attr.retry_cnt;
+  rnr_retries_left_ = attr.rnr_retry;
+  read_rerequested_ = false;
+  deadline_ = kNever;
+  if (outstanding()) restart_timer(now);
+  conn_.requester().run(now);
+}
+
+void Completer::retry(uint32_t psn, Nanos now) {
+  if (retries_left_ == 0) return fail_head(IBV_WC_RETRY_EXC_ERR, now);
+  --retries_left_;
+  conn_.requester().rewind(psn);
+  restart_timer(now);
+  conn_.requester().run(now);
+}
+
+void Completer::on_timer(Nanos now) {
+  if (deadline_ == kNever || now < deadline_) return;
+  deadline_ = kNever;
+  if (!outstanding()) return;
+  bump(conn_.qp().device().counters().retransmit_timeouts);
+  read_rerequested_ = false;
+  retry(una_psn_, now);
+}
+
+}  // namespace softrdma::engine::rc

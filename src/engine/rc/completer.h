@@ -1,0 +1,57 @@
+// RC completer (IBA 9.7.5.2 "requester side, response handling"): consumes ACKs,
+// NAKs, READ responses and ATOMIC ACKs; completes send WQEs in order; owns the
+// retransmission timer (retry_cnt) and the RNR retry count (rnr_retry).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "engine/clock.h"
+#include "engine/wqe.h"
+#include "wire/packet.h"
+
+namespace softrdma::engine::rc {
+
+class RcConnection;
+
+class Completer {
+ public:
+  explicit Completer(RcConnection& conn) : conn_(conn) {}
+
+  void on_response(wire::PacketView packet, Nanos now);
+  // The requester sent something: make sure the retransmission timer runs.
+  void on_sent(Nanos now);
+  Nanos deadline() const { return deadline_; }
+  void on_timer(Nanos now);
+  void reset(uint32_t sq_psn, Nanos now);
+  // Oldest PSN not yet acknowledged.
+  uint32_t una_psn() const { return una_psn_; }
+
+ private:
+  void on_ack(wire::PacketView packet, Nanos now);
+  void on_read_response(wire::PacketView packet, Nanos now);
+  void on_atomic_ack(wire::PacketView packet, Nanos now);
+  void on_nak(uint8_t syndrome, uint32_t psn, Nanos now);
+  // Completes every WQE wholly acknowledged by a response for `psn` (implicit ACK,
+  // IBA 9.7.5.2.1); returns false when a READ/ATOMIC before it lost its response.
+  bool acknowledge_through(uint32_t psn, Nanos now);
+  void complete_head(ibv_wc_status status);
+  // The head WQE failed: it completes with `status`, the QP goes to Error.
+  void fail_head(ibv_wc_status status, Nanos now);
+  bool sq_empty_or_unsent();
+  void progress_made(Nanos now);
+  void retry(uint32_t psn, Nanos now);
+  bool outstanding() const;
+  void restart_timer(Nanos now);
+
+  RcConnection& conn_;
+  uint32_t una_psn_ = 0;
+  uint8_t retries_left_ = 7;
+  uint8_t rnr_retries_left_ = 7;
+  Nanos deadline_ = kNever;
+  // A READ response arrived beyond the one expected: the READ was re-requested
+  // from this PSN; ask again only after a timeout (one retry per gap).
+  bool read_rerequested_ = false;
+};
+
+}  // namespace softrdma::engine::rc

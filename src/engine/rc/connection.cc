@@ -1,0 +1,83 @@
+#include "engine/rc/connection.h"
+
+#include "engine/device.h"
+#include "engine/qp.h"
+#include "wire/psn.h"
+
+namespace softrdma::engine::rc {
+
+RcConnection::RcConnection(Qp& qp)
+    : qp_(qp), requester_(*this), completer_(*this), responder_(*this) {}
+
+wire::PacketView RcConnection::emit(uint8_t opcode, size_t payload_len, uint32_t psn) {
+  return rc::emit(qp_.device().transport(), qp_.device().counters(), path_, opcode,
+                  payload_len, psn);
+}
+
+void RcConnection::on_packet(wire::PacketView packet, const transport::RxPacket& from,
+                             Nanos now) {
+  // IBA 9.6.1.1 / A17.4: only the connected peer's packets are this QP's.
+  if (from.src != path_.dst) {
+    bump(qp_.device().counters().rx_wrong_source);
+    return;
+  }
+  if (packet.info().is(wire::kOpResponse)) {
+    completer_.on_response(packet, now);
+  } else {
+    responder_.on_request(packet, now);
+  }
+}
+
+void RcConnection::on_send_posted(Nanos now) { requester_.run(now); }
+
+void RcConnection::on_burst_end(Nanos now) {
+  responder_.on_burst_end();
+  (void)now;
+}
+
+Nanos RcConnection::deadline() const {
+  Nanos d = completer_.deadline();
+  const Nanos pause = requester_.paused_until();
+  if (pause != 0 && pause < d) d = pause;
+  return d;
+}
+
+void RcConnection::on_timer(Nanos now) {
+  const Nanos pause = requester_.paused_until();
+  if (pause != 0 && now >= pause) {
+    requester_.pause_until(0);
+    requester_.run(now);
+  }
+  completer_.on_timer(now);
+}
+
+void RcConnection::load_path() {
+  const ibv_qp_attr& attr = qp_.attr();
+  const auto& gids = qp_.device().gids();
+  path_.src = gids[attr.ah_attr.grh.sgid_index < gids.size() ? attr.ah_attr.grh.sgid_index : 0];
+  std::copy(std::begin(attr.ah_attr.grh.dgid.raw), std::end(attr.ah_attr.grh.dgid.raw),
+            path_.dst.begin());
+  path_.dest_qpn = attr.dest_qp_num & wire::kPsnMask;
+  path_.src_port = transport::roce_source_port(qp_.qpn());
+  path_.pkey = qp_.device().pkey();
+  path_.mtu = qp_.path_mtu_bytes();
+}
+
+void RcConnection::on_state_change(ibv_qp_state from, ibv_qp_state to, Nanos now) {
+  if (to == IBV_QPS_RTR && from != IBV_QPS_RTR) {
+    load_path();
+    responder_.reset(qp_.attr().rq_psn, qp_.attr().max_dest_rd_atomic);
+  }
+  if (to == IBV_QPS_RTS && from == IBV_QPS_RTR) {
+    requester_.reset(qp_.attr().sq_psn);
+    completer_.reset(qp_.attr().sq_psn, now);
+  }
+  if (to == IBV_QPS_RTS && from == IBV_QPS_SQD) requester_.run(now);
+}
+
+void RcConnection::fail(Nanos now, std::optional<ibv_event_type> event) {
+  if (event) qp_.device().post_async_event(AsyncEvent{*event, qp_.qpn(), nullptr});
+  qp_.enter_error(now);
+}
+
+}  // namespace softrdma::engine::rc

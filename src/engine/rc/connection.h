@@ -1,0 +1,54 @@
+// RoCEv2 Reliable Connected service (IBA 9.7) behind one QP: the requester turns
+// send WQEs into request packets, the completer consumes ACKs and responses and
+// completes WQEs, the responder executes incoming requests. One file per role.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "engine/protocol.h"
+#include "engine/rc/completer.h"
+#include "engine/rc/path.h"
+#include "engine/rc/requester.h"
+#include "engine/rc/responder.h"
+
+namespace softrdma::engine {
+class Qp;
+}
+
+namespace softrdma::engine::rc {
+
+class RcConnection final : public Protocol {
+ public:
+  explicit RcConnection(Qp& qp);
+
+  void on_packet(wire::PacketView packet, const transport::RxPacket& from,
+                 Nanos now) override;
+  void on_send_posted(Nanos now) override;
+  void on_burst_end(Nanos now) override;
+  Nanos deadline() const override;
+  void on_timer(Nanos now) override;
+  void on_state_change(ibv_qp_state from, ibv_qp_state to, Nanos now) override;
+
+  Qp& qp() { return qp_; }
+  const Path& path() const { return path_; }
+  Requester& requester() { return requester_; }
+  Completer& completer() { return completer_; }
+  Responder& responder() { return responder_; }
+
+  // Builds a packet along this connection's path.
+  wire::PacketView emit(uint8_t opcode, size_t payload_len, uint32_t psn);
+  // Any role that hits a fatal error: QP to Error (IBA 11.6.2), async event.
+  void fail(Nanos now, std::optional<ibv_event_type> event);
+
+ private:
+  void load_path();
+
+  Qp& qp_;
+  Path path_;
+  Requester requester_;
+  Completer completer_;
+  Responder responder_;
+};
+
+}  // namespace softrdma::engine::rc

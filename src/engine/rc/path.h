@@ -1,0 +1,41 @@
+// Where a connected QP's packets go and how they are stamped (IBA 9.2 BTH fields
+// that are fixed per connection), taken from the attributes at RTR.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/counters.h"
+#include "engine/tx_batch.h"
+#include "transport/transport.h"
+#include "wire/fields.h"
+
+namespace softrdma::engine::rc {
+
+struct Path {
+  transport::Gid src{};
+  transport::Gid dst{};
+  uint32_t dest_qpn = 0;
+  uint16_t src_port = 0xc000;
+  uint16_t pkey = 0xffff;
+  uint32_t mtu = 1024;
+};
+
+// Builds one packet addressed along `path`, with the BTH filled in.
+inline wire::PacketView emit(transport::Transport& transport, EngineCounters& counters,
+                             const Path& path, uint8_t opcode, size_t payload_len,
+                             uint32_t psn) {
+  wire::PacketView p = TxBatch::local().add(transport, counters, opcode, payload_len,
+                                            path.src, path.dst, path.src_port);
+  p.set(wire::bth::kPkey, path.pkey);
+  p.set(wire::bth::kDestQp, path.dest_qpn);
+  p.set(wire::bth::kPsn, psn);
+  return p;
+}
+
+// IBA 9.7.6.1.3 / 11.2.4.2: local ACK timeout = 4.096 us * 2^timeout; 0 = infinite.
+inline int64_t ack_timeout_ns(uint8_t timeout) {
+  if (timeout == 0) return INT64_MAX;
+  return int64_t(4096) << (timeout > 31 ? 31 : timeout);
+}
+
+}  // namespace softrdma::engine::rc

@@ -1,0 +1,267 @@
+#include "engine/rc/requester.h"
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <cstring>
+#include <span>
+
+#include "engine/device.h"
+#include "engine/qp.h"
+#include "engine/rc/connection.h"
+#include "engine/sgl.h"
+#include "wire/psn.h"
+
+namespace softrdma::engine::rc {
+
+using namespace wire;
+
+namespace {
+
+uint32_t packets_for(uint64_t length, uint32_t mtu) {
+  return length == 0 ? 1 : uint32_t((length + mtu - 1) / mtu);
+}
+
+}  // namespace
+
+uint32_t Requester::rd_atomic_outstanding() const {
+  Ring<SendWqe>& sq = conn_.qp().sq();
+  uint32_t n = 0;
+  for (uint32_t i = sq.head(); i != send_index_; ++i) {
+    const SendWqe& w = sq.at(i);
+    if (w.needs_response() && w.state != SendState::kComplete) ++n;
+  }
+  return n;
+}
+
+void Requester::reset(uint32_t sq_psn) {
+  next_psn_ = sq_psn & kPsnMask;
+  high_psn_ = next_psn_;
+  send_index_ = conn_.qp().sq().head();
+  paused_until_ = 0;
+}
+
+void Requester::run(Nanos now) {
+  Qp& qp = conn_.qp();
+  if (qp.state() != IBV_QPS_RTS && qp.state() != IBV_QPS_SQD) return;
+  if (now < paused_until_) return;
+  Ring<SendWqe>& sq = qp.sq();
+  while (send_index_ != sq.tail()) {
+    SendWqe& wqe = sq.at(send_index_);
+    if (wqe.state == SendState::kQueued) {
+      // IBA 11.2.5.3 SQD: WQEs not yet begun wait for the return to RTS.
+      if (qp.state() == IBV_QPS_SQD || !may_start(wqe)) break;
+      if (!start(wqe, now)) return;
+    }
+    if (wqe.state == SendState::kSending && !send_packets(wqe)) break;
+    ++send_index_;
+  }
+  conn_.completer().on_sent(now);
+}
+
+// IBA 10.8.3.3 fence: wait for every earlier READ/ATOMIC; IBA 9.7.4.1.5: at most
+// max_rd_atomic of them outstanding (0 is served as 1, or the WQE would never go).
+bool Requester::may_start(const SendWqe& wqe) const {
+  const bool fenced = (wqe.flags & IBV_SEND_FENCE) != 0;
+  if (!fenced && !wqe.needs_response()) return true;
+  const uint32_t outstanding = rd_atomic_outstanding();
+  if (fenced && outstanding > 0) return false;
+  const uint32_t limit = std::max<uint32_t>(1, conn_.qp().attr().max_rd_atomic);
+  return !wqe.needs_response() || outstanding < limit;
+}
+
+bool Requester::check_local_sges(const SendWqe& wqe) const {
+  if (wqe.inline_data != nullptr) return true;
+  // Responses are written into the local buffers: they need local write access.
+  const int need = wqe.needs_response() ? IBV_ACCESS_LOCAL_WRITE : 0;
+  Qp& qp = conn_.qp();
+  auto access = qp.device().mrs().access();
+  for (uint32_t i = 0; i < wqe.sgl.count; ++i) {
+    const Sge& sge = wqe.sgl.sges[i];
+    AccessError why;
+    if (access.resolve(sge.lkey, qp.pd(), sge.addr, sge.length, need, why) == nullptr)
+      return false;
+  }
+  return true;
+}
+
+// Assigns the WQE its PSNs (IBA 9.7.4.1.1: one per request packet; a READ takes
+// one per response packet) after checking its local buffers.
+bool Requester::start(SendWqe& wqe, Nanos now) {
+  if (!check_local_sges(wqe)) {
+    // IBA 10.8.3.1 / ibv_poll_cq(3): local protection error, QP to Error.
+    wqe.status = IBV_WC_LOC_PROT_ERR;
+    conn_.fail(now, IBV_EVENT_QP_ACCESS_ERR);
+    return false;
+  }
+  wqe.first_psn = next_psn_;
+  wqe.npackets = wqe.is_atomic() ? 1 : packets_for(wqe.length, conn_.path().mtu);
+  wqe.next_packet = 0;
+  wqe.read_packets_received = 0;
+  wqe.state = SendState::kSending;
+  next_psn_ = psn_add(next_psn_, wqe.npackets);
+  return true;
+}
+
+// Packets from `psn` on that may go now: the window counts PSNs from the oldest
+// unacknowledged one. With nothing unacknowledged one packet may always go.
+uint32_t Requester::window_space(uint32_t psn) const {
+  const uint32_t limit = conn_.qp().device().config().max_unacked_packets;
+  const int32_t in_flight = psn_diff(psn, conn_.completer().una_psn());
+  if (in_flight <= 0) return limit;
+  return in_flight >= int32_t(limit) ? 0 : limit - uint32_t(in_flight);
+}
+
+void Requester::count_send(uint32_t psn) {
+  if (psn_before(psn, high_psn_)) {
+    bump(conn_.qp().device().counters().retransmitted_packets);
+  } else {
+    high_psn_ = psn_add(psn, 1);
+  }
+}
+
+bool Requester::send_packets(SendWqe& wqe) {
+  if (wqe.is_atomic()) {
+    send_atomic(wqe);
+  } else if (wqe.is_read()) {
+    if (!send_read_request(wqe)) return false;
+  } else {
+    while (wqe.next_packet < wqe.npackets) {
+      if (window_space(psn_add(wqe.first_psn, wqe.next_packet)) == 0) return false;
+      if (!send_data_packet(wqe)) return false;
+    }
+  }
+  wqe.state = SendState::kSent;
+  return true;
+}
+
+uint8_t Requester::data_opcode(const SendWqe& wqe, uint32_t index) const {
+  const bool first = index == 0;
+  const bool last = index + 1 == wqe.npackets;
+  switch (wqe.opcode) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM: {
+      const bool imm = wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+      if (first && last) return imm ? op::kRcWriteOnlyImm : op::kRcWriteOnly;
+      if (first) return op::kRcWriteFirst;
+      if (last) return imm ? op::kRcWriteLastImm : op::kRcWriteLast;
+      return op::kRcWriteMiddle;
+    }
+    default: {  // SEND, SEND_WITH_IMM, SEND_WITH_INV
+      const uint8_t only = wqe.opcode == IBV_WR_SEND_WITH_IMM   ? op::kRcSendOnlyImm
+                           : wqe.opcode == IBV_WR_SEND_WITH_INV ? op::kRcSendOnlyInv
+                                                                : op::kRcSendOnly;
+      const uint8_t last_op = wqe.opcode == IBV_WR_SEND_WITH_IMM   ? op::kRcSendLastImm
+                              : wqe.opcode == IBV_WR_SEND_WITH_INV ? op::kRcSendLastInv
+                                                                   : op::kRcSendLast;
+      if (first && last) return only;
+      if (first) return op::kRcSendFirst;
+      if (last) return last_op;
+      return op::kRcSendMiddle;
+    }
+  }
+}
+
+// Copies message bytes [offset, offset + out.size()) from the inline copy or the
+// WQE's gather list.
+bool Requester::gather(const SendWqe& wqe, uint64_t offset, std::span<uint8_t> out) {
+  if (wqe.inline_data != nullptr) {
+    std::memcpy(out.data(), wqe.inline_data + offset, out.size());
+    return true;
+  }
+  Qp& qp = conn_.qp();
+  return engine::gather(qp.device().mrs().access(), qp.pd(), wqe.sgl, offset, out);
+}
+
+bool Requester::send_data_packet(SendWqe& wqe) {
+  const uint32_t mtu = conn_.path().mtu;
+  const uint32_t index = wqe.next_packet;
+  const uint64_t offset = uint64_t(index) * mtu;
+  const size_t len = std::min<uint64_t>(mtu, wqe.length - std::min<uint64_t>(offset, wqe.length));
+  const uint32_t psn = psn_add(wqe.first_psn, index);
+  const uint8_t opcode = data_opcode(wqe, index);
+  PacketView p = conn_.emit(opcode, len, psn);
+  const OpcodeInfo& info = p.info();
+  const uint32_t interval = conn_.qp().device().config().ack_request_interval;
+  const bool last = info.is(kOpLast);
+  // IBA 9.7.5.1.4: AckReq on the last packet, and periodically within long messages.
+  p.set(bth::kAckReq, last || (index + 1) % interval == 0);
+  if (last && (wqe.flags & IBV_SEND_SOLICITED)) p.set(bth::kSolicited, 1);
+  if (info.has(Header::kReth)) {
+    p.set(reth::kVa, wqe.remote_addr);
+    p.set(reth::kRkey, wqe.rkey);
+    p.set(reth::kDmaLength, wqe.length);
+  }
+  if (info.has(Header::kImmDt)) p.set(immdt::kImmediate, ntohl(wqe.imm_data));
+  if (info.has(Header::kIeth)) p.set(ieth::kRkey, wqe.invalidate_rkey);
+  if (!gather(wqe, offset, p.payload())) {
+    TxBatch::local().discard_last();
+    wqe.status = IBV_WC_LOC_PROT_ERR;
+    conn_.fail(conn_.qp().device().clock().now(), IBV_EVENT_QP_ACCESS_ERR);
+    return false;
+  }
+  count_send(psn);
+  ++wqe.next_packet;
+  return true;
+}
+
+// One READ request asks for responses [next_packet, next_packet + chunk): a long
+// READ is asked for one window at a time, so its responses never overrun the
+// socket buffers; each chunk is an ordinary READ request on the wire (IBA 9.7.4.1.4).
+bool Requester::send_read_request(SendWqe& wqe) {
+  const uint32_t mtu = conn_.path().mtu;
+  while (wqe.next_packet < wqe.npackets) {
+    // The previous chunk's responses come first.
+    if (wqe.next_packet != wqe.read_packets_received) return false;
+    const uint32_t psn = psn_add(wqe.first_psn, wqe.next_packet);
+    const uint32_t space = window_space(psn);
+    if (space == 0) return false;
+    const uint32_t chunk = std::min(space, wqe.npackets - wqe.next_packet);
+    const uint64_t offset = uint64_t(wqe.next_packet) * mtu;
+    const uint64_t len = std::min<uint64_t>(uint64_t(chunk) * mtu, wqe.length - offset);
+    PacketView p = conn_.emit(op::kRcReadRequest, 0, psn);
+    p.set(bth::kAckReq, 1);
+    p.set(reth::kVa, wqe.remote_addr + offset);
+    p.set(reth::kRkey, wqe.rkey);
+    p.set(reth::kDmaLength, len);
+    count_send(psn);
+    wqe.next_packet += chunk;
+  }
+  return true;
+}
+
+void Requester::send_atomic(SendWqe& wqe) {
+  const uint8_t opcode = wqe.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? op::kRcCompareSwap
+                                                                 : op::kRcFetchAdd;
+  PacketView p = conn_.emit(opcode, 0, wqe.first_psn);
+  p.set(bth::kAckReq, 1);
+  p.set(atomic_eth::kVa, wqe.remote_addr);
+  p.set(atomic_eth::kRkey, wqe.rkey);
+  p.set(atomic_eth::kSwapAdd,
+        wqe.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? wqe.swap : wqe.compare_add);
+  p.set(atomic_eth::kCompare, wqe.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? wqe.compare_add : 0);
+  count_send(wqe.first_psn);
+  wqe.next_packet = 1;
+}
+
+// Go back N: the WQE holding `psn` resends from there; every later WQE that was
+// (partly) sent resends whole, keeping the PSNs it was given.
+void Requester::rewind(uint32_t psn) {
+  Ring<SendWqe>& sq = conn_.qp().sq();
+  for (uint32_t i = sq.head(); i != sq.tail(); ++i) {
+    SendWqe& w = sq.at(i);
+    if (w.state == SendState::kQueued) break;
+    const int32_t into = psn_diff(psn, w.first_psn);
+    if (into < 0 || uint32_t(into) >= w.npackets) continue;
+    w.next_packet = w.is_read() ? w.read_packets_received : uint32_t(into);
+    w.state = SendState::kSending;
+    for (uint32_t j = i + 1; j != sq.tail() && sq.at(j).state != SendState::kQueued; ++j) {
+      sq.at(j).next_packet = 0;
+      sq.at(j).state = SendState::kSending;
+    }
+    send_index_ = i;
+    return;
+  }
+}
+
+}  // namespace softrdma::engine::rc

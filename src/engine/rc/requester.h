@@ -1,0 +1,54 @@
+// RC requester (IBA 9.7.4 "requester side"): assigns PSNs to send WQEs, segments
+// them to the path MTU and sends request packets within the window; rewinds for
+// go-back-N retransmission when the completer asks.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "engine/clock.h"
+#include "engine/wqe.h"
+
+namespace softrdma::engine::rc {
+
+class RcConnection;
+
+class Requester {
+ public:
+  explicit Requester(RcConnection& conn) : conn_(conn) {}
+
+  // Sends as much queued work as the window, fences and max_rd_atomic allow.
+  void run(Nanos now);
+  // Go back N (IBA 9.7.4.1.3): resend from `psn`, which lies in an outstanding WQE.
+  void rewind(uint32_t psn);
+  // Hold all sending until `until` (after an RNR NAK, IBA 9.7.5.2.8).
+  void pause_until(Nanos until) { paused_until_ = until; }
+  Nanos paused_until() const { return paused_until_; }
+
+  void reset(uint32_t sq_psn);
+  uint32_t next_psn() const { return next_psn_; }
+  uint32_t send_index() const { return send_index_; }
+  // READ/ATOMIC WQEs sent and not yet completed (IBA 9.7.4.1.5: max_rd_atomic).
+  uint32_t rd_atomic_outstanding() const;
+
+ private:
+  bool may_start(const SendWqe& wqe) const;
+  bool start(SendWqe& wqe, Nanos now);
+  bool check_local_sges(const SendWqe& wqe) const;
+  void count_send(uint32_t psn);
+  bool send_packets(SendWqe& wqe);
+  uint32_t window_space(uint32_t psn) const;
+  bool send_data_packet(SendWqe& wqe);
+  bool send_read_request(SendWqe& wqe);
+  void send_atomic(SendWqe& wqe);
+  uint8_t data_opcode(const SendWqe& wqe, uint32_t index) const;
+  bool gather(const SendWqe& wqe, uint64_t offset, std::span<uint8_t> out);
+
+  RcConnection& conn_;
+  uint32_t next_psn_ = 0;     // PSN for the next new WQE
+  uint32_t send_index_ = 0;   // SQ index of the WQE being sent
+  uint32_t high_psn_ = 0;     // first PSN never sent: below it, a send is a resend
+  Nanos paused_until_ = 0;
+};
+
+}  // namespace softrdma::engine::rc

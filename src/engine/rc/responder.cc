@@ -1,0 +1,342 @@
+#include "engine/rc/responder.h"
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "engine/device.h"
+#include "engine/qp.h"
+#include "engine/rc/connection.h"
+#include "engine/sgl.h"
+#include "wire/psn.h"
+
+namespace softrdma::engine::rc {
+
+using namespace wire;
+
+namespace {
+
+uint32_t packets_for(uint64_t length, uint32_t mtu) {
+  return length == 0 ? 1 : uint32_t((length + mtu - 1) / mtu);
+}
+
+bool ready_to_receive(ibv_qp_state s) {
+  // IBA 9.7.5.1 / 11.2.5: a QP accepts requests from RTR on; RESET, INIT and ERR drop.
+  return s == IBV_QPS_RTR || s == IBV_QPS_RTS || s == IBV_QPS_SQD || s == IBV_QPS_SQE;
+}
+
+}  // namespace
+
+void Responder::reset(uint32_t rq_psn, uint32_t max_dest_rd_atomic) {
+  epsn_ = rq_psn & kPsnMask;
+  msn_ = 0;
+  nak_outstanding_ = false;
+  ack_pending_ = false;
+  message_ = Message::kNone;
+  recv_offset_ = 0;
+  atomic_results_.assign(std::max<uint32_t>(1, max_dest_rd_atomic), AtomicResult{});
+  atomic_next_ = 0;
+}
+
+void Responder::on_request(PacketView p, Nanos now) {
+  if (!ready_to_receive(conn_.qp().state())) {
+    bump(conn_.qp().device().counters().rx_qp_not_ready);
+    return;
+  }
+  const int32_t ahead = psn_diff(p.psn(), epsn_);
+  if (ahead < 0) return on_duplicate(p);
+  if (ahead > 0) {
+    // IBA 9.7.5.1.3: a gap. NAK once, then drop silently until epsn arrives.
+    if (!nak_outstanding_) {
+      nak_outstanding_ = true;
+      bump(conn_.qp().device().counters().seq_naks_sent);
+      send_ack(syndrome::nak(syndrome::kNakPsnSequence), epsn_);
+    }
+    return;
+  }
+  nak_outstanding_ = false;
+  const Verdict verdict = execute(p);
+  switch (verdict) {
+    case Verdict::kDone:
+      // READ and ATOMIC are answered by their responses, which acknowledge them.
+      if (p.ack_req() && !p.info().any(kOpReadRequest | kOpAtomic)) ack_pending_ = true;
+      return;
+    case Verdict::kRnr:
+      // IBA 9.7.5.1.4: no receive WQE. The requester retries after min_rnr_timer;
+      // until then later packets are dropped without another NAK.
+      nak_outstanding_ = true;
+      bump(conn_.qp().device().counters().rnr_naks_sent);
+      send_ack(syndrome::rnr_nak(conn_.qp().attr().min_rnr_timer), p.psn());
+      return;
+    default:
+      fail(verdict, p.psn(), now);
+  }
+}
+
+Responder::Verdict Responder::check_sequence_and_length(PacketView p) const {
+  const OpcodeInfo& info = p.info();
+  if (!info.is(kOpRequest)) return Verdict::kInvalidRequest;
+  // IBA 9.7.5.1.5 (C9-92..): MIDDLE/LAST continue the message in progress; FIRST and
+  // ONLY may only begin one.
+  const bool continues = info.any(kOpMiddle) || (info.is(kOpLast) && !info.is(kOpFirst));
+  if (message_ == Message::kNone && continues) return Verdict::kInvalidRequest;
+  if (message_ == Message::kSend && !(continues && info.is(kOpSend)))
+    return Verdict::kInvalidRequest;
+  if (message_ == Message::kWrite && !(continues && info.is(kOpWrite)))
+    return Verdict::kInvalidRequest;
+  // IBA 9.7.5.1.5: FIRST and MIDDLE carry exactly one MTU, LAST and ONLY at most one.
+  const size_t len = p.payload().size();
+  const uint32_t mtu = conn_.path().mtu;
+  if (info.any(kOpPayload)) {
+    if ((info.any(kOpMiddle) || (info.is(kOpFirst) && !info.is(kOpLast))) && len != mtu)
+      return Verdict::kInvalidRequest;
+    if (len > mtu) return Verdict::kInvalidRequest;
+  }
+  // IBA 10.2.4.2: the QP's own remote access rights.
+  const int allowed = conn_.qp().attr().qp_access_flags;
+  if (info.is(kOpWrite) && !(allowed & IBV_ACCESS_REMOTE_WRITE)) return Verdict::kInvalidRequest;
+  if (info.is(kOpReadRequest) && !(allowed & IBV_ACCESS_REMOTE_READ))
+    return Verdict::kInvalidRequest;
+  if (info.is(kOpAtomic) && !(allowed & IBV_ACCESS_REMOTE_ATOMIC))
+    return Verdict::kInvalidRequest;
+  return Verdict::kDone;
+}
+
+Responder::Verdict Responder::execute(PacketView p) {
+  if (Verdict v = check_sequence_and_length(p); v != Verdict::kDone) return v;
+  const OpcodeInfo& info = p.info();
+  if (info.is(kOpSend)) return do_send(p);
+  if (info.is(kOpWrite)) return do_write(p);
+  if (info.is(kOpReadRequest)) return do_read(p);
+  return do_atomic(p);
+}
+
+Responder::Verdict Responder::do_send(PacketView p) {
+  const OpcodeInfo& info = p.info();
+  Ring<RecvWqe>& rq = conn_.qp().rq();
+  if (info.is(kOpFirst)) {
+    if (rq.empty()) return Verdict::kRnr;
+    recv_offset_ = 0;
+  }
+  RecvWqe& recv = rq.front();
+  std::span<const uint8_t> data = p.payload();
+  if (recv_offset_ + data.size() > recv.length) {
+    recv.status = IBV_WC_LOC_LEN_ERR;  // IBA 9.7.5.1.5: too long for the buffer
+    return Verdict::kInvalidRequest;
+  }
+  Qp& qp = conn_.qp();
+  if (!scatter(qp.device().mrs().access(), qp.pd(), recv.sgl, recv_offset_, data)) {
+    recv.status = IBV_WC_LOC_PROT_ERR;
+    return Verdict::kRemoteOperational;
+  }
+  recv_offset_ += data.size();
+  message_ = Message::kSend;
+  epsn_ = psn_add(epsn_, 1);
+  if (info.is(kOpLast)) complete_receive(p, IBV_WC_RECV, uint32_t(recv_offset_));
+  return Verdict::kDone;
+}
+
+Responder::Verdict Responder::do_write(PacketView p) {
+  const OpcodeInfo& info = p.info();
+  Qp& qp = conn_.qp();
+  if (info.is(kOpFirst)) {
+    write_va_ = p.get(reth::kVa);
+    write_rkey_ = uint32_t(p.get(reth::kRkey));
+    write_length_ = uint32_t(p.get(reth::kDmaLength));
+    write_remaining_ = write_length_;
+  }
+  // IBA 9.7.4.1.2: WRITE with immediate consumes a receive WQE at its last packet.
+  if (info.is(kOpConsumesRecv) && qp.rq().empty()) return Verdict::kRnr;
+  std::span<const uint8_t> data = p.payload();
+  if (data.size() > write_remaining_) return Verdict::kInvalidRequest;
+  if (info.is(kOpLast) && data.size() != write_remaining_) return Verdict::kInvalidRequest;
+  if (!data.empty()) {
+    auto access = qp.device().mrs().access();
+    AccessError why;
+    uint8_t* dst = access.resolve(write_rkey_, qp.pd(), write_va_, data.size(),
+                                  IBV_ACCESS_REMOTE_WRITE, why);
+    if (dst == nullptr) return Verdict::kRemoteAccess;
+    std::memcpy(dst, data.data(), data.size());
+  }
+  write_va_ += data.size();
+  write_remaining_ -= data.size();
+  message_ = info.is(kOpLast) ? Message::kNone : Message::kWrite;
+  epsn_ = psn_add(epsn_, 1);
+  if (info.is(kOpConsumesRecv)) {
+    complete_receive(p, IBV_WC_RECV_RDMA_WITH_IMM, write_length_);
+  } else if (info.is(kOpLast)) {
+    ++msn_;
+  }
+  return Verdict::kDone;
+}
+
+void Responder::complete_receive(PacketView p, ibv_wc_opcode opcode, uint32_t byte_len) {
+  const OpcodeInfo& info = p.info();
+  Qp& qp = conn_.qp();
+  ibv_wc wc{};
+  wc.wr_id = qp.rq().front().wr_id;
+  wc.status = IBV_WC_SUCCESS;
+  wc.opcode = opcode;
+  wc.byte_len = byte_len;
+  wc.qp_num = qp.qpn();
+  wc.src_qp = conn_.path().dest_qpn;
+  if (info.has(Header::kImmDt)) {
+    wc.wc_flags |= IBV_WC_WITH_IMM;
+    wc.imm_data = htonl(uint32_t(p.get(immdt::kImmediate)));
+  }
+  if (info.has(Header::kIeth)) {
+    wc.wc_flags |= IBV_WC_WITH_INV;
+    wc.invalidated_rkey = uint32_t(p.get(ieth::kRkey));
+  }
+  qp.complete_recv_head(wc, p.get(bth::kSolicited) != 0);
+  ++msn_;
+  message_ = Message::kNone;
+}
+
+Responder::Verdict Responder::do_read(PacketView p) {
+  const uint64_t va = p.get(reth::kVa);
+  const uint32_t rkey = uint32_t(p.get(reth::kRkey));
+  const uint32_t len = uint32_t(p.get(reth::kDmaLength));
+  Qp& qp = conn_.qp();
+  if (len > qp.device().limits().max_msg_size) return Verdict::kInvalidRequest;
+  if (len > 0) {
+    auto access = qp.device().mrs().access();
+    AccessError why;
+    if (access.resolve(rkey, qp.pd(), va, len, IBV_ACCESS_REMOTE_READ, why) == nullptr)
+      return Verdict::kRemoteAccess;
+  }
+  ++msn_;
+  ack_pending_ = false;  // the responses carry the acknowledgement
+  send_read_responses(p.psn(), va, rkey, len);
+  epsn_ = psn_add(epsn_, packets_for(len, conn_.path().mtu));
+  return Verdict::kDone;
+}
+
+// IBA 9.7.5.1.7: FIRST/LAST/ONLY carry an AETH; every response takes one PSN.
+void Responder::send_read_responses(uint32_t psn, uint64_t va, uint32_t rkey, uint32_t len) {
+  Qp& qp = conn_.qp();
+  const uint32_t mtu = conn_.path().mtu;
+  const uint32_t n = packets_for(len, mtu);
+  auto access = qp.device().mrs().access();
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t chunk = std::min<uint32_t>(mtu, len - i * mtu);
+    const uint8_t opcode = n == 1           ? op::kRcReadResponseOnly
+                           : i == 0         ? op::kRcReadResponseFirst
+                           : i + 1 == n     ? op::kRcReadResponseLast
+                                            : op::kRcReadResponseMiddle;
+    AccessError why;
+    const uint8_t* src = chunk == 0 ? nullptr
+                                    : access.resolve(rkey, qp.pd(), va + uint64_t(i) * mtu,
+                                                     chunk, IBV_ACCESS_REMOTE_READ, why);
+    if (chunk != 0 && src == nullptr) return;  // revoked mid-READ: the requester retries
+    PacketView r = conn_.emit(opcode, chunk, psn_add(psn, i));
+    if (r.info().has(Header::kAeth)) {
+      r.set(aeth::kSyndrome, syndrome::ack());
+      r.set(aeth::kMsn, msn_);
+    }
+    if (chunk != 0) std::memcpy(r.payload().data(), src, chunk);
+  }
+}
+
+Responder::Verdict Responder::do_atomic(PacketView p) {
+  const uint64_t va = p.get(atomic_eth::kVa);
+  // IBA 9.4.5 (o9-13): an ATOMIC's address must be 8-byte aligned.
+  if (va % 8 != 0) return Verdict::kInvalidRequest;
+  Qp& qp = conn_.qp();
+  uint64_t original = 0;
+  {
+    auto access = qp.device().mrs().access();
+    AccessError why;
+    uint8_t* host = access.resolve(uint32_t(p.get(atomic_eth::kRkey)), qp.pd(), va, 8,
+                                   IBV_ACCESS_REMOTE_ATOMIC, why);
+    if (host == nullptr) return Verdict::kRemoteAccess;
+    std::atomic_ref<uint64_t> target(*reinterpret_cast<uint64_t*>(host));
+    if (p.info().is(kOpCompareSwap)) {
+      original = p.get(atomic_eth::kCompare);
+      target.compare_exchange_strong(original, p.get(atomic_eth::kSwapAdd));
+    } else {
+      original = target.fetch_add(p.get(atomic_eth::kSwapAdd));
+    }
+  }
+  atomic_results_[atomic_next_] = AtomicResult{p.psn(), original, true};
+  atomic_next_ = (atomic_next_ + 1) % uint32_t(atomic_results_.size());
+  ++msn_;
+  ack_pending_ = false;
+  send_atomic_ack(p.psn(), original);
+  epsn_ = psn_add(epsn_, 1);
+  return Verdict::kDone;
+}
+
+void Responder::send_atomic_ack(uint32_t psn, uint64_t original) {
+  PacketView r = conn_.emit(op::kRcAtomicAcknowledge, 0, psn);
+  r.set(aeth::kSyndrome, syndrome::ack());
+  r.set(aeth::kMsn, msn_);
+  r.set(atomic_ack_eth::kOriginalData, original);
+}
+
+// IBA 9.7.5.1.2: duplicates are answered, never executed twice (except READ, which
+// is idempotent and re-executed from its own PSN).
+void Responder::on_duplicate(PacketView p) {
+  EngineCounters& counters = conn_.qp().device().counters();
+  bump(counters.duplicate_requests);
+  const OpcodeInfo& info = p.info();
+  if (info.is(kOpReadRequest)) {
+    bump(counters.duplicate_reads);
+    const uint64_t va = p.get(reth::kVa);
+    const uint32_t rkey = uint32_t(p.get(reth::kRkey));
+    const uint32_t len = uint32_t(p.get(reth::kDmaLength));
+    // Only a range that stays behind epsn: a duplicate may not reach new PSNs.
+    if (psn_diff(epsn_, p.psn()) < int32_t(packets_for(len, conn_.path().mtu))) return;
+    send_read_responses(p.psn(), va, rkey, len);
+  } else if (info.is(kOpAtomic)) {
+    for (const AtomicResult& r : atomic_results_) {
+      if (r.valid && r.psn == p.psn()) {
+        bump(counters.duplicate_atomics_replayed);
+        send_atomic_ack(r.psn, r.original);
+        return;
+      }
+    }
+  } else {
+    ack_pending_ = true;  // SEND/WRITE: re-acknowledge (coalesced)
+  }
+}
+
+void Responder::on_burst_end() {
+  if (!ack_pending_) return;
+  ack_pending_ = false;
+  send_ack(syndrome::ack(), psn_add(epsn_, -1));
+}
+
+void Responder::send_ack(uint8_t syn, uint32_t psn) {
+  if (syndrome::type(syn) != syndrome::kAck) ack_pending_ = false;  // a NAK acks before it
+  PacketView r = conn_.emit(op::kRcAcknowledge, 0, psn);
+  r.set(aeth::kSyndrome, syn);
+  r.set(aeth::kMsn, msn_);
+}
+
+// IBA 9.9.3.1.2 responder errors (class B/C/D): NAK, then the QP goes to Error; a
+// receive WQE the message had taken completes with the error.
+void Responder::fail(Verdict verdict, uint32_t psn, Nanos now) {
+  bump(conn_.qp().device().counters().error_naks_sent);
+  uint8_t code = syndrome::kNakRemoteOperational;
+  ibv_event_type event = IBV_EVENT_QP_FATAL;
+  ibv_wc_status recv_status = IBV_WC_REM_OP_ERR;
+  if (verdict == Verdict::kInvalidRequest) {
+    code = syndrome::kNakInvalidRequest;
+    event = IBV_EVENT_QP_REQ_ERR;
+    recv_status = IBV_WC_REM_INV_REQ_ERR;
+  } else if (verdict == Verdict::kRemoteAccess) {
+    code = syndrome::kNakRemoteAccess;
+    event = IBV_EVENT_QP_ACCESS_ERR;
+    recv_status = IBV_WC_REM_ACCESS_ERR;
+  }
+  send_ack(syndrome::nak(code), psn);
+  Ring<RecvWqe>& rq = conn_.qp().rq();
+  if (message_ == Message::kSend && !rq.empty() && rq.front().status == IBV_WC_SUCCESS)
+    rq.front().status = recv_status;
+  conn_.fail(now, event);
+}
+
+}  // namespace softrdma::engine::rc

@@ -1,0 +1,37 @@
+// A fixed-capacity FIFO with stable indices: work queues keep their WQEs here and
+// the roles walk them by index (head = oldest outstanding, tail = next free).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace softrdma::engine {
+
+template <typename T>
+class Ring {
+ public:
+  explicit Ring(uint32_t capacity = 0) : slots_(capacity) {}
+
+  uint32_t capacity() const { return uint32_t(slots_.size()); }
+  uint32_t size() const { return tail_ - head_; }
+  bool empty() const { return head_ == tail_; }
+  bool full() const { return size() == capacity(); }
+
+  // Indices grow forever (mod 2^32); slot = index % capacity.
+  uint32_t head() const { return head_; }
+  uint32_t tail() const { return tail_; }
+  T& at(uint32_t index) { return slots_[index % slots_.size()]; }
+  const T& at(uint32_t index) const { return slots_[index % slots_.size()]; }
+  T& front() { return at(head_); }
+
+  T& push() { return at(tail_++); }
+  void pop() { ++head_; }
+  void clear() { head_ = tail_ = 0; }
+
+ private:
+  std::vector<T> slots_;
+  uint32_t head_ = 0;
+  uint32_t tail_ = 0;
+};
+
+}  // namespace softrdma::engine

@@ -1,0 +1,69 @@
+// Work queue elements: what ibv_post_send / ibv_post_recv leave in a work queue,
+// copied at post time (the application may reuse its ibv_*_wr at once), plus the
+// requester's progress through the message.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace softrdma::engine {
+
+struct Sge {
+  uint64_t addr = 0;
+  uint32_t length = 0;
+  uint32_t lkey = 0;
+};
+
+// A gather/scatter list: a view of `count` SGEs stored in the queue's SGE arena.
+struct SgeList {
+  Sge* sges = nullptr;
+  uint32_t count = 0;
+};
+
+enum class SendState : uint8_t {
+  kQueued,    // posted, no PSN yet
+  kSending,   // PSNs assigned, packets [next_packet, npackets) still to send
+  kSent,      // every packet sent once, waiting for ACK / response
+  kComplete,  // done; completion generated (if signaled) when it reaches the head
+};
+
+struct SendWqe {
+  uint64_t wr_id = 0;
+  ibv_wr_opcode opcode = IBV_WR_SEND;
+  unsigned flags = 0;           // IBV_SEND_*
+  uint32_t imm_data = 0;        // network byte order, as verbs hands it over
+  uint32_t invalidate_rkey = 0;
+  uint64_t remote_addr = 0;
+  uint32_t rkey = 0;
+  uint64_t compare_add = 0;
+  uint64_t swap = 0;
+  SgeList sgl;
+  uint8_t* inline_data = nullptr;  // IBV_SEND_INLINE: copied here at post time
+  uint32_t length = 0;             // total message bytes
+
+  // Requester state (IBA 9.7.4).
+  SendState state = SendState::kQueued;
+  uint32_t first_psn = 0;
+  uint32_t npackets = 0;     // PSNs this message occupies (READ: one per response)
+  uint32_t next_packet = 0;  // next packet index to (re)send
+  uint32_t read_packets_received = 0;  // READ responses placed, in order
+  ibv_wc_status status = IBV_WC_SUCCESS;
+
+  bool is_read() const { return opcode == IBV_WR_RDMA_READ; }
+  bool is_atomic() const {
+    return opcode == IBV_WR_ATOMIC_CMP_AND_SWP || opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+  }
+  bool needs_response() const { return is_read() || is_atomic(); }
+  uint32_t last_psn() const;
+};
+
+struct RecvWqe {
+  uint64_t wr_id = 0;
+  SgeList sgl;
+  uint32_t length = 0;  // capacity of the scatter list
+  ibv_wc_status status = IBV_WC_SUCCESS;  // set when a message fails while using it
+};
+
+}  // namespace softrdma::engine

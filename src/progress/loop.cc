@@ -1,0 +1,215 @@
+#include "progress/loop.h"
+
+#include <pthread.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace softrdma::progress {
+
+namespace {
+
+constexpr int kMaxEvents = 16;
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();  // lets the sibling hyperthread run while we poll
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+[[noreturn, gnu::cold]] void die(const char* what) {
+  std::fprintf(stderr, "softrdma: progress loop: %s: %s\n", what, std::strerror(errno));
+  std::abort();
+}
+
+// Blocks until an event or `deadline_ns` (CLOCK_MONOTONIC; kNoDeadline: none).
+// epoll_pwait2 (Linux 5.11) takes nanoseconds: RC timers go down to 4.096 µs × 2^t.
+int wait_for_events(int epoll_fd, epoll_event* events, int64_t deadline_ns) {
+  timespec timeout{};
+  timespec* timeout_ptr = nullptr;
+  if (deadline_ns != kNoDeadline) {
+    const int64_t left = std::max<int64_t>(0, deadline_ns - monotonic_now_ns());
+    timeout.tv_sec = left / 1'000'000'000;
+    timeout.tv_nsec = left % 1'000'000'000;
+    timeout_ptr = &timeout;
+  }
+  const int n = epoll_pwait2(epoll_fd, events, kMaxEvents, timeout_ptr, nullptr);
+  if (n >= 0 || errno != ENOSYS) return n;
+  // Older kernels: milliseconds, rounded up so that we never wake before the deadline.
+  const int ms = timeout_ptr == nullptr
+                     ? -1
+                     : int((int64_t(timeout.tv_sec) * 1'000'000'000 + timeout.tv_nsec + 999'999) /
+                           1'000'000);
+  return epoll_wait(epoll_fd, events, kMaxEvents, ms);
+}
+
+}  // namespace
+
+int64_t monotonic_now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+ProgressLoop::ProgressLoop(ProgressHooks hooks, ProgressOptions options)
+    : hooks_(std::move(hooks)), options_(std::move(options)),
+      epoll_fd_(epoll_create1(EPOLL_CLOEXEC)), wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+  if (epoll_fd_ < 0) die("epoll_create1");
+  if (wake_fd_ < 0) die("eventfd");
+  add_fd(wake_fd_);
+  for (int fd : hooks_.fds) add_fd(fd);
+}
+
+ProgressLoop::~ProgressLoop() {
+  stop();
+  close(wake_fd_);
+  close(epoll_fd_);
+}
+
+void ProgressLoop::add_fd(int fd) {
+  if (fd < 0) return;
+  epoll_event event{};
+  event.events = EPOLLIN;  // level-triggered: readable until progress() drains it
+  event.data.fd = fd;
+  if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event) != 0 && errno != EEXIST) die("epoll_ctl");
+}
+
+void ProgressLoop::start() {
+  if (thread_.joinable()) return;
+  stopping_.store(false);
+  thread_ = std::thread([this] { run(); });
+}
+
+void ProgressLoop::stop() {
+  if (!thread_.joinable()) return;
+  stopping_.store(true);
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof one);  // always: it may block now
+  thread_.join();
+}
+
+// Dekker with block(): wake() stores wake_pending_ then loads state_; the loop
+// stores state_ = kBlocked then loads wake_pending_. Sequentially consistent, so at
+// least one of them sees the other's store: either the loop does not block, or
+// wake() sees kBlocked and writes the eventfd. Only the exchange that moves
+// kBlocked -> kRunning writes, so concurrent wakes write once.
+void ProgressLoop::wake() {
+  wake_pending_.store(true, std::memory_order_seq_cst);
+  if (state_.load(std::memory_order_seq_cst) != State::kBlocked) return;
+  if (state_.exchange(State::kRunning, std::memory_order_seq_cst) != State::kBlocked) return;
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof one);
+  stats_.wake_writes.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool ProgressLoop::call_progress() {
+  std::lock_guard lock(progress_mutex_);
+  const bool did_work = hooks_.progress();
+  if (did_work) stats_.productive.fetch_add(1, std::memory_order_relaxed);
+  return did_work;
+}
+
+bool ProgressLoop::run_once() {
+  std::unique_lock lock(progress_mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) return false;  // the loop thread is progressing right now
+  const bool did_work = hooks_.progress();
+  if (did_work) stats_.productive.fetch_add(1, std::memory_order_relaxed);
+  return did_work;
+}
+
+int64_t ProgressLoop::deadline() const {
+  if (!hooks_.next_deadline_ns) return kNoDeadline;
+  // Under the progress lock: the engine's timers change inside progress().
+  std::lock_guard lock(progress_mutex_);
+  return hooks_.next_deadline_ns();
+}
+
+void ProgressLoop::run() {
+  tid_.store(gettid(), std::memory_order_release);
+  pthread_setname_np(pthread_self(), options_.thread_name.substr(0, 15).c_str());
+  while (!stopping_.load(std::memory_order_relaxed)) {
+    // Consumed before progress(): a wake() for work this call misses sets it again.
+    wake_pending_.store(false, std::memory_order_seq_cst);
+    stats_.iterations.fetch_add(1, std::memory_order_relaxed);
+    if (call_progress()) continue;
+    if (spin()) continue;
+    block();
+  }
+}
+
+// Keeps calling progress() for options_.spin: on loopback the answer to what was
+// just sent usually comes back within it, and blocking would cost two context
+// switches. Returns true when progress() did work or wake() was called.
+bool ProgressLoop::spin() {
+  const int64_t until = monotonic_now_ns() + options_.spin.count();
+  while (monotonic_now_ns() < until) {
+    if (stopping_.load(std::memory_order_relaxed)) return true;
+    if (wake_pending_.load(std::memory_order_relaxed)) return true;
+    cpu_relax();
+    stats_.iterations.fetch_add(1, std::memory_order_relaxed);
+    if (call_progress()) return true;
+  }
+  return false;
+}
+
+void ProgressLoop::block() {
+  state_.store(State::kBlocked, std::memory_order_seq_cst);
+  if (wake_pending_.load(std::memory_order_seq_cst) || stopping_.load()) {
+    state_.store(State::kRunning, std::memory_order_seq_cst);
+    return;
+  }
+  const int64_t due = deadline();
+  if (due != kNoDeadline && due <= monotonic_now_ns()) {
+    state_.store(State::kRunning, std::memory_order_seq_cst);
+    stats_.woken_by_timeout.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  stats_.blocks.fetch_add(1, std::memory_order_relaxed);
+  epoll_event events[kMaxEvents];
+  const int n = wait_for_events(epoll_fd_, events, due);
+  state_.store(State::kRunning, std::memory_order_seq_cst);
+  if (n < 0) return;  // EINTR: go round
+  if (n == 0) {
+    stats_.woken_by_timeout.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  bool by_fd = false;
+  for (int i = 0; i < n; ++i) {
+    if (events[i].data.fd != wake_fd_) {
+      by_fd = true;
+      continue;
+    }
+    uint64_t count;
+    [[maybe_unused]] ssize_t r = read(wake_fd_, &count, sizeof count);
+    stats_.woken_by_wake.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (by_fd) stats_.woken_by_fd.fetch_add(1, std::memory_order_relaxed);
+}
+
+ProgressLoop::Stats ProgressLoop::stats() const {
+  auto get = [](const std::atomic<uint64_t>& c) { return c.load(std::memory_order_relaxed); };
+  Stats s;
+  s.iterations = get(stats_.iterations);
+  s.productive = get(stats_.productive);
+  s.blocks = get(stats_.blocks);
+  s.woken_by_fd = get(stats_.woken_by_fd);
+  s.woken_by_wake = get(stats_.woken_by_wake);
+  s.woken_by_timeout = get(stats_.woken_by_timeout);
+  s.wake_writes = get(stats_.wake_writes);
+  return s;
+}
+
+}  // namespace softrdma::progress

@@ -1,0 +1,119 @@
+// The progress loop (DESIGN.md §5; docs/decisions/progress.md).
+//
+// A software RNIC must make progress when the application does not call into it
+// (one-sided READ/WRITE/ATOMIC are served without the target's help), so each
+// context runs this loop on its own thread. It knows nothing of the engine: it
+// calls `progress()` (poll transports, run QP tasks, fire due timers), asks
+// `next_deadline_ns()` when the next timer is due, and watches `fds`.
+//
+//   work done -> call progress() again at once
+//   no work   -> keep calling it for a short spin (~30 µs: a reply on loopback
+//                comes back within it), then block in epoll_wait on `fds` and an
+//                internal eventfd, until the next deadline.
+//
+// Idle, it sleeps in the kernel: these machines have two cores, and a loop that
+// spins forever per process takes one of them (DESIGN.md §5).
+// wake() tells a blocked loop that work was queued or a timer armed; it costs a
+// store and a load unless the loop is actually blocked. run_once() drives the
+// same progress inline (tests; poll_cq for the lowest latency); progress() never
+// runs on two threads at once.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace softrdma::progress {
+
+struct ProgressHooks {
+  // Does what is ready; true when it did any work.
+  std::function<bool()> progress;
+  // When progress() must next run even if no fd fires: CLOCK_MONOTONIC ns, or
+  // INT64_MAX for never. Null: never.
+  std::function<int64_t()> next_deadline_ns;
+  // Readable means progress() has work (transport rx_fds, ...).
+  std::vector<int> fds;
+};
+
+struct ProgressOptions {
+  std::chrono::nanoseconds spin{30'000};  // keep polling this long before blocking
+  std::string thread_name = "softrdma-prog";  // up to 15 characters (pthread)
+};
+
+inline constexpr int64_t kNoDeadline = std::numeric_limits<int64_t>::max();
+
+int64_t monotonic_now_ns();
+
+class ProgressLoop {
+ public:
+  // What the loop did; for tests and `softrdma counters`.
+  struct Stats {
+    uint64_t iterations = 0;      // loop turns (each calls progress() once)
+    uint64_t productive = 0;      // progress() calls that did work
+    uint64_t blocks = 0;          // times the thread blocked in epoll
+    uint64_t woken_by_fd = 0;     // blocks ended by a readable fd
+    uint64_t woken_by_wake = 0;   // blocks ended by wake() or stop()
+    uint64_t woken_by_timeout = 0;  // blocks ended by the deadline
+    uint64_t wake_writes = 0;     // eventfd writes wake() made
+  };
+
+  // Sets up epoll on hooks.fds; the thread starts with start(). `progress` must
+  // be set. Aborts if the kernel refuses an epoll fd or an eventfd.
+  explicit ProgressLoop(ProgressHooks hooks, ProgressOptions options = {});
+  ~ProgressLoop();  // stop()s
+  ProgressLoop(const ProgressLoop&) = delete;
+  ProgressLoop& operator=(const ProgressLoop&) = delete;
+
+  void start();
+  void stop();  // wakes the thread and joins it; idempotent
+  bool running() const { return thread_.joinable(); }
+
+  // Work was queued or a timer armed: a blocked loop recomputes and calls progress().
+  void wake();
+
+  // Calls progress() once on the calling thread, unless the loop thread is inside
+  // it right now (then that thread makes the progress): returns what progress()
+  // returned, false when skipped.
+  bool run_once();
+
+  // Watches one more fd (e.g. a transport opened later). Thread-safe.
+  void add_fd(int fd);
+
+  Stats stats() const;
+  // The loop thread's kernel id, for reading its CPU time (0 before start()).
+  pid_t thread_tid() const { return tid_.load(std::memory_order_acquire); }
+
+ private:
+  enum class State : int { kRunning, kBlocked };
+
+  void run();
+  bool call_progress();
+  bool spin();
+  void block();
+  int64_t deadline() const;
+
+  ProgressHooks hooks_;
+  const ProgressOptions options_;
+  const int epoll_fd_;
+  const int wake_fd_;
+  std::thread thread_;
+  std::atomic<pid_t> tid_{0};
+  std::atomic<bool> stopping_{false};
+  // wake() and the loop's going to sleep form a Dekker pair (see loop.cc).
+  std::atomic<bool> wake_pending_{false};
+  std::atomic<State> state_{State::kRunning};
+  mutable std::mutex progress_mutex_;  // progress() on one thread at a time
+
+  struct AtomicStats {
+    std::atomic<uint64_t> iterations{0}, productive{0}, blocks{0}, woken_by_fd{0},
+        woken_by_wake{0}, woken_by_timeout{0}, wake_writes{0};
+  } stats_;
+};
+
+}  // namespace softrdma::progress

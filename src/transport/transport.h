@@ -1,0 +1,106 @@
+// Packet I/O for the software RNIC (DESIGN.md §2, after eRPC): a handful of calls,
+// one virtual call per burst, not per packet. The engine hands a transport
+// complete RoCEv2 UDP payloads (BTH .. ICRC, ICRC bytes reserved); the transport
+// owns everything below: addresses, sockets, IP/UDP headers and the ICRC, which
+// covers those headers (wire/icrc.h) and so is computed and checked here.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "wire/ip_udp.h"
+
+namespace softrdma::transport {
+
+using wire::Gid;
+
+// The UDP source port of a QP's packets (IBA Annex A17.2.2 / DESIGN.md §3): the
+// top two bits set (0xC000..0xFFFF, the range Linux Soft-RoCE uses) and 14 bits of
+// a hash of the QPN, so that routers spreading flows by 5-tuple (ECMP) keep a QP's
+// packets on one path (no reordering) while spreading different QPs.
+constexpr uint16_t roce_source_port(uint32_t qpn) {
+  uint32_t h = (qpn & 0xffffffu) * 0x9e3779b1u;  // Fibonacci hashing: mixes low bits up
+  h ^= h >> 15;
+  return uint16_t(0xC000u | ((h >> 8) & 0x3fffu));
+}
+
+// A packet to send. On return from tx_burst, for every packet taken: the ICRC is
+// written into `bytes`, and `src` / `src_port` hold the address and port actually
+// used (a transport may fall back to its own port), so a decorator (capture) can
+// rebuild the exact IP/UDP headers.
+struct TxPacket {
+  std::span<uint8_t> bytes;  // whole UDP payload; the transport writes the ICRC
+  Gid src;                   // source GID (selects the local address)
+  Gid dst;                   // destination GID
+  uint16_t src_port;         // wanted UDP source port (0xC000 | hash(QPN)): entropy
+  // Fault injection only (FaultInjector, docs/decisions/transport.md): the packet
+  // leaves with `corrupt_mask` XORed into bytes[corrupt_at] *after* the ICRC was
+  // written, as a bit error on the wire would, so the receiver's ICRC check must
+  // catch it. The transport XORs it back out before tx_burst returns: the caller's
+  // buffer (which it may retransmit from) is left as it was, ICRC apart.
+  uint16_t corrupt_at = 0;
+  uint8_t corrupt_mask = 0;
+};
+
+// Flips TxPacket::corrupt_* in `p.bytes`; a second call undoes the first.
+inline void apply_wire_corruption(TxPacket& p) {
+  if (p.corrupt_mask != 0 && p.corrupt_at < p.bytes.size())
+    p.bytes[p.corrupt_at] ^= p.corrupt_mask;
+}
+
+struct RxPacket {
+  std::span<uint8_t> bytes;  // whole UDP payload, ICRC checked; valid until next rx_burst
+  Gid src;                   // sender's address as a GID
+  Gid dst;                   // the local address it arrived on
+  uint16_t src_port = 0;
+  // IPv4 only: the sender's Identification and DF as solved from the ICRC (icrc.h),
+  // so a capture can write a header the ICRC checks against.
+  uint16_t ipv4_id = 0;
+  bool ipv4_df = true;
+};
+
+// Why the transport discarded something, counted (DESIGN.md §7).
+struct TransportCounters {
+  uint64_t tx_packets = 0;
+  uint64_t tx_bytes = 0;
+  uint64_t tx_errors = 0;         // the kernel refused a packet
+  uint64_t rx_packets = 0;
+  uint64_t rx_bytes = 0;
+  uint64_t rx_bad_icrc = 0;       // dropped: ICRC mismatch
+  uint64_t rx_truncated = 0;      // dropped: shorter than BTH + ICRC, or larger than a buffer
+  uint64_t rx_ipv4_id_solved = 0; // ICRC matched only after solving for the IPv4 ID
+  uint64_t tx_port_fallback = 0;  // sent from the transport's own port, not src_port
+  uint64_t rx_buffer_bytes = 0;   // effective socket receive buffer (a gauge)
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  // Sends what it can of `packets` now; returns how many were taken (the rest may be
+  // retried later). Thread-safe: posting threads and the progress thread both send.
+  virtual size_t tx_burst(std::span<TxPacket> packets) = 0;
+
+  // Receives up to packets.size() packets without blocking; returns the count. The
+  // bytes stay valid until the next rx_burst. Called by one thread at a time.
+  virtual size_t rx_burst(std::span<RxPacket> packets) = 0;
+
+  // A file descriptor that becomes readable when rx_burst has work (-1: none, poll).
+  virtual int rx_fd() const = 0;
+
+  // The GID this transport receives on (the device's GID table is built from it).
+  virtual Gid local_gid() const = 0;
+
+  virtual TransportCounters counters() const = 0;
+
+  // Human-readable address, e.g. "127.0.27.3:4791".
+  virtual std::string describe() const = 0;
+
+  // The UDP port RoCEv2 packets are sent to and received on (IANA 4791; a test or a
+  // user may configure another). The ICRC covers it.
+  virtual uint16_t udp_port() const { return wire::kRoceUdpPort; }
+};
+
+}  // namespace softrdma::transport

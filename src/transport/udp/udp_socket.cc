@@ -1,0 +1,115 @@
+#include "transport/udp/udp_socket.h"
+
+#include <arpa/inet.h>
+#include <cerrno>
+#include <cstring>
+#include <unistd.h>
+
+namespace softrdma::transport::udp {
+
+std::optional<Gid> parse_address(const std::string& text) {
+  in_addr v4{};
+  if (inet_pton(AF_INET, text.c_str(), &v4) == 1) return wire::gid_from_ipv4(ntohl(v4.s_addr));
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, text.c_str(), &v6) == 1) {
+    Gid gid;
+    std::memcpy(gid.data(), v6.s6_addr, gid.size());
+    return gid;
+  }
+  return std::nullopt;
+}
+
+std::string address_to_string(const Gid& gid) {
+  char text[INET6_ADDRSTRLEN] = {};
+  if (wire::gid_is_ipv4(gid)) {
+    in_addr v4{htonl(wire::gid_to_ipv4(gid))};
+    inet_ntop(AF_INET, &v4, text, sizeof text);
+  } else {
+    in6_addr v6{};
+    std::memcpy(v6.s6_addr, gid.data(), gid.size());
+    inet_ntop(AF_INET6, &v6, text, sizeof text);
+  }
+  return text;
+}
+
+SocketAddress to_socket_address(const Gid& gid, uint16_t port) {
+  SocketAddress out;
+  if (wire::gid_is_ipv4(gid)) {
+    auto* v4 = reinterpret_cast<sockaddr_in*>(&out.storage);
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(port);
+    v4->sin_addr.s_addr = htonl(wire::gid_to_ipv4(gid));
+    out.length = sizeof(sockaddr_in);
+  } else {
+    auto* v6 = reinterpret_cast<sockaddr_in6*>(&out.storage);
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(port);
+    std::memcpy(v6->sin6_addr.s6_addr, gid.data(), gid.size());
+    out.length = sizeof(sockaddr_in6);
+  }
+  return out;
+}
+
+bool from_socket_address(const sockaddr_storage& address, Gid& gid, uint16_t& port) {
+  if (address.ss_family == AF_INET) {
+    const auto* v4 = reinterpret_cast<const sockaddr_in*>(&address);
+    gid = wire::gid_from_ipv4(ntohl(v4->sin_addr.s_addr));
+    port = ntohs(v4->sin_port);
+    return true;
+  }
+  if (address.ss_family == AF_INET6) {
+    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&address);
+    std::memcpy(gid.data(), v6->sin6_addr.s6_addr, gid.size());
+    port = ntohs(v6->sin6_port);
+    return true;
+  }
+  return false;
+}
+
+int open_udp_socket(bool ipv6) {
+  const int fd = socket(ipv6 ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  int on = 1;
+  int pmtu = ipv6 ? IPV6_PMTUDISC_DO : IP_PMTUDISC_DO;
+  const int rc = ipv6 ? setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &pmtu, sizeof pmtu)
+                      : setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu);
+  // IPv6 sockets carry IPv6 only: an IPv4-mapped peer must go through an IPv4 socket,
+  // whose header (and so ICRC) is IPv4.
+  if (rc == 0 && ipv6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on);
+  if (rc != 0) {
+    const int error = errno;
+    close(fd);
+    return -error;
+  }
+  return fd;
+}
+
+int bind_socket(int fd, const Gid& gid, uint16_t port) {
+  const SocketAddress address = to_socket_address(gid, port);
+  return bind(fd, address.get(), address.length) == 0 ? 0 : errno;
+}
+
+int set_receive_buffer(int fd, int bytes) {
+  if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof bytes) != 0)
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
+  int effective = 0;
+  socklen_t length = sizeof effective;
+  getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &effective, &length);
+  return effective;
+}
+
+void set_send_buffer(int fd, int bytes) {
+  if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &bytes, sizeof bytes) != 0)
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
+}
+
+void enable_packet_info(int fd, bool ipv6) {
+  int on = 1;
+  if (ipv6) {
+    setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &on, sizeof on);
+  } else {
+    setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &on, sizeof on);
+  }
+}
+
+}  // namespace softrdma::transport::udp

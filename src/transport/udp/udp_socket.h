@@ -1,0 +1,50 @@
+// Socket plumbing for the UDP transport: addresses as GIDs, and sockets with the
+// options RoCEv2 needs. Internal to src/transport/udp.
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "wire/ip_udp.h"
+
+namespace softrdma::transport::udp {
+
+using wire::Gid;
+
+// "a.b.c.d" -> ::ffff:a.b.c.d; an IPv6 literal -> itself. nullopt when neither.
+std::optional<Gid> parse_address(const std::string& text);
+// "a.b.c.d" for an IPv4-mapped GID, the IPv6 text otherwise.
+std::string address_to_string(const Gid& gid);
+
+struct SocketAddress {
+  sockaddr_storage storage{};
+  socklen_t length = 0;
+  const sockaddr* get() const { return reinterpret_cast<const sockaddr*>(&storage); }
+};
+// The socket address of `gid`, IPv4 for IPv4-mapped GIDs, IPv6 otherwise.
+SocketAddress to_socket_address(const Gid& gid, uint16_t port);
+// Writes `gid`/`port` from an AF_INET or AF_INET6 address; false for other families.
+bool from_socket_address(const sockaddr_storage& address, Gid& gid, uint16_t& port);
+
+// A nonblocking UDP socket of the family, never fragmenting (IP_PMTUDISC_DO): with
+// DF set and the socket left unconnected, Linux sends IPv4 Identification 0
+// (ip_select_ident), a value the ICRC covers. Returns the fd or -errno.
+int open_udp_socket(bool ipv6);
+
+// bind() to gid:port; returns 0 or the errno.
+int bind_socket(int fd, const Gid& gid, uint16_t port);
+
+// Sets the receive buffer, SO_RCVBUFFORCE first (needs CAP_NET_ADMIN, ignores
+// net.core.rmem_max), then SO_RCVBUF. Returns the size the kernel reports (Linux
+// doubles the request to account for its bookkeeping).
+int set_receive_buffer(int fd, int bytes);
+void set_send_buffer(int fd, int bytes);
+
+// Asks for the local address of each datagram (IP_PKTINFO / IPV6_RECVPKTINFO).
+void enable_packet_info(int fd, bool ipv6);
+
+}  // namespace softrdma::transport::udp

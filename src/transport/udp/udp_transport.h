@@ -1,0 +1,105 @@
+// RoCEv2 over UDP sockets (DESIGN.md §3, §6; docs/decisions/transport.md).
+//
+// Receiving: one nonblocking socket bound to <address>:4791, drained with recvmmsg
+// into a preallocated ring; every packet's ICRC is checked (IPv4: solving for the
+// sender's Identification, which a socket never sees). Sending: per-QP source ports
+// (0xC000 | hash(QPN)) from lazily created, unconnected send-only sockets with
+// IP_PMTUDISC_DO, which makes Linux put IPv4 ID 0 in the header the ICRC covers.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "transport/transport.h"
+
+struct mmsghdr;
+
+namespace softrdma::transport {
+
+struct UdpConfig {
+  // Local IPv4 or IPv6 address, textual. Empty: default_loopback_address(), with
+  // retries on other 127.x.y.z addresses if one is held by another process.
+  std::string address;
+  uint16_t port = wire::kRoceUdpPort;
+  // Receive buffer wanted; SO_RCVBUFFORCE is tried first (it ignores rmem_max),
+  // then SO_RCVBUF (capped by net.core.rmem_max). The effective size is reported.
+  int rcvbuf_bytes = 16 << 20;
+  int sndbuf_bytes = 4 << 20;
+  // Packets one rx_burst can return (buffers of kRxBufferBytes each).
+  size_t rx_ring_packets = 64;
+  // Most source-port sockets to open; beyond, packets leave from `port`.
+  size_t max_source_port_sockets = 64;
+};
+
+// 4096 bytes of payload (largest path MTU) + every header RoCEv2 may carry, rounded.
+inline constexpr size_t kRxBufferBytes = 4096 + 128;
+
+// The loopback address this process uses when none is configured: 127.x.y.z derived
+// from the pid (attempt 0 reads the pid in its last three bytes), other
+// deterministic candidates for later attempts. Never 127.0.0.1, never x.y.z = 0 or
+// 255.255.255. Host byte order.
+uint32_t default_loopback_address(unsigned attempt = 0);
+uint32_t default_loopback_address_for(uint32_t pid, unsigned attempt);
+inline constexpr unsigned kLoopbackAttempts = 32;
+
+class UdpTransport final : public Transport {
+ public:
+  // Opens the sockets. On failure returns null and says why in `error` (e.g. which
+  // address:port is held and how to choose another).
+  static std::unique_ptr<UdpTransport> open(const UdpConfig& config, std::string& error);
+  ~UdpTransport() override;
+  UdpTransport(const UdpTransport&) = delete;
+  UdpTransport& operator=(const UdpTransport&) = delete;
+
+  size_t tx_burst(std::span<TxPacket> packets) override;
+  size_t rx_burst(std::span<RxPacket> packets) override;
+  int rx_fd() const override { return rx_fd_; }
+  Gid local_gid() const override { return local_gid_; }
+  TransportCounters counters() const override;
+  std::string describe() const override;
+  uint16_t udp_port() const override { return port_; }
+
+  int effective_rcvbuf_bytes() const { return rcvbuf_bytes_; }
+  size_t source_port_sockets() const;
+
+ private:
+  UdpTransport(const UdpConfig& config, int fd, Gid gid);
+  struct RxRing;
+  struct TxBatch;
+
+  int socket_for_port(uint16_t src_port);
+  [[gnu::cold]] int open_source_port_socket(uint16_t src_port);
+  size_t prepare_run(std::span<TxPacket> packets, int fd, TxBatch& batch);
+  size_t send_run(int fd, TxBatch& batch, size_t count);
+  size_t collect_received(std::span<RxPacket> packets, size_t received);
+  bool check_received_icrc(RxPacket& packet);
+
+  const UdpConfig config_;
+  const int rx_fd_;
+  const Gid local_gid_;
+  const uint16_t port_;
+  const bool ipv6_;
+  int rcvbuf_bytes_ = 0;
+
+  std::unique_ptr<RxRing> rx_;
+
+  // Source port (0xC000..0xFFFF) -> fd to send from: -1 not tried yet, rx_fd_ when
+  // the port could not be had. Read without the lock; written under it.
+  static constexpr size_t kSourcePorts = 0x4000;
+  std::unique_ptr<std::array<std::atomic<int>, kSourcePorts>> port_fds_;
+  mutable std::mutex port_fds_mutex_;
+  std::vector<int> owned_port_fds_;  // guarded by port_fds_mutex_
+
+  struct AtomicCounters {
+    std::atomic<uint64_t> tx_packets{0}, tx_bytes{0}, tx_errors{0}, tx_port_fallback{0};
+    std::atomic<uint64_t> rx_packets{0}, rx_bytes{0}, rx_bad_icrc{0}, rx_truncated{0},
+        rx_ipv4_id_solved{0};
+  } counters_;
+};
+
+}  // namespace softrdma::transport

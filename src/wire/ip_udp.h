@@ -1,0 +1,44 @@
+// The IP and UDP headers that carry a RoCEv2 packet (IBA Annex A17.4), as pure
+// data: the ICRC covers them, and packet capture writes them out.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+
+namespace softrdma::wire {
+
+inline constexpr uint16_t kRoceUdpPort = 4791;  // IANA: RoCEv2
+inline constexpr size_t kIpv4HeaderBytes = 20;
+inline constexpr size_t kIpv6HeaderBytes = 40;
+inline constexpr size_t kUdpHeaderBytes = 8;
+
+using Gid = std::array<uint8_t, 16>;
+
+// A GID that is an IPv4-mapped IPv6 address (::ffff:a.b.c.d) carries IPv4.
+bool gid_is_ipv4(const Gid& gid);
+Gid gid_from_ipv4(uint32_t ipv4_host_order);
+uint32_t gid_to_ipv4(const Gid& gid);  // host order
+
+// Everything of the IP and UDP headers that the ICRC covers and a receiving socket
+// may or may not reveal.
+struct IpUdpInfo {
+  Gid src{};
+  Gid dst{};
+  uint16_t src_port = 0;
+  uint16_t dst_port = kRoceUdpPort;
+  uint16_t ipv4_id = 0;    // IPv4 Identification (unknown to a receiving socket)
+  bool ipv4_df = true;     // IPv4 Don't Fragment (likewise unknown)
+  uint8_t ttl = 64;        // masked out of the ICRC
+  uint8_t tos = 0;         // masked out of the ICRC
+  bool ipv6() const { return !gid_is_ipv4(src); }
+};
+
+// Writes real IPv4/IPv6 + UDP headers (IPv4 header checksum filled, UDP checksum 0,
+// which RoCEv2 allows) for a UDP payload of `udp_payload_len` bytes. Returns the
+// number of bytes written (28 or 48); `out` must hold 48. Returns 0 and writes
+// nothing when `out` is too small or the datagram overflows a 16-bit length field.
+size_t build_ip_udp_headers(const IpUdpInfo& info, size_t udp_payload_len,
+                            std::span<uint8_t> out);
+
+}  // namespace softrdma::wire

@@ -1,0 +1,150 @@
+#include "engine/rc_fixture.h"
+
+#include <cstring>
+#include <random>
+
+namespace softrdma::engine::testing {
+
+namespace {
+
+void build_node(Node& n, transport::fake::FakeNetwork& net, const transport::Gid& gid,
+                const Clock& clock, const RcOptions& o) {
+  n.transport = net.attach(gid);
+  n.device = std::make_unique<Device>(DeviceConfig{}, *n.transport, clock);
+  int err = 0;
+  n.pd = n.device->alloc_pd(err);
+  n.scq = n.device->create_cq(1024, err);
+  n.rcq = n.device->create_cq(1024, err);
+  QpInit init;
+  init.send_cq = n.scq;
+  init.recv_cq = n.rcq;
+  init.cap = ibv_qp_cap{256, 256, 4, 4, 64};
+  n.qp = n.device->create_qp(n.pd, init, err);
+  ASSERT_NE(n.qp, nullptr) << err;
+  n.mem.assign(o.memory, 0);
+  n.mr = n.device->reg_mr(n.pd, n.mem.data(), n.mem.size(), n.addr(0), o.mr_access, err);
+  ASSERT_NE(n.mr, nullptr) << err;
+}
+
+void to_rts(Node& n, const Node& peer, uint32_t sq_psn, uint32_t rq_psn, int access,
+            const RcOptions& o) {
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_INIT;
+  attr.port_num = 1;
+  attr.qp_access_flags = access;
+  ASSERT_EQ(n.qp->modify(attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                                   IBV_QP_ACCESS_FLAGS), 0);
+  attr = ibv_qp_attr{};
+  attr.qp_state = IBV_QPS_RTR;
+  attr.path_mtu = o.mtu;
+  attr.dest_qp_num = peer.qp->qpn();
+  attr.rq_psn = rq_psn;
+  attr.max_dest_rd_atomic = 16;
+  attr.min_rnr_timer = o.min_rnr_timer;
+  attr.ah_attr.is_global = 1;
+  attr.ah_attr.port_num = 1;
+  attr.ah_attr.grh.sgid_index = 1;
+  std::memcpy(attr.ah_attr.grh.dgid.raw, peer.device->gids()[1].data(), 16);
+  ASSERT_EQ(n.qp->modify(attr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                                   IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+                                   IBV_QP_MIN_RNR_TIMER), 0);
+  attr = ibv_qp_attr{};
+  attr.qp_state = IBV_QPS_RTS;
+  attr.sq_psn = sq_psn;
+  attr.timeout = o.timeout;
+  attr.retry_cnt = o.retry_cnt;
+  attr.rnr_retry = o.rnr_retry;
+  attr.max_rd_atomic = o.max_rd_atomic;
+  ASSERT_EQ(n.qp->modify(attr, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
+                                   IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                   IBV_QP_MAX_QP_RD_ATOMIC), 0);
+}
+
+}  // namespace
+
+void RcPairTest::TearDown() {
+  // Devices go before the transports they use, transports before the network.
+  a.device.reset();
+  b.device.reset();
+  a.transport.reset();
+  b.transport.reset();
+}
+
+void RcPairTest::connect(const RcOptions& options) {
+  TearDown();
+  options_ = options;
+  build_node(a, net_, transport::fake::ipv4_gid(10, 0, 0, 1), clock_, options);
+  build_node(b, net_, transport::fake::ipv4_gid(10, 0, 0, 2), clock_, options);
+  const int all = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+  to_rts(a, b, options.a_psn, options.b_psn, all, options);
+  to_rts(b, a, options.b_psn, options.a_psn, options.b_qp_access, options);
+  net_.take_sent();
+}
+
+void RcPairTest::pump() {
+  for (int i = 0; i < 100000; ++i) {
+    bool worked = a.device->progress();
+    worked |= b.device->progress();
+    if (!worked && a.transport->queued() == 0 && b.transport->queued() == 0) return;
+  }
+  FAIL() << "pump: the devices never went quiet";
+}
+
+void RcPairTest::advance(Nanos ns) {
+  for (Nanos left = ns; left > 0; left -= kStep) {
+    clock_.advance(std::min(left, kStep));
+    pump();
+  }
+}
+
+std::vector<ibv_wc> RcPairTest::poll(Cq* cq, int max) {
+  std::vector<ibv_wc> wcs(static_cast<size_t>(max));
+  wcs.resize(size_t(cq->poll(max, wcs.data())));
+  return wcs;
+}
+
+void RcPairTest::post_recv(Node& n, size_t offset, uint32_t length, uint64_t wr_id) {
+  ibv_sge sge{n.addr(offset), length, n.mr->key};
+  ibv_recv_wr wr{};
+  wr.wr_id = wr_id;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  const ibv_recv_wr* bad = nullptr;
+  ASSERT_EQ(n.qp->post_recv(&wr, &bad), 0);
+}
+
+int RcPairTest::post(Node& n, ibv_wr_opcode opcode, size_t offset, uint32_t length,
+                     size_t remote_offset, uint64_t wr_id, unsigned flags) {
+  ibv_sge sge{n.addr(offset), length, n.mr->key};
+  ibv_send_wr wr{};
+  wr.wr_id = wr_id;
+  wr.opcode = opcode;
+  wr.send_flags = flags;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  Node& p = peer(n);
+  if (opcode == IBV_WR_ATOMIC_CMP_AND_SWP || opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+    wr.wr.atomic.remote_addr = p.addr(remote_offset);
+    wr.wr.atomic.rkey = p.mr->key;
+  } else {
+    wr.wr.rdma.remote_addr = p.addr(remote_offset);
+    wr.wr.rdma.rkey = p.mr->key;
+  }
+  return post_wr(n, wr);
+}
+
+int RcPairTest::post_wr(Node& n, ibv_send_wr& wr) {
+  const ibv_send_wr* bad = nullptr;
+  return n.qp->post_send(&wr, &bad);
+}
+
+void RcPairTest::fill(Node& n, size_t offset, size_t length, uint32_t seed) {
+  std::mt19937 rng(seed);
+  for (size_t i = 0; i < length; ++i) n.mem[offset + i] = uint8_t(rng());
+}
+
+bool RcPairTest::same(const Node& x, size_t xo, const Node& y, size_t yo, size_t length) const {
+  return std::memcmp(x.mem.data() + xo, y.mem.data() + yo, length) == 0;
+}
+
+}  // namespace softrdma::engine::testing

@@ -1,0 +1,106 @@
+// The opcode table (IBA 9.2, Tables 38/39) and the field lists of every header.
+#include "wire/opcodes.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "wire/fields.h"
+#include "wire/test_packets.h"
+
+namespace softrdma::wire {
+namespace {
+
+TEST(OpcodesTest, ExactlyTheRcUcUdOpcodesAreValid) {
+  // RC: 23 operations, UC: 12 (no READ, ATOMIC, ACK, INVALIDATE), UD: 2 SENDs.
+  EXPECT_EQ(testing::valid_opcodes().size(), 23u + 12u + 2u);
+  EXPECT_FALSE(kOpcodes[0x15].valid());                            // reserved
+  EXPECT_FALSE(kOpcodes[op::kRd | op::kSendOnly].valid());         // RD: not served
+  EXPECT_FALSE(kOpcodes[op::kXrc | op::kSendOnly].valid());        // XRC: not yet
+  EXPECT_FALSE(kOpcodes[op::kUc | op::kAcknowledge].valid());
+  EXPECT_FALSE(kOpcodes[op::kUd | op::kWriteOnly].valid());
+  EXPECT_FALSE(kOpcodes[0xff].valid());
+}
+
+TEST(OpcodesTest, NamesAreUniqueAndCarryTheTransport) {
+  std::set<std::string> names;
+  for (uint8_t opcode : testing::valid_opcodes()) {
+    const std::string name(kOpcodes[opcode].name);
+    EXPECT_TRUE(names.insert(name).second) << name;
+    const char* prefix = (opcode & 0xe0) == op::kRc ? "RC_" : (opcode & 0xe0) == op::kUc ? "UC_" : "UD_";
+    EXPECT_EQ(name.rfind(prefix, 0), 0u) << name;
+  }
+  EXPECT_EQ(kOpcodes[0x64].name, "UD_SEND_ONLY");
+  EXPECT_EQ(kOpcodes[0x11].name, "RC_ACKNOWLEDGE");
+  EXPECT_EQ(kOpcodes[0x2b].name, "UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE");
+}
+
+// Headers follow the BTH in IBA order, back to back, and header_bytes is their sum.
+TEST(OpcodesTest, OffsetsAreContiguousInIbaOrder) {
+  for (uint8_t opcode : testing::valid_opcodes()) {
+    const OpcodeInfo& info = kOpcodes[opcode];
+    ASSERT_TRUE(info.has(Header::kBth));
+    size_t at = 0;
+    for (size_t h = 0; h < kNumHeaders; ++h) {
+      if (!info.has(Header(h))) continue;
+      EXPECT_EQ(info.offset[h], at) << info.name << " header " << h;
+      at += kHeaderBytes[h];
+    }
+    EXPECT_EQ(info.header_bytes, at) << info.name;
+  }
+}
+
+// Which headers a packet carries follows from what it means (IBA 9.2-9.5).
+TEST(OpcodesTest, HeadersAgreeWithMeaning) {
+  for (uint8_t opcode : testing::valid_opcodes()) {
+    const OpcodeInfo& i = kOpcodes[opcode];
+    SCOPED_TRACE(std::string(i.name));
+    EXPECT_EQ(i.has(Header::kImmDt), i.any(kOpImmediate));
+    EXPECT_EQ(i.has(Header::kIeth), i.any(kOpInvalidate));
+    EXPECT_EQ(i.has(Header::kAtomicEth), i.any(kOpAtomic));
+    EXPECT_EQ(i.has(Header::kAtomicAckEth), i.any(kOpAtomicAck));
+    EXPECT_EQ(i.has(Header::kDeth), i.any(kOpUd));
+    EXPECT_FALSE(i.has(Header::kRdeth));
+    const bool reth = i.any(kOpReadRequest) || (i.any(kOpWrite) && i.any(kOpFirst));
+    EXPECT_EQ(i.has(Header::kReth), reth);
+    const bool aeth = i.any(kOpAck | kOpAtomicAck) ||
+                      (i.any(kOpReadResponse) && !i.any(kOpMiddle));
+    EXPECT_EQ(i.has(Header::kAeth), aeth);
+    EXPECT_NE(i.any(kOpRequest), i.any(kOpResponse));
+    const int position = (i.any(kOpFirst) ? 1 : 0) + (i.any(kOpMiddle) ? 2 : 0) +
+                         (i.any(kOpLast) ? 4 : 0);
+    EXPECT_TRUE(position == 1 || position == 2 || position == 4 || position == 5);
+    EXPECT_EQ(i.any(kOpPayload), i.any(kOpSend | kOpWrite | kOpReadResponse));
+  }
+}
+
+// Copying every field of every header reproduces any header bytes exactly (the
+// field lists tile each header; fields.h also checks it at compile time).
+TEST(FieldsTest, FieldListsCoverEveryHeaderBit) {
+  std::mt19937_64 rng(1);
+  for (uint8_t opcode : testing::valid_opcodes()) {
+    const OpcodeInfo& info = kOpcodes[opcode];
+    std::vector<uint8_t> src(info.header_bytes + kIcrcBytes), dst(src.size(), 0);
+    for (size_t i = 0; i < info.header_bytes; ++i) src[i] = uint8_t(rng());
+    src[0] = dst[0] = opcode;
+    PacketView from(src), to(dst);
+    for (size_t h = 0; h < kNumHeaders; ++h)
+      if (info.has(Header(h)))
+        for (const FieldSpec& f : header_fields(Header(h))) to.set(f, from.get(f));
+    EXPECT_EQ(dst, src) << info.name;
+  }
+}
+
+TEST(FieldsTest, SyndromeHelpersFollowTable42) {
+  EXPECT_EQ(syndrome::ack(), 0x1f);                 // as Soft-RoCE sends it
+  EXPECT_EQ(syndrome::rnr_nak(26), 0x3a);           // rc_rnr_nak vector
+  EXPECT_EQ(syndrome::nak(syndrome::kNakPsnSequence), 0x60);  // rc_seq_nak vector
+  EXPECT_EQ(syndrome::type(0x3a), syndrome::kRnrNak);
+  EXPECT_EQ(syndrome::value(0x63), syndrome::kNakRemoteOperational);
+  EXPECT_EQ(kRnrTimerMicros[26], 81920u);           // MANIFEST: 81.92 ms
+  EXPECT_EQ(kRnrTimerMicros[0], 655360u);
+}
+
+}  // namespace
+}  // namespace softrdma::wire
