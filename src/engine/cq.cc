@@ -48,7 +48,8 @@ size_t Cq::depth() const {
 
 int Cq::resize(uint32_t capacity) {
   std::lock_guard lock(mutex_);
-  if (capacity < count_) return EINVAL;
+  // ibv_resize_cq(3): at least the unpolled entries; a CQ of no entries is no CQ.
+  if (capacity == 0 || capacity < count_) return EINVAL;
   std::vector<ibv_wc> ring(capacity);
   for (uint32_t i = 0; i < count_; ++i) ring[i] = ring_[(head_ + i) % capacity_];
   ring_ = std::move(ring);
@@ -59,7 +60,9 @@ int Cq::resize(uint32_t capacity) {
 
 void Cq::arm(bool solicited_only) {
   std::lock_guard lock(mutex_);
-  armed_ = solicited_only ? Armed::kSolicited : Armed::kNext;
+  // IBA 11.4.2.2 (C11-31, C11-32): a pending "next completion" request is not
+  // narrowed by a later "solicited only" one; the other way round widens it.
+  if (armed_ != Armed::kNext) armed_ = solicited_only ? Armed::kSolicited : Armed::kNext;
 }
 
 }  // namespace softrdma::engine

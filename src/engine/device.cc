@@ -13,6 +13,13 @@ namespace softrdma::engine {
 
 namespace {
 
+// IBA 10.9.3: two P_Keys match when their low 15 bits are equal and not 0 (the
+// invalid P_Key) and at least one of them is a full member (top bit set).
+bool pkey_matches(uint16_t a, uint16_t b) {
+  if ((a & 0x7fff) == 0 || (a & 0x7fff) != (b & 0x7fff)) return false;
+  return ((a | b) & 0x8000) != 0;
+}
+
 // The GID table as Linux Soft-RoCE presents it for an IPv4 address (DESIGN.md §6,
 // abi/README.md §6): index 0 the IPv6 link-local GID, index 1 the IPv4-mapped one.
 // Both carry traffic: the link-local GID is made from the IPv4 address too
@@ -54,11 +61,13 @@ Pd* Device::alloc_pd(int& err) {
   return pds_.back().get();
 }
 
+// Destroy calls look the object up before touching it: a stale or repeated handle
+// is EINVAL, never a read of freed memory.
 int Device::dealloc_pd(Pd* pd) {
   std::lock_guard lock(objects_mutex_);
-  if (pd->users.load() != 0) return EBUSY;
   auto it = std::find_if(pds_.begin(), pds_.end(), [&](auto& p) { return p.get() == pd; });
   if (it == pds_.end()) return EINVAL;
+  if (pd->users.load() != 0) return EBUSY;
   pds_.erase(it);
   return 0;
 }
@@ -93,9 +102,9 @@ Cq* Device::create_cq(int cqe, int& err) {
 
 int Device::destroy_cq(Cq* cq) {
   std::lock_guard lock(objects_mutex_);
-  if (cq->users.load() != 0) return EBUSY;
   auto it = std::find_if(cqs_.begin(), cqs_.end(), [&](auto& c) { return c.get() == cq; });
   if (it == cqs_.end()) return EINVAL;
+  if (cq->users.load() != 0) return EBUSY;
   cqs_.erase(it);
   return 0;
 }
@@ -107,7 +116,7 @@ Qp* Device::create_qp(Pd* pd, QpInit& init, int& err) {
   ibv_qp_cap& cap = init.cap;
   err = 0;
   if (init.type != IBV_QPT_RC) err = EOPNOTSUPP;
-  if (init.send_cq == nullptr || init.recv_cq == nullptr) err = EINVAL;
+  if (pd == nullptr || init.send_cq == nullptr || init.recv_cq == nullptr) err = EINVAL;
   if (cap.max_send_wr > lim.max_qp_wr || cap.max_recv_wr > lim.max_qp_wr ||
       cap.max_send_sge > lim.max_sge || cap.max_recv_sge > lim.max_sge ||
       cap.max_inline_data > lim.max_inline_data)
@@ -138,8 +147,8 @@ uint32_t Device::fresh_qpn() {
 
 int Device::destroy_qp(Qp* qp) {
   std::unique_lock lock(qps_mutex_);
-  auto it = qps_.find(qp->qpn());
-  if (it == qps_.end() || it->second.get() != qp) return EINVAL;
+  auto it = std::find_if(qps_.begin(), qps_.end(), [&](auto& q) { return q.second.get() == qp; });
+  if (it == qps_.end()) return EINVAL;
   qps_.erase(it);
   return 0;
 }
@@ -171,13 +180,16 @@ void Device::dispatch(const transport::RxPacket& rx, Nanos now, std::vector<Qp*>
     bump(counters_.rx_wrong_transport);
     return;
   }
-  if (packet.get(wire::bth::kPkey) != pkey()) {
+  if (!pkey_matches(uint16_t(packet.get(wire::bth::kPkey)), pkey())) {
     bump(counters_.rx_bad_pkey);
     return;
   }
   bump(counters_.rx_packets);
   std::lock_guard lock(qp.mutex());
   qp.protocol().on_packet(packet, rx, now);
+  // Out before the QP lock goes: a thread posting to this QP sends (and flushes)
+  // under the lock, and must not overtake packets built here (PSN order).
+  TxBatch::local().flush();
   if (std::find(touched.begin(), touched.end(), &qp) == touched.end()) touched.push_back(&qp);
 }
 
@@ -196,6 +208,7 @@ bool Device::progress() {
     for (Qp* qp : touched) {
       std::lock_guard lock(qp->mutex());
       qp->protocol().on_burst_end(now);
+      TxBatch::local().flush();
     }
     if (now >= next_deadline_.load(std::memory_order_acquire)) worked |= run_timers(now);
   }
@@ -211,6 +224,7 @@ bool Device::run_timers(Nanos now) {
   for (auto& [qpn, qp] : qps_) {
     std::lock_guard lock(qp->mutex());
     if (qp->protocol().deadline() <= now) qp->protocol().on_timer(now);
+    TxBatch::local().flush();
     earliest = std::min(earliest, qp->protocol().deadline());
   }
   arm_deadline(earliest);
@@ -218,8 +232,11 @@ bool Device::run_timers(Nanos now) {
 }
 
 void Device::post_async_event(const AsyncEvent& event) {
-  std::lock_guard lock(events_mutex_);
-  events_.push_back(event);
+  {
+    std::lock_guard lock(events_mutex_);
+    events_.push_back(event);
+  }
+  if (async_notify_) async_notify_();
 }
 
 bool Device::next_async_event(AsyncEvent& out) {

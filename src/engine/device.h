@@ -70,6 +70,9 @@ class Device {
   uint16_t pkey() const { return 0xffff; }  // IBA 10.9.1.2: the default P_Key
 
   void post_async_event(const AsyncEvent& event);
+  // Called (outside engine locks' order constraints: with no CQ lock held) after an
+  // event was queued, so the verbs layer can make its async fd readable.
+  void set_async_notify(std::function<void()> notify) { async_notify_ = std::move(notify); }
   bool next_async_event(AsyncEvent& out);
 
  private:
@@ -101,6 +104,7 @@ class Device {
 
   std::mutex events_mutex_;
   std::deque<AsyncEvent> events_;
+  std::function<void()> async_notify_;
 };
 
 }  // namespace softrdma::engine

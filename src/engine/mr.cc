@@ -3,6 +3,7 @@
 #include <sys/random.h>
 
 #include <cerrno>
+#include <limits>
 
 #include "engine/pd.h"
 
@@ -26,9 +27,13 @@ uint32_t random_seed() {
 MrTable::MrTable() : key_rng_(random_seed()) {}
 
 // Keys are random (DESIGN.md §7: a guessed key must not reach memory), never 0.
+// They come from the kernel's CSPRNG: a Mersenne Twister's outputs give its state
+// away, so a peer that saw 624 keys could compute every later one. Registration is
+// a slow path; one getrandom call per key is cheap next to it.
 uint32_t MrTable::fresh_key() {
   for (;;) {
-    uint32_t key = uint32_t(key_rng_());
+    uint32_t key = 0;
+    if (getrandom(&key, sizeof key, 0) != sizeof key) key = uint32_t(key_rng_());
     if (key != 0 && !by_key_.contains(key)) return key;
   }
 }
@@ -43,6 +48,12 @@ Mr* MrTable::reg(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access,
     err = EINVAL;
     return nullptr;
   }
+  // The host range must not wrap past the end of the address space (as the kernel's
+  // ib_umem_get refuses addr + length < addr): translate() would wrap too.
+  if (length > std::numeric_limits<uintptr_t>::max() - reinterpret_cast<uintptr_t>(addr)) {
+    err = EINVAL;
+    return nullptr;
+  }
   auto mr = std::make_unique<Mr>();
   mr->pd = pd;
   mr->addr = static_cast<uint8_t*>(addr);
@@ -53,15 +64,19 @@ Mr* MrTable::reg(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access,
   mr->key = fresh_key();
   Mr* raw = mr.get();
   by_key_.emplace(raw->key, std::move(mr));
+  live_.insert(raw);
   pd->users.fetch_add(1);
   return raw;
 }
 
 int MrTable::dereg(Mr* mr) {
   std::unique_lock lock(mutex_);
+  // Known before touched: a second dereg of the same MR must not read freed memory.
+  if (!live_.contains(mr)) return EINVAL;
   auto it = by_key_.find(mr->key);
   if (it == by_key_.end() || it->second.get() != mr) return EINVAL;
   mr->pd->users.fetch_sub(1);
+  live_.erase(mr);
   by_key_.erase(it);
   return 0;
 }

@@ -13,6 +13,7 @@
 #include <random>
 #include <shared_mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace softrdma::engine {
 
@@ -70,7 +71,8 @@ class MrTable {
 
   mutable std::shared_mutex mutex_;
   std::unordered_map<uint32_t, std::unique_ptr<Mr>> by_key_;
-  std::mt19937 key_rng_;
+  std::unordered_set<const Mr*> live_;  // the MRs of by_key_, for dereg's check
+  std::mt19937 key_rng_;  // only if getrandom fails
 };
 
 }  // namespace softrdma::engine

@@ -23,9 +23,9 @@ Qp::Qp(Device& device, uint32_t qpn, Pd* pd, const QpInit& init)
       cap_(init.cap),
       sq_(init.cap.max_send_wr),
       rq_(init.cap.max_recv_wr),
-      sq_sges_(size_t(init.cap.max_send_wr) * init.cap.max_send_sge),
-      rq_sges_(size_t(init.cap.max_recv_wr) * init.cap.max_recv_sge),
-      inline_arena_(size_t(init.cap.max_send_wr) * init.cap.max_inline_data) {
+      sq_sges_(size_t(sq_.slot_count()) * init.cap.max_send_sge),
+      rq_sges_(size_t(rq_.slot_count()) * init.cap.max_recv_sge),
+      inline_arena_(size_t(sq_.slot_count()) * init.cap.max_inline_data) {
   attr_.qp_state = IBV_QPS_RESET;
   attr_.cur_qp_state = IBV_QPS_RESET;
   attr_.path_mtu = IBV_MTU_1024;
@@ -50,7 +50,8 @@ int Qp::check_send_wr(const ibv_send_wr& wr) const {
   if (uint32_t(wr.num_sge) > cap_.max_send_sge || wr.num_sge < 0) return EINVAL;
   uint64_t length = 0;
   for (int i = 0; i < wr.num_sge; ++i) length += wr.sg_list[i].length;
-  switch (wr.opcode) {
+  // A C caller may pass any int as the opcode: read it as an int, not as the enum.
+  switch (raw_enum(wr.opcode)) {
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM:
     case IBV_WR_SEND_WITH_INV:
@@ -121,7 +122,7 @@ int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
       err = ENOMEM;
       break;
     }
-    const uint32_t slot = sq_.tail() % sq_.capacity();
+    const uint32_t slot = sq_.slot(sq_.tail());
     copy_send_wr(*wr, sq_.push(), slot);
   }
   if (err != 0 && bad != nullptr) *bad = wr;
@@ -149,7 +150,7 @@ int Qp::post_recv(const ibv_recv_wr* wr, const ibv_recv_wr** bad) {
       err = ENOMEM;
       break;
     }
-    const uint32_t slot = rq_.tail() % rq_.capacity();
+    const uint32_t slot = rq_.slot(rq_.tail());
     RecvWqe& wqe = rq_.push();
     wqe = RecvWqe{};
     wqe.wr_id = wr->wr_id;
@@ -182,18 +183,27 @@ ibv_wc Qp::make_send_wc(const SendWqe& wqe, ibv_wc_status status) const {
   return wc;
 }
 
+// IBA 11.4.2.1: a completion that does not fit is lost and the CQ is in error;
+// the first overrun raises IBV_EVENT_CQ_ERR.
+void Qp::push_completion(Cq& cq, const ibv_wc& wc, bool solicited) {
+  const bool was_in_error = cq.in_error();
+  if (cq.push(wc, solicited)) return;
+  bump(device_.counters().cq_overruns);
+  if (!was_in_error) device_.post_async_event(AsyncEvent{IBV_EVENT_CQ_ERR, 0, &cq});
+}
+
 // IBA 10.8.3.2: only signaled successes complete visibly; errors always do.
 void Qp::complete_send_head(ibv_wc_status status) {
   const SendWqe& wqe = sq_.front();
   if (status != IBV_WC_SUCCESS || sq_sig_all_ || (wqe.flags & IBV_SEND_SIGNALED)) {
-    if (!send_cq_->push(make_send_wc(wqe, status))) bump(device_.counters().cq_overruns);
+    push_completion(*send_cq_, make_send_wc(wqe, status), false);
   }
   sq_.pop();
   maybe_report_drained();
 }
 
 void Qp::complete_recv_head(const ibv_wc& wc, bool solicited) {
-  if (!recv_cq_->push(wc, solicited)) bump(device_.counters().cq_overruns);
+  push_completion(*recv_cq_, wc, solicited);
   rq_.pop();
 }
 
@@ -203,7 +213,7 @@ void Qp::flush_queues() {
   while (!sq_.empty()) {
     const SendWqe& w = sq_.front();
     const ibv_wc_status status = w.status != IBV_WC_SUCCESS ? w.status : IBV_WC_WR_FLUSH_ERR;
-    if (!send_cq_->push(make_send_wc(w, status))) bump(device_.counters().cq_overruns);
+    push_completion(*send_cq_, make_send_wc(w, status), false);
     sq_.pop();
   }
   while (!rq_.empty()) {
@@ -213,7 +223,7 @@ void Qp::flush_queues() {
     wc.status = w.status != IBV_WC_SUCCESS ? w.status : IBV_WC_WR_FLUSH_ERR;
     wc.opcode = IBV_WC_RECV;
     wc.qp_num = qpn_;
-    if (!recv_cq_->push(wc)) bump(device_.counters().cq_overruns);
+    push_completion(*recv_cq_, wc, false);
     rq_.pop();
   }
 }

@@ -6,6 +6,7 @@
 #include <infiniband/verbs.h>
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -19,6 +20,16 @@ namespace softrdma::engine {
 
 class Cq;
 class Device;
+
+// The value of an enum field a C program filled in, read as the int it may be
+// (an out-of-range value loaded as a C++ enum is undefined behaviour).
+template <typename E>
+int raw_enum(const E& value) {
+  static_assert(sizeof(E) == sizeof(int));
+  int raw;
+  std::memcpy(&raw, &value, sizeof raw);
+  return raw;
+}
 class Pd;
 
 // What create_qp needs (ibv_qp_init_attr with the engine's own CQ objects).
@@ -76,6 +87,7 @@ class Qp {
   void reset_queues();
   void flush_queues();
   ibv_wc make_send_wc(const SendWqe& wqe, ibv_wc_status status) const;
+  void push_completion(Cq& cq, const ibv_wc& wc, bool solicited);
 
   Device& device_;
   const uint32_t qpn_;

@@ -61,8 +61,8 @@ constexpr Table make_table() {
   t[IBV_QPS_SQD][IBV_QPS_RTS] = rule({}, in_rts);
   t[IBV_QPS_RTS][IBV_QPS_SQD] = rule({}, {kSqdNotify, kSqdNotify, kSqdNotify});
   t[IBV_QPS_SQD][IBV_QPS_SQD] = rule(
-      {}, {kAv | kTimeout | kRetry | kRnrRetry | kRdAtomic | kDestRdAtomic | kAltPath |
-               kAccess | kPkey | kMinRnr | kMig,
+      {}, {kPort | kAv | kTimeout | kRetry | kRnrRetry | kRdAtomic | kDestRdAtomic |
+               kAltPath | kAccess | kPkey | kMinRnr | kMig,
            kAv | kAltPath | kAccess | kPkey | kMig, kPkey | kQkey});
   // IBA 10.3.1: SQE exists only for UC and UD.
   t[IBV_QPS_SQE][IBV_QPS_RTS] = rule({}, {0, kCur | kAccess, kCur | kQkey});
@@ -84,7 +84,8 @@ int Qp::check_attr(const ibv_qp_attr& a, int mask) const {
   if ((mask & kCur) && a.cur_qp_state != attr_.qp_state) return EINVAL;
   if ((mask & kPort) && a.port_num != 1) return EINVAL;
   if ((mask & kPkey) && a.pkey_index != 0) return EINVAL;  // one-entry P_Key table
-  if ((mask & kMtu) && (a.path_mtu < IBV_MTU_256 || a.path_mtu > IBV_MTU_4096)) return EINVAL;
+  if ((mask & kMtu) && (raw_enum(a.path_mtu) < IBV_MTU_256 || raw_enum(a.path_mtu) > IBV_MTU_4096))
+    return EINVAL;
   if ((mask & kAv)) {
     // RoCE: the GRH is mandatory (IBA A17.4.5); the source GID must exist.
     if (!a.ah_attr.is_global || a.ah_attr.grh.sgid_index >= device_.gids().size())
@@ -129,8 +130,10 @@ void Qp::apply_attr(const ibv_qp_attr& a, int mask) {
 int Qp::modify(const ibv_qp_attr& a, int mask) {
   std::lock_guard lock(mutex_);
   const ibv_qp_state from = attr_.qp_state;
-  const ibv_qp_state to = (mask & kState) ? a.qp_state : from;
-  if (!valid_state(to)) return EINVAL;
+  // A C caller may pass any int as the state: range-check it before it is an enum.
+  const int wanted = (mask & kState) ? raw_enum(a.qp_state) : int(from);
+  if (!valid_state(wanted)) return EINVAL;
+  const ibv_qp_state to = ibv_qp_state(wanted);
   const Rule& r = kTransitions[from][to];
   if (!r.valid) return EINVAL;
   const Transport t = transport_of(type_);

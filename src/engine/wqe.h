@@ -49,6 +49,7 @@ struct SendWqe {
   uint32_t npackets = 0;     // PSNs this message occupies (READ: one per response)
   uint32_t next_packet = 0;  // next packet index to (re)send
   uint32_t read_packets_received = 0;  // READ responses placed, in order
+  uint32_t read_requested = 0;  // READ: responses asked for so far (end of the last request)
   ibv_wc_status status = IBV_WC_SUCCESS;
 
   bool is_read() const { return opcode == IBV_WR_RDMA_READ; }
@@ -62,7 +63,7 @@ struct SendWqe {
 struct RecvWqe {
   uint64_t wr_id = 0;
   SgeList sgl;
-  uint32_t length = 0;  // capacity of the scatter list
+  uint64_t length = 0;  // capacity of the scatter list (SGE lengths may sum past 2^32)
   ibv_wc_status status = IBV_WC_SUCCESS;  // set when a message fails while using it
 };
 

@@ -60,6 +60,35 @@ void write_ethernet_header(const wire::IpUdpInfo& info, uint8_t* out) {
   out[13] = uint8_t(type);
 }
 
+// RFC 1071: the 16-bit ones' complement sum of big-endian words, an odd last byte
+// padded with zero. Returns the unfolded 32-bit sum.
+uint32_t sum_words(std::span<const uint8_t> bytes, uint32_t sum = 0) {
+  size_t i = 0;
+  for (; i + 1 < bytes.size(); i += 2) sum += uint32_t(bytes[i]) << 8 | bytes[i + 1];
+  if (i < bytes.size()) sum += uint32_t(bytes[i]) << 8;
+  return sum;
+}
+
+// The UDP checksum over IPv6 (RFC 8200 8.1: pseudo-header of addresses, length and
+// next header). Linux computes it for every IPv6 datagram; tools flag 0 as illegal.
+// `flip_at`/`flipped`: one payload byte differs from `payload` (injected corruption).
+uint16_t ipv6_udp_checksum(const uint8_t* ipv6_header, std::span<const uint8_t> payload,
+                           size_t flip_at, uint8_t flipped) {
+  const uint8_t* udp = ipv6_header + wire::kIpv6HeaderBytes;
+  const uint32_t udp_length = uint32_t(wire::kUdpHeaderBytes + payload.size());
+  uint32_t sum = sum_words(std::span<const uint8_t>(ipv6_header + 8, 32));  // addresses
+  sum += (udp_length >> 16) + (udp_length & 0xffff) + 17;                    // length, UDP
+  sum = sum_words(std::span<const uint8_t>(udp, 6), sum);  // ports, length; checksum 0
+  sum = sum_words(payload, sum);
+  if (flip_at < payload.size()) {  // ones' complement: subtract the old word part, add the new
+    const int shift = flip_at % 2 == 0 ? 8 : 0;
+    sum += (~(uint32_t(payload[flip_at]) << shift) & 0xffff) + (uint32_t(flipped) << shift);
+  }
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  const uint16_t checksum = uint16_t(~sum);
+  return checksum == 0 ? 0xffff : checksum;  // RFC 768: 0 would mean "none"
+}
+
 }  // namespace
 
 std::shared_ptr<PcapWriter> PcapWriter::open(const std::string& path, std::string& error,
@@ -104,6 +133,13 @@ void PcapWriter::write_roce(const wire::IpUdpInfo& info, std::span<const uint8_t
     flip_at = corruption->corrupt_at;
     flipped = udp_payload[flip_at] ^ corruption->corrupt_mask;
   }
+  if (info.ipv6()) {  // IPv4 keeps checksum 0: RFC 768 and RoCEv2 allow it
+    const uint16_t checksum = ipv6_udp_checksum(headers.data() + kEthernetHeaderBytes,
+                                                udp_payload, flip_at, flipped);
+    uint8_t* field = headers.data() + header_bytes - 2;
+    field[0] = uint8_t(checksum >> 8);
+    field[1] = uint8_t(checksum);
+  }
 
   std::lock_guard lock(mutex_);
   if (file_ == nullptr) return;
@@ -117,7 +153,8 @@ void PcapWriter::write_roce(const wire::IpUdpInfo& info, std::span<const uint8_t
   ++packets_;
   if (policy_ == FlushPolicy::kEachPacket) {
     std::fflush(file_);
-  } else if (const int64_t mono = clock_ns(CLOCK_MONOTONIC); mono - last_flush_ns_ >= kFlushIntervalNs) {
+  } else if (const int64_t mono = clock_ns(CLOCK_MONOTONIC);
+             mono - last_flush_ns_ >= kFlushIntervalNs) {
     flush_locked(mono);
   }
 }

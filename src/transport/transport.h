@@ -16,7 +16,7 @@ namespace softrdma::transport {
 
 using wire::Gid;
 
-// The UDP source port of a QP's packets (IBA Annex A17.2.2 / DESIGN.md §3): the
+// The UDP source port of a QP's packets (RoCEv2, IBA Annex A17; DESIGN.md §3): the
 // top two bits set (0xC000..0xFFFF, the range Linux Soft-RoCE uses) and 14 bits of
 // a hash of the QPN, so that routers spreading flows by 5-tuple (ECMP) keep a QP's
 // packets on one path (no reordering) while spreading different QPs.

@@ -45,13 +45,13 @@ size_t write_masked_prefix(const IpUdpInfo& info, std::span<const uint8_t> udp_p
   assert(ip_udp != 0);
   const size_t ip_bytes = ip_udp - kUdpHeaderBytes;
   if (info.ipv6()) {
-    ip[0] |= 0x0f;       // traffic class, high nibble
-    set_ones(ip + 1, 3);  // traffic class low nibble, flow label
+    ip[0] |= 0x0f;        // traffic class, low nibble of byte 0
+    set_ones(ip + 1, 3);  // rest of the traffic class, flow label
     ip[7] = 0xff;         // hop limit
   } else {
-    ip[1] = 0xff;             // TOS
-    ip[8] = 0xff;             // TTL
-    set_ones(ip + 10, 2);     // header checksum
+    ip[1] = 0xff;          // TOS
+    ip[8] = 0xff;          // TTL
+    set_ones(ip + 10, 2);  // header checksum
   }
   set_ones(ip + ip_bytes + 6, 2);  // UDP checksum
   uint8_t* bth = ip + ip_udp;
@@ -69,7 +69,7 @@ constexpr uint32_t kDfClearedAtId =
 }  // namespace
 
 uint32_t compute_icrc(const IpUdpInfo& info, std::span<const uint8_t> udp_payload) {
-  assert(icrc_covers(udp_payload));
+  if (!icrc_covers(udp_payload)) [[unlikely]] return 0;  // contract broken: stay in bounds
   std::array<uint8_t, kMaxMaskedPrefix> prefix;
   const size_t prefix_bytes = write_masked_prefix(info, udp_payload, prefix);
   uLong crc = ::crc32(0L, prefix.data(), uInt(prefix_bytes));
@@ -81,12 +81,14 @@ uint32_t compute_icrc(const IpUdpInfo& info, std::span<const uint8_t> udp_payloa
 // A17.3.3 / as Linux Soft-RoCE and RoCE NICs send it (checked against the golden
 // vectors): the CRC value stored least significant byte first.
 void write_icrc(const IpUdpInfo& info, std::span<uint8_t> udp_payload) {
+  if (!icrc_covers(udp_payload)) [[unlikely]] return;
   const uint32_t crc = compute_icrc(info, udp_payload);
   uint8_t* out = udp_payload.data() + udp_payload.size() - kIcrcBytes;
   for (size_t i = 0; i < kIcrcBytes; ++i) out[i] = uint8_t(crc >> (8 * i));
 }
 
 uint32_t stored_icrc(std::span<const uint8_t> udp_payload) {
+  if (udp_payload.size() < kIcrcBytes) [[unlikely]] return 0;
   const uint8_t* in = udp_payload.data() + udp_payload.size() - kIcrcBytes;
   return uint32_t(in[0]) | uint32_t(in[1]) << 8 | uint32_t(in[2]) << 16 |
          uint32_t(in[3]) << 24;

@@ -18,8 +18,8 @@ namespace softrdma::wire {
 
 // CRC over the masked headers and `udp_payload` minus its last four (ICRC) bytes.
 // compute_icrc and write_icrc expect a packet the caller built or parsed: at least a
-// BTH and the ICRC, at most 65507 bytes (a UDP datagram's limit). check_icrc and
-// solve_icrc_ipv4 accept anything and answer "no" to such bytes.
+// BTH and the ICRC, at most 65507 bytes (a UDP datagram's limit); given other bytes
+// they return 0 / write nothing. check_icrc and solve_icrc_ipv4 answer "no" to them.
 uint32_t compute_icrc(const IpUdpInfo& info, std::span<const uint8_t> udp_payload);
 
 // Computes and stores the ICRC into the last four bytes of `udp_payload`.

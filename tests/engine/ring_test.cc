@@ -75,6 +75,15 @@ TEST(Ring, ClearEmpties) {
   EXPECT_EQ(ring.front(), 3);
 }
 
+// A ring of capacity 0 (a QP created with max_recv_wr 0 and an SRQ, say) is full
+// from the start, so nothing is ever pushed into it.
+TEST(Ring, CapacityZeroIsAlwaysFull) {
+  Ring<int> ring(0);
+  EXPECT_EQ(ring.capacity(), 0u);
+  EXPECT_TRUE(ring.empty());
+  EXPECT_TRUE(ring.full());
+}
+
 // Consecutive indices name different slots, also where the 32-bit index wraps
 // from 2^32-1 to 0: otherwise a long-lived work queue (4 billion WQEs) whose depth
 // does not divide 2^32 (ibv_rc_pingpong asks for 500) would overwrite a live WQE.
@@ -98,8 +107,8 @@ TEST(Ring, ConsecutiveIndicesNeverShareASlotAcrossWrap) {
   }
 }
 
-// size() is right when the 32-bit indices wrap (unsigned arithmetic mod 2^32).
-TEST(Ring, SizeIsTailMinusHeadModulo2To32) {
+// size() counts what was pushed and not yet popped (tail - head, mod 2^32).
+TEST(Ring, SizeCountsOutstandingElements) {
   Ring<int> ring(8);
   for (int i = 0; i < 5; ++i) ring.push() = i;
   for (int i = 0; i < 2; ++i) ring.pop();

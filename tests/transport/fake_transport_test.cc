@@ -3,6 +3,8 @@
 
 #include <poll.h>
 
+#include <set>
+
 #include <gtest/gtest.h>
 
 #include "transport/transport_test_util.h"

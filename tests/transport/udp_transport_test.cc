@@ -7,6 +7,7 @@
 #include <net/ethernet.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -151,7 +152,7 @@ TEST(UdpTransport, TwoTransportsExchangeBursts) {
   const auto got = receive(*b, bytes.size());
   ASSERT_EQ(got.size(), bytes.size());
   for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_EQ(got[i].bytes, bytes[i]) << "packet " << i << " (ICRC written into the sender's buffer)";
+    EXPECT_EQ(got[i].bytes, bytes[i]) << "packet " << i << " (ICRC written in the sender's buffer)";
     EXPECT_EQ(got[i].meta.src, a->local_gid());
     EXPECT_EQ(got[i].meta.dst, b->local_gid()) << "IP_PKTINFO";
     EXPECT_EQ(got[i].meta.src_port, roce_source_port(0x11)) << "per-QP source port";
@@ -225,7 +226,8 @@ TEST(UdpTransport, CapsSourcePortSockets) {
   ASSERT_TRUE(a && b);
   std::vector<std::vector<uint8_t>> bytes;
   std::vector<TxPacket> burst;
-  for (uint32_t qpn = 100; qpn < 105; ++qpn) bytes.push_back(make_packet(wire::op::kUdSendOnly, 1, qpn, 4));
+  for (uint32_t qpn = 100; qpn < 105; ++qpn)
+    bytes.push_back(make_packet(wire::op::kUdSendOnly, 1, qpn, 4));
   for (uint32_t i = 0; i < 5; ++i) burst.push_back(to(*a, *b, bytes[i], 100 + i));
   ASSERT_EQ(a->tx_burst(burst), 5u);
   EXPECT_EQ(receive(*b, 5).size(), 5u);
@@ -241,7 +243,9 @@ TEST(UdpTransport, ReportsTheEffectiveReceiveBuffer) {
   EXPECT_EQ(c.rx_buffer_bytes, uint64_t(b->effective_rcvbuf_bytes()));
   EXPECT_GT(c.rx_buffer_bytes, 0u);
   // With CAP_NET_ADMIN, SO_RCVBUFFORCE passes net.core.rmem_max (the kernel doubles it).
-  if (geteuid() == 0) EXPECT_GE(c.rx_buffer_bytes, uint64_t(config.rcvbuf_bytes));
+  if (geteuid() == 0) {
+    EXPECT_GE(c.rx_buffer_bytes, uint64_t(config.rcvbuf_bytes));
+  }
   EXPECT_NE(b->describe().find(std::to_string(c.rx_buffer_bytes)), std::string::npos);
   RecordProperty("effective_rcvbuf_bytes", std::to_string(c.rx_buffer_bytes));
 }
@@ -289,6 +293,35 @@ TEST(UdpTransport, Ipv6LoopbackCarriesItsOwnIcrc) {
   EXPECT_EQ(a->counters().rx_bad_icrc, 0u);
 }
 
+// Linux Soft-RoCE sends UDP checksum 0 over IPv6 too (RoCEv2 lets the ICRC protect
+// the packet), which Linux drops on an IPv6 socket unless UDP_NO_CHECK6_RX is set.
+TEST(UdpTransport, Ipv6PacketWithZeroUdpChecksumIsAccepted) {
+  UdpConfig config;
+  config.address = "::1";
+  std::string error;
+  auto b = UdpTransport::open(config, error);
+  if (!b) GTEST_SKIP() << "no IPv6 loopback here: " << error;
+  const int s = socket(AF_INET6, SOCK_DGRAM, 0);
+  int on = 1;
+  ASSERT_EQ(setsockopt(s, SOL_UDP, UDP_NO_CHECK6_TX, &on, sizeof on), 0);
+  sockaddr_in6 local{};
+  local.sin6_family = AF_INET6;
+  local.sin6_addr = in6addr_loopback;
+  socklen_t length = sizeof local;
+  ASSERT_EQ(bind(s, reinterpret_cast<sockaddr*>(&local), sizeof local), 0);
+  ASSERT_EQ(getsockname(s, reinterpret_cast<sockaddr*>(&local), &length), 0);
+  const wire::IpUdpInfo info{.src = b->local_gid(), .dst = b->local_gid(),
+                             .src_port = ntohs(local.sin6_port), .dst_port = 4791};
+  auto bytes = make_packet(wire::op::kRcSendOnly, 5, 6, 24);
+  wire::write_icrc(info, bytes);
+  sockaddr_in6 dst = local;
+  dst.sin6_port = htons(4791);
+  ASSERT_EQ(sendto(s, bytes.data(), bytes.size(), 0, reinterpret_cast<sockaddr*>(&dst), sizeof dst),
+            ssize_t(bytes.size()));
+  close(s);
+  EXPECT_EQ(receive(*b, 1).size(), 1u);
+}
+
 // DESIGN.md §3 trap 1, measured: the ICRC covers the IPv4 Identification, which the
 // kernel writes. Linux's ip_select_ident puts 0 there for a socket with DF set and
 // no connected peer — what UdpTransport's send sockets are.
@@ -327,8 +360,13 @@ TEST(KernelFacts, ConnectedSocketPutsACounterInTheIpv4Id) {
   setsockopt(s, IPPROTO_IP, IP_MTU_DISCOVER, &df, sizeof df);
   sockaddr_in local{AF_INET, 0, {htonl(wire::gid_to_ipv4(src))}, {}};
   ASSERT_EQ(bind(s, reinterpret_cast<sockaddr*>(&local), sizeof local), 0);
-  const uint16_t port = uint16_t(40000 + getpid() % 20000);
-  sockaddr_in peer{AF_INET, htons(port), {htonl(0x7f000001)}, {}};
+  // A listening peer, so that no ICMP port-unreachable fails the second send.
+  const int listener = socket(AF_INET, SOCK_DGRAM, 0);
+  sockaddr_in peer{AF_INET, 0, {htonl(wire::gid_to_ipv4(src))}, {}};
+  socklen_t length = sizeof peer;
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&peer), sizeof peer), 0);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&peer), &length), 0);
+  const uint16_t port = ntohs(peer.sin_port);
   ASSERT_EQ(connect(s, reinterpret_cast<sockaddr*>(&peer), sizeof peer), 0);
   const char data[20] = {};
   ASSERT_EQ(send(s, data, sizeof data, 0), 20);
@@ -336,6 +374,7 @@ TEST(KernelFacts, ConnectedSocketPutsACounterInTheIpv4Id) {
   ASSERT_EQ(send(s, data, sizeof data, 0), 20);
   const auto second = capture.next(src, port);
   close(s);
+  close(listener);
   ASSERT_TRUE(first && second);
   EXPECT_EQ(uint16_t(first->ip.ipv4_id + 1), second->ip.ipv4_id);
   RecordProperty("connected_first_id", first->ip.ipv4_id);

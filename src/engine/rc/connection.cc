@@ -1,10 +1,28 @@
 #include "engine/rc/connection.h"
 
+#include <algorithm>
+#include <array>
+
 #include "engine/device.h"
 #include "engine/qp.h"
 #include "wire/psn.h"
 
 namespace softrdma::engine::rc {
+
+namespace {
+
+// A device's GID 0 is fe80::ffff:a.b.c.d, an alias of its GID 1 ::ffff:a.b.c.d
+// (device.cc, DESIGN.md §6). Transports only know the IPv4-mapped form: they send to
+// it and report it as a packet's source. So a path keeps that form, whichever of the
+// two GIDs the application chose.
+transport::Gid wire_form(transport::Gid gid) {
+  constexpr std::array<uint8_t, 12> kLinkLocalIpv4 = {0xfe, 0x80, 0, 0, 0,    0,
+                                                      0,    0,    0, 0, 0xff, 0xff};
+  if (std::equal(kLinkLocalIpv4.begin(), kLinkLocalIpv4.end(), gid.begin())) gid[0] = gid[1] = 0;
+  return gid;
+}
+
+}  // namespace
 
 RcConnection::RcConnection(Qp& qp)
     : qp_(qp), requester_(*this), completer_(*this), responder_(*this) {}
@@ -54,9 +72,11 @@ void RcConnection::on_timer(Nanos now) {
 void RcConnection::load_path() {
   const ibv_qp_attr& attr = qp_.attr();
   const auto& gids = qp_.device().gids();
-  path_.src = gids[attr.ah_attr.grh.sgid_index < gids.size() ? attr.ah_attr.grh.sgid_index : 0];
+  path_.src =
+      wire_form(gids[attr.ah_attr.grh.sgid_index < gids.size() ? attr.ah_attr.grh.sgid_index : 0]);
   std::copy(std::begin(attr.ah_attr.grh.dgid.raw), std::end(attr.ah_attr.grh.dgid.raw),
             path_.dst.begin());
+  path_.dst = wire_form(path_.dst);
   path_.dest_qpn = attr.dest_qp_num & wire::kPsnMask;
   path_.src_port = transport::roce_source_port(qp_.qpn());
   path_.pkey = qp_.device().pkey();
@@ -71,6 +91,11 @@ void RcConnection::on_state_change(ibv_qp_state from, ibv_qp_state to, Nanos now
   if (to == IBV_QPS_RTS && from == IBV_QPS_RTR) {
     requester_.reset(qp_.attr().sq_psn);
     completer_.reset(qp_.attr().sq_psn, now);
+  }
+  // IBA 10.3.1: SQD is where the primary path may be changed (SQD->SQD with IBV_QP_AV).
+  if (to == IBV_QPS_SQD && from == IBV_QPS_SQD) {
+    load_path();
+    responder_.resize_atomic_results(qp_.attr().max_dest_rd_atomic);
   }
   if (to == IBV_QPS_RTS && from == IBV_QPS_SQD) requester_.run(now);
 }

@@ -98,6 +98,7 @@ bool Requester::start(SendWqe& wqe, Nanos now) {
   wqe.npackets = wqe.is_atomic() ? 1 : packets_for(wqe.length, conn_.path().mtu);
   wqe.next_packet = 0;
   wqe.read_packets_received = 0;
+  wqe.read_requested = 0;
   wqe.state = SendState::kSending;
   next_psn_ = psn_add(next_psn_, wqe.npackets);
   return true;
@@ -216,7 +217,11 @@ bool Requester::send_read_request(SendWqe& wqe) {
     const uint32_t psn = psn_add(wqe.first_psn, wqe.next_packet);
     const uint32_t space = window_space(psn);
     if (space == 0) return false;
-    const uint32_t chunk = std::min(space, wqe.npackets - wqe.next_packet);
+    // A re-request (after a loss) asks again for no more than was asked before: the
+    // responder answers a duplicate READ only within PSNs it has already passed
+    // (IBA 9.7.5.1.2), so a longer one would be ignored until retries ran out.
+    const uint32_t end = wqe.read_requested > wqe.next_packet ? wqe.read_requested : wqe.npackets;
+    const uint32_t chunk = std::min(space, end - wqe.next_packet);
     const uint64_t offset = uint64_t(wqe.next_packet) * mtu;
     const uint64_t len = std::min<uint64_t>(uint64_t(chunk) * mtu, wqe.length - offset);
     PacketView p = conn_.emit(op::kRcReadRequest, 0, psn);
@@ -226,6 +231,7 @@ bool Requester::send_read_request(SendWqe& wqe) {
     p.set(reth::kDmaLength, len);
     count_send(psn);
     wqe.next_packet += chunk;
+    wqe.read_requested = std::max(wqe.read_requested, wqe.next_packet);
   }
   return true;
 }

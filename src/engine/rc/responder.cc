@@ -40,6 +40,18 @@ void Responder::reset(uint32_t rq_psn, uint32_t max_dest_rd_atomic) {
   atomic_next_ = 0;
 }
 
+void Responder::resize_atomic_results(uint32_t max_dest_rd_atomic) {
+  const size_t size = std::max<uint32_t>(1, max_dest_rd_atomic);
+  if (size == atomic_results_.size()) return;
+  std::vector<AtomicResult> kept(size);
+  // Keep the newest results: walk back from the slot written last.
+  const size_t old = atomic_results_.size();
+  for (size_t i = 0; i < std::min(size, old); ++i)
+    kept[size - 1 - i] = atomic_results_[(atomic_next_ + old - 1 - i) % old];
+  atomic_results_ = std::move(kept);
+  atomic_next_ = 0;
+}
+
 void Responder::on_request(PacketView p, Nanos now) {
   if (!ready_to_receive(conn_.qp().state())) {
     bump(conn_.qp().device().counters().rx_qp_not_ready);

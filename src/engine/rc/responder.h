@@ -24,6 +24,8 @@ class Responder {
   // End of a receive burst: one ACK covers every request that asked for one.
   void on_burst_end();
   void reset(uint32_t rq_psn, uint32_t max_dest_rd_atomic);
+  // max_dest_rd_atomic changed (SQD->SQD): the replay cache follows, keeping results.
+  void resize_atomic_results(uint32_t max_dest_rd_atomic);
   uint32_t expected_psn() const { return epsn_; }
   uint32_t msn() const { return msn_; }
 

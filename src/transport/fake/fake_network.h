@@ -86,7 +86,8 @@ class FakeNetwork {
   std::unique_ptr<FakeTransport> attach(const Gid& gid);
 
   // Scripted rules: each packet sent gets the fate of the first rule, in the order
-  // added, that matches it and has count left; otherwise it is delivered.
+  // added, that matches it and has count left; otherwise it is delivered. Matchers
+  // run under the network's lock: they must not call the network.
   void drop(PacketMatcher matcher, size_t count = 1);
   void duplicate(PacketMatcher matcher, size_t count = 1);  // delivered twice
   void hold(PacketMatcher matcher, size_t count = kEvery);  // kept until released

@@ -19,6 +19,18 @@ constexpr int64_t kBacklogRetryNs = 50 * kNsPerUs;
 constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 constexpr int64_t kReorderHoldNs = FaultInjector::kReorderHoldUs * kNsPerUs;
 
+// BTH byte 4 (FECN, BECN, reserved) is the one byte of the UDP payload the ICRC
+// does not cover (A17.3.3 counts it as ones: switches may mark congestion in
+// flight). A flip there would go unnoticed by design, so corruption avoids it.
+constexpr size_t kUncoveredByte = 4;
+
+// The byte to corrupt: any but kUncoveredByte, picked by the low 32 bits.
+size_t covered_byte(uint64_t bits, size_t size) {
+  const size_t at = size_t(uint32_t(bits) % (size - 1));
+  return at < kUncoveredByte ? at : at + 1;
+}
+uint8_t corrupt_mask(uint64_t bits) { return uint8_t(1u << ((bits >> 32) % 8)); }
+
 int64_t monotonic_ns() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -159,10 +171,10 @@ void FaultInjector::stage_tx(TxPacket& packet, const Decision& d, int64_t now) {
     return;
   }
   TxPacket out = packet;
-  if (d.corrupt && !packet.bytes.empty()) {
+  if (d.corrupt && packet.bytes.size() > kUncoveredByte) {
     ++c.corrupted;
-    out.corrupt_at = uint16_t(d.corrupt_bits % packet.bytes.size());
-    out.corrupt_mask = uint8_t(1u << ((d.corrupt_bits >> 32) % 8));
+    out.corrupt_at = uint16_t(covered_byte(d.corrupt_bits, packet.bytes.size()));
+    out.corrupt_mask = corrupt_mask(d.corrupt_bits);
   }
   const int copies = d.duplicate ? 2 : 1;
   c.duplicated += d.duplicate;
@@ -260,7 +272,7 @@ size_t FaultInjector::rx_burst(std::span<RxPacket> packets) {
 // the ID, which lets 1 in 2^15 corruptions through, as on a real receiver).
 // Returns whether the packet still passes.
 bool FaultInjector::corrupt_rx(RxPacket& packet, uint64_t bits) {
-  packet.bytes[bits % packet.bytes.size()] ^= uint8_t(1u << ((bits >> 32) % 8));
+  packet.bytes[covered_byte(bits, packet.bytes.size())] ^= corrupt_mask(bits);
   const wire::IpUdpInfo info{.src = packet.src, .dst = packet.dst, .src_port = packet.src_port,
                              .dst_port = inner_->udp_port()};
   if (!wire::gid_is_ipv4(packet.src)) return wire::check_icrc(info, packet.bytes);
@@ -278,7 +290,7 @@ void FaultInjector::take_rx(RxPacket& packet, const Decision& d, int64_t now) {
     ++c.dropped;
     return;
   }
-  if (d.corrupt && !packet.bytes.empty()) {
+  if (d.corrupt && packet.bytes.size() > kUncoveredByte) {
     ++c.corrupted;
     if (!corrupt_rx(packet, d.corrupt_bits)) {
       ++rx_bad_icrc_;

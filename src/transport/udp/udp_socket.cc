@@ -1,6 +1,7 @@
 #include "transport/udp/udp_socket.h"
 
 #include <arpa/inet.h>
+#include <netinet/udp.h>
 #include <cerrno>
 #include <cstring>
 #include <unistd.h>
@@ -32,21 +33,28 @@ std::string address_to_string(const Gid& gid) {
   return text;
 }
 
+socklen_t write_socket_address(const Gid& gid, uint16_t port, sockaddr_in6& out) {
+  if (wire::gid_is_ipv4(gid)) {
+    sockaddr_in v4{};
+    v4.sin_family = AF_INET;
+    v4.sin_port = htons(port);
+    v4.sin_addr.s_addr = htonl(wire::gid_to_ipv4(gid));
+    static_assert(sizeof v4 <= sizeof out);
+    std::memcpy(&out, &v4, sizeof v4);
+    return sizeof v4;
+  }
+  out = sockaddr_in6{};
+  out.sin6_family = AF_INET6;
+  out.sin6_port = htons(port);
+  std::memcpy(out.sin6_addr.s6_addr, gid.data(), gid.size());
+  return sizeof out;
+}
+
 SocketAddress to_socket_address(const Gid& gid, uint16_t port) {
   SocketAddress out;
-  if (wire::gid_is_ipv4(gid)) {
-    auto* v4 = reinterpret_cast<sockaddr_in*>(&out.storage);
-    v4->sin_family = AF_INET;
-    v4->sin_port = htons(port);
-    v4->sin_addr.s_addr = htonl(wire::gid_to_ipv4(gid));
-    out.length = sizeof(sockaddr_in);
-  } else {
-    auto* v6 = reinterpret_cast<sockaddr_in6*>(&out.storage);
-    v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons(port);
-    std::memcpy(v6->sin6_addr.s6_addr, gid.data(), gid.size());
-    out.length = sizeof(sockaddr_in6);
-  }
+  sockaddr_in6 address;
+  out.length = write_socket_address(gid, port, address);
+  std::memcpy(&out.storage, &address, out.length);
   return out;
 }
 
@@ -110,6 +118,11 @@ void enable_packet_info(int fd, bool ipv6) {
   } else {
     setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &on, sizeof on);
   }
+}
+
+void accept_zero_udp_checksum(int fd) {
+  int on = 1;
+  setsockopt(fd, SOL_UDP, UDP_NO_CHECK6_RX, &on, sizeof on);
 }
 
 }  // namespace softrdma::transport::udp

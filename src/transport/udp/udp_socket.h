@@ -27,6 +27,9 @@ struct SocketAddress {
 };
 // The socket address of `gid`, IPv4 for IPv4-mapped GIDs, IPv6 otherwise.
 SocketAddress to_socket_address(const Gid& gid, uint16_t port);
+// The same, written into `out` (large enough for either family) without clearing
+// more than the address needs: the send path fills one per packet. Returns its length.
+socklen_t write_socket_address(const Gid& gid, uint16_t port, sockaddr_in6& out);
 // Writes `gid`/`port` from an AF_INET or AF_INET6 address; false for other families.
 bool from_socket_address(const sockaddr_storage& address, Gid& gid, uint16_t& port);
 
@@ -46,5 +49,10 @@ void set_send_buffer(int fd, int bytes);
 
 // Asks for the local address of each datagram (IP_PKTINFO / IPV6_RECVPKTINFO).
 void enable_packet_info(int fd, bool ipv6);
+
+// IPv6 only: accept datagrams with UDP checksum 0 (UDP_NO_CHECK6_RX, RFC 6936).
+// RFC 8200 forbids them and Linux drops them by default, but RoCEv2 senders (Linux
+// Soft-RoCE among them) send 0 and let the ICRC protect the packet (DESIGN.md §3).
+void accept_zero_udp_checksum(int fd);
 
 }  // namespace softrdma::transport::udp

@@ -122,9 +122,9 @@ struct UdpTransport::RxRing {
 // without sharing these.
 struct UdpTransport::TxBatch {
   static constexpr size_t kMax = 32;
-  std::array<mmsghdr, kMax> msgs;
-  std::array<iovec, kMax> iovs;
-  std::array<udp::SocketAddress, kMax> addresses;
+  mmsghdr msgs[kMax];  // left uninitialised: prepare_run fills what it uses
+  iovec iovs[kMax];
+  sockaddr_in6 addresses[kMax];  // holds a sockaddr_in for IPv4
 };
 
 std::unique_ptr<UdpTransport> UdpTransport::open(const UdpConfig& config, std::string& error) {
@@ -179,6 +179,7 @@ UdpTransport::UdpTransport(const UdpConfig& config, int fd, Gid gid)
   rcvbuf_bytes_ = udp::set_receive_buffer(fd, config.rcvbuf_bytes);
   udp::set_send_buffer(fd, config.sndbuf_bytes);
   udp::enable_packet_info(fd, ipv6_);
+  if (ipv6_) udp::accept_zero_udp_checksum(fd);
 }
 
 UdpTransport::~UdpTransport() {
@@ -243,11 +244,10 @@ size_t UdpTransport::prepare_run(std::span<TxPacket> packets, int fd, TxBatch& b
     wire::write_icrc(info, p.bytes);
     apply_wire_corruption(p);
     batch.iovs[n] = {p.bytes.data(), p.bytes.size()};
-    batch.addresses[n] = udp::to_socket_address(p.dst, port_);
     msghdr& h = batch.msgs[n].msg_hdr;
     h = msghdr{};
-    h.msg_name = &batch.addresses[n].storage;
-    h.msg_namelen = batch.addresses[n].length;
+    h.msg_name = &batch.addresses[n];
+    h.msg_namelen = udp::write_socket_address(p.dst, port_, batch.addresses[n]);
     h.msg_iov = &batch.iovs[n];
     h.msg_iovlen = 1;
   }

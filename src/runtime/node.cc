@@ -1,0 +1,65 @@
+#include "runtime/node.h"
+
+#include "transport/fake/fault_injector.h"
+#include "transport/pcap_writer.h"
+#include "transport/udp/udp_transport.h"
+
+namespace softrdma::runtime {
+
+namespace {
+
+// UDP, then capture closest to the wire, then faults on top (so the capture shows
+// what really crossed the socket: an injected loss is not in the file).
+std::unique_ptr<transport::Transport> open_transport(const Settings& s, std::string& error) {
+  transport::UdpConfig udp;
+  udp.address = s.address;
+  std::unique_ptr<transport::Transport> t = transport::UdpTransport::open(udp, error);
+  if (!t) return nullptr;
+  if (!s.pcap_path.empty()) {
+    t = transport::open_capture(std::move(t), s.pcap_path, error);
+    if (!t) return nullptr;
+  }
+  if (!s.faults.empty()) {
+    auto faults = transport::FaultSettings::parse(s.faults, error);
+    if (!faults) return nullptr;
+    t = std::make_unique<transport::FaultInjector>(std::move(t), *faults);
+  }
+  return t;
+}
+
+}  // namespace
+
+std::unique_ptr<Node> Node::open(const Settings& settings, std::string& error) {
+  std::unique_ptr<Node> node(new Node(settings));
+  node->transport_ = open_transport(settings, error);
+  if (!node->transport_) return nullptr;
+  engine::DeviceConfig config;
+  config.name = settings.device_name;
+  config.max_unacked_packets = settings.max_unacked_packets;
+  node->device_ = std::make_unique<engine::Device>(config, *node->transport_);
+  if (settings.progress_thread) {
+    engine::Device* device = node->device_.get();
+    progress::ProgressHooks hooks;
+    hooks.progress = [device] { return device->progress(); };
+    hooks.next_deadline_ns = [device] { return device->next_deadline(); };
+    hooks.fds = {node->transport_->rx_fd()};
+    node->loop_ = std::make_unique<progress::ProgressLoop>(std::move(hooks));
+    progress::ProgressLoop* loop = node->loop_.get();
+    device->set_wakeup([loop] { loop->wake(); });
+    node->loop_->start();
+  }
+  return node;
+}
+
+Node::~Node() {
+  if (loop_) loop_->stop();
+  loop_.reset();
+  device_.reset();
+  transport_.reset();
+}
+
+bool Node::progress_inline() {
+  return loop_ ? loop_->run_once() : device_->progress();
+}
+
+}  // namespace softrdma::runtime

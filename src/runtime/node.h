@@ -1,0 +1,41 @@
+// One softrdma device as a process opens it: the UDP transport (with fault
+// injection and capture when the settings ask), the engine, and the progress loop.
+// The verbs library and the tools open devices through here only.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "engine/device.h"
+#include "progress/loop.h"
+#include "runtime/settings.h"
+#include "transport/transport.h"
+
+namespace softrdma::runtime {
+
+class Node {
+ public:
+  // Opens the device. On failure returns null and says why (and what to do).
+  static std::unique_ptr<Node> open(const Settings& settings, std::string& error);
+  ~Node();
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  engine::Device& device() { return *device_; }
+  transport::Transport& transport() { return *transport_; }
+  const Settings& settings() const { return settings_; }
+  // Progress on the caller's thread (poll_cq with SOFTRDMA_PROGRESS=inline, or to
+  // cut latency); false when there was nothing to do or another thread was at it.
+  bool progress_inline();
+  progress::ProgressLoop* loop() { return loop_.get(); }
+
+ private:
+  explicit Node(const Settings& settings) : settings_(settings) {}
+
+  Settings settings_;
+  std::unique_ptr<transport::Transport> transport_;
+  std::unique_ptr<engine::Device> device_;
+  std::unique_ptr<progress::ProgressLoop> loop_;
+};
+
+}  // namespace softrdma::runtime

@@ -1,0 +1,63 @@
+#include "runtime/settings.h"
+
+#include <charconv>
+#include <cstdlib>
+
+namespace softrdma::runtime {
+
+namespace {
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return (v != nullptr && *v != '\0') ? v : nullptr;
+}
+
+bool parse_window(const char* text, uint32_t& out) {
+  std::string_view s(text);
+  uint32_t v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size() || v < 1 || v > 4096) return false;
+  out = v;
+  return true;
+}
+
+}  // namespace
+
+std::optional<Settings> Settings::from_environment(std::string& error) {
+  Settings s;
+  if (const char* v = env("SOFTRDMA_DEVICE")) s.device_name = v;
+  if (const char* v = env("SOFTRDMA_ADDR")) s.address = v;
+  if (const char* v = env("SOFTRDMA_PCAP")) s.pcap_path = v;
+  if (const char* v = env("SOFTRDMA_FAULTS")) s.faults = v;
+  if (const char* v = env("SOFTRDMA_PROGRESS")) {
+    const std::string mode(v);
+    if (mode != "thread" && mode != "inline") {
+      error = "SOFTRDMA_PROGRESS must be \"thread\" or \"inline\", not \"" + mode + "\"";
+      return std::nullopt;
+    }
+    s.progress_thread = mode == "thread";
+  }
+  if (const char* v = env("SOFTRDMA_WINDOW"); v != nullptr && !parse_window(v, s.max_unacked_packets)) {
+    error = std::string("SOFTRDMA_WINDOW must be a number of packets from 1 to 4096, not \"") +
+            v + "\"";
+    return std::nullopt;
+  }
+  if (s.device_name.size() >= 64) {
+    error = "SOFTRDMA_DEVICE is longer than a verbs device name may be (63 bytes)";
+    return std::nullopt;
+  }
+  return s;
+}
+
+std::vector<std::pair<std::string, std::string>> Settings::describe() const {
+  return {
+      {"SOFTRDMA_DEVICE", device_name},
+      {"SOFTRDMA_ADDR", address.empty() ? "(per-process loopback address)" : address},
+      {"SOFTRDMA_PCAP", pcap_path.empty() ? "(off)" : pcap_path},
+      {"SOFTRDMA_FAULTS", faults.empty() ? "(off)" : faults},
+      {"SOFTRDMA_PROGRESS", progress_thread ? "thread" : "inline"},
+      {"SOFTRDMA_WINDOW", std::to_string(max_unacked_packets)},
+  };
+}
+
+}  // namespace softrdma::runtime

@@ -1,0 +1,36 @@
+// Every user-facing setting of softrdma, in one place (docs/configuration.md).
+// Each comes from an environment variable; from_environment() reads them all and
+// rejects a malformed value with a message that names the variable.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace softrdma::runtime {
+
+struct Settings {
+  // SOFTRDMA_DEVICE: the device name verbs programs see.
+  std::string device_name = "softrdma0";
+  // SOFTRDMA_ADDR: the local IPv4/IPv6 address RoCEv2 traffic uses (port 4791).
+  // Empty: a loopback address of this process's own (127.x.y.z from the pid).
+  std::string address;
+  // SOFTRDMA_PCAP: write every RoCEv2 packet sent and received to this pcap file.
+  std::string pcap_path;
+  // SOFTRDMA_FAULTS: impair the traffic (transport/fake/fault_settings.h), e.g.
+  // "loss=0.05,dup=0.01,reorder=0.02,seed=7" — to test an application's error paths.
+  std::string faults;
+  // SOFTRDMA_PROGRESS: "thread" (default) runs the engine on its own thread;
+  // "inline" makes progress only when the application polls.
+  bool progress_thread = true;
+  // SOFTRDMA_WINDOW: most unacknowledged packets per QP (1..4096).
+  uint32_t max_unacked_packets = 64;
+
+  static std::optional<Settings> from_environment(std::string& error);
+  // (variable, value in force) for `softrdma status`.
+  std::vector<std::pair<std::string, std::string>> describe() const;
+};
+
+}  // namespace softrdma::runtime

@@ -1,0 +1,126 @@
+// Asynchronous events (ibv_get_async_event(3)): the engine's events, routed to
+// their context by Process (process.cc), wait in the context's queue; async_fd
+// is readable while the queue holds one.
+#include <algorithm>
+
+#include "verbs/objects.h"
+#include "verbs/process.h"
+
+using namespace softrdma::verbs;
+
+namespace {
+
+enum class Element { kQp, kCq, kNone };
+
+// Which member of ibv_async_event::element an event carries (IBA 11.6.3).
+Element element_kind(ibv_event_type type) {
+  switch (type) {
+    case IBV_EVENT_CQ_ERR: return Element::kCq;
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+    case IBV_EVENT_COMM_EST:
+    case IBV_EVENT_SQ_DRAINED:
+    case IBV_EVENT_PATH_MIG:
+    case IBV_EVENT_PATH_MIG_ERR:
+    case IBV_EVENT_QP_LAST_WQE_REACHED: return Element::kQp;
+    default: return Element::kNone;  // port, device, SRQ, WQ
+  }
+}
+
+const void* element_of(const ibv_async_event& event) {
+  switch (element_kind(event.event_type)) {
+    case Element::kQp: return event.element.qp;
+    case Element::kCq: return event.element.cq;
+    case Element::kNone: return nullptr;
+  }
+  return nullptr;
+}
+
+// Counts an event handed to the application on its object, for destroy to
+// wait for the matching ibv_ack_async_event.
+void count_delivered(const ibv_async_event& event) {
+  switch (element_kind(event.event_type)) {
+    case Element::kQp: {
+      Qp* qp = to_qp(event.element.qp);
+      pthread_mutex_lock(&qp->ibv()->mutex);
+      ++qp->async_events_delivered;
+      pthread_mutex_unlock(&qp->ibv()->mutex);
+      return;
+    }
+    case Element::kCq: {
+      Cq* cq = to_cq(event.element.cq);
+      pthread_mutex_lock(&cq->ibv.mutex);
+      ++cq->async_events_delivered;
+      pthread_mutex_unlock(&cq->ibv.mutex);
+      return;
+    }
+    case Element::kNone: return;
+  }
+}
+
+}  // namespace
+
+namespace softrdma::verbs {
+
+void push_async_event(Context& ctx, const ibv_async_event& event) {
+  {
+    std::lock_guard lock(ctx.events_mutex);
+    ctx.events.push_back(event);
+  }
+  eventfd_post(ctx.vctx.context.async_fd);
+}
+
+void drop_async_events(Context& ctx, const void* object) {
+  std::lock_guard lock(ctx.events_mutex);
+  std::erase_if(ctx.events, [&](const ibv_async_event& e) { return element_of(e) == object; });
+}
+
+}  // namespace softrdma::verbs
+
+// Blocks until an event arrives unless the application made async_fd
+// non-blocking (then -1 with EAGAIN). 0 or -1.
+SOFTRDMA_EXPORT int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
+  return guard_minus1([&] {
+    Context* ctx = to_context(context);
+    if (Process::get().stale(ctx)) {
+      errno = EIO;
+      return -1;
+    }
+    for (;;) {
+      if (eventfd_take(context->async_fd) != 0) return -1;
+      std::lock_guard lock(ctx->events_mutex);
+      if (ctx->events.empty()) continue;  // its object was destroyed meanwhile
+      *event = ctx->events.front();
+      ctx->events.pop_front();
+      // Under events_mutex: a destroy's drop_async_events() comes either before
+      // (the event is gone) or after (it is counted).
+      count_delivered(*event);
+      return 0;
+    }
+  });
+}
+
+// ibv_ack_async_event(3): every event taken must be acknowledged; destroying its
+// QP or CQ waits for that.
+SOFTRDMA_EXPORT void ibv_ack_async_event(ibv_async_event* event) {
+  switch (element_kind(event->event_type)) {
+    case Element::kQp: {
+      ibv_qp* qp = event->element.qp;
+      pthread_mutex_lock(&qp->mutex);
+      ++qp->events_completed;
+      pthread_cond_broadcast(&qp->cond);
+      pthread_mutex_unlock(&qp->mutex);
+      return;
+    }
+    case Element::kCq: {
+      ibv_cq* cq = event->element.cq;
+      pthread_mutex_lock(&cq->mutex);
+      ++cq->async_events_completed;
+      pthread_cond_broadcast(&cq->cond);
+      pthread_mutex_unlock(&cq->mutex);
+      return;
+    }
+    case Element::kNone: return;
+  }
+}

@@ -1,0 +1,109 @@
+#include "verbs/attributes.h"
+
+#include <endian.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+
+#include "engine/limits.h"
+#include "verbs/netdev.h"
+#include "wire/ip_udp.h"
+
+#ifndef SOFTRDMA_VERSION
+#define SOFTRDMA_VERSION "0"
+#endif
+
+namespace softrdma::verbs {
+
+namespace {
+
+int clamp_int(uint64_t v) { return int(std::min<uint64_t>(v, INT_MAX)); }
+
+}  // namespace
+
+__be64 guid_of(const std::vector<transport::Gid>& gids) {
+  if (gids.empty()) return 0;
+  const transport::Gid& gid = gids.back();  // the address itself (index 1 for IPv4)
+  uint8_t eui[8];
+  if (wire::gid_is_ipv4(gid)) {
+    const uint8_t mac[6] = {0x02, 0x00, gid[12], gid[13], gid[14], gid[15]};
+    // RFC 4291 appendix A: EUI-48 -> modified EUI-64 (ff:fe in the middle).
+    const uint8_t bytes[8] = {mac[0], mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]};
+    std::memcpy(eui, bytes, 8);
+  } else {
+    std::memcpy(eui, gid.data() + 8, 8);
+  }
+  uint64_t guid;
+  std::memcpy(&guid, eui, 8);  // already in network order
+  return guid;
+}
+
+void fill_device_attr(Context& ctx, ibv_device_attr& a) {
+  const engine::DeviceLimits& lim = ctx.device->limits();
+  a = ibv_device_attr{};
+  std::snprintf(a.fw_ver, sizeof a.fw_ver, "softrdma %s", SOFTRDMA_VERSION);
+  a.node_guid = guid_of(ctx.device->gids());
+  a.sys_image_guid = a.node_guid;
+  a.max_mr_size = lim.max_mr_size;
+  a.page_size_cap = 0xfffff000;  // any multiple of 4 KiB: memory is the host's
+  a.vendor_id = kVendorId;
+  a.vendor_part_id = kVendorPartId;
+  a.max_qp = clamp_int(lim.max_qp);
+  a.max_qp_wr = clamp_int(lim.max_qp_wr);
+  // RNR NAKs are generated (IBA 9.7.5.2.8); cur_qp_state is checked by modify_qp;
+  // sys_image_guid is reported.
+  a.device_cap_flags =
+      IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_CURR_QP_STATE_MOD | IBV_DEVICE_SYS_IMAGE_GUID;
+  a.max_sge = clamp_int(lim.max_sge);
+  a.max_sge_rd = clamp_int(lim.max_sge);
+  a.max_cq = clamp_int(lim.max_cq);
+  a.max_cqe = clamp_int(lim.max_cqe);
+  a.max_mr = clamp_int(lim.max_mr);
+  a.max_pd = clamp_int(lim.max_pd);
+  a.max_qp_rd_atom = clamp_int(lim.max_qp_rd_atom);
+  a.max_qp_init_rd_atom = clamp_int(lim.max_qp_init_rd_atom);
+  // Responder resources are per QP only; the device-wide total is their product.
+  a.max_res_rd_atom = clamp_int(uint64_t(lim.max_qp) * lim.max_qp_rd_atom);
+  // Atomics are executed under the responder's QP lock against host memory:
+  // atomic with respect to other RDMA atomics of this device (IBA 10.8.3.6), not
+  // to the CPU's own accesses.
+  a.atomic_cap = IBV_ATOMIC_HCA;
+  // No MWs, AHs (UD), SRQs, multicast yet: reported as 0 until they exist.
+  a.max_pkeys = 1;
+  // As Linux Soft-RoCE reports (and librdmacm folds into its timeouts): an upper
+  // bound of the time a software responder may take to acknowledge.
+  a.local_ca_ack_delay = 15;
+  a.phys_port_cnt = 1;
+}
+
+void fill_device_attr_ex(Context& ctx, ibv_device_attr_ex& a) {
+  a = ibv_device_attr_ex{};
+  fill_device_attr(ctx, a.orig_attr);
+  a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
+  a.phys_port_cnt_ex = 1;
+  // odp, timestamps, TSO, RSS, packet pacing, tag matching, device memory: none.
+}
+
+void fill_port_attr(Context& ctx, ibv_port_attr& a) {
+  const engine::DeviceLimits& lim = ctx.device->limits();
+  const Netdev netdev = netdev_of(ctx.device->transport().local_gid());
+  a = ibv_port_attr{};
+  a.state = IBV_PORT_ACTIVE;  // the socket is bound: the "link" is up
+  a.max_mtu = IBV_MTU_4096;   // the engine segments at 256..4096
+  a.active_mtu = active_mtu_for(netdev);
+  a.gid_tbl_len = int(ctx.device->gids().size());
+  a.port_cap_flags = IBV_PORT_IP_BASED_GIDS;
+  a.max_msg_sz = lim.max_msg_size;
+  a.bad_pkey_cntr = uint32_t(ctx.device->counters().rx_bad_pkey.load(std::memory_order_relaxed));
+  a.pkey_tbl_len = 1;
+  a.lid = 0;  // RoCE: no LIDs (IBA A17.2)
+  a.max_vl_num = 1;
+  a.active_width = 1;   // 1X (IBA 14.2.5.6 PortInfo LinkWidthActive)
+  a.active_speed = 1;  // SDR: a software device has no signalling rate to report
+  a.phys_state = 5;    // LinkUp (IBA 14.2.5.6)
+  a.link_layer = IBV_LINK_LAYER_ETHERNET;
+}
+
+}  // namespace softrdma::verbs

@@ -1,0 +1,210 @@
+// Completion queues and completion channels (ibv_create_cq(3), ibv_poll_cq(3),
+// ibv_req_notify_cq(3), ibv_create_comp_channel(3), ibv_get_cq_event(3)).
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "verbs/objects.h"
+#include "verbs/ops.h"
+#include "verbs/process.h"
+
+using namespace softrdma::verbs;
+
+namespace {
+
+bool live(ibv_context* context) { return !Process::get().stale(to_context(context)); }
+
+// The CQ's armed notification fired (engine thread, no CQ lock held): queue the
+// CQ on its channel and make the channel's fd readable.
+void on_notify(Cq* cq) {
+  CompChannel* channel = cq->channel;
+  {
+    std::lock_guard lock(channel->mutex);
+    channel->pending.push_back(cq);
+  }
+  eventfd_post(channel->ibv.fd);
+}
+
+// Events of a CQ being destroyed that the application has not taken yet are
+// dropped, as the kernel does (ib_uverbs_release_ucq): they could only hand out
+// a dangling pointer.
+void drop_pending(Cq* cq) {
+  if (cq->channel != nullptr) {
+    std::lock_guard lock(cq->channel->mutex);
+    std::erase(cq->channel->pending, cq);
+  }
+  drop_async_events(*cq->ctx, &cq->ibv);
+}
+
+// ibv_get_cq_event(3) / ibv_get_async_event(3): destroy waits until every event
+// handed out for the CQ has been acknowledged.
+void wait_for_acks(Cq* cq) {
+  pthread_mutex_lock(&cq->ibv.mutex);
+  while (cq->ibv.comp_events_completed != cq->comp_events_delivered ||
+         cq->ibv.async_events_completed != cq->async_events_delivered) {
+    pthread_cond_wait(&cq->ibv.cond, &cq->ibv.mutex);
+  }
+  pthread_mutex_unlock(&cq->ibv.mutex);
+}
+
+void free_cq(Cq* cq) {
+  if (cq->channel != nullptr) {
+    std::lock_guard lock(cq->channel->mutex);
+    --cq->channel->ibv.refcnt;
+  }
+  pthread_cond_destroy(&cq->ibv.cond);
+  pthread_mutex_destroy(&cq->ibv.mutex);
+  delete cq;
+}
+
+}  // namespace
+
+namespace softrdma::verbs {
+
+// The fast path. Completions already queued are returned at once; otherwise
+// progress is made on the caller's thread (SOFTRDMA_PROGRESS=inline depends on
+// it; with the progress thread it saves the thread's wake-up latency).
+int op_poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
+  Cq* cq = to_cq(ibcq);
+  if (Process::get().stale(cq->ctx)) [[unlikely]]
+    return -1;
+  int n = cq->cq->poll(num_entries, wc);
+  if (n < num_entries && (n == 0 || cq->inline_progress)) {
+    cq->node->progress_inline();
+    n += cq->cq->poll(num_entries - n, wc + n);
+  }
+  return n;
+}
+
+// ibv_req_notify_cq(3): arms the CQ once; the next (solicited) completion fires.
+int op_req_notify_cq(ibv_cq* ibcq, int solicited_only) {
+  Cq* cq = to_cq(ibcq);
+  if (Process::get().stale(cq->ctx)) return EIO;
+  cq->cq->arm(solicited_only != 0);
+  return 0;
+}
+
+}  // namespace softrdma::verbs
+
+SOFTRDMA_EXPORT ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context,
+                                      ibv_comp_channel* channel, int comp_vector) {
+  return guard_ptr([&]() -> ibv_cq* {
+    if (!live(context)) return fail(EIO);
+    if (comp_vector < 0 || comp_vector >= context->num_comp_vectors) return fail(EINVAL);
+    if (channel != nullptr && channel->context != context) return fail(EINVAL);
+    Context* ctx = to_context(context);
+    int err = 0;
+    softrdma::engine::Cq* engine_cq = ctx->device->create_cq(cqe, err);  // cqe > max_cqe: EINVAL
+    if (engine_cq == nullptr) return fail(err);
+    auto* cq = new Cq{};
+    cq->cq = engine_cq;
+    cq->node = ctx->node;
+    cq->ctx = ctx;
+    cq->channel = channel != nullptr ? to_channel(channel) : nullptr;
+    cq->inline_progress = ctx->inline_progress;
+    cq->ibv.context = context;
+    cq->ibv.channel = channel;
+    cq->ibv.cq_context = cq_context;
+    cq->ibv.cqe = int(engine_cq->capacity());
+    pthread_mutex_init(&cq->ibv.mutex, nullptr);
+    pthread_cond_init(&cq->ibv.cond, nullptr);
+    if (cq->channel != nullptr) {
+      std::lock_guard lock(cq->channel->mutex);
+      ++cq->channel->ibv.refcnt;
+      engine_cq->set_notify([cq] { on_notify(cq); });
+    }
+    Process::get().add_cq(cq);
+    return &cq->ibv;
+  });
+}
+
+// ibv_destroy_cq(3): EBUSY while a QP uses it.
+SOFTRDMA_EXPORT int ibv_destroy_cq(ibv_cq* ibcq) {
+  return guard_errno([&] {
+    Cq* cq = to_cq(ibcq);
+    if (live(ibcq->context)) {
+      if (int err = cq->ctx->device->destroy_cq(cq->cq)) return err;
+      Process::get().remove_cq(cq);
+      drop_pending(cq);
+      wait_for_acks(cq);
+    }
+    free_cq(cq);
+    return 0;
+  });
+}
+
+// ibv_resize_cq(3): not below the completions it holds (EINVAL), nor above max_cqe.
+SOFTRDMA_EXPORT int ibv_resize_cq(ibv_cq* ibcq, int cqe) {
+  return guard_errno([&] {
+    Cq* cq = to_cq(ibcq);
+    if (!live(ibcq->context)) return EIO;
+    if (cqe < 1 || uint32_t(cqe) > cq->ctx->device->limits().max_cqe) return EINVAL;
+    if (int err = cq->cq->resize(uint32_t(cqe))) return err;
+    ibcq->cqe = int(cq->cq->capacity());
+    return 0;
+  });
+}
+
+SOFTRDMA_EXPORT ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
+  return guard_ptr([&]() -> ibv_comp_channel* {
+    if (!live(context)) return fail(EIO);
+    const int fd = eventfd(0, EFD_SEMAPHORE | EFD_CLOEXEC);
+    if (fd < 0) return nullptr;  // errno from eventfd
+    auto* channel = new CompChannel{};
+    channel->ibv.context = context;
+    channel->ibv.fd = fd;
+    channel->ibv.refcnt = 0;
+    return &channel->ibv;
+  });
+}
+
+// ibv_destroy_comp_channel(3): EBUSY while a CQ uses it.
+SOFTRDMA_EXPORT int ibv_destroy_comp_channel(ibv_comp_channel* ibchannel) {
+  return guard_errno([&] {
+    CompChannel* channel = to_channel(ibchannel);
+    {
+      std::lock_guard lock(channel->mutex);
+      if (channel->ibv.refcnt > 0) return EBUSY;
+    }
+    close(channel->ibv.fd);
+    delete channel;
+    return 0;
+  });
+}
+
+// ibv_get_cq_event(3): blocks on the channel's fd unless the application made it
+// non-blocking (then -1 with EAGAIN); 0 or -1.
+SOFTRDMA_EXPORT int ibv_get_cq_event(ibv_comp_channel* ibchannel, ibv_cq** cq_out,
+                                     void** cq_context) {
+  return guard_minus1([&] {
+    CompChannel* channel = to_channel(ibchannel);
+    if (!live(ibchannel->context)) {
+      errno = EIO;
+      return -1;
+    }
+    for (;;) {
+      if (eventfd_take(ibchannel->fd) != 0) return -1;
+      std::lock_guard lock(channel->mutex);
+      if (channel->pending.empty()) continue;  // its CQ was destroyed meanwhile
+      Cq* cq = channel->pending.front();
+      channel->pending.pop_front();
+      // Counted under the channel lock: destroy_cq's drop_pending() comes either
+      // before (the event is gone) or after (it is counted).
+      pthread_mutex_lock(&cq->ibv.mutex);
+      ++cq->comp_events_delivered;
+      pthread_mutex_unlock(&cq->ibv.mutex);
+      *cq_out = &cq->ibv;
+      *cq_context = cq->ibv.cq_context;
+      return 0;
+    }
+  });
+}
+
+SOFTRDMA_EXPORT void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) {
+  pthread_mutex_lock(&cq->mutex);
+  cq->comp_events_completed += nevents;
+  pthread_cond_broadcast(&cq->cond);
+  pthread_mutex_unlock(&cq->mutex);
+}

@@ -1,0 +1,132 @@
+// The device list and contexts: ibv_get_device_list(3), ibv_open_device(3),
+// ibv_fork_init(3) and their companions.
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <memory>
+
+#include "verbs/attributes.h"
+#include "verbs/objects.h"
+#include "verbs/ops.h"
+#include "verbs/process.h"
+
+using namespace softrdma::verbs;
+
+namespace {
+
+// What rdma-core's provider init does for a context: the ops the inline verbs
+// jump through, and the verbs_context header that makes the extended slots
+// reachable (abi/README.md §3).
+void init_context(Context& ctx, ibv_device* device, int async_fd) {
+  ctx.device = &ctx.node->device();
+  ctx.generation = Process::get().generation();
+  ctx.inline_progress = !ctx.node->settings().progress_thread;
+  ibv_context& c = ctx.vctx.context;
+  c.device = device;
+  c.ops.poll_cq = op_poll_cq;
+  c.ops.req_notify_cq = op_req_notify_cq;
+  c.ops.post_send = op_post_send;
+  c.ops.post_recv = op_post_recv;
+  c.cmd_fd = -1;  // no kernel: nothing to import from (ibv_import_device)
+  c.async_fd = async_fd;
+  c.num_comp_vectors = 1;
+  pthread_mutex_init(&c.mutex, nullptr);
+  c.abi_compat = __VERBS_ABI_IS_EXTENDED;
+  ctx.vctx.sz = sizeof(verbs_context);
+  ctx.vctx.query_port = op_query_port;
+  ctx.vctx.query_device_ex = op_query_device_ex;
+  ctx.vctx.create_qp_ex = op_create_qp_ex;
+}
+
+}  // namespace
+
+SOFTRDMA_EXPORT ibv_device** ibv_get_device_list(int* num_devices) {
+  return guard_ptr([&]() -> ibv_device** {
+    ibv_device* device = Process::get().device();
+    auto** list = static_cast<ibv_device**>(std::calloc(2, sizeof(ibv_device*)));
+    if (list == nullptr) return fail(ENOMEM);
+    list[0] = device;  // null (an empty list) when the settings are malformed
+    if (num_devices != nullptr) *num_devices = device != nullptr ? 1 : 0;
+    return list;
+  });
+}
+
+SOFTRDMA_EXPORT void ibv_free_device_list(ibv_device** list) { std::free(list); }
+
+SOFTRDMA_EXPORT const char* ibv_get_device_name(ibv_device* device) {
+  return device != nullptr ? device->name : nullptr;
+}
+
+// ibv_get_device_index(3): the kernel's index of the device; ours is the only one.
+SOFTRDMA_EXPORT int ibv_get_device_index(ibv_device* device) {
+  return device == Process::get().device() ? 0 : -1;
+}
+
+// The GUID comes from the address, which is known once the Node has bound it:
+// opened for the question if no context holds it (ibv_devices asks before any
+// ibv_open_device).
+SOFTRDMA_EXPORT __be64 ibv_get_device_guid(ibv_device* device) {
+  try {
+    if (device != Process::get().device()) return 0;
+    int err = 0;
+    softrdma::runtime::Node* node = Process::get().acquire(err);
+    if (node == nullptr) return 0;
+    const __be64 guid = guid_of(node->device().gids());
+    Process::get().release();
+    return guid;
+  } catch (...) {
+    return 0;
+  }
+}
+
+SOFTRDMA_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
+  return guard_ptr([&]() -> ibv_context* {
+    if (device == nullptr || device != Process::get().device()) return fail(ENODEV);
+    const int async_fd = eventfd(0, EFD_SEMAPHORE | EFD_CLOEXEC);
+    if (async_fd < 0) return nullptr;  // errno from eventfd
+    auto ctx = std::make_unique<Context>();
+    int err = 0;
+    ctx->node = Process::get().acquire(err);
+    if (ctx->node == nullptr) {
+      close(async_fd);
+      return fail(err);
+    }
+    init_context(*ctx, device, async_fd);
+    Process::get().add_context(ctx.get());
+    return ctx.release()->ibv();
+  });
+}
+
+// ibv_close_device(3): objects still open on the context are the application's
+// to destroy first; closing the last context closes the process's Node.
+SOFTRDMA_EXPORT int ibv_close_device(ibv_context* context) {
+  Context* ctx = to_context(context);
+  const bool stale = Process::get().stale(ctx);
+  if (!stale) Process::get().remove_context(ctx);
+  close(context->async_fd);
+  pthread_mutex_destroy(&context->mutex);
+  if (!stale) Process::get().release();
+  delete ctx;
+  return 0;
+}
+
+// ibv_fork_init(3) protects registered memory from copy-on-write in the child,
+// which a DMA engine would otherwise keep writing to the parent's old pages.
+// Here the "DMA" is the parent's own progress thread writing through the
+// parent's page tables, so the parent is always safe: nothing to do.
+SOFTRDMA_EXPORT int ibv_fork_init(void) { return 0; }
+
+SOFTRDMA_EXPORT ibv_fork_status ibv_is_fork_initialized(void) { return IBV_FORK_UNNEEDED; }
+
+// There is no kernel object to share between processes.
+SOFTRDMA_EXPORT ibv_context* ibv_import_device(int /*cmd_fd*/) { return fail(EOPNOTSUPP); }
+
+// rdma-core reads device properties from sysfs; softrdma's device has no sysfs
+// directory, and every question is answered by a query verb instead
+// (ibv_devinfo only asks for the optional "board_id").
+SOFTRDMA_EXPORT int ibv_read_sysfs_file(const char* /*dir*/, const char* /*file*/,
+                                        char* /*buf*/, size_t /*size*/) {
+  errno = ENOENT;
+  return -1;
+}

@@ -1,0 +1,174 @@
+// The verbs objects softrdma's libibverbs.so.1 hands to applications
+// (docs/decisions/verbs-abi.md). Each wraps the public rdma-core struct, which
+// applications read directly (abi/README.md §8), around a pointer to the engine's
+// object; the exported functions downcast with to_*() as rdma-core's providers do
+// (to_mqp(), to_rxe_qp() ...). The public struct is the first member, so the
+// pointer the application holds is the wrapper's own address, except for the
+// context, whose ibv_context must be the last member of a verbs_context.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <vector>
+
+#include "engine/cq.h"
+#include "engine/device.h"
+#include "engine/mr.h"
+#include "engine/pd.h"
+#include "engine/qp.h"
+#include "runtime/node.h"
+
+// Every function the library exports: C linkage, default visibility (the rest of
+// the library is hidden; libibverbs.map picks the version node).
+#define SOFTRDMA_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace softrdma::verbs {
+
+struct Context {
+  runtime::Node* node = nullptr;  // shared by the process's contexts (process.h)
+  engine::Device* device = nullptr;
+  uint64_t generation = 0;        // fork generation that opened it (process.h)
+  bool inline_progress = false;   // SOFTRDMA_PROGRESS=inline
+
+  // Async events routed to this context, waiting for ibv_get_async_event; one
+  // eventfd unit (EFD_SEMAPHORE) per queued event makes async_fd readable.
+  std::mutex events_mutex;
+  std::deque<ibv_async_event> events;
+
+  // Last: rdma-core finds the verbs_context slots by offset back from the
+  // ibv_context (verbs_get_ctx()), and the ibv_context is its last member.
+  verbs_context vctx{};
+
+  ibv_context* ibv() { return &vctx.context; }
+};
+
+// container_of(ibv_context*): Context is not standard-layout (it holds a mutex),
+// where offsetof is "conditionally supported"; GCC and Clang compute it as for
+// any class without virtual bases, which is all this needs.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winvalid-offsetof"
+inline Context* to_context(ibv_context* c) {
+  return reinterpret_cast<Context*>(reinterpret_cast<char*>(c) -
+                                    offsetof(Context, vctx) - offsetof(verbs_context, context));
+}
+#pragma GCC diagnostic pop
+
+struct Pd {
+  ibv_pd ibv;
+  engine::Pd* pd;
+};
+inline Pd* to_pd(ibv_pd* p) { return reinterpret_cast<Pd*>(p); }
+
+struct Mr {
+  ibv_mr ibv;  // lkey == rkey == the engine's random key
+  engine::Mr* mr;
+};
+inline Mr* to_mr(ibv_mr* m) { return reinterpret_cast<Mr*>(m); }
+
+struct Cq;
+
+// ibv_create_comp_channel(3): a pollable fd and the CQs whose notification fired,
+// in order, until ibv_get_cq_event takes them.
+struct CompChannel {
+  ibv_comp_channel ibv;  // ibv.fd: eventfd, one EFD_SEMAPHORE unit per queued event
+  std::mutex mutex;
+  std::deque<Cq*> pending;
+};
+inline CompChannel* to_channel(ibv_comp_channel* c) { return reinterpret_cast<CompChannel*>(c); }
+
+struct Cq {
+  ibv_cq ibv;
+  engine::Cq* cq;
+  runtime::Node* node;
+  Context* ctx;
+  CompChannel* channel;  // or null
+  bool inline_progress;
+  // Events handed to the application, for ibv_destroy_cq to wait until it has
+  // acknowledged as many (ibv_get_cq_event(3)). Guarded by ibv.mutex.
+  uint32_t comp_events_delivered = 0;
+  uint32_t async_events_delivered = 0;
+};
+inline Cq* to_cq(ibv_cq* c) { return reinterpret_cast<Cq*>(c); }
+
+// State of an ibv_wr_start() ... ibv_wr_complete() batch (qp_ex.cc).
+struct WrBatch {
+  struct Entry {
+    ibv_send_wr wr{};
+    std::vector<ibv_sge> sges;
+    std::vector<uint8_t> inline_data;
+  };
+  std::vector<Entry> entries;  // reused across batches: capacity is kept
+  size_t used = 0;
+  int error = 0;  // the first building error, returned by wr_complete
+};
+
+struct Qp {
+  ibv_qp_ex ex;  // ex.qp_base is the ibv_qp applications see
+  engine::Qp* qp;
+  Context* ctx;
+  runtime::Node* node;
+  std::unique_ptr<WrBatch> batch;  // set when created with send_ops_flags
+  // Async events handed out for this QP (ibv_destroy_qp waits for their acks).
+  // Guarded by ex.qp_base.mutex.
+  uint32_t async_events_delivered = 0;
+
+  ibv_qp* ibv() { return &ex.qp_base; }
+};
+inline Qp* to_qp(ibv_qp* q) { return reinterpret_cast<Qp*>(q); }
+inline Qp* to_qp(ibv_qp_ex* q) { return reinterpret_cast<Qp*>(q); }
+
+// The one way out of an exported function: exceptions (only std::bad_alloc can
+// come from the engine) never cross the C ABI (DESIGN.md §1).
+//
+// guard_ptr: create calls; NULL with errno on failure.
+template <typename Fn>
+auto guard_ptr(Fn&& fn) noexcept -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const std::bad_alloc&) {
+    errno = ENOMEM;
+  } catch (...) {
+    errno = EIO;
+  }
+  return nullptr;
+}
+
+// guard_int: calls that return an errno value (0 on success).
+template <typename Fn>
+int guard_errno(Fn&& fn) noexcept {
+  try {
+    return fn();
+  } catch (const std::bad_alloc&) {
+    return ENOMEM;
+  } catch (...) {
+    return EIO;
+  }
+}
+
+// guard_minus1: calls that return -1 and set errno on failure.
+template <typename Fn>
+int guard_minus1(Fn&& fn) noexcept {
+  try {
+    return fn();
+  } catch (const std::bad_alloc&) {
+    errno = ENOMEM;
+  } catch (...) {
+    errno = EIO;
+  }
+  return -1;
+}
+
+// Sets errno and returns null: the create-call convention (DESIGN.md §7).
+inline std::nullptr_t fail(int err) {
+  errno = err;
+  return nullptr;
+}
+
+}  // namespace softrdma::verbs

@@ -1,0 +1,26 @@
+// The functions applications reach through pointers rather than by symbol
+// (abi/README.md §3): ibv_context::ops for the inline fast path, verbs_context
+// slots for the inline extended API. device.cc installs them in each context.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+namespace softrdma::verbs {
+
+// ibv_context::ops (cq.cc, qp.cc).
+int op_poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc);
+int op_req_notify_cq(ibv_cq* cq, int solicited_only);
+int op_post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr);
+int op_post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+
+// verbs_context slots (query.cc, qp.cc).
+int op_query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* attr,
+                  size_t attr_len);
+int op_query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input,
+                       ibv_device_attr_ex* attr, size_t attr_size);
+ibv_qp* op_create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr);
+
+// Installs the ibv_qp_ex wr_* pointers of an extended QP (qp_ex.cc).
+void install_wr_ops(ibv_qp_ex& qpx);
+
+}  // namespace softrdma::verbs

@@ -1,0 +1,116 @@
+// Protection domains and memory regions (ibv_alloc_pd(3), ibv_reg_mr(3)).
+#include <cstdint>
+#include <memory>
+
+#include "verbs/objects.h"
+#include "verbs/process.h"
+
+#undef ibv_reg_mr
+
+using namespace softrdma::verbs;
+
+namespace {
+
+bool live(ibv_context* context) { return !Process::get().stale(to_context(context)); }
+
+// ibv_reg_mr(3): "optional" access bits (IBV_ACCESS_OPTIONAL_RANGE, e.g.
+// IBV_ACCESS_RELAXED_ORDERING, which perftest sets) may be ignored by a device
+// that does not support them; they only ever allow an optimisation.
+ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access) {
+  if (pd == nullptr) return fail(EINVAL);
+  if (!live(pd->context)) return fail(EIO);
+  Context* ctx = to_context(pd->context);
+  auto mr = std::make_unique<Mr>();
+  int err = 0;
+  mr->mr = ctx->device->reg_mr(to_pd(pd)->pd, addr, length, iova,
+                               int(access & ~unsigned(IBV_ACCESS_OPTIONAL_RANGE)), err);
+  if (mr->mr == nullptr) return fail(err);
+  mr->ibv.context = pd->context;
+  mr->ibv.pd = pd;
+  mr->ibv.addr = addr;
+  mr->ibv.length = length;
+  mr->ibv.handle = mr->mr->key;
+  mr->ibv.lkey = mr->mr->key;
+  mr->ibv.rkey = mr->mr->key;
+  return &mr.release()->ibv;
+}
+
+}  // namespace
+
+SOFTRDMA_EXPORT ibv_pd* ibv_alloc_pd(ibv_context* context) {
+  return guard_ptr([&]() -> ibv_pd* {
+    if (!live(context)) return fail(EIO);
+    auto pd = std::make_unique<Pd>();
+    int err = 0;
+    pd->pd = to_context(context)->device->alloc_pd(err);
+    if (pd->pd == nullptr) return fail(err);
+    pd->ibv.context = context;
+    pd->ibv.handle = pd->pd->handle();
+    return &pd.release()->ibv;
+  });
+}
+
+// ibv_dealloc_pd(3): EBUSY while MRs or QPs still use it.
+SOFTRDMA_EXPORT int ibv_dealloc_pd(ibv_pd* pd) {
+  return guard_errno([&] {
+    if (live(pd->context)) {
+      if (int err = to_context(pd->context)->device->dealloc_pd(to_pd(pd)->pd)) return err;
+    }
+    delete to_pd(pd);
+    return 0;
+  });
+}
+
+SOFTRDMA_EXPORT ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, size_t length, int access) {
+  return guard_ptr([&] { return reg_mr(pd, addr, length, uintptr_t(addr), unsigned(access)); });
+}
+
+SOFTRDMA_EXPORT ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
+                                         unsigned int access) {
+  return guard_ptr([&] { return reg_mr(pd, addr, length, iova, access); });
+}
+
+// Deregistration revokes remote access at once (engine/mr.h: the MR table's
+// lock is held by every access in progress).
+SOFTRDMA_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
+  return guard_errno([&] {
+    if (live(mr->context)) {
+      if (int err = to_context(mr->context)->device->dereg_mr(to_mr(mr)->mr)) return err;
+    }
+    delete to_mr(mr);
+    return 0;
+  });
+}
+
+// ibv_rereg_mr(3) returns an ibv_rereg_mr_err_code; "input error, the old MR
+// is still valid" is the honest answer until the engine can re-key in place.
+SOFTRDMA_EXPORT int ibv_rereg_mr(ibv_mr* /*mr*/, int /*flags*/, ibv_pd* /*pd*/, void* /*addr*/,
+                                 size_t /*length*/, int /*access*/) {
+  errno = EOPNOTSUPP;
+  return IBV_REREG_MR_ERR_INPUT;
+}
+
+// dma-buf memory belongs to a device driver; a software RNIC cannot reach it.
+SOFTRDMA_EXPORT ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* /*pd*/, uint64_t /*offset*/, size_t /*length*/,
+                                          uint64_t /*iova*/, int /*fd*/, int /*access*/) {
+  return fail(EOPNOTSUPP);
+}
+
+// Importing objects of another process's context needs a kernel to share them.
+SOFTRDMA_EXPORT ibv_pd* ibv_import_pd(ibv_context* /*context*/, uint32_t /*pd_handle*/) {
+  return fail(EOPNOTSUPP);
+}
+
+SOFTRDMA_EXPORT void ibv_unimport_pd(ibv_pd* /*pd*/) {}
+
+SOFTRDMA_EXPORT ibv_mr* ibv_import_mr(ibv_pd* /*pd*/, uint32_t /*mr_handle*/) {
+  return fail(EOPNOTSUPP);
+}
+
+SOFTRDMA_EXPORT void ibv_unimport_mr(ibv_mr* /*mr*/) {}
+
+SOFTRDMA_EXPORT ibv_dm* ibv_import_dm(ibv_context* /*context*/, uint32_t /*dm_handle*/) {
+  return fail(EOPNOTSUPP);
+}
+
+SOFTRDMA_EXPORT void ibv_unimport_dm(ibv_dm* /*dm*/) {}

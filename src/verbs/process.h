@@ -1,0 +1,90 @@
+// What the verbs library keeps per process (docs/decisions/verbs-contexts.md):
+//
+// - one ibv_device, described from the settings (SOFTRDMA_DEVICE);
+// - one runtime Node (UDP transport, engine, progress thread), shared by every
+//   context the process opens, as one RNIC serves every context of a host: it is
+//   opened by the first ibv_open_device and closed with the last context;
+// - the routing of the engine's async events to the context that owns the QP or
+//   CQ they name (the engine has one event queue per device);
+// - fork: a child forgets the parent's Node (it belongs to the parent's threads
+//   and sockets) and the parent's objects are dead in it (generation()).
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/node.h"
+#include "verbs/objects.h"
+
+namespace softrdma::verbs {
+
+class Process {
+ public:
+  static Process& get();
+
+  // The device this process sees, or null when the settings are malformed (the
+  // reason is printed to stderr once).
+  ibv_device* device();
+
+  // The shared Node: opened on first use, counted. Null with `err` (an errno)
+  // when it cannot be opened; the runtime's reason is printed to stderr once.
+  runtime::Node* acquire(int& err);
+  void release();
+
+  // Bumped in a forked child: objects of older generations belong to the parent.
+  uint64_t generation() const { return generation_.load(std::memory_order_relaxed); }
+  bool stale(const Context* ctx) const { return ctx->generation != generation(); }
+
+  // Async event routing (async.cc delivers; create/destroy register).
+  void add_context(Context* ctx);
+  void remove_context(Context* ctx);
+  void add_qp(Qp* qp);
+  void remove_qp(Qp* qp);
+  void add_cq(Cq* cq);
+  void remove_cq(Cq* cq);
+
+ private:
+  Process();
+  void route_events(engine::Device& device);
+  void deliver(const engine::AsyncEvent& event);
+  void warn_once(const std::string& message);
+  static void before_fork();
+  static void after_fork_in_parent();
+  static void after_fork_in_child();
+
+  std::mutex node_mutex_;
+  std::unique_ptr<runtime::Node> node_;
+  unsigned node_users_ = 0;
+  std::atomic<uint64_t> generation_{1};
+  std::atomic<bool> warned_{false};
+
+  std::once_flag device_once_;
+  ibv_device device_{};
+  bool device_ok_ = false;
+
+  // Leaf lock: held only to look up and queue, never while calling the engine.
+  std::mutex route_mutex_;
+  std::vector<Context*> contexts_;
+  std::unordered_map<uint32_t, Qp*> qps_;
+  std::unordered_map<const engine::Cq*, Cq*> cqs_;
+};
+
+// Queues an event on a context and makes its async_fd readable (async.cc).
+void push_async_event(Context& ctx, const ibv_async_event& event);
+// Drops the queued, not yet taken events that name `qp` / `cq` (their objects are
+// being destroyed; the kernel does the same, ib_uverbs_release_uevent).
+void drop_async_events(Context& ctx, const void* object);
+
+// Adds one unit to an EFD_SEMAPHORE eventfd; takes one (-1 with errno when the
+// fd is non-blocking and empty, or on a signal).
+void eventfd_post(int fd);
+int eventfd_take(int fd);
+
+}  // namespace softrdma::verbs

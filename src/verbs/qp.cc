@@ -1,0 +1,219 @@
+// Queue pairs (ibv_create_qp(3), ibv_create_qp_ex(3), ibv_modify_qp(3),
+// ibv_query_qp(3), ibv_post_send(3), ibv_post_recv(3)). Only RC exists in the
+// engine so far: other types are EOPNOTSUPP.
+#include <memory>
+
+#include "verbs/objects.h"
+#include "verbs/ops.h"
+#include "verbs/process.h"
+
+using namespace softrdma::verbs;
+
+namespace {
+
+bool live(ibv_context* context) { return !Process::get().stale(to_context(context)); }
+
+// What the ibv_wr_* API can build (qp_ex.cc).
+constexpr uint64_t kSupportedSendOps =
+    IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
+    IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
+    IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+
+// ibv_create_qp(3): EINVAL for a missing or foreign CQ, an SRQ that cannot
+// exist, or caps beyond the device's; EOPNOTSUPP for a type the engine lacks.
+// attr.cap is updated to what the QP really has.
+Qp* create_qp(ibv_pd* pd, ibv_qp_init_attr& attr, int& err) {
+  if (pd == nullptr) return err = EINVAL, nullptr;
+  if (!live(pd->context)) return err = EIO, nullptr;
+  if (attr.send_cq == nullptr || attr.recv_cq == nullptr ||
+      attr.send_cq->context != pd->context || attr.recv_cq->context != pd->context)
+    return err = EINVAL, nullptr;
+  if (attr.srq != nullptr) return err = EINVAL, nullptr;  // no SRQ was ever created
+  Context* ctx = to_context(pd->context);
+  softrdma::engine::QpInit init;
+  init.type = attr.qp_type;
+  init.send_cq = to_cq(attr.send_cq)->cq;
+  init.recv_cq = to_cq(attr.recv_cq)->cq;
+  init.cap = attr.cap;
+  init.sq_sig_all = attr.sq_sig_all != 0;
+  auto qp = std::make_unique<Qp>();
+  qp->qp = ctx->device->create_qp(to_pd(pd)->pd, init, err);
+  if (qp->qp == nullptr) return nullptr;
+  attr.cap = init.cap;
+  qp->ctx = ctx;
+  qp->node = ctx->node;
+  ibv_qp& q = qp->ex.qp_base;
+  q.context = pd->context;
+  q.qp_context = attr.qp_context;
+  q.pd = pd;
+  q.send_cq = attr.send_cq;
+  q.recv_cq = attr.recv_cq;
+  q.handle = qp->qp->qpn();
+  q.qp_num = qp->qp->qpn();
+  q.state = IBV_QPS_RESET;
+  q.qp_type = attr.qp_type;
+  pthread_mutex_init(&q.mutex, nullptr);
+  pthread_cond_init(&q.cond, nullptr);
+  Process::get().add_qp(qp.get());
+  return qp.release();
+}
+
+// The extensions of ibv_create_qp_ex(3) that an RC QP here can honour.
+int check_qp_ex(const ibv_qp_init_attr_ex& attr) {
+  constexpr uint32_t kKnown = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
+                              IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_MAX_TSO_HEADER;
+  if (!(attr.comp_mask & IBV_QP_INIT_ATTR_PD)) return EINVAL;  // XRC targets: no XRCD yet
+  if (attr.comp_mask & ~kKnown) return EOPNOTSUPP;
+  if ((attr.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr.create_flags != 0)
+    return EOPNOTSUPP;
+  if ((attr.comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) && attr.max_tso_header != 0)
+    return EOPNOTSUPP;
+  if ((attr.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
+      (attr.send_ops_flags & ~kSupportedSendOps) != 0)
+    return EOPNOTSUPP;
+  return 0;
+}
+
+// ibv_destroy_qp(3) waits until every async event handed out for the QP is
+// acknowledged (ibv_get_async_event(3)).
+void wait_for_acks(Qp* qp) {
+  ibv_qp* q = qp->ibv();
+  pthread_mutex_lock(&q->mutex);
+  while (q->events_completed != qp->async_events_delivered) pthread_cond_wait(&q->cond, &q->mutex);
+  pthread_mutex_unlock(&q->mutex);
+}
+
+}  // namespace
+
+namespace softrdma::verbs {
+
+ibv_qp* op_create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
+  return guard_ptr([&]() -> ibv_qp* {
+    if (int err = check_qp_ex(*attr)) return fail(err);
+    if (attr->pd == nullptr || attr->pd->context != context) return fail(EINVAL);
+    // ibv_qp_init_attr is the head of ibv_qp_init_attr_ex.
+    ibv_qp_init_attr base{attr->qp_context, attr->send_cq, attr->recv_cq, attr->srq,
+                          attr->cap,        attr->qp_type, attr->sq_sig_all};
+    int err = 0;
+    Qp* qp = create_qp(attr->pd, base, err);
+    if (qp == nullptr) return fail(err);
+    attr->cap = base.cap;
+    if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
+      qp->batch = std::make_unique<WrBatch>();
+      install_wr_ops(qp->ex);
+    }
+    return qp->ibv();
+  });
+}
+
+// ibv_post_send(3) / ibv_post_recv(3): the engine checks state (RESET..RTR:
+// EINVAL), SGE count (EINVAL), queue space (ENOMEM); *bad_wr names the first WR
+// not posted.
+int op_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  Qp* qp = to_qp(ibqp);
+  const ibv_send_wr* bad = wr;
+  int err = EIO;
+  try {
+    if (!Process::get().stale(qp->ctx)) err = qp->qp->post_send(wr, &bad);
+  } catch (...) {
+    err = ENOMEM;
+  }
+  if (err != 0 && bad_wr != nullptr) *bad_wr = const_cast<ibv_send_wr*>(bad);
+  return err;
+}
+
+int op_post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  Qp* qp = to_qp(ibqp);
+  const ibv_recv_wr* bad = wr;
+  int err = EIO;
+  try {
+    if (!Process::get().stale(qp->ctx)) err = qp->qp->post_recv(wr, &bad);
+  } catch (...) {
+    err = ENOMEM;
+  }
+  if (err != 0 && bad_wr != nullptr) *bad_wr = const_cast<ibv_recv_wr*>(bad);
+  return err;
+}
+
+}  // namespace softrdma::verbs
+
+SOFTRDMA_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
+  return guard_ptr([&]() -> ibv_qp* {
+    if (attr == nullptr) return fail(EINVAL);
+    int err = 0;
+    Qp* qp = create_qp(pd, *attr, err);
+    return qp != nullptr ? qp->ibv() : fail(err);
+  });
+}
+
+// ibv_modify_qp(3): the engine applies the state table of IBA 10.3 / the man
+// page's required/optional attributes; anything else is EINVAL and changes nothing.
+SOFTRDMA_EXPORT int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int attr_mask) {
+  return guard_errno([&] {
+    if (!live(ibqp->context)) return EIO;
+    if (int err = to_qp(ibqp)->qp->modify(*attr, attr_mask)) return err;
+    if (attr_mask & IBV_QP_STATE) ibqp->state = attr->qp_state;
+    return 0;
+  });
+}
+
+// ibv_query_qp(3); like rdma-core, refreshes qp->state (the engine may have
+// moved the QP to ERROR on its own).
+SOFTRDMA_EXPORT int ibv_query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int attr_mask,
+                                 ibv_qp_init_attr* init_attr) {
+  return guard_errno([&] {
+    if (!live(ibqp->context)) return EIO;
+    if (int err = to_qp(ibqp)->qp->query(*attr, attr_mask, *init_attr)) return err;
+    init_attr->qp_context = ibqp->qp_context;
+    init_attr->send_cq = ibqp->send_cq;
+    init_attr->recv_cq = ibqp->recv_cq;
+    init_attr->srq = ibqp->srq;
+    ibqp->state = attr->qp_state;
+    return 0;
+  });
+}
+
+SOFTRDMA_EXPORT int ibv_destroy_qp(ibv_qp* ibqp) {
+  return guard_errno([&] {
+    Qp* qp = to_qp(ibqp);
+    if (live(ibqp->context)) {
+      Process::get().remove_qp(qp);
+      drop_async_events(*qp->ctx, ibqp);
+      wait_for_acks(qp);
+      if (int err = qp->ctx->device->destroy_qp(qp->qp)) {
+        Process::get().add_qp(qp);
+        return err;
+      }
+    }
+    pthread_cond_destroy(&ibqp->cond);
+    pthread_mutex_destroy(&ibqp->mutex);
+    delete qp;
+    return 0;
+  });
+}
+
+// The extended view exists for QPs created with send_ops_flags (as in rdma-core,
+// where other QPs answer NULL).
+SOFTRDMA_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* ibqp) {
+  Qp* qp = to_qp(ibqp);
+  return qp->batch ? &qp->ex : nullptr;
+}
+
+// ibv_query_qp_data_in_order(3): 0, "not guaranteed". Payload is copied with
+// memcpy, whose stores a polling CPU may see in any order within a packet.
+SOFTRDMA_EXPORT int ibv_query_qp_data_in_order(ibv_qp* /*qp*/, ibv_wr_opcode /*op*/,
+                                               uint32_t /*flags*/) {
+  return 0;
+}
+
+// Enhanced Connection Establishment is a vendor option negotiation: none here.
+SOFTRDMA_EXPORT int ibv_query_ece(ibv_qp* /*qp*/, ibv_ece* /*ece*/) { return EOPNOTSUPP; }
+SOFTRDMA_EXPORT int ibv_set_ece(ibv_qp* /*qp*/, ibv_ece* /*ece*/) { return EOPNOTSUPP; }
+
+// Multicast is a UD service; there is no UD yet.
+SOFTRDMA_EXPORT int ibv_attach_mcast(ibv_qp* /*qp*/, const ibv_gid* /*gid*/, uint16_t /*lid*/) {
+  return EOPNOTSUPP;
+}
+SOFTRDMA_EXPORT int ibv_detach_mcast(ibv_qp* /*qp*/, const ibv_gid* /*gid*/, uint16_t /*lid*/) {
+  return EOPNOTSUPP;
+}

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Runs a real, unmodified rdma-core or perftest binary on softrdma's
+libibverbs.so.1 (LD_LIBRARY_PATH at the build tree's lib/) and checks its exit
+status and output. Used by the conformance ctests (tests/conformance/CMakeLists.txt).
+
+  run_client.py --lib-dir DIR [--preload LIB] [--expect RE]... -- CMD ARGS...
+      one process (ibv_devices, ibv_devinfo)
+  run_client.py --lib-dir DIR --pair --port P [--expect RE]... [--expect-server RE]...
+                -- CMD ARGS...
+      a server (CMD ARGS -p P) and, once it listens on TCP port P, a client
+      (CMD ARGS -p P 127.0.0.1); both must exit 0. --expect applies to the
+      client's output, --expect-server to the server's.
+
+Each --expect is a Python regular expression (MULTILINE) that must match.
+--preload puts a sanitizer runtime first in the clients (a sanitized softrdma
+library cannot load into an unsanitized binary otherwise).
+Waiting for the server to listen reads /proc/net/tcp{,6}: a probe connection
+would be taken for the client by the one-connection servers.
+"""
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp
+
+
+def listening(port):
+    want = f"{port:04X}"
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name) as f:
+                next(f)
+                for line in f:
+                    fields = line.split()
+                    if fields[1].rsplit(":", 1)[1] == want and fields[3] == LISTEN:
+                        return True
+        except OSError:
+            continue
+    return False
+
+
+def environment(args):
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = args.lib_dir + (
+        ":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    if args.preload:
+        env["LD_PRELOAD"] = args.preload
+        # The system binaries' own leaks at exit are not softrdma's to fix.
+        env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
+    return env
+
+
+def start(cmd, env):
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+def finish(proc, deadline):
+    """Waits until the deadline; kills the process group after it. Returns
+    (exit status or None on timeout, output)."""
+    try:
+        out, _ = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        return proc.returncode, out
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        return None, out
+
+
+def check(name, status, output, expects):
+    ok = True
+    print(f"===== {name}: exit {status if status is not None else 'TIMEOUT'}")
+    print(output)
+    if status != 0:
+        ok = False
+    for pattern in expects:
+        if not re.search(pattern, output, re.MULTILINE):
+            print(f"===== {name}: expected output not found: {pattern!r}")
+            ok = False
+    return ok
+
+
+def run_single(args, env):
+    deadline = time.monotonic() + args.timeout
+    status, out = finish(start(args.command, env), deadline)
+    return check(" ".join(args.command), status, out, args.expect)
+
+
+def run_pair(args, env):
+    deadline = time.monotonic() + args.timeout
+    server_cmd = args.command + ["-p", str(args.port)]
+    client_cmd = server_cmd + ["127.0.0.1"]
+    server = start(server_cmd, env)
+    while not listening(args.port):
+        if server.poll() is not None or time.monotonic() > deadline:
+            status, out = finish(server, deadline)
+            check("server (never listened)", status, out, [])
+            return False
+        time.sleep(0.02)
+    client = start(client_cmd, env)
+    c_status, c_out = finish(client, deadline)
+    if c_status != 0:  # a failed client leaves the server waiting: stop it
+        deadline = min(deadline, time.monotonic() + 5)
+    s_status, s_out = finish(server, deadline)
+    ok = check("server: " + " ".join(server_cmd), s_status, s_out, args.expect_server)
+    return check("client: " + " ".join(client_cmd), c_status, c_out, args.expect) and ok
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--lib-dir", required=True)
+    ap.add_argument("--preload", default="")
+    ap.add_argument("--pair", action="store_true")
+    ap.add_argument("--port", type=int)
+    ap.add_argument("--timeout", type=float, default=240)
+    ap.add_argument("--expect", action="append", default=[])
+    ap.add_argument("--expect-server", action="append", default=[])
+    ap.add_argument("command", nargs=argparse.REMAINDER)
+    args = ap.parse_args()
+    if args.command and args.command[0] == "--":
+        args.command = args.command[1:]
+    if not args.command:
+        ap.error("no command")
+    if args.pair and not args.port:
+        ap.error("--pair needs --port")
+    env = environment(args)
+    ok = run_pair(args, env) if args.pair else run_single(args, env)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

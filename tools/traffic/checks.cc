@@ -1,0 +1,79 @@
+#include "traffic/checks.h"
+
+#include "traffic/content.h"
+
+namespace softrdma::traffic {
+
+Encoder encode(const CheckRequest& r) {
+  Encoder e;
+  e.u32(r.phase).u32(r.qp).u32(r.epoch).u32(uint32_t(r.items.size()));
+  for (const CheckItem& i : r.items)
+    e.u8(uint8_t(i.kind)).u32(i.message).u64(i.offset).u32(i.length).u64(i.key).u64(i.key_offset);
+  return e;
+}
+
+Encoder encode(const CheckReply& r) {
+  Encoder e;
+  e.u32(r.phase).u32(r.qp).u32(r.epoch).u64(r.atomic_slot).u32(uint32_t(r.results.size()));
+  for (const CheckResult& c : r.results) e.u32(c.crc).u64(c.mismatch);
+  return e;
+}
+
+bool decode(std::span<const uint8_t> payload, CheckRequest& out) {
+  Decoder d(payload);
+  out.phase = d.u32();
+  out.qp = d.u32();
+  out.epoch = d.u32();
+  const uint32_t n = d.u32();
+  if (!d.ok() || n > payload.size()) return false;
+  out.items.resize(n);
+  for (CheckItem& i : out.items) {
+    i.kind = CheckKind(d.u8());
+    i.message = d.u32();
+    i.offset = d.u64();
+    i.length = d.u32();
+    i.key = d.u64();
+    i.key_offset = d.u64();
+  }
+  return d.ok() && d.at_end();
+}
+
+bool decode(std::span<const uint8_t> payload, CheckReply& out) {
+  Decoder d(payload);
+  out.phase = d.u32();
+  out.qp = d.u32();
+  out.epoch = d.u32();
+  out.atomic_slot = d.u64();
+  const uint32_t n = d.u32();
+  if (!d.ok() || n > payload.size()) return false;
+  out.results.resize(n);
+  for (CheckResult& c : out.results) {
+    c.crc = d.u32();
+    c.mismatch = d.u64();
+  }
+  return d.ok() && d.at_end();
+}
+
+CheckReply answer_check(const CheckRequest& request, std::span<const uint8_t> landing,
+                        std::span<const uint8_t> exposed, uint64_t atomic_slot) {
+  CheckReply reply;
+  reply.phase = request.phase;
+  reply.qp = request.qp;
+  reply.epoch = request.epoch;
+  reply.atomic_slot = atomic_slot;
+  reply.results.reserve(request.items.size());
+  for (const CheckItem& item : request.items) {
+    const std::span<const uint8_t> region = item.kind == CheckKind::kWrite ? landing : exposed;
+    CheckResult r{0, 0};
+    if (item.offset <= region.size() && item.length <= region.size() - item.offset) {
+      const auto bytes = region.subspan(item.offset, item.length);
+      const size_t bad = first_mismatch(item.key, item.key_offset, bytes);
+      r.mismatch = bad == kNoMismatch ? ~uint64_t(0) : uint64_t(bad);
+      r.crc = crc32_of(bytes);
+    }
+    reply.results.push_back(r);
+  }
+  return reply;
+}
+
+}  // namespace softrdma::traffic

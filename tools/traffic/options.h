@@ -1,0 +1,50 @@
+// Command-line options of a traffic run, shared by the launching process and the
+// two node processes it starts (they get the same arguments plus their role).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "traffic/node.h"
+#include "traffic/plan.h"
+
+namespace softrdma::traffic {
+
+struct RunOptions {
+  uint64_t seed = 1;
+  uint32_t qps = 4;
+  double loss = 0, dup = 0, reorder = 0;  // fault injection, each process's transmit side
+  std::string faults;                     // full fault_settings.h text (overrides the three)
+  std::string pcap;                       // capture file, written by the client process
+  std::string mode = "demo";              // demo | test
+  double scale = 1.0;                     // multiplies message counts
+  uint32_t max_size = 8u << 20;
+  uint32_t depth = 8;
+  uint32_t mtu = 4096;
+  uint32_t ack_timeout = 12;
+  std::vector<Op> ops;                    // --ops: one custom phase of these
+  uint32_t messages = 16;                 // --messages: per QP, for --ops
+  int time_limit_s = 300;
+  int stall_timeout_s = 30;
+  bool verbose = false;
+  bool inject_data_errors = false;  // spoil data before checking it (tests the checks)
+  // A node process (started by the launcher, or by hand with --listen/--connect).
+  std::optional<Role> role;
+  int oob_fd = -1;
+  uint16_t port = 0;
+  std::string host = "127.0.0.1";
+  // What both node processes get: every argument but the node-only ones.
+  std::vector<std::string> forwarded;
+};
+
+bool parse_options(int argc, char** argv, RunOptions& o, std::string& error);
+std::string usage(const char* program);
+
+std::vector<PhaseSpec> phases_for(const RunOptions& o);
+// The fault settings of one process: "" for none. The seed differs per role.
+std::string fault_settings_for(const RunOptions& o, Role role);
+NodeConfig node_config(const RunOptions& o, Role role);
+
+}  // namespace softrdma::traffic

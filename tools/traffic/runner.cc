@@ -1,0 +1,264 @@
+// The phases of a node: pump lanes and receivers, poll the CQs, serve the peer's
+// check requests, and agree with the peer on the end of each phase. Blocks on the
+// CQs' eventfd and the out-of-band socket when nothing is ready (two cores: the
+// progress threads need them).
+#include <poll.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "engine/qp.h"
+#include "traffic/node.h"
+#include "traffic/report.h"
+
+namespace softrdma::traffic {
+
+namespace {
+
+constexpr int kPollBatch = 32;
+
+}  // namespace
+
+bool Node::lanes_done() const {
+  return std::all_of(qps_.begin(), qps_.end(), [](const QpSlot& s) { return s.lane->done(); });
+}
+
+bool Node::receivers_done() const {
+  return std::all_of(qps_.begin(), qps_.end(),
+                     [](const QpSlot& s) { return s.receiver->done(); });
+}
+
+uint64_t Node::slot_value(uint32_t qp) const {
+  // Written by this process's progress thread (the engine executes the atomics).
+  return __atomic_load_n(reinterpret_cast<const uint64_t*>(atomics_.data() + 8 * qp),
+                         __ATOMIC_ACQUIRE);
+}
+
+bool Node::run_phase(uint32_t phase) {
+  const PhaseSpec& spec = config_.phases[phase];
+  const Role peer = peer_of(config_.role);
+  for (uint32_t q = 0; q < config_.qps; ++q) {
+    QpSlot& s = qps_[q];
+    s.lane->start_phase(phase, make_plan(spec, config_.seed, phase, config_.role, q,
+                                         peer_.exposed.length), spec.depth);
+    s.receiver->start_phase(phase, make_plan(spec, config_.seed, phase, peer, q, exposed_.size()));
+  }
+  // Receive WQEs first, then tell the peer to go: SENDs that find no receive WQE
+  // are refused with RNR NAKs and resent, which costs the whole window.
+  for (QpSlot& s : qps_) s.receiver->pump();
+  Encoder start_msg;
+  start_msg.u32(phase);
+  oob_->send(MsgType::kPhaseStart, start_msg);
+  const std::map<std::string, uint64_t> before = fabric_->counters();
+  last_progress_ns_ = now_ns();
+  phase_done_sent_ = false;
+  while (!errors_.is_fatal()) {
+    const int64_t now = now_ns();
+    const bool worked = step(phase, now);
+    if (phase_done_sent_ && peer_phases_done_ > phase && receivers_done()) break;
+    if (oob_->closed()) {
+      errors_.fatal(oob_->error() + " before the end of phase " + std::to_string(phase));
+      break;
+    }
+    if (worked) {
+      last_progress_ns_ = now;
+      continue;
+    }
+    if (now - last_progress_ns_ > int64_t(config_.stall_timeout_ms) * 1'000'000) {
+      dump_state(now);
+      errors_.fatal("no progress for " + std::to_string(config_.stall_timeout_ms) + " ms");
+      break;
+    }
+    wait_for_events(100);
+  }
+  // The phase's time: from this node's first post to its last send completion.
+  int64_t first = 0, end = 0;
+  for (const QpSlot& s : qps_) {
+    if (s.lane->first_post_ns() != 0 && (first == 0 || s.lane->first_post_ns() < first))
+      first = s.lane->first_post_ns();
+    end = std::max(end, s.lane->last_completion_ns());
+  }
+  print_phase(phase, first != 0 && end > first ? end - first : 0, before);
+  if (errors_.is_fatal()) {
+    dump_state(now_ns());
+    Encoder e;
+    e.str("fatal error in phase " + std::to_string(phase));
+    oob_->send(MsgType::kFail, e);
+    oob_->flush();
+    return false;
+  }
+  return true;
+}
+
+// One turn of the loop; true when anything happened.
+bool Node::step(uint32_t phase, int64_t now) {
+  bool worked = false;
+  for (QpSlot& s : qps_) {
+    if (peer_phases_started_ > phase) worked |= s.lane->pump(now);
+    worked |= s.receiver->pump();
+  }
+  worked |= poll_cqs(now);
+  for (QpSlot& s : qps_) {
+    if (std::optional<CheckRequest> r = s.lane->take_check()) {
+      oob_->send(MsgType::kCheck, encode(*r));
+      worked = true;
+    }
+  }
+  if (!phase_done_sent_ && lanes_done()) {
+    Encoder e;
+    e.u32(phase);
+    oob_->send(MsgType::kPhaseDone, e);
+    phase_done_sent_ = true;
+    worked = true;
+  }
+  worked |= handle_oob();
+  return worked;
+}
+
+bool Node::poll_cqs(int64_t now) {
+  bool any = false;
+  ibv_wc wc[kPollBatch];
+  for (engine::Cq* cq : {&fabric_->send_cq(), &fabric_->recv_cq()}) {
+    const bool send = cq == &fabric_->send_cq();
+    int n;
+    while ((n = cq->poll(kPollBatch, wc)) > 0) {
+      any = true;
+      for (int i = 0; i < n && !errors_.is_fatal(); ++i) {
+        auto it = index_of_qpn_.find(wc[i].qp_num);
+        if (it == index_of_qpn_.end()) {
+          errors_.fatal("completion for unknown qp_num " + std::to_string(wc[i].qp_num));
+          break;
+        }
+        QpSlot& s = qps_[it->second];
+        if (send) {
+          s.lane->on_completion(wc[i], now);
+        } else {
+          s.receiver->on_completion(wc[i]);
+        }
+      }
+    }
+  }
+  return any;
+}
+
+bool Node::handle_oob() {
+  if (!oob_->flush() || !oob_->receive()) {
+    errors_.fatal(oob_->error());
+    return false;
+  }
+  bool any = false;
+  while (std::optional<Frame> f = oob_->next()) {
+    handle_frame(*f);
+    any = true;
+  }
+  return any;
+}
+
+void Node::handle_frame(const Frame& f) {
+  switch (f.type) {
+    case MsgType::kCheck: {
+      CheckRequest r;
+      if (!decode(f.payload, r) || r.qp >= config_.qps) return errors_.fatal("bad check request");
+      return answer_check(r);
+    }
+    case MsgType::kCheckReply: {
+      CheckReply r;
+      if (!decode(f.payload, r) || r.qp >= config_.qps) return errors_.fatal("bad check reply");
+      return qps_[r.qp].lane->on_check_reply(r);
+    }
+    case MsgType::kPhaseStart:
+      ++peer_phases_started_;
+      return;
+    case MsgType::kPhaseDone:
+      ++peer_phases_done_;
+      return;
+    case MsgType::kFail: {
+      Decoder d(f.payload);
+      return errors_.fatal("the peer stopped: " + d.str());
+    }
+    case MsgType::kHello:
+    case MsgType::kReady:
+      break;
+  }
+  errors_.fatal("unexpected out-of-band message " + std::to_string(int(f.type)));
+}
+
+void Node::answer_check(const CheckRequest& r) {
+  const QpSlot& s = qps_[r.qp];
+  if (config_.inject_data_errors && !write_spoiled_) {
+    for (const CheckItem& item : r.items) {
+      if (item.kind != CheckKind::kWrite || item.length == 0 || item.offset >= s.landing.size())
+        continue;
+      s.landing.data()[item.offset] ^= 0x01;
+      write_spoiled_ = true;
+      break;
+    }
+  }
+  const CheckReply reply = ::softrdma::traffic::answer_check(
+      r, {s.landing.data(), s.landing.size()}, {exposed_.data(), exposed_.size()},
+      slot_value(r.qp));
+  for (const CheckItem& item : r.items) verified_.bytes_compared += item.length;
+  oob_->send(MsgType::kCheckReply, encode(reply));
+}
+
+void Node::wait_for_events(int timeout_ms) {
+  // Arm, then look once more: a completion between the last poll and the arm
+  // would otherwise not wake us.
+  fabric_->arm_notify();
+  if (fabric_->send_cq().depth() > 0 || fabric_->recv_cq().depth() > 0) return;
+  pollfd fds[2] = {{fabric_->notify_fd(), POLLIN, 0},
+                   {oob_->fd(), short(POLLIN | (oob_->wants_write() ? POLLOUT : 0)), 0}};
+  poll(fds, 2, timeout_ms);
+  fabric_->drain_notify();
+}
+
+void Node::dump_state(int64_t now) {
+  std::fprintf(stderr, "[%s] state (peer finished %u phases):\n",
+               std::string(role_name(config_.role)).c_str(), peer_phases_done_);
+  for (const QpSlot& s : qps_) {
+    std::fprintf(stderr, "  %s\n  %s\n", s.lane->describe(now).c_str(),
+                 s.receiver->describe().c_str());
+  }
+  for (const auto& [name, value] : fabric_->counters())
+    if (value != 0) std::fprintf(stderr, "  %s=%llu\n", name.c_str(), (unsigned long long)value);
+}
+
+int Node::run() {
+  const std::string role(role_name(config_.role));
+  std::string error;
+  if (!setup(error)) {
+    std::fprintf(stderr, "[%s] set-up failed: %s\n", role.c_str(), error.c_str());
+    if (oob_) {
+      Encoder e;
+      e.str(role + " set-up failed: " + error);
+      oob_->send(MsgType::kFail, e);
+      oob_->flush();
+    }
+    return 2;
+  }
+  std::fprintf(stderr, "[%s] %s, %u QPs\n", role.c_str(), fabric_->describe().c_str(), config_.qps);
+  for (uint32_t p = 0; p < config_.phases.size(); ++p)
+    if (!run_phase(p)) break;
+  print_final();
+  return errors_.count() == 0 ? 0 : 1;
+}
+
+void Node::print_phase(uint32_t phase, int64_t ns, const std::map<std::string, uint64_t>& before) {
+  PhaseRecord r;
+  r.label = config_.phases[phase].label;
+  r.ns = ns;
+  for (const QpSlot& s : qps_)
+    for (size_t k = 0; k < kOpCount; ++k) r.ops[k].merge(s.lane->stats()[k]);
+  for (const auto& [name, value] : fabric_->counters()) {
+    auto it = before.find(name);
+    r.counters[name] = value - (it == before.end() ? 0 : it->second);
+  }
+  print_phase_lines(stdout, std::string(role_name(config_.role)), phase, r);
+}
+
+void Node::print_final() {
+  print_final_lines(stdout, std::string(role_name(config_.role)), errors_.count(), verified_,
+                    fabric_->counters());
+}
+
+}  // namespace softrdma::traffic
