@@ -113,25 +113,12 @@ TEST_F(RcPairTest, DuplicatedSendIsDeliveredOnce) {
 
 // A duplicated FETCH_ADD must not add twice: the responder replays the saved result.
 TEST_F(RcPairTest, DuplicateAtomicIsReplayedNotReexecuted) {
-  uint64_t remote = 7;
-  std::memcpy(&b.mem[256], &remote, 8);
+  store64(b, 256, 7);
   net_.drop(match::opcode(op::kRcAtomicAcknowledge));  // the first answer is lost
-  ibv_sge sge{a.addr(0), 8, a.mr->key};
-  ibv_send_wr wr{};
-  wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.wr.atomic.remote_addr = b.addr(256);
-  wr.wr.atomic.rkey = b.mr->key;
-  wr.wr.atomic.compare_add = 5;
-  ASSERT_EQ(post_wr(a, wr), 0);
+  ASSERT_EQ(post_atomic(a, IBV_WR_ATOMIC_FETCH_AND_ADD, 0, 256, 5, 0, 1), 0);
   ASSERT_TRUE(run_until([&] { return sq_idle(a); }));
-  uint64_t value = 0;
-  std::memcpy(&value, &b.mem[256], 8);
-  EXPECT_EQ(value, 12u);  // added once
-  std::memcpy(&value, &a.mem[0], 8);
-  EXPECT_EQ(value, 7u);
+  EXPECT_EQ(load64(b, 256), 12u);  // added once
+  EXPECT_EQ(load64(a, 0), 7u);
   EXPECT_EQ(b.counters().duplicate_atomics_replayed.load(), 1u);
   EXPECT_EQ(poll(a.scq).at(0).status, IBV_WC_SUCCESS);
 }

@@ -138,6 +138,33 @@ int RcPairTest::post_wr(Node& n, ibv_send_wr& wr) {
   return n.qp->post_send(&wr, &bad);
 }
 
+int RcPairTest::post_atomic(Node& n, ibv_wr_opcode opcode, size_t offset,
+                            size_t remote_offset, uint64_t compare_add, uint64_t swap,
+                            uint64_t wr_id) {
+  ibv_sge sge{n.addr(offset), 8, n.mr->key};
+  ibv_send_wr wr{};
+  wr.wr_id = wr_id;
+  wr.opcode = opcode;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.wr.atomic.remote_addr = peer(n).addr(remote_offset);
+  wr.wr.atomic.rkey = peer(n).mr->key;
+  wr.wr.atomic.compare_add = compare_add;
+  wr.wr.atomic.swap = swap;
+  return post_wr(n, wr);
+}
+
+uint64_t RcPairTest::load64(const Node& n, size_t offset) {
+  uint64_t v = 0;
+  std::memcpy(&v, n.mem.data() + offset, sizeof v);
+  return v;
+}
+
+void RcPairTest::store64(Node& n, size_t offset, uint64_t value) {
+  std::memcpy(n.mem.data() + offset, &value, sizeof value);
+}
+
 void RcPairTest::fill(Node& n, size_t offset, size_t length, uint32_t seed) {
   std::mt19937 rng(seed);
   for (size_t i = 0; i < length; ++i) n.mem[offset + i] = uint8_t(rng());

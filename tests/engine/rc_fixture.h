@@ -67,6 +67,12 @@ class RcPairTest : public ::testing::Test {
   int post(Node& n, ibv_wr_opcode opcode, size_t offset, uint32_t length,
            size_t remote_offset, uint64_t wr_id, unsigned flags = IBV_SEND_SIGNALED);
   int post_wr(Node& n, ibv_send_wr& wr);
+  // An ATOMIC from `n` on the peer's 8 bytes at `remote_offset`; the old value lands
+  // at `offset` of n's memory.
+  int post_atomic(Node& n, ibv_wr_opcode opcode, size_t offset, size_t remote_offset,
+                  uint64_t compare_add, uint64_t swap, uint64_t wr_id);
+  static uint64_t load64(const Node& n, size_t offset);
+  static void store64(Node& n, size_t offset, uint64_t value);
   void fill(Node& n, size_t offset, size_t length, uint32_t seed);
   bool same(const Node& x, size_t xo, const Node& y, size_t yo, size_t length) const;
   Node& peer(Node& n) { return &n == &a ? b : a; }

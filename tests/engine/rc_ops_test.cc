@@ -129,64 +129,37 @@ TEST_P(RcOpsTest, ReadFetchesRemoteMemory) {
 
 // Compare-and-swap swaps only on a match and always returns the old value (IBA 9.4.5).
 TEST_F(RcPairTest, CompareSwapSwapsOnMatchOnly) {
-  uint64_t remote = 0x1111;
-  std::memcpy(&b.mem[64], &remote, 8);
-  ibv_sge sge{a.addr(0), 8, a.mr->key};
-  ibv_send_wr wr{};
-  wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.wr.atomic.remote_addr = b.addr(64);
-  wr.wr.atomic.rkey = b.mr->key;
-  wr.wr.atomic.compare_add = 0x2222;  // no match
-  wr.wr.atomic.swap = 0x3333;
-  ASSERT_EQ(post_wr(a, wr), 0);
+  store64(b, 64, 0x1111);
+  ASSERT_EQ(post_atomic(a, IBV_WR_ATOMIC_CMP_AND_SWP, 0, 64, 0x2222, 0x3333, 1), 0);
   pump();
-  uint64_t value = 0;
-  std::memcpy(&value, &b.mem[64], 8);
-  EXPECT_EQ(value, 0x1111u);
-  std::memcpy(&value, &a.mem[0], 8);
-  EXPECT_EQ(value, 0x1111u);
-  wr.wr.atomic.compare_add = 0x1111;  // match
-  ASSERT_EQ(post_wr(a, wr), 0);
+  EXPECT_EQ(load64(b, 64), 0x1111u);  // no match: unchanged
+  EXPECT_EQ(load64(a, 0), 0x1111u);
+  ASSERT_EQ(post_atomic(a, IBV_WR_ATOMIC_CMP_AND_SWP, 8, 64, 0x1111, 0x3333, 2), 0);
   pump();
-  std::memcpy(&value, &b.mem[64], 8);
-  EXPECT_EQ(value, 0x3333u);
+  EXPECT_EQ(load64(b, 64), 0x3333u);  // match: swapped
+  EXPECT_EQ(load64(a, 8), 0x1111u);
   auto wcs = poll(a.scq);
   ASSERT_EQ(wcs.size(), 2u);
-  EXPECT_EQ(wcs[1].opcode, IBV_WC_COMP_SWAP);
-  EXPECT_EQ(wcs[1].status, IBV_WC_SUCCESS);
+  for (auto& wc : wcs) {
+    EXPECT_EQ(wc.opcode, IBV_WC_COMP_SWAP);
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wc.byte_len, 8u);
+  }
 }
 
-// Fetch-and-add adds and returns the previous value.
+// Fetch-and-add adds and returns the previous value, in posting order.
 TEST_F(RcPairTest, FetchAddAddsAndReturnsOld) {
-  uint64_t remote = 40;
-  std::memcpy(&b.mem[128], &remote, 8);
-  for (int i = 0; i < 3; ++i) {
-    ASSERT_EQ(post(a, IBV_WR_ATOMIC_FETCH_AND_ADD, 8 * i, 8, 128, i), 0);
-  }
-  // post() puts compare_add = 0: set the addend through a direct WR instead.
+  store64(b, 128, 40);
+  for (int i = 0; i < 3; ++i)
+    ASSERT_EQ(post_atomic(a, IBV_WR_ATOMIC_FETCH_AND_ADD, 8 * i, 128, 2, 0, i), 0);
   pump();
   auto wcs = poll(a.scq);
   ASSERT_EQ(wcs.size(), 3u);
   for (auto& wc : wcs) EXPECT_EQ(wc.opcode, IBV_WC_FETCH_ADD);
-  ibv_sge sge{a.addr(64), 8, a.mr->key};
-  ibv_send_wr wr{};
-  wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.wr.atomic.remote_addr = b.addr(128);
-  wr.wr.atomic.rkey = b.mr->key;
-  wr.wr.atomic.compare_add = 2;
-  ASSERT_EQ(post_wr(a, wr), 0);
-  pump();
-  uint64_t value = 0;
-  std::memcpy(&value, &b.mem[128], 8);
-  EXPECT_EQ(value, 42u);
-  std::memcpy(&value, &a.mem[64], 8);
-  EXPECT_EQ(value, 40u);
+  EXPECT_EQ(load64(a, 0), 40u);
+  EXPECT_EQ(load64(a, 8), 42u);
+  EXPECT_EQ(load64(a, 16), 44u);
+  EXPECT_EQ(load64(b, 128), 46u);
 }
 
 // A gather list of several SGEs is sent as one message; inline data is read at post.

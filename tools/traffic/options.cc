@@ -124,7 +124,7 @@ std::string usage(const char* program) {
     << "  --max-size=BYTES  largest message (default 8388608)\n"
     << "  --depth=N         work requests outstanding per QP (default 8)\n"
     << "  --mtu=BYTES       path MTU 256..4096 (default 4096)\n"
-    << "  --ack-timeout=N   QP local ACK timeout 4.096us*2^N (default 12)\n"
+    << "  --ack-timeout=N   QP local ACK timeout 4.096us*2^N (default 14)\n"
     << "  --time-limit=S    stop the run after S seconds (default 300)\n"
     << "  --stall-timeout=S a node gives up after S seconds without progress (default 30)\n"
     << "  --verbose         echo the nodes' result lines\n"
