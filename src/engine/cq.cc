@@ -31,6 +31,7 @@ bool Cq::push(const ibv_wc& wc, bool solicited) {
 }
 
 int Cq::poll(int max, ibv_wc* out) {
+  if (max <= 0) return 0;  // ibv_poll_cq(3): nothing asked, nothing taken
   std::lock_guard lock(mutex_);
   int n = std::min<int>(max, int(count_));
   for (int i = 0; i < n; ++i) {

@@ -59,6 +59,19 @@ void count_delivered(const ibv_async_event& event) {
   }
 }
 
+// The oldest queued event, counted as delivered; false when its object was
+// destroyed after the fd was signalled.
+bool take_async_event(Context& ctx, ibv_async_event& event) {
+  std::lock_guard lock(ctx.events_mutex);
+  if (ctx.events.empty()) return false;
+  event = ctx.events.front();
+  ctx.events.pop_front();
+  // Under events_mutex: a destroy's drop_async_events() comes either before
+  // (the event is gone) or after (it is counted).
+  count_delivered(event);
+  return true;
+}
+
 }  // namespace
 
 namespace softrdma::verbs {
@@ -89,14 +102,7 @@ SOFTRDMA_EXPORT int ibv_get_async_event(ibv_context* context, ibv_async_event* e
     }
     for (;;) {
       if (eventfd_take(context->async_fd) != 0) return -1;
-      std::lock_guard lock(ctx->events_mutex);
-      if (ctx->events.empty()) continue;  // its object was destroyed meanwhile
-      *event = ctx->events.front();
-      ctx->events.pop_front();
-      // Under events_mutex: a destroy's drop_async_events() comes either before
-      // (the event is gone) or after (it is counted).
-      count_delivered(*event);
-      return 0;
+      if (take_async_event(*ctx, *event)) return 0;
     }
   });
 }

@@ -1,5 +1,6 @@
 // Completion queues and completion channels (ibv_create_cq(3), ibv_poll_cq(3),
 // ibv_req_notify_cq(3), ibv_create_comp_channel(3), ibv_get_cq_event(3)).
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -49,6 +50,47 @@ void wait_for_acks(Cq* cq) {
   pthread_mutex_unlock(&cq->ibv.mutex);
 }
 
+Cq* create_cq(Context* ctx, int cqe, int& err) {
+  softrdma::engine::Cq* engine_cq = ctx->device->create_cq(cqe, err);
+  if (engine_cq == nullptr) return nullptr;
+  auto* cq = new Cq{};
+  cq->cq = engine_cq;
+  cq->node = ctx->node;
+  cq->ctx = ctx;
+  cq->inline_progress = ctx->inline_progress;
+  cq->ibv.context = ctx->ibv();
+  cq->ibv.cqe = int(engine_cq->capacity());
+  pthread_mutex_init(&cq->ibv.mutex, nullptr);
+  pthread_cond_init(&cq->ibv.cond, nullptr);
+  return cq;
+}
+
+// Before the CQ is used: its notifications go to the channel from now on.
+void attach_channel(Cq* cq, CompChannel* channel) {
+  cq->channel = channel;
+  cq->ibv.channel = &channel->ibv;
+  {
+    std::lock_guard lock(channel->mutex);
+    ++channel->ibv.refcnt;
+  }
+  cq->cq->set_notify([cq] { on_notify(cq); });
+}
+
+// ibv_get_cq_event(3): the oldest CQ whose notification fired, counted as
+// delivered; null when its CQ was destroyed after the fd was signalled.
+Cq* take_cq_event(CompChannel* channel) {
+  std::lock_guard lock(channel->mutex);
+  if (channel->pending.empty()) return nullptr;
+  Cq* cq = channel->pending.front();
+  channel->pending.pop_front();
+  // Counted under the channel lock: destroy_cq's drop_pending() comes either
+  // before (the event is gone) or after (it is counted).
+  pthread_mutex_lock(&cq->ibv.mutex);
+  ++cq->comp_events_delivered;
+  pthread_mutex_unlock(&cq->ibv.mutex);
+  return cq;
+}
+
 void free_cq(Cq* cq) {
   if (cq->channel != nullptr) {
     std::lock_guard lock(cq->channel->mutex);
@@ -68,12 +110,17 @@ namespace softrdma::verbs {
 // it; with the progress thread it saves the thread's wake-up latency).
 int op_poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   Cq* cq = to_cq(ibcq);
-  if (Process::get().stale(cq->ctx)) [[unlikely]]
-    return -1;
+  if (num_entries <= 0 || Process::get().stale(cq->ctx)) [[unlikely]]
+    return num_entries == 0 ? 0 : -1;
   int n = cq->cq->poll(num_entries, wc);
   if (n < num_entries && (n == 0 || cq->inline_progress)) {
-    cq->node->progress_inline();
+    const bool worked = cq->node->progress_inline();
     n += cq->cq->poll(num_entries - n, wc + n);
+    // Nothing to return and nothing done: give the core away. A busy poller
+    // otherwise holds a core that the peer process or this process's progress
+    // thread needs when threads outnumber cores (these machines have two); with
+    // nobody else runnable, sched_yield returns at once.
+    if (n == 0 && !worked) sched_yield();
   }
   return n;
 }
@@ -94,27 +141,11 @@ SOFTRDMA_EXPORT ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_co
     if (!live(context)) return fail(EIO);
     if (comp_vector < 0 || comp_vector >= context->num_comp_vectors) return fail(EINVAL);
     if (channel != nullptr && channel->context != context) return fail(EINVAL);
-    Context* ctx = to_context(context);
     int err = 0;
-    softrdma::engine::Cq* engine_cq = ctx->device->create_cq(cqe, err);  // cqe > max_cqe: EINVAL
-    if (engine_cq == nullptr) return fail(err);
-    auto* cq = new Cq{};
-    cq->cq = engine_cq;
-    cq->node = ctx->node;
-    cq->ctx = ctx;
-    cq->channel = channel != nullptr ? to_channel(channel) : nullptr;
-    cq->inline_progress = ctx->inline_progress;
-    cq->ibv.context = context;
-    cq->ibv.channel = channel;
+    Cq* cq = create_cq(to_context(context), cqe, err);  // cqe > max_cqe: EINVAL
+    if (cq == nullptr) return fail(err);
     cq->ibv.cq_context = cq_context;
-    cq->ibv.cqe = int(engine_cq->capacity());
-    pthread_mutex_init(&cq->ibv.mutex, nullptr);
-    pthread_cond_init(&cq->ibv.cond, nullptr);
-    if (cq->channel != nullptr) {
-      std::lock_guard lock(cq->channel->mutex);
-      ++cq->channel->ibv.refcnt;
-      engine_cq->set_notify([cq] { on_notify(cq); });
-    }
+    if (channel != nullptr) attach_channel(cq, to_channel(channel));
     Process::get().add_cq(cq);
     return &cq->ibv;
   });
@@ -186,15 +217,8 @@ SOFTRDMA_EXPORT int ibv_get_cq_event(ibv_comp_channel* ibchannel, ibv_cq** cq_ou
     }
     for (;;) {
       if (eventfd_take(ibchannel->fd) != 0) return -1;
-      std::lock_guard lock(channel->mutex);
-      if (channel->pending.empty()) continue;  // its CQ was destroyed meanwhile
-      Cq* cq = channel->pending.front();
-      channel->pending.pop_front();
-      // Counted under the channel lock: destroy_cq's drop_pending() comes either
-      // before (the event is gone) or after (it is counted).
-      pthread_mutex_lock(&cq->ibv.mutex);
-      ++cq->comp_events_delivered;
-      pthread_mutex_unlock(&cq->ibv.mutex);
+      Cq* cq = take_cq_event(channel);
+      if (cq == nullptr) continue;
       *cq_out = &cq->ibv;
       *cq_context = cq->ibv.cq_context;
       return 0;

@@ -3,7 +3,7 @@
 libibverbs.so.1 (LD_LIBRARY_PATH at the build tree's lib/) and checks its exit
 status and output. Used by the conformance ctests (tests/conformance/CMakeLists.txt).
 
-  run_client.py --lib-dir DIR [--preload LIB] [--expect RE]... -- CMD ARGS...
+  run_client.py [--lib-dir DIR] [--preload LIB] [--expect RE]... -- CMD ARGS...
       one process (ibv_devices, ibv_devinfo)
   run_client.py --lib-dir DIR --pair --port P [--expect RE]... [--expect-server RE]...
                 -- CMD ARGS...
@@ -12,6 +12,8 @@ status and output. Used by the conformance ctests (tests/conformance/CMakeLists.
       client's output, --expect-server to the server's.
 
 Each --expect is a Python regular expression (MULTILINE) that must match.
+--env NAME=VALUE sets a variable for the clients (a softrdma setting);
+--expect-exit N wants that exit status instead of 0 (single process).
 --preload puts a sanitizer runtime first in the clients (a sanitized softrdma
 library cannot load into an unsanitized binary otherwise).
 Waiting for the server to listen reads /proc/net/tcp{,6}: a probe connection
@@ -45,8 +47,12 @@ def listening(port):
 
 def environment(args):
     env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = args.lib_dir + (
-        ":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    if args.lib_dir:  # none: the command arranges it (`softrdma run`)
+        env["LD_LIBRARY_PATH"] = args.lib_dir + (
+            ":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    for assignment in args.env:
+        name, _, value = assignment.partition("=")
+        env[name] = value
     if args.preload:
         env["LD_PRELOAD"] = args.preload
         # The system binaries' own leaks at exit are not softrdma's to fix.
@@ -72,11 +78,12 @@ def finish(proc, deadline):
         return None, out
 
 
-def check(name, status, output, expects):
+def check(name, status, output, expects, want_status=0):
     ok = True
     print(f"===== {name}: exit {status if status is not None else 'TIMEOUT'}")
     print(output)
-    if status != 0:
+    if status != want_status:
+        print(f"===== {name}: expected exit status {want_status}")
         ok = False
     for pattern in expects:
         if not re.search(pattern, output, re.MULTILINE):
@@ -88,7 +95,7 @@ def check(name, status, output, expects):
 def run_single(args, env):
     deadline = time.monotonic() + args.timeout
     status, out = finish(start(args.command, env), deadline)
-    return check(" ".join(args.command), status, out, args.expect)
+    return check(" ".join(args.command), status, out, args.expect, args.expect_exit)
 
 
 def run_pair(args, env):
@@ -113,13 +120,17 @@ def run_pair(args, env):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--lib-dir", required=True)
+    ap.add_argument("--lib-dir", default="")
     ap.add_argument("--preload", default="")
     ap.add_argument("--pair", action="store_true")
     ap.add_argument("--port", type=int)
     ap.add_argument("--timeout", type=float, default=240)
     ap.add_argument("--expect", action="append", default=[])
     ap.add_argument("--expect-server", action="append", default=[])
+    ap.add_argument("--expect-exit", type=int, default=0,
+                    help="exit status wanted (single process only)")
+    ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                    help="set in the clients' environment")
     ap.add_argument("command", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     if args.command and args.command[0] == "--":

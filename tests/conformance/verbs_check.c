@@ -253,15 +253,16 @@ int main(int argc, char **argv) {
   if (ibv_query_gid(c->ctx, 1, gidx, &me.gid)) return perror("ibv_query_gid"), 1;
   int fd = tcp_connect(server, port, server == NULL);
   if (fd < 0 || exchange(fd, &me, &them, sizeof me)) return perror("TCP exchange"), 1;
+  if (connect_qp(c, &me, &them, gidx)) return perror("ibv_modify_qp"), 1;
   if (!server) {  /* server: its pattern to be READ, the counter, one receive */
     for (size_t i = 0; i < kBuf; ++i) c->buf[i] = pattern(1, i);
     uint64_t counter = 100;
     memcpy(c->buf + kCounterAt, &counter, 8);
     struct ibv_sge sge = {(uintptr_t)(c->buf + kRecvAt), 4096, c->mr->lkey};
     struct ibv_recv_wr rwr = {.sg_list = &sge, .num_sge = 1}, *bad;
-    if (ibv_post_recv(c->qp, &rwr, &bad)) return perror("ibv_post_recv"), 1;
+    int err = ibv_post_recv(c->qp, &rwr, &bad);
+    if (err) return fprintf(stderr, "ibv_post_recv: %s\n", strerror(err)), 1;
   }
-  if (connect_qp(c, &me, &them, gidx)) return perror("ibv_modify_qp"), 1;
   char ready = 'r', verdict;
   if (exchange(fd, &ready, &verdict, 1)) return perror("TCP sync"), 1;
   if (server) client_ops(c, &them);

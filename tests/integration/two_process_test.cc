@@ -98,6 +98,7 @@ struct LossCase {
   const char* name;
   const char* loss;
   uint64_t seed;
+  const char* mtu;  // path MTUs vary across the cases: segmentation at several sizes
 };
 
 void PrintTo(const LossCase& c, std::ostream* os) { *os << c.name; }
@@ -110,6 +111,7 @@ TEST_P(TwoProcessLoss, EveryByteAndCompletionChecks) {
   const LossCase& c = GetParam();
   const ProgramRun r = run_program({SOFTRDMA_DEMO, "--mode=test", "--qps=4",
                              "--seed=" + std::to_string(c.seed), std::string("--loss=") + c.loss,
+                             std::string("--mtu=") + c.mtu,
                              "--dup=0.01", "--reorder=0.02", scale_arg(), "--time-limit=250"});
   const auto s = fields_of(r, "summary");
   if (r.exit_code != 0 || s.empty() || s.at("status") != "PASS") dump(r);
@@ -142,9 +144,10 @@ TEST_P(TwoProcessLoss, EveryByteAndCompletionChecks) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Faults, TwoProcessLoss,
-                         ::testing::Values(LossCase{"Loss0", "0", 11}, LossCase{"Loss1", "0.01", 12},
-                                           LossCase{"Loss5", "0.05", 13},
-                                           LossCase{"Loss10", "0.10", 14}),
+                         ::testing::Values(LossCase{"Loss0", "0", 11, "4096"},
+                                           LossCase{"Loss1", "0.01", 12, "1024"},
+                                           LossCase{"Loss5", "0.05", 13, "2048"},
+                                           LossCase{"Loss10", "0.10", 14, "4096"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // The demo's own phases (every op alone at 64 B, 64 KiB and 8 MiB, then a mix) at

@@ -113,7 +113,10 @@ TEST(SizeTagged, ExportedQueryPortFillsTheCompatLayout) {
   std::memset(buf, 0xa5, sizeof buf);
   ASSERT_EQ((ibv_query_port)(dev.ctx(), 1, reinterpret_cast<_compat_ibv_port_attr*>(buf)), 0);
   EXPECT_EQ(reinterpret_cast<ibv_port_attr*>(buf)->link_layer, IBV_LINK_LAYER_ETHERNET);
-  for (size_t i = sizeof(ibv_port_attr); i < sizeof buf; ++i) ASSERT_EQ(buf[i], 0xa5);
+  EXPECT_EQ(reinterpret_cast<ibv_port_attr*>(buf)->gid_tbl_len, 2);
+  for (size_t i = offsetof(ibv_port_attr, port_cap_flags2); i < sizeof buf; ++i) {
+    ASSERT_EQ(buf[i], 0xa5) << "byte " << i;
+  }
 }
 
 TEST(SizeTagged, QueryDeviceExWritesOnlyTheGivenLength) {

@@ -260,6 +260,41 @@ TEST_F(Misuse, MemoryRegistrationAccessRules) {
   EXPECT_EQ(ibv_dereg_mr(mr), 0);
 }
 
+// ibv_poll_cq(3): a negative count is a failure, not a corrupted CQ.
+TEST_F(Misuse, PollWithNegativeCountFails) {
+  ibv_wc wc;
+  EXPECT_LT(ibv_poll_cq(cq_, -1, &wc), 0);
+  EXPECT_EQ(ibv_poll_cq(cq_, 0, &wc), 0);
+  EXPECT_EQ(ibv_poll_cq(cq_, 1, &wc), 0);
+}
+
+// ibv_create_qp_ex(3): extensions softrdma cannot honour are EOPNOTSUPP; a
+// missing PD is EINVAL.
+TEST_F(Misuse, CreateQpExRejectsWhatItCannotHonour) {
+  ibv_qp_init_attr_ex init{};
+  init.send_cq = cq_;
+  init.recv_cq = cq_;
+  init.qp_type = IBV_QPT_RC;
+  init.cap.max_send_wr = 4;
+  init.cap.max_recv_wr = 4;
+  init.cap.max_send_sge = 1;
+  init.cap.max_recv_sge = 1;
+  init.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  init.pd = pd_;
+  init.send_ops_flags = IBV_QP_EX_WITH_BIND_MW;
+  errno = 0;
+  EXPECT_EQ(ibv_create_qp_ex(dev_.ctx(), &init), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  init.send_ops_flags = IBV_QP_EX_WITH_SEND;
+  init.comp_mask |= IBV_QP_INIT_ATTR_CREATE_FLAGS;
+  init.create_flags = IBV_QP_CREATE_SCATTER_FCS;
+  EXPECT_EQ(ibv_create_qp_ex(dev_.ctx(), &init), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  init.comp_mask = IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;  // no PD
+  EXPECT_EQ(ibv_create_qp_ex(dev_.ctx(), &init), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+}
+
 // What the engine has not got yet answers "not supported" the verbs way.
 TEST_F(Misuse, MissingFeaturesAreEopnotsupp) {
   ibv_srq_init_attr srq{};

@@ -250,8 +250,9 @@ void Node::make_lanes() {
     ls.verified = &verified_;
     ls.spoil_first_read = config_.inject_data_errors && q == 0;
     s.lane = std::make_unique<Lane>(ls);
-    s.receiver = std::make_unique<Receiver>(ReceiverSetup{
-        s.qp, q, &s.recv, kRecvWindow, &errors_, &verified_, config_.inject_data_errors && q == 0});
+    s.receiver = std::make_unique<Receiver>(ReceiverSetup{s.qp, q, peer_.qpn[q], &s.recv, kRecvWindow,
+                                                          &errors_, &verified_,
+                                                          config_.inject_data_errors && q == 0});
   }
 }
 

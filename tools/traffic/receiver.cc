@@ -106,8 +106,9 @@ void Receiver::check_wc(const ibv_wc& wc, const Message& m) {
     setup_.errors->add(where(m) + ": imm_data " + std::to_string(ntohl(wc.imm_data)) +
                        ", expected " + std::to_string(m.imm));
   }
-  if (wc.qp_num != setup_.qp->qpn())
-    setup_.errors->add(where(m) + ": qp_num " + std::to_string(wc.qp_num));
+  if (wc.qp_num != setup_.qp->qpn() || wc.src_qp != setup_.peer_qpn)
+    setup_.errors->add(where(m) + ": qp_num " + std::to_string(wc.qp_num) + " src_qp " +
+                       std::to_string(wc.src_qp));
 }
 
 void Receiver::check_bytes(const Posted& p) {

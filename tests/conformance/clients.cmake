@@ -1,0 +1,141 @@
+# The conformance matrix (issue 3 "Done when"): which real binaries run on
+# softrdma, with which options, and what their output must show. Regular
+# expressions are bracket arguments (no CMake escaping); iteration counts are
+# small so the suite stays within minutes (perftest itself spends ~0.5 s per
+# size measuring the CPU clock).
+
+# The limits ibv_devinfo -v must show are engine/limits.h's.
+file(READ ${PROJECT_SOURCE_DIR}/src/engine/limits.h limits_h)
+foreach(field max_qp max_qp_wr max_sge max_qp_rd_atom)
+  string(REGEX MATCH "uint32_t ${field} = ([0-9]+);" unused "${limits_h}")
+  set(limit_${field} "${CMAKE_MATCH_1}")
+  if(NOT limit_${field})
+    message(FATAL_ERROR "tests/conformance: ${field} not found in src/engine/limits.h")
+  endif()
+endforeach()
+
+find_program(IBV_DEVICES ibv_devices)
+find_program(IBV_DEVINFO ibv_devinfo)
+find_program(IBV_RC_PINGPONG ibv_rc_pingpong)
+if(NOT IBV_DEVICES OR NOT IBV_DEVINFO OR NOT IBV_RC_PINGPONG)
+  message(STATUS "ibverbs-utils not installed: its conformance tests are not defined")
+else()
+  softrdma_client_test(ibv_devices
+    COMMAND ${IBV_DEVICES}
+    EXPECT [=[softrdma0\s+[0-9a-f]{16}]=])
+
+  softrdma_client_test(ibv_devinfo
+    COMMAND ${IBV_DEVINFO}
+    EXPECT [=[hca_id:\s+softrdma0]=] [=[transport:\s+InfiniBand \(0\)]=]
+           [=[vendor_id:\s+0xffffff]=] [=[phys_port_cnt:\s+1$]=]
+           [=[state:\s+PORT_ACTIVE \(4\)]=] [=[max_mtu:\s+4096 \(5\)]=]
+           [=[active_mtu:\s+4096 \(5\)]=] [=[port_lid:\s+0$]=] [=[link_layer:\s+Ethernet]=])
+
+  softrdma_client_test(ibv_devinfo_verbose
+    COMMAND ${IBV_DEVINFO} -v
+    EXPECT [=[hca_id:\s+softrdma0]=]
+           "max_qp:\\s+${limit_max_qp}$" "max_qp_wr:\\s+${limit_max_qp_wr}$"
+           "max_sge:\\s+${limit_max_sge}$" "max_qp_rd_atom:\\s+${limit_max_qp_rd_atom}$"
+           [=[atomic_cap:\s+ATOMIC_HCA \(1\)]=] [=[max_pkeys:\s+1$]=]
+           [=[gid_tbl_len:\s+2$]=] [=[pkey_tbl_len:\s+1$]=] [=[phys_state:\s+LINK_UP \(5\)]=]
+           [=[GID\[\s*0\]:\s+fe80::ffff:7f[0-9a-f]{2}:[0-9a-f]{1,4}, RoCE v2]=]
+           [=[GID\[\s*1\]:\s+::ffff:127\.\d+\.\d+\.\d+, RoCE v2]=])
+
+  # A device that cannot be opened: the address is on no interface (TEST-NET-1),
+  # or a setting is malformed. The client reports it, softrdma says why, once.
+  softrdma_client_test(ibv_devinfo_unusable_address EXIT 1
+    ENV SOFTRDMA_ADDR=192.0.2.1
+    COMMAND ${IBV_DEVINFO}
+    EXPECT [=[^softrdma: cannot bind UDP 192\.0\.2\.1:4791]=] [=[^Failed to open device]=])
+  softrdma_client_test(ibv_devinfo_malformed_setting EXIT 255
+    ENV SOFTRDMA_PROGRESS=sometimes
+    COMMAND ${IBV_DEVINFO}
+    EXPECT [=[^softrdma: SOFTRDMA_PROGRESS must be]=] [=[^No IB devices found]=])
+
+  # ibv_rc_pingpong -g 1 (the IPv4-mapped GID) at 1 B .. 8 MiB, polling and
+  # with completion events (-e). Each side prints size * iters * 2 bytes.
+  foreach(run "1;20" "4096;20" "1048576;5" "8388608;3")
+    list(GET run 0 size)
+    list(GET run 1 iters)
+    math(EXPR bytes "${size} * ${iters} * 2")
+    foreach(events "" "-e")
+      set(name ibv_rc_pingpong.s${size})
+      if(events)
+        set(name ${name}_events)
+      endif()
+      softrdma_client_test(${name} PAIR
+        COMMAND ${IBV_RC_PINGPONG} -g 1 -s ${size} -n ${iters} ${events}
+        EXPECT "^${bytes} bytes in" [=[GID ::ffff:127\.]=]
+        EXPECT_SERVER "^${bytes} bytes in")
+    endforeach()
+  endforeach()
+  # The ibv_wr_* API (-N) and the link-local GID (-g 0).
+  softrdma_client_test(ibv_rc_pingpong.new_send_api PAIR
+    COMMAND ${IBV_RC_PINGPONG} -g 1 -s 4096 -n 20 -N
+    EXPECT "^163840 bytes in" EXPECT_SERVER "^163840 bytes in")
+  softrdma_client_test(ibv_rc_pingpong.gid0 PAIR
+    COMMAND ${IBV_RC_PINGPONG} -g 0 -s 4096 -n 20
+    EXPECT "^163840 bytes in" [=[GID fe80::ffff:]=] EXPECT_SERVER "^163840 bytes in")
+endif()
+
+# The `softrdma` command: `run` puts the build's lib/ in front by itself;
+# `status` shows the device, its GIDs and settings.
+softrdma_client_test(softrdma_status OWN_ENVIRONMENT
+  COMMAND $<TARGET_FILE:softrdma> status
+  EXPECT [=[^device\s+softrdma0 ]=] [=[^GID\[1\]\s+::ffff:127\.]=] [=[SOFTRDMA_PROGRESS\s+(thread|inline)]=]
+         [=[engine\.rx_packets\s+0]=])
+if(IBV_DEVICES)
+  softrdma_client_test(softrdma_run OWN_ENVIRONMENT
+    COMMAND $<TARGET_FILE:softrdma> run -- ${IBV_DEVICES}
+    EXPECT [=[softrdma0\s+[0-9a-f]{16}]=])
+endif()
+
+# verbs_check.c: bytes end to end for WRITE, READ, SEND with immediate, both
+# atomics, and the remote access error, on each GID.
+foreach(gid 1 0)
+  softrdma_client_test(verbs_check.gid${gid} PAIR
+    COMMAND $<TARGET_FILE:verbs_check> -g ${gid}
+    EXPECT [=[^client: PASS \(peer: PASS\)]=] EXPECT_SERVER [=[^server: PASS \(peer: PASS\)]=])
+endforeach()
+
+# perftest: every size of -a (2 B .. 8 MiB: the table's first and last rows),
+# one QP with the GID chosen by perftest, and four QPs (bandwidth tests only:
+# the latency tests take one) with -x 1.
+find_program(IB_WRITE_BW ib_write_bw)
+if(NOT IB_WRITE_BW)
+  message(STATUS "perftest not installed: its conformance tests are not defined")
+  return()
+endif()
+set(all_rows [=[^\s*2\s+\d+\s]=] [=[^\s*8388608\s+\d+\s]=])
+foreach(tool ib_write_bw ib_read_bw ib_send_bw)
+  softrdma_client_test(${tool}.all_sizes PAIR TIMEOUT 300
+    COMMAND ${tool} -a -n 5
+    EXPECT ${all_rows} [=[GID index\s+:\s+1]=])
+  softrdma_client_test(${tool}.all_sizes_4qp_gid1 PAIR TIMEOUT 300
+    COMMAND ${tool} -a -n 5 -q 4 -x 1
+    EXPECT ${all_rows} [=[Number of qps\s+:\s+4]=] [=[GID index\s+:\s+1]=])
+endforeach()
+foreach(tool ib_write_lat ib_read_lat ib_send_lat)
+  softrdma_client_test(${tool}.all_sizes PAIR TIMEOUT 300
+    COMMAND ${tool} -a -n 5
+    EXPECT ${all_rows} [=[GID index\s+:\s+1]=])
+  softrdma_client_test(${tool}.all_sizes_gid1 PAIR TIMEOUT 300
+    COMMAND ${tool} -a -n 5 -x 1
+    EXPECT ${all_rows} [=[GID index\s+:\s+1]=])
+endforeach()
+# Atomics have one size (8 B).
+foreach(kind CMP_AND_SWAP FETCH_AND_ADD)
+  string(TOLOWER ${kind} lower)
+  softrdma_client_test(ib_atomic_bw.${lower} PAIR
+    COMMAND ib_atomic_bw -A ${kind} -n 20
+    EXPECT [=[^\s*8\s+20\s]=] "Atomic ${kind} (BW|Latency) Test")
+  softrdma_client_test(ib_atomic_bw.${lower}_4qp_gid1 PAIR
+    COMMAND ib_atomic_bw -A ${kind} -n 20 -q 4 -x 1
+    EXPECT [=[^\s*8\s+80\s]=] [=[Number of qps\s+:\s+4]=])  # iterations of all QPs
+  softrdma_client_test(ib_atomic_lat.${lower} PAIR
+    COMMAND ib_atomic_lat -A ${kind} -n 20
+    EXPECT [=[^\s*8\s+20\s]=] "Atomic ${kind} (BW|Latency) Test")
+  softrdma_client_test(ib_atomic_lat.${lower}_gid1 PAIR
+    COMMAND ib_atomic_lat -A ${kind} -n 20 -x 1
+    EXPECT [=[^\s*8\s+20\s]=] [=[GID index\s+:\s+1]=])
+endforeach()

@@ -1,0 +1,133 @@
+// softrdma: the command that runs verbs programs on softrdma and says what it is.
+//
+//   softrdma run [--] CMD ARGS...   runs CMD with the build tree's lib/ (softrdma's
+//                                   libibverbs.so.1 and the vendor stubs) first on
+//                                   LD_LIBRARY_PATH. Nothing is installed anywhere.
+//   softrdma status                 the device, its addresses (GIDs), every setting
+//                                   in force and the counters of a freshly opened
+//                                   device (counters are per process: each process
+//                                   that opens the device runs its own engine).
+#include <arpa/inet.h>
+#include <limits.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "runtime/node.h"
+#include "runtime/settings.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+int usage(FILE* out) {
+  std::fprintf(out,
+               "usage: softrdma run [--] CMD [ARGS...]   run a verbs program on softrdma\n"
+               "       softrdma status                   device, addresses, settings, counters\n"
+               "Settings are environment variables (docs/configuration.md).\n");
+  return out == stdout ? 0 : 2;
+}
+
+// lib/ beside this program's directory (build/tools/softrdma -> build/lib), so
+// a moved build tree keeps working; else the one this program was built for.
+fs::path library_dir() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path beside = exe.parent_path().parent_path() / "lib";
+    if (fs::exists(beside / "libibverbs.so.1")) return beside;
+  }
+  return SOFTRDMA_BUILD_LIB_DIR;
+}
+
+void prepend(const char* variable, const std::string& value, char separator) {
+  const char* old = std::getenv(variable);
+  std::string v = value;
+  if (old != nullptr && *old != '\0') v += separator + std::string(old);
+  setenv(variable, v.c_str(), 1);
+}
+
+int run(int argc, char** argv) {
+  int first = 0;
+  if (first < argc && std::strcmp(argv[first], "--") == 0) ++first;
+  if (first >= argc) return usage(stderr);
+  const fs::path lib = library_dir();
+  if (!fs::exists(lib / "libibverbs.so.1")) {
+    std::fprintf(stderr, "softrdma: %s has no libibverbs.so.1: build the project first\n",
+                 lib.c_str());
+    return 1;
+  }
+  prepend("LD_LIBRARY_PATH", lib.string(), ':');
+#ifdef SOFTRDMA_ASAN_RUNTIME
+  // This build's library is sanitized: ASan must be the first library in the
+  // process, which an ordinary (unsanitized) program does not arrange.
+  prepend("LD_PRELOAD", SOFTRDMA_ASAN_RUNTIME, ' ');
+#endif
+  execvp(argv[first], argv + first);
+  std::fprintf(stderr, "softrdma: cannot run %s: %s\n", argv[first], std::strerror(errno));
+  return 127;
+}
+
+std::string gid_text(const softrdma::transport::Gid& gid) {
+  char text[INET6_ADDRSTRLEN] = {};
+  inet_ntop(AF_INET6, gid.data(), text, sizeof text);
+  return text;
+}
+
+int status() {
+  std::string error;
+  auto settings = softrdma::runtime::Settings::from_environment(error);
+  if (!settings) {
+    std::fprintf(stderr, "softrdma: %s\n", error.c_str());
+    return 1;
+  }
+  auto node = softrdma::runtime::Node::open(*settings, error);
+  if (!node) {
+    std::fprintf(stderr, "%s\n", error.c_str());
+    return 1;
+  }
+  auto& device = node->device();
+  std::printf("device      %s (port 1, RoCEv2 over UDP %s)\n", device.config().name.c_str(),
+              node->transport().describe().c_str());
+  std::printf("library     %s/libibverbs.so.1\n", library_dir().c_str());
+  const auto& gids = device.gids();
+  for (size_t i = 0; i < gids.size(); ++i) {
+    std::printf("GID[%zu]      %s (RoCE v2)\n", i, gid_text(gids[i]).c_str());
+  }
+  std::printf("\nsettings (environment; docs/configuration.md)\n");
+  for (const auto& [variable, value] : settings->describe()) {
+    std::printf("  %-18s %s\n", variable.c_str(), value.c_str());
+  }
+  std::printf("\ncounters of this freshly opened device (per process: each process that\n"
+              "opens the device runs its own engine and counts its own traffic)\n");
+  device.counters().for_each([](const char* name, uint64_t value) {
+    std::printf("  engine.%-26s %llu\n", name, (unsigned long long)value);
+  });
+  const auto t = node->transport().counters();
+  const std::pair<const char*, uint64_t> transport[] = {
+      {"tx_packets", t.tx_packets},   {"tx_bytes", t.tx_bytes},
+      {"tx_errors", t.tx_errors},     {"rx_packets", t.rx_packets},
+      {"rx_bytes", t.rx_bytes},       {"rx_bad_icrc", t.rx_bad_icrc},
+      {"rx_truncated", t.rx_truncated}, {"rx_buffer_bytes", t.rx_buffer_bytes},
+  };
+  for (const auto& [name, value] : transport) {
+    std::printf("  transport.%-23s %llu\n", name, (unsigned long long)value);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage(stderr);
+  const std::string command = argv[1];
+  if (command == "run") return run(argc - 2, argv + 2);
+  if (command == "status") return status();
+  if (command == "help" || command == "--help" || command == "-h") return usage(stdout);
+  std::fprintf(stderr, "softrdma: unknown command \"%s\"\n", command.c_str());
+  return usage(stderr);
+}
