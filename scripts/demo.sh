@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # The README's main-job command: installs what is missing, builds the release
 # build (build/, the same configuration as scripts/test.sh) and runs
-# build/tools/softrdma-demo: two processes exchange data over UDP loopback with
-# every RC operation and print what moved and how fast. Arguments go to it.
+# 1. build/tools/softrdma-demo: two processes exchange data over UDP loopback with
+#    every RC operation, check every byte and print what moved and how fast
+#    (arguments go to it);
+# 2. scripts/perftest_table.py: Debian's unmodified perftest tools (write, read,
+#    send, atomic; bandwidth and latency) between two processes on softrdma's
+#    drop-in libibverbs.so.1, as one table.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -20,10 +24,14 @@ fi
 cmake -S . -B build "${generator[@]}" -DCMAKE_BUILD_TYPE=Release
 
 # Only what the demo needs, not the tests and benchmarks.
-if ! cmake --build build --parallel "$jobs" --target softrdma-demo || [[ ! -x $demo ]]; then
-  echo "demo.sh: could not build $demo (CMake target softrdma-demo in tools/)" >&2
+if ! cmake --build build --parallel "$jobs" --target softrdma-demo softrdma softrdma_ibverbs \
+    softrdma_mlx5_stub softrdma_efa_stub || [[ ! -x $demo ]]; then
+  echo "demo.sh: could not build $demo and the drop-in libraries" >&2
   exit 1
 fi
 
 echo "=== $demo $*"
-exec "$demo" "$@"
+"$demo" "$@"
+echo
+echo "=== perftest (Debian's binaries, unmodified) on softrdma: build/tools/softrdma run -- ib_*"
+python3 scripts/perftest_table.py --softrdma build/tools/softrdma

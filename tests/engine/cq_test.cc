@@ -47,7 +47,7 @@ TEST(CqTest, PollReturnsCompletionsInOrder) {
   EXPECT_EQ(next_out, next_in);
 }
 
-// Polling an empty CQ, or asking for zero entries, returns 0 and leaves the CQ as it
+// Polling an empty CQ, or asking for zero (or fewer) entries, returns 0 and leaves the CQ as it
 // was (ibv_poll_cq(3): a non-negative count).
 TEST(CqTest, PollEmptyOrZeroReturnsZero) {
   Cq cq(2);
@@ -56,6 +56,8 @@ TEST(CqTest, PollEmptyOrZeroReturnsZero) {
   EXPECT_TRUE(poll_ids(cq, 0).empty());
   EXPECT_EQ(cq.depth(), 1u);
   ibv_wc out{};
+  EXPECT_EQ(cq.poll(-1, &out), 0);  // a negative count takes nothing
+  EXPECT_EQ(cq.depth(), 1u);
   EXPECT_EQ(cq.poll(1, &out), 1);
   EXPECT_EQ(out.wr_id, 1u);
   EXPECT_EQ(cq.depth(), 0u);
