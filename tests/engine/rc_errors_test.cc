@@ -38,15 +38,9 @@ class RcErrorTest : public RcPairTest {
 // A WRITE with an rkey that names no MR: NAK remote access error (IBA 9.7.5.1.5 C9-?),
 // IBV_WC_REM_ACCESS_ERR at the requester, both QPs to Error, async event at b.
 TEST_F(RcErrorTest, BadRkeyIsRemoteAccessError) {
-  ibv_sge sge{a.addr(0), 100, a.mr->key};
-  ibv_send_wr wr{};
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.wr.rdma.remote_addr = b.addr(kDst);
-  wr.wr.rdma.rkey = b.mr->key ^ 0x5a5a;
-  ASSERT_EQ(post_wr(a, wr), 0);
+  ASSERT_EQ(post_with(a, IBV_WR_RDMA_WRITE, 0, 100, kDst, 1,
+                      [&](ibv_send_wr& wr, ibv_sge&) { wr.wr.rdma.rkey = b.mr->key ^ 0x5a5a; }),
+            0);
   ASSERT_EQ(post(a, IBV_WR_SEND, 0, 8, 0, 2), 0);
   expect_both_failed(IBV_WC_REM_ACCESS_ERR);
   EXPECT_EQ(b.mem[kDst], 0);
@@ -102,15 +96,9 @@ TEST_F(RcErrorTest, SendTooLongForReceiveBuffer) {
 
 // A local buffer with a wrong lkey: IBV_WC_LOC_PROT_ERR, QP to Error, nothing sent.
 TEST_F(RcErrorTest, BadLkeyIsLocalProtectionError) {
-  ibv_sge sge{a.addr(0), 100, a.mr->key + 1};
-  ibv_send_wr wr{};
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.wr.rdma.remote_addr = b.addr(kDst);
-  wr.wr.rdma.rkey = b.mr->key;
-  ASSERT_EQ(post_wr(a, wr), 0);
+  ASSERT_EQ(post_with(a, IBV_WR_RDMA_WRITE, 0, 100, kDst, 1,
+                      [&](ibv_send_wr&, ibv_sge& sge) { sge.lkey = a.mr->key + 1; }),
+            0);
   pump();
   auto wcs = poll(a.scq);
   ASSERT_EQ(wcs.size(), 1u);
@@ -139,15 +127,12 @@ TEST_F(RcErrorTest, DeregisteredMrIsNoLongerReachable) {
   const uint32_t old_rkey = b.mr->key;
   const uint64_t remote = b.addr(kDst);
   ASSERT_EQ(b.device->dereg_mr(b.mr), 0);
-  ibv_sge sge{a.addr(0), 100, a.mr->key};
-  ibv_send_wr wr{};
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.wr.rdma.remote_addr = remote;
-  wr.wr.rdma.rkey = old_rkey;
-  ASSERT_EQ(post_wr(a, wr), 0);
+  ASSERT_EQ(post_with(a, IBV_WR_RDMA_WRITE, 0, 100, kDst, 1,
+                      [&](ibv_send_wr& wr, ibv_sge&) {
+                        wr.wr.rdma.remote_addr = remote;
+                        wr.wr.rdma.rkey = old_rkey;
+                      }),
+            0);
   expect_both_failed(IBV_WC_REM_ACCESS_ERR);
   b.mr = nullptr;
 }
@@ -159,15 +144,9 @@ TEST_F(RcErrorTest, MrOfAnotherPdIsRemoteAccessError) {
   Mr* foreign = b.device->reg_mr(other, b.mem.data(), b.mem.size(), b.addr(0),
                                  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, err);
   ASSERT_NE(foreign, nullptr);
-  ibv_sge sge{a.addr(0), 100, a.mr->key};
-  ibv_send_wr wr{};
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.wr.rdma.remote_addr = b.addr(kDst);
-  wr.wr.rdma.rkey = foreign->key;
-  ASSERT_EQ(post_wr(a, wr), 0);
+  ASSERT_EQ(post_with(a, IBV_WR_RDMA_WRITE, 0, 100, kDst, 1,
+                      [&](ibv_send_wr& wr, ibv_sge&) { wr.wr.rdma.rkey = foreign->key; }),
+            0);
   expect_both_failed(IBV_WC_REM_ACCESS_ERR);
 }
 

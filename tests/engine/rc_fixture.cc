@@ -115,11 +115,18 @@ void RcPairTest::post_recv(Node& n, size_t offset, uint32_t length, uint64_t wr_
 
 int RcPairTest::post(Node& n, ibv_wr_opcode opcode, size_t offset, uint32_t length,
                      size_t remote_offset, uint64_t wr_id, unsigned flags) {
+  return post_with(n, opcode, offset, length, remote_offset, wr_id,
+                   [flags](ibv_send_wr& wr, ibv_sge&) { wr.send_flags = flags; });
+}
+
+int RcPairTest::post_with(Node& n, ibv_wr_opcode opcode, size_t offset, uint32_t length,
+                          size_t remote_offset, uint64_t wr_id,
+                          const std::function<void(ibv_send_wr&, ibv_sge&)>& adjust) {
   ibv_sge sge{n.addr(offset), length, n.mr->key};
   ibv_send_wr wr{};
   wr.wr_id = wr_id;
   wr.opcode = opcode;
-  wr.send_flags = flags;
+  wr.send_flags = IBV_SEND_SIGNALED;
   wr.sg_list = &sge;
   wr.num_sge = 1;
   Node& p = peer(n);
@@ -130,6 +137,7 @@ int RcPairTest::post(Node& n, ibv_wr_opcode opcode, size_t offset, uint32_t leng
     wr.wr.rdma.remote_addr = p.addr(remote_offset);
     wr.wr.rdma.rkey = p.mr->key;
   }
+  if (adjust) adjust(wr, sge);
   return post_wr(n, wr);
 }
 
@@ -141,18 +149,11 @@ int RcPairTest::post_wr(Node& n, ibv_send_wr& wr) {
 int RcPairTest::post_atomic(Node& n, ibv_wr_opcode opcode, size_t offset,
                             size_t remote_offset, uint64_t compare_add, uint64_t swap,
                             uint64_t wr_id) {
-  ibv_sge sge{n.addr(offset), 8, n.mr->key};
-  ibv_send_wr wr{};
-  wr.wr_id = wr_id;
-  wr.opcode = opcode;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.wr.atomic.remote_addr = peer(n).addr(remote_offset);
-  wr.wr.atomic.rkey = peer(n).mr->key;
-  wr.wr.atomic.compare_add = compare_add;
-  wr.wr.atomic.swap = swap;
-  return post_wr(n, wr);
+  return post_with(n, opcode, offset, 8, remote_offset, wr_id,
+                   [&](ibv_send_wr& wr, ibv_sge&) {
+                     wr.wr.atomic.compare_add = compare_add;
+                     wr.wr.atomic.swap = swap;
+                   });
 }
 
 uint64_t RcPairTest::load64(const Node& n, size_t offset) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -66,6 +67,11 @@ class RcPairTest : public ::testing::Test {
   // Posts one signaled WR from `n` to its peer's memory at `remote_offset`.
   int post(Node& n, ibv_wr_opcode opcode, size_t offset, uint32_t length,
            size_t remote_offset, uint64_t wr_id, unsigned flags = IBV_SEND_SIGNALED);
+  // The same WR, changed by `adjust` before it is posted (a foreign rkey, an
+  // immediate, a wrong lkey ...).
+  int post_with(Node& n, ibv_wr_opcode opcode, size_t offset, uint32_t length,
+                size_t remote_offset, uint64_t wr_id,
+                const std::function<void(ibv_send_wr&, ibv_sge&)>& adjust);
   int post_wr(Node& n, ibv_send_wr& wr);
   // An ATOMIC from `n` on the peer's 8 bytes at `remote_offset`; the old value lands
   // at `offset` of n's memory.

@@ -54,14 +54,9 @@ TEST_P(RcOpsTest, SendWithImmediateCarriesImmediate) {
   const uint32_t len = GetParam();
   fill(a, kSrc, len, 2);
   post_recv(b, kDst, 70000, 1);
-  ibv_sge sge{a.addr(kSrc), len, a.mr->key};
-  ibv_send_wr wr{};
-  wr.opcode = IBV_WR_SEND_WITH_IMM;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.imm_data = htonl(0xdeadbeef);
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  ASSERT_EQ(post_wr(a, wr), 0);
+  ASSERT_EQ(post_with(a, IBV_WR_SEND_WITH_IMM, kSrc, len, 0, 1,
+                      [](ibv_send_wr& wr, ibv_sge&) { wr.imm_data = htonl(0xdeadbeef); }),
+            0);
   pump();
   auto got = poll(b.rcq);
   ASSERT_EQ(got.size(), 1u);
@@ -92,16 +87,9 @@ TEST_P(RcOpsTest, WriteWithImmediateConsumesReceive) {
   const uint32_t len = GetParam();
   fill(a, kSrc, len, 4);
   post_recv(b, 0, 0, 9);
-  ibv_sge sge{a.addr(kSrc), len, a.mr->key};
-  ibv_send_wr wr{};
-  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.imm_data = htonl(42);
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.wr.rdma.remote_addr = b.addr(kDst);
-  wr.wr.rdma.rkey = b.mr->key;
-  ASSERT_EQ(post_wr(a, wr), 0);
+  ASSERT_EQ(post_with(a, IBV_WR_RDMA_WRITE_WITH_IMM, kSrc, len, kDst, 1,
+                      [](ibv_send_wr& wr, ibv_sge&) { wr.imm_data = htonl(42); }),
+            0);
   pump();
   auto got = poll(b.rcq);
   ASSERT_EQ(got.size(), 1u);
