@@ -65,9 +65,10 @@ std::optional<uint64_t> FifoArena::alloc(uint64_t bytes) {
   if (bytes > capacity_) return std::nullopt;
   // Occupied: the circular range ending at tail_. A buffer never wraps: when it
   // does not fit before the end, the end is skipped (counted as used).
-  const uint64_t skip = tail_ + bytes > capacity_ ? capacity_ - tail_ : 0;
+  const bool wrap = tail_ + bytes > capacity_;
+  const uint64_t skip = wrap ? capacity_ - tail_ : 0;
   if (used_ + skip + bytes > capacity_) return std::nullopt;
-  const uint64_t start = skip != 0 ? 0 : tail_;
+  const uint64_t start = wrap ? 0 : tail_;
   tail_ = start + bytes;
   used_ += skip + bytes;
   taken_.push_back(skip + bytes);

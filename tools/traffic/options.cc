@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "transport/fake/fault_settings.h"
+
 namespace softrdma::traffic {
 
 namespace {
@@ -53,9 +55,18 @@ bool apply(const std::string& key, const std::string& v, RunOptions& o) {
   if (key == "loss") return to_double(v, o.loss) && o.loss >= 0 && o.loss < 1;
   if (key == "dup") return to_double(v, o.dup) && o.dup >= 0 && o.dup < 1;
   if (key == "reorder") return to_double(v, o.reorder) && o.reorder >= 0 && o.reorder < 1;
-  if (key == "faults") return o.faults = v, true;
-  if (key == "pcap") return o.pcap = v, !v.empty();
-  if (key == "mode") return o.mode = v, v == "demo" || v == "test";
+  if (key == "faults") {
+    o.faults = v;
+    return true;
+  }
+  if (key == "pcap") {
+    o.pcap = v;
+    return !v.empty();
+  }
+  if (key == "mode") {
+    o.mode = v;
+    return v == "demo" || v == "test";
+  }
   if (key == "scale") return to_double(v, o.scale) && o.scale > 0;
   if (key == "max-size") return to_uint(v, o.max_size, 8, 1u << 30);
   if (key == "depth") return to_uint(v, o.depth, 1, 64);
@@ -99,6 +110,10 @@ bool parse_options(int argc, char** argv, RunOptions& o, std::string& error) {
     }
     if (key != "role" && key != "oob-fd" && key != "listen" && key != "connect")
       o.forwarded.push_back(arg);
+  }
+  if (!o.faults.empty() && !transport::FaultSettings::parse(o.faults, error)) {
+    error = "--faults: " + error;
+    return false;
   }
   if (o.role && o.oob_fd < 0 && o.port == 0) {
     error = "a node needs --oob-fd, --listen=PORT (server) or --connect=HOST:PORT (client)";

@@ -160,13 +160,13 @@ std::vector<PhaseSpec> demo_phases(const PhaseListOptions& o) {
   const uint32_t mid = std::min<uint32_t>(64u << 10, o.max_size);
   for (Op op : {Op::kSend, Op::kSendImm, Op::kWrite, Op::kWriteImm, Op::kRead}) {
     const std::string name(op_info(op).name);
-    phases.push_back(make_spec(name + "/64B", {op}, 64, 64, 4000, o));
+    phases.push_back(make_spec(name + "/64B", {op}, 64, 64, 8000, o));
     phases.push_back(make_spec(name + "/" + size_label(mid), {op}, mid, mid, 300, o));
     phases.push_back(make_spec(name + "/" + size_label(o.max_size), {op}, o.max_size,
                                o.max_size, 8, o));
   }
   for (Op op : {Op::kCmpSwap, Op::kFetchAdd})
-    phases.push_back(make_spec(std::string(op_info(op).name) + "/8B", {op}, 8, 8, 4000, o));
+    phases.push_back(make_spec(std::string(op_info(op).name) + "/8B", {op}, 8, 8, 8000, o));
   PhaseSpec mix = mix_spec("mix", 1, o.max_size, 40, o);
   mix.force_max = true;
   phases.push_back(mix);

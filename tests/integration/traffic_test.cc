@@ -1,0 +1,168 @@
+// Unit tests of the traffic engine's own pieces (tools/traffic): the arena that
+// hands out buffers, scatter/gather splits, generated contents, plans, and the
+// cross-process check messages. The two-process runs rely on every one of them.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <deque>
+#include <set>
+#include <vector>
+
+#include "traffic/buffers.h"
+#include "traffic/checks.h"
+#include "traffic/content.h"
+#include "traffic/plan.h"
+#include "traffic/report.h"
+
+namespace softrdma::traffic {
+namespace {
+
+// Allocations stay inside the arena and never overlap a live one, including when
+// the tail reaches the end exactly (then the next one starts at 0).
+TEST(FifoArena, AllocationsStayInBoundsAndDisjoint) {
+  constexpr uint64_t kCapacity = 17 * 64 * 1024;
+  FifoArena arena(kCapacity);
+  std::deque<std::pair<uint64_t, uint64_t>> live;  // offset, length
+  Rng rng(7);
+  for (int i = 0; i < 20000; ++i) {
+    const uint64_t len = i % 3 == 0 ? 65536 : 1 + rng.below(100000);
+    std::optional<uint64_t> at = arena.alloc(len);
+    if (!at) {
+      ASSERT_FALSE(live.empty()) << "an empty arena refused " << len << " bytes";
+      arena.free_oldest();
+      live.pop_front();
+      continue;
+    }
+    ASSERT_LE(*at + len, kCapacity) << "allocation " << i << " runs past the end";
+    for (const auto& [o, l] : live) ASSERT_TRUE(*at + len <= o || o + l <= *at) << "overlap";
+    live.emplace_back(*at, len);
+  }
+}
+
+TEST(FifoArena, ExactFitThenWrap) {
+  FifoArena arena(4 * 64);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(arena.alloc(64), std::optional<uint64_t>(64 * i));
+  EXPECT_FALSE(arena.alloc(1));
+  arena.free_oldest();
+  EXPECT_EQ(arena.alloc(64), std::optional<uint64_t>(0));  // the tail was at the very end
+}
+
+// A split covers the message exactly once, and the pieces tile the buffer.
+TEST(SplitBuffer, PiecesTileMessageAndBuffer) {
+  for (uint32_t total : {1u, 2u, 3u, 5u, 100u, 65536u}) {
+    for (uint32_t count = 1; count <= kMaxSges; ++count) {
+      const Sgl sgl = split_buffer(total, count, total * 31 + count);
+      ASSERT_GE(sgl.count, 1u);
+      ASSERT_LE(sgl.count, std::min(count, total));
+      uint32_t msg = 0;
+      std::vector<std::pair<uint32_t, uint32_t>> mem;
+      for (uint32_t i = 0; i < sgl.count; ++i) {
+        EXPECT_EQ(sgl.piece[i].msg_offset, msg);
+        EXPECT_GT(sgl.piece[i].length, 0u);
+        msg += sgl.piece[i].length;
+        mem.emplace_back(sgl.piece[i].mem_offset, sgl.piece[i].length);
+      }
+      EXPECT_EQ(msg, total);
+      std::sort(mem.begin(), mem.end());
+      uint32_t at = 0;
+      for (const auto& [o, l] : mem) {
+        EXPECT_EQ(o, at);
+        at += l;
+      }
+      EXPECT_EQ(at, total);
+    }
+  }
+}
+
+// Any window of the contents can be made alone, and a flipped byte anywhere is found.
+TEST(Content, WindowsAgreeAndMismatchesAreFound) {
+  std::vector<uint8_t> whole(1000);
+  fill_content(42, 0, whole);
+  for (uint64_t off : {0u, 1u, 7u, 8u, 13u, 500u}) {
+    std::vector<uint8_t> part(300);
+    fill_content(42, off, part);
+    EXPECT_TRUE(std::equal(part.begin(), part.end(), whole.begin() + off));
+    EXPECT_EQ(first_mismatch(42, off, part), kNoMismatch);
+    for (size_t bad : {size_t(0), size_t(5), size_t(8), size_t(299)}) {
+      part[bad] ^= 0x10;
+      EXPECT_EQ(first_mismatch(42, off, part), bad);
+      part[bad] ^= 0x10;
+    }
+  }
+  std::vector<uint8_t> other(300);
+  fill_content(43, 0, other);
+  EXPECT_NE(first_mismatch(42, 0, other), kNoMismatch);
+}
+
+// Both processes compute the same plans; the test mix has one max-size message of
+// every non-atomic op on the client's QP 0; sizes stay in range.
+TEST(Plan, DeterministicAndComplete) {
+  const std::vector<PhaseSpec> phases = test_phases(PhaseListOptions{});
+  const PhaseSpec& mix = phases[0];
+  const auto a = make_plan(mix, 5, 0, Role::kClient, 0, 9u << 20);
+  const auto b = make_plan(mix, 5, 0, Role::kClient, 0, 9u << 20);
+  ASSERT_EQ(a.size(), b.size());
+  std::set<Op> at_max;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].op, b[i].op);
+    EXPECT_EQ(a[i].length, b[i].length);
+    EXPECT_EQ(a[i].key, b[i].key);
+    if (op_info(a[i].op).atomic) {
+      EXPECT_EQ(a[i].length, 8u);
+    } else {
+      EXPECT_GE(a[i].length, mix.min_size);
+      EXPECT_LE(a[i].length, mix.max_size);
+      EXPECT_LE(a[i].read_offset + a[i].length, 9u << 20);
+    }
+    if (a[i].length == mix.max_size) at_max.insert(a[i].op);
+  }
+  for (Op op : {Op::kSend, Op::kSendImm, Op::kWrite, Op::kWriteImm, Op::kRead})
+    EXPECT_TRUE(at_max.count(op)) << op_info(op).name;
+  EXPECT_TRUE(make_plan(demo_phases(PhaseListOptions{})[0], 5, 0, Role::kServer, 0, 1 << 20).empty())
+      << "single-op demo phases are client-only";
+}
+
+TEST(Checks, RoundTripAndTargetFindsWrongBytes) {
+  std::vector<uint8_t> landing(4096), exposed(4096);
+  fill_content(9, 0, {landing.data() + 100, 200});
+  fill_content(11, 0, exposed);
+  CheckRequest req{3, 1, 2, {{CheckKind::kWrite, 7, 100, 200, 9, 0},
+                             {CheckKind::kRead, 8, 50, 300, 11, 50},
+                             {CheckKind::kWrite, 9, 4000, 200, 9, 0}}};  // out of bounds
+  CheckRequest decoded;
+  ASSERT_TRUE(decode(encode(req).data(), decoded));
+  ASSERT_EQ(decoded.items.size(), 3u);
+  EXPECT_EQ(decoded.items[1].key_offset, 50u);
+  landing[100 + 17] ^= 1;
+  const CheckReply reply = answer_check(decoded, landing, exposed, 77);
+  CheckReply back;
+  ASSERT_TRUE(decode(encode(reply).data(), back));
+  EXPECT_EQ(back.atomic_slot, 77u);
+  EXPECT_EQ(back.results[0].mismatch, 17u);
+  EXPECT_EQ(back.results[1].mismatch, ~uint64_t(0));
+  EXPECT_EQ(back.results[1].crc, crc32_of({exposed.data() + 50, 300}));
+  EXPECT_EQ(back.results[2].mismatch, 0u);
+  // A truncated message does not decode.
+  std::vector<uint8_t> cut = encode(req).data();
+  cut.pop_back();
+  EXPECT_FALSE(decode(cut, decoded));
+}
+
+TEST(Report, LinesParseIntoTheSummary) {
+  const std::vector<std::string> lines = {
+      "phase index=0 role=client label=mix ns=1000",
+      "op index=0 role=client op=READ messages=3 bytes=300 latency_ns=30 max_length=200",
+      "totals role=client retransmitted_packets=5 faults.tx_dropped=2",
+      "final role=client errors=0 completions=3 bytes_compared=300 crc_matches=3 atomics=0"};
+  const NodeReport client = parse_report(lines);
+  const NodeReport server = parse_report({});
+  ASSERT_TRUE(client.has_final);
+  EXPECT_EQ(client.phases.at(0).ops[op_index(Op::kRead)].max_length, 200u);
+  const std::string s = summary_line(server, client, true);
+  EXPECT_NE(s.find("status=PASS"), std::string::npos);
+  EXPECT_NE(s.find("retransmitted=5"), std::string::npos);
+  EXPECT_NE(s.find("max_READ=200"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace softrdma::traffic
