@@ -36,7 +36,9 @@ fi
 # the payload bytes; on a zero-length SEND or an arbitrary payload some of them
 # throw and the frame is reported "[Malformed Packet: RPCoRDMA]" even in Linux
 # Soft-RoCE's own captures. The transport is what is checked here: disable those
-# guessers (the ones this tshark has; one --disable-protocol per name).
+# guessers (the ones this tshark has; one --disable-protocol per name), and the
+# Ethernet-over-InfiniBand heuristic, which takes a SEND payload starting 0x90 for
+# an Ethernet frame ("[Malformed Packet: LOOP]").
 disable=""
 known=$(tshark -G protocols 2>/dev/null | cut -f3)
 for proto in rpcordma infiniband.eoib iser nvme-rdma smb_direct smc lnet infiniband_sdp fcoib; do
@@ -45,7 +47,7 @@ done
 # -d makes the decoding explicit (4791 is also tshark's default RRoCE port).
 tshark_roce() {
   # shellcheck disable=SC2086 # $disable is a list of options
-  tshark -r "$file" $disable -d udp.port==4791,infiniband "$@" 2>/dev/null
+  tshark -r "$file" $disable --disable-heuristic eth_over_ib -d udp.port==4791,infiniband "$@" 2>/dev/null
 }
 # Frames matching display filter $1. A tshark that fails (unreadable file, broken
 # profile ...) ends the script with status 2: set -e applies to "var=$(count ...)".

@@ -118,7 +118,8 @@ TEST(Plan, DeterministicAndComplete) {
   }
   for (Op op : {Op::kSend, Op::kSendImm, Op::kWrite, Op::kWriteImm, Op::kRead})
     EXPECT_TRUE(at_max.count(op)) << op_info(op).name;
-  EXPECT_TRUE(make_plan(demo_phases(PhaseListOptions{})[0], 5, 0, Role::kServer, 0, 1 << 20).empty())
+  EXPECT_TRUE(
+      make_plan(demo_phases(PhaseListOptions{})[0], 5, 0, Role::kServer, 0, 1 << 20).empty())
       << "single-op demo phases are client-only";
 }
 
@@ -126,9 +127,12 @@ TEST(Checks, RoundTripAndTargetFindsWrongBytes) {
   std::vector<uint8_t> landing(4096), exposed(4096);
   fill_content(9, 0, {landing.data() + 100, 200});
   fill_content(11, 0, exposed);
-  CheckRequest req{3, 1, 2, {{CheckKind::kWrite, 7, 100, 200, 9, 0},
-                             {CheckKind::kRead, 8, 50, 300, 11, 50},
-                             {CheckKind::kWrite, 9, 4000, 200, 9, 0}}};  // out of bounds
+  CheckRequest req{3,
+                   1,
+                   2,
+                   {{CheckKind::kWrite, 7, 100, 200, 9, 0},
+                    {CheckKind::kRead, 8, 50, 300, 11, 50},
+                    {CheckKind::kWrite, 9, 4000, 200, 9, 0}}};  // out of bounds
   CheckRequest decoded;
   ASSERT_TRUE(decode(encode(req).data(), decoded));
   ASSERT_EQ(decoded.items.size(), 3u);

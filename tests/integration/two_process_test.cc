@@ -68,7 +68,8 @@ std::map<std::string, std::string> fields_of(const ProgramRun& r, const std::str
     std::istringstream in(line);
     std::string tok;
     while (in >> tok)
-      if (auto eq = tok.find('='); eq != std::string::npos) f[tok.substr(0, eq)] = tok.substr(eq + 1);
+      if (auto eq = tok.find('='); eq != std::string::npos)
+        f[tok.substr(0, eq)] = tok.substr(eq + 1);
     break;
   }
   return f;
@@ -91,8 +92,8 @@ void dump(const ProgramRun& r) {
 }
 
 constexpr uint64_t kMaxMessage = 8u << 20;
-const char* const kOps[] = {"SEND", "SEND_IMM", "WRITE", "WRITE_IMM", "READ", "CMP_SWAP",
-                            "FETCH_ADD"};
+const char* const kOps[] = {"SEND", "SEND_IMM", "WRITE",    "WRITE_IMM",
+                            "READ", "CMP_SWAP", "FETCH_ADD"};
 
 struct LossCase {
   const char* name;
@@ -109,10 +110,10 @@ class TwoProcessLoss : public ::testing::TestWithParam<LossCase> {};
 // 2 % reordering on both processes' transmit sides: all bytes and completions check.
 TEST_P(TwoProcessLoss, EveryByteAndCompletionChecks) {
   const LossCase& c = GetParam();
-  const ProgramRun r = run_program({SOFTRDMA_DEMO, "--mode=test", "--qps=4",
-                             "--seed=" + std::to_string(c.seed), std::string("--loss=") + c.loss,
-                             std::string("--mtu=") + c.mtu,
-                             "--dup=0.01", "--reorder=0.02", scale_arg(), "--time-limit=250"});
+  const ProgramRun r =
+      run_program({SOFTRDMA_DEMO, "--mode=test", "--qps=4", "--seed=" + std::to_string(c.seed),
+                   std::string("--loss=") + c.loss, std::string("--mtu=") + c.mtu, "--dup=0.01",
+                   "--reorder=0.02", scale_arg(), "--time-limit=250"});
   const auto s = fields_of(r, "summary");
   if (r.exit_code != 0 || s.empty() || s.at("status") != "PASS") dump(r);
   ASSERT_EQ(r.exit_code, 0);
@@ -171,7 +172,7 @@ TEST(TwoProcessDemo, EveryOperationHasARow) {
 // run must report those errors and fail.
 TEST(TwoProcessDemo, CorruptedDataIsDetected) {
   const ProgramRun r = run_program({SOFTRDMA_DEMO, "--mode=test", "--qps=2", "--max-size=65536",
-                             "--scale=0.2", "--inject-data-errors", "--time-limit=250"});
+                                    "--scale=0.2", "--inject-data-errors", "--time-limit=250"});
   const auto s = fields_of(r, "summary");
   ASSERT_FALSE(s.empty()) << "no summary line";
   EXPECT_EQ(r.exit_code, 1);
@@ -190,17 +191,19 @@ TEST(TwoProcessCapture, TsharkDecodesEveryPacketAndEveryIcrcChecks) {
                             ("softrdma_integration_" + std::to_string(getpid()) + ".pcap"))
                                .string();
   const ProgramRun r = run_program({SOFTRDMA_DEMO, "--mode=test", "--qps=2", "--max-size=262144",
-                             "--scale=0.1", "--loss=0.01", "--dup=0.01", "--reorder=0.02",
-                             "--pcap=" + pcap, "--verbose", "--time-limit=250"});
+                                    "--scale=0.1", "--loss=0.01", "--dup=0.01", "--reorder=0.02",
+                                    "--pcap=" + pcap, "--verbose", "--time-limit=250"});
   const auto s = fields_of(r, "summary");
   if (r.exit_code != 0) dump(r);
   ASSERT_EQ(r.exit_code, 0);
   EXPECT_EQ(s.at("status"), "PASS");
   const auto client = fields_of(r, "  totals", "role=client");
-  const uint64_t on_wire = num(client, "transport.tx_packets") + num(client, "transport.rx_packets");
+  const uint64_t on_wire =
+      num(client, "transport.tx_packets") + num(client, "transport.rx_packets");
   ASSERT_GT(on_wire, 100u);
 
-  const ProgramRun check = run_program({"/bin/sh", SOFTRDMA_CHECK_CAPTURE, pcap, std::to_string(on_wire)});
+  const ProgramRun check =
+      run_program({"/bin/sh", SOFTRDMA_CHECK_CAPTURE, pcap, std::to_string(on_wire)});
   dump(check);
   if (check.exit_code == 2) GTEST_SKIP() << "tshark or python3 missing";
   EXPECT_EQ(check.exit_code, 0);

@@ -60,8 +60,8 @@ class FifoArena {
  private:
   uint64_t capacity_;
   uint64_t tail_ = 0;
-  uint64_t used_ = 0;             // bytes taken, including skipped ends
-  std::deque<uint64_t> taken_;    // bytes each allocation consumed, oldest first
+  uint64_t used_ = 0;           // bytes taken, including skipped ends
+  std::deque<uint64_t> taken_;  // bytes each allocation consumed, oldest first
 };
 
 }  // namespace softrdma::traffic

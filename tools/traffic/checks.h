@@ -24,7 +24,7 @@ struct CheckItem {
   uint32_t message = 0;  // index in the requester's plan (for messages)
   uint64_t offset = 0;   // into the target's landing (WRITE) or exposed (READ) region
   uint32_t length = 0;
-  uint64_t key = 0;      // content key of the bytes (WRITE: the message's; READ: exposed)
+  uint64_t key = 0;         // content key of the bytes (WRITE: the message's; READ: exposed)
   uint64_t key_offset = 0;  // content position of the first byte
 };
 

@@ -26,8 +26,8 @@ class FaultInjector;
 namespace softrdma::traffic {
 
 struct FabricOptions {
-  std::string faults;   // fault_settings.h syntax ("loss=0.01,seed=3"); "" for none
-  std::string pcap;     // capture file; "" for none
+  std::string faults;  // fault_settings.h syntax ("loss=0.01,seed=3"); "" for none
+  std::string pcap;    // capture file; "" for none
   uint32_t send_cqe = 1024;
   uint32_t recv_cqe = 1024;
 };

@@ -32,11 +32,16 @@ Lane::Lane(const LaneSetup& setup)
 
 const char* Lane::to_string(State s) {
   switch (s) {
-    case State::kIssuing: return "issuing";
-    case State::kDraining: return "draining";
-    case State::kCheckReady: return "check-ready";
-    case State::kAwaitingReply: return "awaiting-check-reply";
-    case State::kDone: return "done";
+    case State::kIssuing:
+      return "issuing";
+    case State::kDraining:
+      return "draining";
+    case State::kCheckReady:
+      return "check-ready";
+    case State::kAwaitingReply:
+      return "awaiting-check-reply";
+    case State::kDone:
+      return "done";
   }
   return "?";
 }
@@ -55,8 +60,8 @@ void Lane::start_phase(uint32_t phase, std::vector<Message> plan, uint32_t depth
 }
 
 std::string Lane::where(const Message& m) const {
-  return "phase " + std::to_string(phase_) + " qp " + std::to_string(setup_.qp_index) +
-         " msg " + std::to_string(m.index) + " " + std::string(op_info(m.op).name) + " " +
+  return "phase " + std::to_string(phase_) + " qp " + std::to_string(setup_.qp_index) + " msg " +
+         std::to_string(m.index) + " " + std::string(op_info(m.op).name) + " " +
          std::to_string(m.length) + " B";
 }
 
@@ -236,8 +241,8 @@ void Lane::finish_read(const Outstanding& o, uint8_t* buf) {
     crc = crc32_of(got, crc);
   }
   setup_.verified->bytes_compared += m.length;
-  items_.push_back(CheckItem{CheckKind::kRead, m.index, m.read_offset, m.length,
-                             setup_.exposed_key, m.read_offset});
+  items_.push_back(CheckItem{CheckKind::kRead, m.index, m.read_offset, m.length, setup_.exposed_key,
+                             m.read_offset});
   crcs_.push_back(crc);
 }
 

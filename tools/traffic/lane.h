@@ -38,12 +38,12 @@ struct RemoteMemory {
 struct LaneSetup {
   engine::Qp* qp = nullptr;
   uint32_t qp_index = 0;
-  Region* local = nullptr;     // source / destination buffers (a FIFO arena over it)
-  RemoteMemory landing;        // the peer's landing region for this QP
-  RemoteMemory exposed;        // the peer's exposed region (READ)
-  RemoteMemory slot;           // the peer's 8-byte atomic slot for this QP
-  uint64_t exposed_key = 0;    // contents of the peer's exposed region
-  uint64_t slot_initial = 0;   // the slot's value before any atomic
+  Region* local = nullptr;    // source / destination buffers (a FIFO arena over it)
+  RemoteMemory landing;       // the peer's landing region for this QP
+  RemoteMemory exposed;       // the peer's exposed region (READ)
+  RemoteMemory slot;          // the peer's 8-byte atomic slot for this QP
+  uint64_t exposed_key = 0;   // contents of the peer's exposed region
+  uint64_t slot_initial = 0;  // the slot's value before any atomic
   ErrorLog* errors = nullptr;
   Verified* verified = nullptr;
   bool spoil_first_read = false;  // tests of the checks: flip a byte of the first READ
@@ -96,7 +96,7 @@ class Lane {
 
   const LaneSetup setup_;
   FifoArena arena_;
-  uint64_t slot_model_;        // what the peer's slot holds once all posted atomics ran
+  uint64_t slot_model_;  // what the peer's slot holds once all posted atomics ran
   bool atomics_unchecked_ = false;
 
   uint32_t phase_ = 0;

@@ -24,8 +24,8 @@ struct Child {
 };
 
 // In the child: stdout to the pipe, the socketpair end kept open across exec.
-[[noreturn]] void exec_child(const std::string& program, std::vector<std::string> args,
-                             int out_w, int oob_fd) {
+[[noreturn]] void exec_child(const std::string& program, std::vector<std::string> args, int out_w,
+                             int oob_fd) {
   dup2(out_w, STDOUT_FILENO);
   fcntl(oob_fd, F_SETFD, 0);  // clear FD_CLOEXEC: the node inherits it
   args.push_back("--oob-fd=" + std::to_string(oob_fd));
@@ -38,8 +38,8 @@ struct Child {
   _exit(127);
 }
 
-bool start_child(Child& c, const std::string& program, std::vector<std::string> args,
-                 int oob_fd, std::string& error) {
+bool start_child(Child& c, const std::string& program, std::vector<std::string> args, int oob_fd,
+                 std::string& error) {
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
     error = std::string("pipe: ") + std::strerror(errno);

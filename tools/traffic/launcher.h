@@ -10,15 +10,15 @@
 namespace softrdma::traffic {
 
 struct ChildResult {
-  int exit_code = -1;     // -1: did not exit normally
-  int signal = 0;         // the signal that ended it, if any
+  int exit_code = -1;  // -1: did not exit normally
+  int signal = 0;      // the signal that ended it, if any
   std::vector<std::string> lines;
 };
 
 struct PairResult {
   ChildResult server, client;
   bool timed_out = false;
-  std::string error;      // could not start
+  std::string error;  // could not start
 };
 
 // `args`: arguments for both children (without argv[0] and the role options).

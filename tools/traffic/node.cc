@@ -21,11 +21,16 @@ constexpr int kSetupTimeoutMs = 30000;
 
 ibv_mtu mtu_enum(uint32_t bytes) {
   switch (bytes) {
-    case 256: return IBV_MTU_256;
-    case 512: return IBV_MTU_512;
-    case 1024: return IBV_MTU_1024;
-    case 2048: return IBV_MTU_2048;
-    default: return IBV_MTU_4096;
+    case 256:
+      return IBV_MTU_256;
+    case 512:
+      return IBV_MTU_512;
+    case 1024:
+      return IBV_MTU_1024;
+    case 2048:
+      return IBV_MTU_2048;
+    default:
+      return IBV_MTU_4096;
   }
 }
 
@@ -64,8 +69,9 @@ uint64_t Node::config_hash() const {
   uint64_t h = make_key(config_.seed, config_.qps, config_.mtu, config_.phases.size());
   for (const PhaseSpec& p : config_.phases) {
     h = make_key(h, p.min_size, p.max_size, p.messages);
-    h = make_key(h, p.depth, uint64_t(p.both_directions) | uint64_t(p.variety) << 1 |
-                                 uint64_t(p.force_max) << 2);
+    h = make_key(
+        h, p.depth,
+        uint64_t(p.both_directions) | uint64_t(p.variety) << 1 | uint64_t(p.force_max) << 2);
     for (uint32_t w : p.weight) h = make_key(h, w);
   }
   return h;
@@ -90,11 +96,14 @@ bool Node::create_qps(std::string& error) {
   qps_.resize(config_.qps);
   for (uint32_t q = 0; q < config_.qps; ++q) {
     QpSlot& s = qps_[q];
-    s.local = Region::allocate(dev, fabric_->pd(), 2 * max + (1 << 20), IBV_ACCESS_LOCAL_WRITE, error);
-    if (s.local) s.landing = Region::allocate(dev, fabric_->pd(), std::max<uint64_t>(2 * max, 1 << 20),
-                                              IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, error);
-    if (s.landing) s.recv = Region::allocate(dev, fabric_->pd(), 2 * max + (1 << 20),
-                                             IBV_ACCESS_LOCAL_WRITE, error);
+    s.local =
+        Region::allocate(dev, fabric_->pd(), 2 * max + (1 << 20), IBV_ACCESS_LOCAL_WRITE, error);
+    if (s.local)
+      s.landing = Region::allocate(dev, fabric_->pd(), std::max<uint64_t>(2 * max, 1 << 20),
+                                   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, error);
+    if (s.landing)
+      s.recv =
+          Region::allocate(dev, fabric_->pd(), 2 * max + (1 << 20), IBV_ACCESS_LOCAL_WRITE, error);
     if (!s.recv) return false;
     engine::QpInit init;
     init.send_cq = &fabric_->send_cq();
@@ -108,13 +117,15 @@ bool Node::create_qps(std::string& error) {
     }
     index_of_qpn_[s.qp->qpn()] = q;
     // QP 0 starts just below the 24-bit wrap, so PSN wrap-around happens in every run.
-    s.psn = q == 0 ? 0xfffff0u : uint32_t(make_key(config_.seed, uint64_t(config_.role), q)) & 0xffffff;
+    s.psn =
+        q == 0 ? 0xfffff0u : uint32_t(make_key(config_.seed, uint64_t(config_.role), q)) & 0xffffff;
     ibv_qp_attr a{};
     a.qp_state = IBV_QPS_INIT;
     a.pkey_index = 0;
     a.port_num = 1;
     a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-    if (int rc = s.qp->modify(a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) {
+    if (int rc =
+            s.qp->modify(a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) {
       error = std::string("modify_qp RESET->INIT: ") + std::strerror(rc);
       return false;
     }
@@ -132,10 +143,11 @@ bool Node::setup(std::string& error) {
   fabric_ = Fabric::open(fo, error);
   if (!fabric_ || !open_oob(error)) return false;
   engine::Device& dev = fabric_->device();
-  exposed_ = Region::allocate(dev, fabric_->pd(), max_message() + (1 << 20),
-                              IBV_ACCESS_REMOTE_READ, error);
-  if (exposed_) atomics_ = Region::allocate(dev, fabric_->pd(), config_.qps * 8,
-                                            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC, error);
+  exposed_ = Region::allocate(dev, fabric_->pd(), max_message() + (1 << 20), IBV_ACCESS_REMOTE_READ,
+                              error);
+  if (exposed_)
+    atomics_ = Region::allocate(dev, fabric_->pd(), config_.qps * 8,
+                                IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC, error);
   if (!atomics_) return false;
   fill_content(exposed_key(config_.seed, config_.role), 0, {exposed_.data(), exposed_.size()});
   for (uint32_t q = 0; q < config_.qps; ++q) {
@@ -250,8 +262,8 @@ void Node::make_lanes() {
     ls.verified = &verified_;
     ls.spoil_first_read = config_.inject_data_errors && q == 0;
     s.lane = std::make_unique<Lane>(ls);
-    s.receiver = std::make_unique<Receiver>(ReceiverSetup{s.qp, q, peer_.qpn[q], &s.recv, kRecvWindow,
-                                                          &errors_, &verified_,
+    s.receiver = std::make_unique<Receiver>(ReceiverSetup{s.qp, q, peer_.qpn[q], &s.recv,
+                                                          kRecvWindow, &errors_, &verified_,
                                                           config_.inject_data_errors && q == 0});
   }
 }

@@ -27,12 +27,12 @@ struct NodeConfig {
   Role role = Role::kClient;
   uint64_t seed = 1;
   uint32_t qps = 4;
-  uint32_t mtu = 4096;         // path MTU, 256..4096
-  uint8_t ack_timeout = 14;    // QP local ACK timeout: 4.096 us * 2^this (67 ms)
+  uint32_t mtu = 4096;       // path MTU, 256..4096
+  uint8_t ack_timeout = 14;  // QP local ACK timeout: 4.096 us * 2^this (67 ms)
   uint8_t retry_cnt = 7;
-  uint8_t min_rnr_timer = 7;   // 0.12 ms (IBA table 45)
-  std::string faults;          // this process's fault injection (transmit side)
-  std::string pcap;            // capture file of this process
+  uint8_t min_rnr_timer = 7;  // 0.12 ms (IBA table 45)
+  std::string faults;         // this process's fault injection (transmit side)
+  std::string pcap;           // capture file of this process
   std::vector<PhaseSpec> phases;
   // Out of band: an inherited socket, or TCP (server listens, client connects).
   int oob_fd = -1;

@@ -15,9 +15,9 @@
 namespace softrdma::traffic {
 
 enum class MsgType : uint8_t {
-  kHello = 1,       // addresses and keys (node.h)
-  kReady = 2,       // QPs are in RTS
-  kCheck = 3,       // "hash these ranges of your memory" (checks.h)
+  kHello = 1,  // addresses and keys (node.h)
+  kReady = 2,  // QPs are in RTS
+  kCheck = 3,  // "hash these ranges of your memory" (checks.h)
   kCheckReply = 4,
   kPhaseDone = 5,   // my requests of this phase are all complete and verified
   kFail = 6,        // I stop: a fatal error (text)
@@ -42,9 +42,21 @@ class Encoder {
 class Decoder {
  public:
   explicit Decoder(std::span<const uint8_t> b) : buf_(b) {}
-  uint8_t u8() { uint8_t v = 0; raw(&v, 1); return v; }
-  uint32_t u32() { uint32_t v = 0; raw(&v, 4); return v; }
-  uint64_t u64() { uint64_t v = 0; raw(&v, 8); return v; }
+  uint8_t u8() {
+    uint8_t v = 0;
+    raw(&v, 1);
+    return v;
+  }
+  uint32_t u32() {
+    uint32_t v = 0;
+    raw(&v, 4);
+    return v;
+  }
+  uint64_t u64() {
+    uint64_t v = 0;
+    raw(&v, 8);
+    return v;
+  }
   void bytes(std::span<uint8_t> out) { raw(out.data(), out.size()); }
   std::string str();
   // False once a read ran past the end (every later read gives zeros).
@@ -73,8 +85,7 @@ class OobChannel {
   // TCP on 127.0.0.1 (or a given host) for processes started by hand. -1 and a
   // message on failure. listen waits for one peer; connect retries for a while.
   static int listen_and_accept(uint16_t port, int timeout_ms, std::string& error);
-  static int connect_to(const std::string& host, uint16_t port, int timeout_ms,
-                        std::string& error);
+  static int connect_to(const std::string& host, uint16_t port, int timeout_ms, std::string& error);
 
   int fd() const { return fd_; }
   void send(MsgType type, const Encoder& payload);

@@ -70,8 +70,7 @@ bool apply(const std::string& key, const std::string& v, RunOptions& o) {
   if (key == "scale") return to_double(v, o.scale) && o.scale > 0;
   if (key == "max-size") return to_uint(v, o.max_size, 8, 1u << 30);
   if (key == "depth") return to_uint(v, o.depth, 1, 64);
-  if (key == "mtu")
-    return to_uint(v, o.mtu, 256, 4096) && (o.mtu & (o.mtu - 1)) == 0;
+  if (key == "mtu") return to_uint(v, o.mtu, 256, 4096) && (o.mtu & (o.mtu - 1)) == 0;
   if (key == "ack-timeout") return to_uint(v, o.ack_timeout, 1, 31);
   if (key == "ops") return parse_ops(v, o.ops);
   if (key == "messages") return to_uint(v, o.messages, 1, 1u << 24);

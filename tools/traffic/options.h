@@ -24,8 +24,8 @@ struct RunOptions {
   uint32_t depth = 8;
   uint32_t mtu = 4096;
   uint32_t ack_timeout = 14;
-  std::vector<Op> ops;                    // --ops: one custom phase of these
-  uint32_t messages = 16;                 // --messages: per QP, for --ops
+  std::vector<Op> ops;     // --ops: one custom phase of these
+  uint32_t messages = 16;  // --messages: per QP, for --ops
   int time_limit_s = 300;
   int stall_timeout_s = 30;
   bool verbose = false;

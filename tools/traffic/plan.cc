@@ -66,8 +66,8 @@ bool forced_op(const PhaseSpec& spec, Role issuer, uint32_t qp, uint32_t i, Op& 
   return false;
 }
 
-PhaseSpec make_spec(std::string label, std::initializer_list<Op> ops, uint32_t lo,
-                    uint32_t hi, uint32_t messages, const PhaseListOptions& o) {
+PhaseSpec make_spec(std::string label, std::initializer_list<Op> ops, uint32_t lo, uint32_t hi,
+                    uint32_t messages, const PhaseListOptions& o) {
   PhaseSpec s;
   s.label = std::move(label);
   for (Op op : ops) s.weight[op_index(op)] = 1;
@@ -99,8 +99,8 @@ std::optional<Op> op_from_name(std::string_view name) {
 
 std::string_view role_name(Role r) { return r == Role::kServer ? "server" : "client"; }
 
-std::vector<Message> make_plan(const PhaseSpec& spec, uint64_t seed, uint32_t phase,
-                               Role issuer, uint32_t qp, uint64_t exposed_bytes) {
+std::vector<Message> make_plan(const PhaseSpec& spec, uint64_t seed, uint32_t phase, Role issuer,
+                               uint32_t qp, uint64_t exposed_bytes) {
   if (issuer == Role::kServer && !spec.both_directions) return {};
   Rng rng(make_key(seed, phase, uint64_t(issuer), qp));
   std::vector<Message> plan(spec.messages);
@@ -162,8 +162,8 @@ std::vector<PhaseSpec> demo_phases(const PhaseListOptions& o) {
     const std::string name(op_info(op).name);
     phases.push_back(make_spec(name + "/64B", {op}, 64, 64, 8000, o));
     phases.push_back(make_spec(name + "/" + size_label(mid), {op}, mid, mid, 300, o));
-    phases.push_back(make_spec(name + "/" + size_label(o.max_size), {op}, o.max_size,
-                               o.max_size, 8, o));
+    phases.push_back(
+        make_spec(name + "/" + size_label(o.max_size), {op}, o.max_size, o.max_size, 8, o));
   }
   for (Op op : {Op::kCmpSwap, Op::kFetchAdd})
     phases.push_back(make_spec(std::string(op_info(op).name) + "/8B", {op}, 8, 8, 8000, o));

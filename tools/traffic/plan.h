@@ -25,12 +25,12 @@ inline constexpr std::array<Op, kOpCount> kAllOps = {
 struct OpInfo {
   std::string_view name;
   ibv_wr_opcode wr_opcode;
-  ibv_wc_opcode send_wc;     // the requester's completion
-  bool consumes_recv;        // the target completes a receive WQE
-  bool lands;                // writes the target's landing region
-  bool reads;                // reads the target's exposed region
-  bool atomic;               // 8 bytes on the target's atomic slot
-  bool imm;                  // carries immediate data
+  ibv_wc_opcode send_wc;  // the requester's completion
+  bool consumes_recv;     // the target completes a receive WQE
+  bool lands;             // writes the target's landing region
+  bool reads;             // reads the target's exposed region
+  bool atomic;            // 8 bytes on the target's atomic slot
+  bool imm;               // carries immediate data
 };
 const OpInfo& op_info(Op op);
 std::optional<Op> op_from_name(std::string_view name);
@@ -41,13 +41,13 @@ inline Role peer_of(Role r) { return r == Role::kServer ? Role::kClient : Role::
 std::string_view role_name(Role r);
 
 struct PhaseSpec {
-  std::string label;                     // one word, e.g. "SEND/64KiB" or "mix"
+  std::string label;                        // one word, e.g. "SEND/64KiB" or "mix"
   std::array<uint32_t, kOpCount> weight{};  // relative frequency of each op
-  uint32_t min_size = 1;                 // message sizes: log-uniform in [min, max]
+  uint32_t min_size = 1;                    // message sizes: log-uniform in [min, max]
   uint32_t max_size = 1;
-  uint32_t messages = 0;                 // per QP and issuing process
-  bool both_directions = false;          // the server issues too (else client only)
-  uint32_t depth = 8;                    // work requests outstanding per QP
+  uint32_t messages = 0;         // per QP and issuing process
+  bool both_directions = false;  // the server issues too (else client only)
+  uint32_t depth = 8;            // work requests outstanding per QP
   // Scatter/gather lists, inline data, unsignaled WRs, roomier receive buffers.
   bool variety = false;
   // QP 0 of the client sends one max_size message of every non-atomic op.
@@ -56,26 +56,26 @@ struct PhaseSpec {
 
 // One message of a plan. Everything the two processes must agree on is here.
 struct Message {
-  uint32_t index = 0;       // position in its lane's plan (the wr_id)
+  uint32_t index = 0;  // position in its lane's plan (the wr_id)
   Op op = Op::kSend;
   uint32_t length = 0;      // bytes; 8 for atomics
   uint8_t send_sges = 1;    // local gather/scatter list of the requester
   uint8_t recv_sges = 1;    // receive WQE's scatter list (SEND only)
   uint32_t recv_slack = 0;  // receive buffer bytes beyond the message (SEND only)
   bool inline_data = false;
-  bool unsignaled = false;  // a hint: the lane signals anyway where it must
-  bool cas_hit = false;     // CAS: compare with the slot's expected value (else miss)
-  uint64_t operand = 0;     // FETCH_ADD: add; CAS: swap
-  uint64_t key = 0;         // contents of SEND/WRITE data, salt of the SGL split
-  uint64_t read_offset = 0; // READ: offset into the target's exposed region
-  uint32_t imm = 0;         // immediate data, host order
+  bool unsignaled = false;   // a hint: the lane signals anyway where it must
+  bool cas_hit = false;      // CAS: compare with the slot's expected value (else miss)
+  uint64_t operand = 0;      // FETCH_ADD: add; CAS: swap
+  uint64_t key = 0;          // contents of SEND/WRITE data, salt of the SGL split
+  uint64_t read_offset = 0;  // READ: offset into the target's exposed region
+  uint32_t imm = 0;          // immediate data, host order
 };
 
 inline constexpr uint32_t kMaxSges = 4;
 inline constexpr uint32_t kMaxInline = 256;
 
-std::vector<Message> make_plan(const PhaseSpec& spec, uint64_t seed, uint32_t phase,
-                               Role issuer, uint32_t qp, uint64_t exposed_bytes);
+std::vector<Message> make_plan(const PhaseSpec& spec, uint64_t seed, uint32_t phase, Role issuer,
+                               uint32_t qp, uint64_t exposed_bytes);
 
 // A piece of a gather/scatter list: message bytes [msg_offset, +length) live at
 // buffer offset mem_offset.

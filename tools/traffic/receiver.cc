@@ -28,8 +28,7 @@ bool is_poison(uint64_t key, uint64_t offset, std::span<const uint8_t> in) {
 
 }  // namespace
 
-Receiver::Receiver(const ReceiverSetup& setup)
-    : setup_(setup), arena_(setup.buffers->size()) {}
+Receiver::Receiver(const ReceiverSetup& setup) : setup_(setup), arena_(setup.buffers->size()) {}
 
 void Receiver::start_phase(uint32_t phase, const std::vector<Message>& peer_plan) {
   phase_ = phase;
@@ -131,8 +130,8 @@ void Receiver::check_bytes(const Posted& p) {
     }
     const uint32_t slack_begin = std::max(begin, m.length);
     if (slack_begin < end &&
-        !is_poison(m.key, slack_begin, {buf + piece.mem_offset + (slack_begin - begin),
-                                        end - slack_begin}))
+        !is_poison(m.key, slack_begin,
+                   {buf + piece.mem_offset + (slack_begin - begin), end - slack_begin}))
       setup_.errors->add(where(m) + ": bytes past the message were written");
   }
   setup_.verified->bytes_compared += m.length;

@@ -26,7 +26,7 @@ namespace softrdma::traffic {
 struct ReceiverSetup {
   engine::Qp* qp = nullptr;
   uint32_t qp_index = 0;
-  uint32_t peer_qpn = 0;       // what wc.src_qp must say
+  uint32_t peer_qpn = 0;      // what wc.src_qp must say
   Region* buffers = nullptr;  // receive buffers (a FIFO arena over it)
   uint32_t window = 16;       // receive WQEs posted ahead
   ErrorLog* errors = nullptr;

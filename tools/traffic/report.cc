@@ -23,8 +23,8 @@ uint64_t phase_counter(const NodeReport& a, const NodeReport& b, uint32_t index,
   return v;
 }
 
-void print_row(std::FILE* out, const std::string& label, const std::string& op,
-               const OpStats& s, int64_t ns, const std::string& extra) {
+void print_row(std::FILE* out, const std::string& label, const std::string& op, const OpStats& s,
+               int64_t ns, const std::string& extra) {
   const double mbps = ns > 0 ? double(s.bytes) * 1e3 / double(ns) : 0.0;
   const double lat_us = s.messages ? double(s.latency_ns) / double(s.messages) / 1e3 : 0.0;
   std::fprintf(out, "%-18s %-10s %8llu %14llu %10.1f %11.1f  %s\n", label.c_str(), op.c_str(),
@@ -100,8 +100,9 @@ void print_phase_lines(std::FILE* out, const std::string& role, uint32_t index,
   for (Op op : kAllOps) {
     const OpStats& s = p.ops[op_index(op)];
     if (s.messages == 0) continue;
-    std::fprintf(out, "op index=%u role=%s op=%s messages=%llu bytes=%llu latency_ns=%llu "
-                      "max_length=%u\n",
+    std::fprintf(out,
+                 "op index=%u role=%s op=%s messages=%llu bytes=%llu latency_ns=%llu "
+                 "max_length=%u\n",
                  index, role.c_str(), std::string(op_info(op).name).c_str(),
                  (unsigned long long)s.messages, (unsigned long long)s.bytes,
                  (unsigned long long)s.latency_ns, s.max_length);
@@ -113,13 +114,14 @@ void print_phase_lines(std::FILE* out, const std::string& role, uint32_t index,
   std::fflush(out);
 }
 
-void print_final_lines(std::FILE* out, const std::string& role, uint64_t errors,
-                       const Verified& v, const std::map<std::string, uint64_t>& totals) {
+void print_final_lines(std::FILE* out, const std::string& role, uint64_t errors, const Verified& v,
+                       const std::map<std::string, uint64_t>& totals) {
   std::fprintf(out, "totals role=%s", role.c_str());
   for (const auto& [k, val] : totals)
     if (val != 0) std::fprintf(out, " %s=%llu", k.c_str(), (unsigned long long)val);
-  std::fprintf(out, "\nfinal role=%s errors=%llu completions=%llu bytes_compared=%llu "
-                    "crc_matches=%llu atomics=%llu\n",
+  std::fprintf(out,
+               "\nfinal role=%s errors=%llu completions=%llu bytes_compared=%llu "
+               "crc_matches=%llu atomics=%llu\n",
                role.c_str(), (unsigned long long)errors, (unsigned long long)v.completions,
                (unsigned long long)v.bytes_compared, (unsigned long long)v.crc_matches,
                (unsigned long long)v.atomics);
@@ -157,14 +159,17 @@ std::string summary_line(const NodeReport& server, const NodeReport& client, boo
   const OpTable ops = total_ops(server, client);
   OpStats all;
   for (const OpStats& s : ops) all.merge(s);
-  auto both = [&](const std::string& k) { return counter(server.totals, k) + counter(client.totals, k); };
+  auto both = [&](const std::string& k) {
+    return counter(server.totals, k) + counter(client.totals, k);
+  };
   std::ostringstream o;
   o << "summary status=" << (pass ? "PASS" : "FAIL") << " errors=" << server.errors + client.errors
     << " completions=" << v.completions << " bytes_compared=" << v.bytes_compared
     << " crc_matches=" << v.crc_matches << " atomics=" << v.atomics << " messages=" << all.messages
     << " bytes=" << all.bytes << " retransmitted=" << both("retransmitted_packets")
     << " timeouts=" << both("retransmit_timeouts") << " dropped=" << both("faults.tx_dropped")
-    << " duplicated=" << both("faults.tx_duplicated") << " reordered=" << both("faults.tx_reordered")
+    << " duplicated=" << both("faults.tx_duplicated")
+    << " reordered=" << both("faults.tx_reordered")
     << " bad_icrc=" << both("transport.rx_bad_icrc");
   for (Op op : kAllOps) {
     const OpStats& s = ops[op_index(op)];

@@ -21,9 +21,9 @@ uint64_t field_u64(const Fields& f, const std::string& key);
 
 struct PhaseRecord {
   std::string label;
-  int64_t ns = 0;                              // first post to last completion
-  OpTable ops{};                               // what this node issued
-  std::map<std::string, uint64_t> counters;    // increments during the phase
+  int64_t ns = 0;                            // first post to last completion
+  OpTable ops{};                             // what this node issued
+  std::map<std::string, uint64_t> counters;  // increments during the phase
 };
 
 struct NodeReport {
@@ -31,7 +31,7 @@ struct NodeReport {
   bool has_final = false;
   uint64_t errors = 0;
   Verified verified;
-  std::map<std::string, uint64_t> totals;      // counters at the end of the run
+  std::map<std::string, uint64_t> totals;  // counters at the end of the run
 };
 
 NodeReport parse_report(const std::vector<std::string>& lines);

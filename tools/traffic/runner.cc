@@ -24,8 +24,7 @@ bool Node::lanes_done() const {
 }
 
 bool Node::receivers_done() const {
-  return std::all_of(qps_.begin(), qps_.end(),
-                     [](const QpSlot& s) { return s.receiver->done(); });
+  return std::all_of(qps_.begin(), qps_.end(), [](const QpSlot& s) { return s.receiver->done(); });
 }
 
 uint64_t Node::slot_value(uint32_t qp) const {
@@ -39,8 +38,9 @@ bool Node::run_phase(uint32_t phase) {
   const Role peer = peer_of(config_.role);
   for (uint32_t q = 0; q < config_.qps; ++q) {
     QpSlot& s = qps_[q];
-    s.lane->start_phase(phase, make_plan(spec, config_.seed, phase, config_.role, q,
-                                         peer_.exposed.length), spec.depth);
+    s.lane->start_phase(phase,
+                        make_plan(spec, config_.seed, phase, config_.role, q, peer_.exposed.length),
+                        spec.depth);
     s.receiver->start_phase(phase, make_plan(spec, config_.seed, phase, peer, q, exposed_.size()));
   }
   // Receive WQEs first, then tell the peer to go: SENDs that find no receive WQE
@@ -194,9 +194,9 @@ void Node::answer_check(const CheckRequest& r) {
       break;
     }
   }
-  const CheckReply reply = ::softrdma::traffic::answer_check(
-      r, {s.landing.data(), s.landing.size()}, {exposed_.data(), exposed_.size()},
-      slot_value(r.qp));
+  const CheckReply reply =
+      ::softrdma::traffic::answer_check(r, {s.landing.data(), s.landing.size()},
+                                        {exposed_.data(), exposed_.size()}, slot_value(r.qp));
   for (const CheckItem& item : r.items) verified_.bytes_compared += item.length;
   oob_->send(MsgType::kCheckReply, encode(reply));
 }

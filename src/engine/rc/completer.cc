@@ -91,10 +91,7 @@ bool Completer::acknowledge_through(uint32_t psn, Nanos now) {
     progressed = true;
   }
   if (progressed) progress_made(now);
-  if (lost_response && !read_rerequested_) {
-    read_rerequested_ = true;
-    retry(una_psn_, now);
-  }
+  if (lost_response && !read_rerequested_) retry(una_psn_, now);
   return !lost_response;
 }
 
@@ -206,6 +203,9 @@ void Completer::progress_made(Nanos now) {
 void Completer::retry(uint32_t psn, Nanos now) {
   if (retries_left_ == 0) return fail_head(IBV_WC_RETRY_EXC_ERR, now);
   --retries_left_;
+  // Late responses to what was sent before this retry must not trigger another:
+  // one retry per gap until progress or the next timeout.
+  read_rerequested_ = true;
   conn_.requester().rewind(psn);
   restart_timer(now);
   conn_.requester().run(now);
@@ -216,7 +216,6 @@ void Completer::on_timer(Nanos now) {
   deadline_ = kNever;
   if (!outstanding()) return;
   bump(conn_.qp().device().counters().retransmit_timeouts);
-  read_rerequested_ = false;
   retry(una_psn_, now);
 }
 

@@ -49,8 +49,9 @@ class Completer {
   uint8_t retries_left_ = 7;
   uint8_t rnr_retries_left_ = 7;
   Nanos deadline_ = kNever;
-  // A READ response arrived beyond the one expected: the READ was re-requested
-  // from this PSN; ask again only after a timeout (one retry per gap).
+  // A retry was made since the last progress: a late response or ACK that shows
+  // the same gap again must not retry again (one retry per gap, until progress or
+  // the next timeout).
   bool read_rerequested_ = false;
 };
 
