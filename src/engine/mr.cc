@@ -1,7 +1,10 @@
 #include "engine/mr.h"
 
+#include <sys/mman.h>
 #include <sys/random.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <limits>
 
@@ -16,6 +19,23 @@ constexpr int kKnownAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                              IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |
                              IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB |
                              IBV_ACCESS_RELAXED_ORDERING;
+
+// mincore(2) fails with ENOMEM when the range holds an unmapped page; it is asked
+// about at most kChunkPages pages at a time so the vector stays small.
+bool range_is_mapped(const void* addr, uint64_t length) {
+  if (length == 0) return true;
+  static const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  constexpr uintptr_t kChunkPages = 4096;
+  unsigned char residency[kChunkPages];
+  uintptr_t begin = reinterpret_cast<uintptr_t>(addr) & ~(page - 1);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(addr) + length;
+  while (begin < end) {
+    const uintptr_t span = std::min<uintptr_t>(end - begin, kChunkPages * page);
+    if (mincore(reinterpret_cast<void*>(begin), span, residency) != 0) return false;
+    begin += span;
+  }
+  return true;
+}
 
 uint32_t random_seed() {
   uint32_t seed = 0;
@@ -52,6 +72,13 @@ Mr* MrTable::reg(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access,
   // ib_umem_get refuses addr + length < addr): translate() would wrap too.
   if (length > std::numeric_limits<uintptr_t>::max() - reinterpret_cast<uintptr_t>(addr)) {
     err = EINVAL;
+    return nullptr;
+  }
+  // The kernel pins the pages and fails with EFAULT on a hole; softrdma cannot pin,
+  // but it can refuse memory that is not mapped now, instead of faulting later in
+  // the progress thread when a peer writes there.
+  if (!range_is_mapped(addr, length)) {
+    err = EFAULT;
     return nullptr;
   }
   auto mr = std::make_unique<Mr>();

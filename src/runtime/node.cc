@@ -10,7 +10,8 @@ namespace {
 
 // UDP, then capture closest to the wire, then faults on top (so the capture shows
 // what really crossed the socket: an injected loss is not in the file).
-std::unique_ptr<transport::Transport> open_transport(const Settings& s, std::string& error) {
+std::unique_ptr<transport::Transport> open_transport(const Settings& s, std::string& error,
+                                                     transport::FaultInjector*& faults) {
   transport::UdpConfig udp;
   udp.address = s.address;
   std::unique_ptr<transport::Transport> t = transport::UdpTransport::open(udp, error);
@@ -20,9 +21,13 @@ std::unique_ptr<transport::Transport> open_transport(const Settings& s, std::str
     if (!t) return nullptr;
   }
   if (!s.faults.empty()) {
-    auto faults = transport::FaultSettings::parse(s.faults, error);
-    if (!faults) return nullptr;
-    t = std::make_unique<transport::FaultInjector>(std::move(t), *faults);
+    auto settings = transport::FaultSettings::parse(s.faults, error);
+    if (!settings) return nullptr;
+    if (settings->any()) {
+      auto injector = std::make_unique<transport::FaultInjector>(std::move(t), *settings);
+      faults = injector.get();
+      t = std::move(injector);
+    }
   }
   return t;
 }
@@ -31,7 +36,7 @@ std::unique_ptr<transport::Transport> open_transport(const Settings& s, std::str
 
 std::unique_ptr<Node> Node::open(const Settings& settings, std::string& error) {
   std::unique_ptr<Node> node(new Node(settings));
-  node->transport_ = open_transport(settings, error);
+  node->transport_ = open_transport(settings, error, node->faults_);
   if (!node->transport_) return nullptr;
   engine::DeviceConfig config;
   config.name = settings.device_name;
@@ -53,6 +58,7 @@ std::unique_ptr<Node> Node::open(const Settings& settings, std::string& error) {
 
 Node::~Node() {
   if (loop_) loop_->stop();
+  if (device_) device_->set_wakeup(nullptr);
   loop_.reset();
   device_.reset();
   transport_.reset();

@@ -11,6 +11,10 @@
 #include "runtime/settings.h"
 #include "transport/transport.h"
 
+namespace softrdma::transport {
+class FaultInjector;
+}
+
 namespace softrdma::runtime {
 
 class Node {
@@ -28,12 +32,15 @@ class Node {
   // cut latency); false when there was nothing to do or another thread was at it.
   bool progress_inline();
   progress::ProgressLoop* loop() { return loop_.get(); }
+  // The fault injector on top of the transport, when SOFTRDMA_FAULTS asked for one.
+  transport::FaultInjector* faults() { return faults_; }
 
  private:
   explicit Node(const Settings& settings) : settings_(settings) {}
 
   Settings settings_;
   std::unique_ptr<transport::Transport> transport_;
+  transport::FaultInjector* faults_ = nullptr;  // inside transport_, when configured
   std::unique_ptr<engine::Device> device_;
   std::unique_ptr<progress::ProgressLoop> loop_;
 };

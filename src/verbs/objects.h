@@ -107,6 +107,10 @@ struct WrBatch {
   std::vector<Entry> entries;  // reused across batches: capacity is kept
   size_t used = 0;
   int error = 0;  // the first building error, returned by wr_complete
+  // Held from ibv_wr_start to ibv_wr_complete/abort, as rdma-core's providers hold
+  // the SQ lock: two threads building on one QP take turns instead of mixing WRs.
+  std::mutex lock;
+  bool open = false;  // between wr_start and wr_complete/abort (under `lock`)
 };
 
 struct Qp {

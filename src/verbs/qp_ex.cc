@@ -58,19 +58,36 @@ void guarded(ibv_qp_ex* qpx, Fn&& fn) noexcept {
   }
 }
 
-void wr_start(ibv_qp_ex* qpx) {
-  WrBatch& b = batch_of(qpx);
+void reset(WrBatch& b) {
   b.used = 0;
   b.error = 0;
 }
 
-void wr_abort(ibv_qp_ex* qpx) { wr_start(qpx); }
+void wr_start(ibv_qp_ex* qpx) {
+  WrBatch& b = batch_of(qpx);
+  b.lock.lock();
+  b.open = true;
+  reset(b);
+}
+
+// Ends a batch: drops what was built and lets the next thread start one.
+void close_batch(WrBatch& b) {
+  reset(b);
+  b.open = false;
+  b.lock.unlock();
+}
+
+void wr_abort(ibv_qp_ex* qpx) {
+  WrBatch& b = batch_of(qpx);
+  if (b.open) close_batch(b);
+}
 
 // ibv_wr_complete(3): nothing is posted when a builder failed. The engine posts
 // a prefix of the batch when it runs out of queue space mid-batch (ENOMEM), as
 // ibv_post_send does. The batch is linked here, once its storage is final.
 int wr_complete(ibv_qp_ex* qpx) {
   WrBatch& b = batch_of(qpx);
+  if (!b.open) return EINVAL;  // no ibv_wr_start before
   int err = b.error;
   if (err == 0 && b.used > 0) {
     for (size_t i = 0; i < b.used; ++i) {
@@ -82,7 +99,7 @@ int wr_complete(ibv_qp_ex* qpx) {
     ibv_send_wr* bad = nullptr;
     err = op_post_send(&qpx->qp_base, &b.entries[0].wr, &bad);
   }
-  wr_start(qpx);
+  close_batch(b);
   return err;
 }
 

@@ -2,6 +2,9 @@
 // bounds and PD checks on every resolve, iova translation, revocation at dereg.
 #include "engine/mr.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 
@@ -168,6 +171,26 @@ TEST_F(MrTest, UnknownAccessFlagIsEinval) {
   int err = 0;
   EXPECT_EQ(device_->reg_mr(pd_, buf_.data(), 4096, va(), 1 << 30, err), nullptr);
   EXPECT_EQ(err, EINVAL);
+}
+
+// Memory that is not mapped cannot be registered (EFAULT, as the kernel's
+// ib_umem_get answers): a peer writing there later would fault the progress thread.
+TEST_F(MrTest, UnmappedMemoryIsEfault) {
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  void* hole = mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(hole, MAP_FAILED);
+  ASSERT_EQ(munmap(hole, 2 * page), 0);
+  int err = 0;
+  EXPECT_EQ(device_->reg_mr(pd_, hole, 2 * page, uint64_t(uintptr_t(hole)),
+                            IBV_ACCESS_LOCAL_WRITE, err), nullptr);
+  EXPECT_EQ(err, EFAULT);
+  // Partly mapped (the buffer, then one page beyond what is ours) is refused too.
+  void* half = mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(half, MAP_FAILED);
+  ASSERT_EQ(munmap(static_cast<char*>(half) + page, page), 0);
+  EXPECT_EQ(device_->reg_mr(pd_, half, 2 * page, uint64_t(uintptr_t(half)), 0, err), nullptr);
+  EXPECT_EQ(err, EFAULT);
+  munmap(half, page);
 }
 
 // A region longer than the device's max_mr_size is EINVAL (ibv_query_device).

@@ -127,6 +127,7 @@ TEST_F(RcErrorTest, DeregisteredMrIsNoLongerReachable) {
   const uint32_t old_rkey = b.mr->key;
   const uint64_t remote = b.addr(kDst);
   ASSERT_EQ(b.device->dereg_mr(b.mr), 0);
+  b.mr = nullptr;  // gone: the WR below names it only by its old rkey
   ASSERT_EQ(post_with(a, IBV_WR_RDMA_WRITE, 0, 100, kDst, 1,
                       [&](ibv_send_wr& wr, ibv_sge&) {
                         wr.wr.rdma.remote_addr = remote;
@@ -134,7 +135,6 @@ TEST_F(RcErrorTest, DeregisteredMrIsNoLongerReachable) {
                       }),
             0);
   expect_both_failed(IBV_WC_REM_ACCESS_ERR);
-  b.mr = nullptr;
 }
 
 // An MR of another PD is out of reach of the QP (IBA 10.2.3).

@@ -10,7 +10,9 @@ namespace {
 void build_node(Node& n, transport::fake::FakeNetwork& net, const transport::Gid& gid,
                 const Clock& clock, const RcOptions& o) {
   n.transport = net.attach(gid);
-  n.device = std::make_unique<Device>(DeviceConfig{}, *n.transport, clock);
+  DeviceConfig config;
+  config.max_unacked_packets = o.window;
+  n.device = std::make_unique<Device>(config, *n.transport, clock);
   int err = 0;
   n.pd = n.device->alloc_pd(err);
   n.scq = n.device->create_cq(1024, err);
@@ -130,12 +132,13 @@ int RcPairTest::post_with(Node& n, ibv_wr_opcode opcode, size_t offset, uint32_t
   wr.sg_list = &sge;
   wr.num_sge = 1;
   Node& p = peer(n);
+  const uint32_t rkey = p.mr != nullptr ? p.mr->key : 0;
   if (opcode == IBV_WR_ATOMIC_CMP_AND_SWP || opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
     wr.wr.atomic.remote_addr = p.addr(remote_offset);
-    wr.wr.atomic.rkey = p.mr->key;
+    wr.wr.atomic.rkey = rkey;
   } else {
     wr.wr.rdma.remote_addr = p.addr(remote_offset);
-    wr.wr.rdma.rkey = p.mr->key;
+    wr.wr.rdma.rkey = rkey;
   }
   if (adjust) adjust(wr, sge);
   return post_wr(n, wr);

@@ -27,6 +27,7 @@ struct RcOptions {
                   IBV_ACCESS_REMOTE_ATOMIC;
   uint8_t max_rd_atomic = 4;
   size_t memory = 256 * 1024;
+  uint32_t window = 64;  // DeviceConfig::max_unacked_packets
 };
 
 struct Node {

@@ -5,10 +5,8 @@
 
 #include <cstring>
 
-#include "progress/loop.h"
+#include "runtime/node.h"
 #include "transport/fake/fault_injector.h"
-#include "transport/pcap_writer.h"
-#include "transport/udp/udp_transport.h"
 
 namespace softrdma::traffic {
 
@@ -19,24 +17,16 @@ std::unique_ptr<Fabric> Fabric::open(const FabricOptions& options, std::string& 
 }
 
 bool Fabric::start(const FabricOptions& options, std::string& error) {
-  transport_ = transport::UdpTransport::open(transport::UdpConfig{}, error);
-  if (!transport_) return false;
-  if (!options.pcap.empty()) {
-    transport_ = transport::open_capture(std::move(transport_), options.pcap, error);
-    if (!transport_) return false;
-  }
-  const auto settings = transport::FaultSettings::parse(options.faults, error);
-  if (!settings) return false;
-  if (settings->any()) {
-    auto injector = std::make_unique<transport::FaultInjector>(std::move(transport_), *settings);
-    faults_ = injector.get();
-    transport_ = std::move(injector);
-  }
-  device_ = std::make_unique<engine::Device>(engine::DeviceConfig{}, *transport_);
+  runtime::Settings settings;
+  settings.pcap_path = options.pcap;
+  settings.faults = options.faults;
+  node_ = runtime::Node::open(settings, error);
+  if (!node_) return false;
+  engine::Device& dev = node_->device();
   int err = 0;
-  pd_ = device_->alloc_pd(err);
-  if (pd_ != nullptr) send_cq_ = device_->create_cq(int(options.send_cqe), err);
-  if (send_cq_ != nullptr) recv_cq_ = device_->create_cq(int(options.recv_cqe), err);
+  pd_ = dev.alloc_pd(err);
+  if (pd_ != nullptr) send_cq_ = dev.create_cq(int(options.send_cqe), err);
+  if (send_cq_ != nullptr) recv_cq_ = dev.create_cq(int(options.recv_cqe), err);
   if (recv_cq_ == nullptr) {
     error = std::string("device set-up (PD/CQ): ") + std::strerror(err);
     return false;
@@ -53,33 +43,22 @@ bool Fabric::start(const FabricOptions& options, std::string& error) {
   };
   send_cq_->set_notify(notify);
   recv_cq_->set_notify(notify);
-
-  engine::Device* dev = device_.get();
-  progress::ProgressHooks hooks;
-  hooks.progress = [dev] { return dev->progress(); };
-  hooks.next_deadline_ns = [dev] { return int64_t(dev->next_deadline()); };
-  hooks.fds = {transport_->rx_fd()};
-  loop_ = std::make_unique<progress::ProgressLoop>(std::move(hooks));
-  progress::ProgressLoop* loop = loop_.get();
-  device_->set_wakeup([loop] { loop->wake(); });
-  loop_->start();
   return true;
 }
 
 Fabric::~Fabric() {
-  if (loop_) loop_->stop();
-  if (device_) device_->set_wakeup(nullptr);
-  loop_.reset();
-  device_.reset();  // its CQs call the eventfd's notifier: close the fd after
+  node_.reset();  // its CQs call the eventfd's notifier: close the fd after
   if (event_fd_ >= 0) close(event_fd_);
 }
 
+engine::Device& Fabric::device() { return node_->device(); }
+
 transport::Gid Fabric::gid() const {
-  const auto& gids = device_->gids();
+  const auto& gids = node_->device().gids();
   return gids.size() > 1 ? gids[1] : gids[0];
 }
 
-std::string Fabric::describe() const { return transport_->describe(); }
+std::string Fabric::describe() const { return node_->transport().describe(); }
 
 void Fabric::arm_notify() {
   send_cq_->arm(false);
@@ -93,15 +72,15 @@ void Fabric::drain_notify() {
 
 std::map<std::string, uint64_t> Fabric::counters() const {
   std::map<std::string, uint64_t> out;
-  device_->counters().for_each([&](const char* name, uint64_t v) { out[name] = v; });
-  const transport::TransportCounters t = transport_->counters();
+  node_->device().counters().for_each([&](const char* name, uint64_t v) { out[name] = v; });
+  const transport::TransportCounters t = node_->transport().counters();
   out["transport.tx_packets"] = t.tx_packets;
   out["transport.rx_packets"] = t.rx_packets;
   out["transport.tx_errors"] = t.tx_errors;
   out["transport.rx_bad_icrc"] = t.rx_bad_icrc;
   out["transport.rx_truncated"] = t.rx_truncated;
-  if (faults_ != nullptr) {
-    const transport::FaultCounters fc = faults_->fault_counters();
+  if (transport::FaultInjector* faults = node_->faults()) {
+    const transport::FaultCounters fc = faults->fault_counters();
     out["faults.tx_packets"] = fc.tx.packets;
     out["faults.tx_dropped"] = fc.tx.dropped;
     out["faults.tx_duplicated"] = fc.tx.duplicated;

@@ -1,7 +1,8 @@
-// One process's software RNIC as the traffic engine uses it: the UDP transport on
-// this process's own loopback address (DESIGN.md §6), optionally behind packet
-// capture and fault injection, the Device, its progress thread, one PD and two CQs
-// whose completions wake the application thread through an eventfd.
+// One process's software RNIC as the traffic engine uses it: a runtime::Node (the
+// UDP transport on this process's own loopback address, DESIGN.md §6, optionally
+// behind packet capture and fault injection, the Device and its progress thread),
+// one PD and two CQs whose completions wake the application thread through an
+// eventfd.
 //
 // The decorators stack as  FaultInjector( CaptureTransport( UdpTransport ) ):
 // faults are injected on this process's transmit side (so when both processes
@@ -16,11 +17,8 @@
 
 #include "engine/device.h"
 
-namespace softrdma::progress {
-class ProgressLoop;
-}
-namespace softrdma::transport {
-class FaultInjector;
+namespace softrdma::runtime {
+class Node;
 }
 
 namespace softrdma::traffic {
@@ -39,7 +37,7 @@ class Fabric {
   Fabric(const Fabric&) = delete;
   Fabric& operator=(const Fabric&) = delete;
 
-  engine::Device& device() { return *device_; }
+  engine::Device& device();
   engine::Pd* pd() { return pd_; }
   engine::Cq& send_cq() { return *send_cq_; }
   engine::Cq& recv_cq() { return *recv_cq_; }
@@ -59,14 +57,11 @@ class Fabric {
   Fabric() = default;
   bool start(const FabricOptions& options, std::string& error);
 
-  std::unique_ptr<transport::Transport> transport_;
-  transport::FaultInjector* faults_ = nullptr;  // inside transport_, when configured
-  std::unique_ptr<engine::Device> device_;
+  std::unique_ptr<runtime::Node> node_;
   engine::Pd* pd_ = nullptr;
   engine::Cq* send_cq_ = nullptr;
   engine::Cq* recv_cq_ = nullptr;
   int event_fd_ = -1;
-  std::unique_ptr<progress::ProgressLoop> loop_;  // declared last: stops first
 };
 
 }  // namespace softrdma::traffic

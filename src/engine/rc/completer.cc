@@ -40,9 +40,9 @@ void Completer::on_response(PacketView packet, Nanos now) {
   const ibv_qp_state state = conn_.qp().state();
   if (state != IBV_QPS_RTS && state != IBV_QPS_SQD) return;
   const uint32_t psn = packet.psn();
-  // IBA 9.7.5.2.1: a response outside [una, next) answers nothing outstanding
-  // (a late duplicate, or a ghost): ignore it.
-  if (psn_before(psn, una_psn_) || !psn_before(psn, conn_.requester().next_psn())) {
+  // IBA 9.7.5.2.1: a response outside [una, first PSN never sent) answers nothing
+  // outstanding (a late duplicate, or a ghost): ignore it.
+  if (psn_before(psn, una_psn_) || !psn_before(psn, conn_.requester().high_psn())) {
     bump(conn_.qp().device().counters().out_of_sequence_responses);
     return;
   }
@@ -112,6 +112,10 @@ void Completer::on_nak(uint8_t syn, uint32_t psn, Nanos now) {
     conn_.requester().pause_until(now + wait);
     conn_.qp().device().arm_deadline(now + wait);
     deadline_ = kNever;  // no ACK timeout while waiting out the RNR timer
+    return;
+  }
+  if (syndrome::type(syn) != syndrome::kNak) {  // IBA Table 42: reserved type
+    bump(counters.out_of_sequence_responses);
     return;
   }
   switch (syndrome::value(syn)) {
@@ -184,6 +188,7 @@ void Completer::complete_head(ibv_wc_status status) {
 }
 
 void Completer::fail_head(ibv_wc_status status, Nanos now) {
+  if (!sending_state()) return;
   if (!conn_.qp().sq().empty()) conn_.qp().sq().front().status = status;
   conn_.fail(now, std::nullopt);
 }
@@ -201,6 +206,7 @@ void Completer::progress_made(Nanos now) {
 }
 
 void Completer::retry(uint32_t psn, Nanos now) {
+  if (!sending_state()) return;
   if (retries_left_ == 0) return fail_head(IBV_WC_RETRY_EXC_ERR, now);
   --retries_left_;
   // Late responses to what was sent before this retry must not trigger another:
@@ -211,9 +217,20 @@ void Completer::retry(uint32_t psn, Nanos now) {
   conn_.requester().run(now);
 }
 
+bool Completer::sending_state() const {
+  const ibv_qp_state s = conn_.qp().state();
+  return s == IBV_QPS_RTS || s == IBV_QPS_SQD;
+}
+
+void Completer::stop_timers() {
+  deadline_ = kNever;
+  read_rerequested_ = false;
+}
+
 void Completer::on_timer(Nanos now) {
   if (deadline_ == kNever || now < deadline_) return;
   deadline_ = kNever;
+  if (!sending_state()) return;  // a timer left from before Error/Reset
   if (!outstanding()) return;
   bump(conn_.qp().device().counters().retransmit_timeouts);
   retry(una_psn_, now);

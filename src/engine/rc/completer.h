@@ -24,6 +24,8 @@ class Completer {
   Nanos deadline() const { return deadline_; }
   void on_timer(Nanos now);
   void reset(uint32_t sq_psn, Nanos now);
+  // The QP left the sending states (Error, Reset): no timer may act any more.
+  void stop_timers();
   // Oldest PSN not yet acknowledged.
   uint32_t una_psn() const { return una_psn_; }
 
@@ -42,6 +44,7 @@ class Completer {
   void progress_made(Nanos now);
   void retry(uint32_t psn, Nanos now);
   bool outstanding() const;
+  bool sending_state() const;
   void restart_timer(Nanos now);
 
   RcConnection& conn_;

@@ -84,6 +84,11 @@ void RcConnection::load_path() {
 }
 
 void RcConnection::on_state_change(ibv_qp_state from, ibv_qp_state to, Nanos now) {
+  if (to == IBV_QPS_ERR || to == IBV_QPS_RESET) {
+    // Timers armed before must not act on the QP once it is reconnected.
+    completer_.stop_timers();
+    requester_.pause_until(0);
+  }
   if (to == IBV_QPS_RTR && from != IBV_QPS_RTR) {
     load_path();
     responder_.reset(qp_.attr().rq_psn, qp_.attr().max_dest_rd_atomic);

@@ -27,7 +27,7 @@ uint32_t packets_for(uint64_t length, uint32_t mtu) {
 uint32_t Requester::rd_atomic_outstanding() const {
   Ring<SendWqe>& sq = conn_.qp().sq();
   uint32_t n = 0;
-  for (uint32_t i = sq.head(); i != send_index_; ++i) {
+  for (uint32_t i = sq.head(); psn_index_before(i, send_index_); ++i) {
     const SendWqe& w = sq.at(i);
     if (w.needs_response() && w.state != SendState::kComplete) ++n;
   }
@@ -46,6 +46,9 @@ void Requester::run(Nanos now) {
   if (qp.state() != IBV_QPS_RTS && qp.state() != IBV_QPS_SQD) return;
   if (now < paused_until_) return;
   Ring<SendWqe>& sq = qp.sq();
+  // The completer may have popped WQEs a rewind had pointed us back to (a late
+  // RNR NAK): never walk from before the head.
+  if (psn_index_before(send_index_, sq.head())) send_index_ = sq.head();
   while (send_index_ != sq.tail()) {
     SendWqe& wqe = sq.at(send_index_);
     if (wqe.state == SendState::kQueued) {
@@ -113,12 +116,11 @@ uint32_t Requester::window_space(uint32_t psn) const {
   return in_flight >= int32_t(limit) ? 0 : limit - uint32_t(in_flight);
 }
 
-void Requester::count_send(uint32_t psn) {
-  if (psn_before(psn, high_psn_)) {
-    bump(conn_.qp().device().counters().retransmitted_packets);
-  } else {
-    high_psn_ = psn_add(psn, 1);
-  }
+// `psns`: how many PSNs the packet stands for (a READ request: its responses).
+void Requester::count_send(uint32_t psn, uint32_t psns) {
+  if (psn_before(psn, high_psn_)) bump(conn_.qp().device().counters().retransmitted_packets);
+  const uint32_t end = psn_add(psn, psns);
+  if (psn_before(high_psn_, end)) high_psn_ = end;
 }
 
 bool Requester::send_packets(SendWqe& wqe) {
@@ -183,9 +185,12 @@ bool Requester::send_data_packet(SendWqe& wqe) {
   const uint8_t opcode = data_opcode(wqe, index);
   PacketView p = conn_.emit(opcode, len, psn);
   const OpcodeInfo& info = p.info();
-  const uint32_t interval = conn_.qp().device().config().ack_request_interval;
+  const DeviceConfig& config = conn_.qp().device().config();
+  // IBA 9.7.5.1.4: AckReq at least twice per window, or a window smaller than the
+  // interval would wait for the ACK timer.
+  const uint32_t interval = std::max<uint32_t>(
+      1, std::min(config.ack_request_interval, config.max_unacked_packets / 2));
   const bool last = info.is(kOpLast);
-  // IBA 9.7.5.1.4: AckReq on the last packet, and periodically within long messages.
   p.set(bth::kAckReq, last || (index + 1) % interval == 0);
   if (last && (wqe.flags & IBV_SEND_SOLICITED)) p.set(bth::kSolicited, 1);
   if (info.has(Header::kReth)) {
@@ -201,7 +206,7 @@ bool Requester::send_data_packet(SendWqe& wqe) {
     conn_.fail(conn_.qp().device().clock().now(), IBV_EVENT_QP_ACCESS_ERR);
     return false;
   }
-  count_send(psn);
+  count_send(psn, 1);
   ++wqe.next_packet;
   return true;
 }
@@ -229,7 +234,7 @@ bool Requester::send_read_request(SendWqe& wqe) {
     p.set(reth::kVa, wqe.remote_addr + offset);
     p.set(reth::kRkey, wqe.rkey);
     p.set(reth::kDmaLength, len);
-    count_send(psn);
+    count_send(psn, chunk);
     wqe.next_packet += chunk;
     wqe.read_requested = std::max(wqe.read_requested, wqe.next_packet);
   }
@@ -246,7 +251,7 @@ void Requester::send_atomic(SendWqe& wqe) {
   p.set(atomic_eth::kSwapAdd,
         wqe.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? wqe.swap : wqe.compare_add);
   p.set(atomic_eth::kCompare, wqe.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? wqe.compare_add : 0);
-  count_send(wqe.first_psn);
+  count_send(wqe.first_psn, 1);
   wqe.next_packet = 1;
 }
 

@@ -13,6 +13,9 @@ namespace softrdma::engine::rc {
 
 class RcConnection;
 
+// Work queue indices grow forever mod 2^32: compare them as a ring.
+inline bool psn_index_before(uint32_t a, uint32_t b) { return int32_t(a - b) < 0; }
+
 class Requester {
  public:
   explicit Requester(RcConnection& conn) : conn_(conn) {}
@@ -27,6 +30,8 @@ class Requester {
 
   void reset(uint32_t sq_psn);
   uint32_t next_psn() const { return next_psn_; }
+  // First PSN never sent: a response beyond it answers nothing (IBA 9.7.5.2.1).
+  uint32_t high_psn() const { return high_psn_; }
   uint32_t send_index() const { return send_index_; }
   // READ/ATOMIC WQEs sent and not yet completed (IBA 9.7.4.1.5: max_rd_atomic).
   uint32_t rd_atomic_outstanding() const;
@@ -35,7 +40,7 @@ class Requester {
   bool may_start(const SendWqe& wqe) const;
   bool start(SendWqe& wqe, Nanos now);
   bool check_local_sges(const SendWqe& wqe) const;
-  void count_send(uint32_t psn);
+  void count_send(uint32_t psn, uint32_t psns);
   bool send_packets(SendWqe& wqe);
   uint32_t window_space(uint32_t psn) const;
   bool send_data_packet(SendWqe& wqe);

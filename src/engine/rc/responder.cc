@@ -264,6 +264,9 @@ Responder::Verdict Responder::do_atomic(PacketView p) {
     uint8_t* host = access.resolve(uint32_t(p.get(atomic_eth::kRkey)), qp.pd(), va, 8,
                                    IBV_ACCESS_REMOTE_ATOMIC, why);
     if (host == nullptr) return Verdict::kRemoteAccess;
+    // The VA is aligned, but an MR registered with another IOVA may map it to an
+    // unaligned host address: no atomic is possible there.
+    if (reinterpret_cast<uintptr_t>(host) % 8 != 0) return Verdict::kInvalidRequest;
     std::atomic_ref<uint64_t> target(*reinterpret_cast<uint64_t*>(host));
     if (p.info().is(kOpCompareSwap)) {
       original = p.get(atomic_eth::kCompare);

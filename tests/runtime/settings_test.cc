@@ -1,0 +1,79 @@
+// Every setting comes from one environment variable; a malformed value is refused
+// with a message naming the variable (docs/configuration.md).
+#include "runtime/settings.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+namespace softrdma::runtime {
+namespace {
+
+// Clears every SOFTRDMA_* variable the test may set, before and after.
+class SettingsTest : public ::testing::Test {
+ protected:
+  static constexpr const char* kNames[] = {"SOFTRDMA_DEVICE", "SOFTRDMA_ADDR",
+                                           "SOFTRDMA_PCAP",   "SOFTRDMA_FAULTS",
+                                           "SOFTRDMA_PROGRESS", "SOFTRDMA_WINDOW"};
+  void SetUp() override { clear(); }
+  void TearDown() override { clear(); }
+  static void clear() {
+    for (const char* name : kNames) unsetenv(name);
+  }
+};
+
+// Nothing set: the documented defaults.
+TEST_F(SettingsTest, DefaultsWhenNothingIsSet) {
+  std::string error;
+  auto s = Settings::from_environment(error);
+  ASSERT_TRUE(s.has_value()) << error;
+  EXPECT_EQ(s->device_name, "softrdma0");
+  EXPECT_TRUE(s->address.empty());
+  EXPECT_TRUE(s->pcap_path.empty());
+  EXPECT_TRUE(s->faults.empty());
+  EXPECT_TRUE(s->progress_thread);
+  EXPECT_EQ(s->max_unacked_packets, 64u);
+}
+
+// Each variable lands in its field; describe() shows the values in force.
+TEST_F(SettingsTest, EveryVariableIsRead) {
+  setenv("SOFTRDMA_DEVICE", "rnic7", 1);
+  setenv("SOFTRDMA_ADDR", "127.0.9.9", 1);
+  setenv("SOFTRDMA_PCAP", "/tmp/x.pcap", 1);
+  setenv("SOFTRDMA_FAULTS", "loss=0.1", 1);
+  setenv("SOFTRDMA_PROGRESS", "inline", 1);
+  setenv("SOFTRDMA_WINDOW", "256", 1);
+  std::string error;
+  auto s = Settings::from_environment(error);
+  ASSERT_TRUE(s.has_value()) << error;
+  EXPECT_EQ(s->device_name, "rnic7");
+  EXPECT_EQ(s->address, "127.0.9.9");
+  EXPECT_EQ(s->pcap_path, "/tmp/x.pcap");
+  EXPECT_EQ(s->faults, "loss=0.1");
+  EXPECT_FALSE(s->progress_thread);
+  EXPECT_EQ(s->max_unacked_packets, 256u);
+  bool saw_window = false;
+  for (const auto& [name, value] : s->describe()) {
+    if (name == "SOFTRDMA_WINDOW") saw_window = value == "256";
+  }
+  EXPECT_TRUE(saw_window);
+}
+
+// Malformed values are refused, and the message names the variable.
+TEST_F(SettingsTest, MalformedValuesAreRefusedByName) {
+  const std::pair<const char*, const char*> bad[] = {
+      {"SOFTRDMA_PROGRESS", "sometimes"}, {"SOFTRDMA_WINDOW", "0"},
+      {"SOFTRDMA_WINDOW", "4097"},        {"SOFTRDMA_WINDOW", "12x"},
+      {"SOFTRDMA_DEVICE", "a-name-that-is-far-too-long-for-a-verbs-device-name-of-64-bytes-xx"}};
+  for (const auto& [name, value] : bad) {
+    clear();
+    setenv(name, value, 1);
+    std::string error;
+    EXPECT_FALSE(Settings::from_environment(error).has_value()) << name << "=" << value;
+    EXPECT_NE(error.find(name), std::string::npos) << error;
+  }
+}
+
+}  // namespace
+}  // namespace softrdma::runtime
