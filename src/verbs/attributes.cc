@@ -66,9 +66,9 @@ void fill_device_attr(Context& ctx, ibv_device_attr& a) {
   a.max_qp_init_rd_atom = clamp_int(lim.max_qp_init_rd_atom);
   // Responder resources are per QP only; the device-wide total is their product.
   a.max_res_rd_atom = clamp_int(uint64_t(lim.max_qp) * lim.max_qp_rd_atom);
-  // Atomics are executed under the responder's QP lock against host memory:
-  // atomic with respect to other RDMA atomics of this device (IBA 10.8.3.6), not
-  // to the CPU's own accesses.
+  // The responder executes atomics with std::atomic_ref on the target word: atomic
+  // with respect to every other RDMA atomic of this device, across QPs (IBA
+  // 10.8.3.6, ATOMIC_HCA), and to the CPU's own atomic instructions on that word.
   a.atomic_cap = IBV_ATOMIC_HCA;
   // No MWs, AHs (UD), SRQs, multicast yet: reported as 0 until they exist.
   a.max_pkeys = 1;

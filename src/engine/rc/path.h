@@ -32,6 +32,12 @@ inline wire::PacketView emit(transport::Transport& transport, EngineCounters& co
   return p;
 }
 
+// Packets (PSNs) a message of `length` bytes takes at this MTU; an empty message
+// is still one packet (IBA 9.7.4.1.1).
+constexpr uint32_t packets_for(uint64_t length, uint32_t mtu) {
+  return length == 0 ? 1 : uint32_t((length + mtu - 1) / mtu);
+}
+
 // IBA 9.7.6.1.3 / 11.2.4.2: local ACK timeout = 4.096 us * 2^timeout; 0 = infinite.
 inline int64_t ack_timeout_ns(uint8_t timeout) {
   if (timeout == 0) return INT64_MAX;

@@ -16,14 +16,6 @@ namespace softrdma::engine::rc {
 
 using namespace wire;
 
-namespace {
-
-uint32_t packets_for(uint64_t length, uint32_t mtu) {
-  return length == 0 ? 1 : uint32_t((length + mtu - 1) / mtu);
-}
-
-}  // namespace
-
 uint32_t Requester::rd_atomic_outstanding() const {
   Ring<SendWqe>& sq = conn_.qp().sq();
   uint32_t n = 0;

@@ -18,10 +18,6 @@ using namespace wire;
 
 namespace {
 
-uint32_t packets_for(uint64_t length, uint32_t mtu) {
-  return length == 0 ? 1 : uint32_t((length + mtu - 1) / mtu);
-}
-
 bool ready_to_receive(ibv_qp_state s) {
   // IBA 9.7.5.1 / 11.2.5: a QP accepts requests from RTR on; RESET, INIT and ERR drop.
   return s == IBV_QPS_RTR || s == IBV_QPS_RTS || s == IBV_QPS_SQD || s == IBV_QPS_SQE;

@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""Checks the layering of DESIGN.md §2 on the sources: each folder of src/ may
+include only the folders (or single headers) listed for it. CMake's PRIVATE links
+catch a wrong arrow at link time; this catches a wrong #include, which compiles
+because every layer's include root is src/. Run by ctest (layering).
+
+  check_layers.py SRC_DIR      exit 0: clean; 1: lists every violation
+"""
+import pathlib
+import re
+import sys
+
+# Folder -> what it may include. "transport/transport.h" alone is the interface
+# the engine is handed; the implementations stay out of the engine and the verbs.
+ALLOWED = {
+    "wire": {"wire"},
+    "transport": {"wire", "transport"},
+    "progress": {"progress"},
+    "engine": {"wire", "engine", "transport/transport.h"},
+    "runtime": {"wire", "engine", "progress", "transport", "runtime"},
+    "verbs": {"wire", "engine", "runtime", "verbs", "progress", "transport/transport.h"},
+}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def allowed(layer, header):
+    rules = ALLOWED.get(layer)
+    if rules is None or "/" not in header:
+        return True  # a folder without rules, or a same-folder relative include
+    return header.split("/")[0] in rules or header in rules
+
+
+def main():
+    src = pathlib.Path(sys.argv[1])
+    bad = []
+    for path in sorted(src.rglob("*")):
+        if path.suffix not in (".h", ".cc", ".c"):
+            continue
+        layer = path.relative_to(src).parts[0]
+        for header in INCLUDE.findall(path.read_text(errors="replace")):
+            if not allowed(layer, header):
+                bad.append(f"{path.relative_to(src)}: includes {header}")
+    for line in bad:
+        print("layering violation:", line)
+    print(f"check_layers: {len(bad)} violation(s)")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
