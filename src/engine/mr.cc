@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <limits>
 
 #include "engine/pd.h"
@@ -35,6 +36,24 @@ bool range_is_mapped(const void* addr, uint64_t length) {
     begin += span;
   }
   return true;
+}
+
+// Every byte of [begin, end) lies in a writable mapping of /proc/self/maps (which
+// lists mappings in address order). Only asked when write access is registered.
+bool range_is_writable(uintptr_t begin, uintptr_t end) {
+  FILE* maps = std::fopen("/proc/self/maps", "re");
+  if (maps == nullptr) return true;  // no procfs: cannot tell, do not refuse
+  char line[512];
+  while (begin < end && std::fgets(line, sizeof line, maps) != nullptr) {
+    unsigned long lo = 0, hi = 0;
+    char perms[5] = {};
+    if (std::sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) != 3) continue;
+    if (hi <= begin || lo > begin) continue;  // not the mapping holding `begin`
+    if (perms[1] != 'w') break;
+    begin = hi;
+  }
+  std::fclose(maps);
+  return begin >= end;
 }
 
 uint32_t random_seed() {
@@ -77,7 +96,13 @@ Mr* MrTable::reg(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access,
   // The kernel pins the pages and fails with EFAULT on a hole; softrdma cannot pin,
   // but it can refuse memory that is not mapped now, instead of faulting later in
   // the progress thread when a peer writes there.
-  if (!range_is_mapped(addr, length)) {
+  // Likewise memory registered for writing must be writable (FOLL_WRITE in the
+  // kernel): a remote WRITE into a read-only page would fault.
+  const bool written = (access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                  IBV_ACCESS_REMOTE_ATOMIC)) != 0;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(addr);
+  if (!range_is_mapped(addr, length) ||
+      (written && length != 0 && !range_is_writable(begin, begin + length))) {
     err = EFAULT;
     return nullptr;
   }

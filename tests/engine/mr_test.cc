@@ -193,6 +193,23 @@ TEST_F(MrTest, UnmappedMemoryIsEfault) {
   munmap(half, page);
 }
 
+// Read-only memory cannot be registered for writing (EFAULT, as the kernel's
+// FOLL_WRITE pinning answers), but can be registered for reading.
+TEST_F(MrTest, ReadOnlyMemoryCannotBeRegisteredForWriting) {
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  void* ro = mmap(nullptr, 2 * page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(ro, MAP_FAILED);
+  int err = 0;
+  EXPECT_EQ(device_->reg_mr(pd_, ro, 2 * page, uint64_t(uintptr_t(ro)),
+                            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, err), nullptr);
+  EXPECT_EQ(err, EFAULT);
+  Mr* readable = device_->reg_mr(pd_, ro, 2 * page, uint64_t(uintptr_t(ro)),
+                                 IBV_ACCESS_REMOTE_READ, err);
+  ASSERT_NE(readable, nullptr) << err;
+  EXPECT_EQ(device_->dereg_mr(readable), 0);
+  munmap(ro, 2 * page);
+}
+
 // A region longer than the device's max_mr_size is EINVAL (ibv_query_device).
 TEST_F(MrTest, LongerThanMaxMrSizeIsEinval) {
   int err = 0;
