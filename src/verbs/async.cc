@@ -10,29 +10,11 @@ using namespace softrdma::verbs;
 
 namespace {
 
-enum class Element { kQp, kCq, kNone };
-
-// Which member of ibv_async_event::element an event carries (IBA 11.6.3).
-Element element_kind(ibv_event_type type) {
-  switch (type) {
-    case IBV_EVENT_CQ_ERR: return Element::kCq;
-    case IBV_EVENT_QP_FATAL:
-    case IBV_EVENT_QP_REQ_ERR:
-    case IBV_EVENT_QP_ACCESS_ERR:
-    case IBV_EVENT_COMM_EST:
-    case IBV_EVENT_SQ_DRAINED:
-    case IBV_EVENT_PATH_MIG:
-    case IBV_EVENT_PATH_MIG_ERR:
-    case IBV_EVENT_QP_LAST_WQE_REACHED: return Element::kQp;
-    default: return Element::kNone;  // port, device, SRQ, WQ
-  }
-}
-
 const void* element_of(const ibv_async_event& event) {
-  switch (element_kind(event.event_type)) {
-    case Element::kQp: return event.element.qp;
-    case Element::kCq: return event.element.cq;
-    case Element::kNone: return nullptr;
+  switch (target_of(event.event_type)) {
+    case EventTarget::kQp: return event.element.qp;
+    case EventTarget::kCq: return event.element.cq;
+    default: return nullptr;  // port, device, SRQ, WQ: no object
   }
   return nullptr;
 }
@@ -40,22 +22,22 @@ const void* element_of(const ibv_async_event& event) {
 // Counts an event handed to the application on its object, for destroy to
 // wait for the matching ibv_ack_async_event.
 void count_delivered(const ibv_async_event& event) {
-  switch (element_kind(event.event_type)) {
-    case Element::kQp: {
+  switch (target_of(event.event_type)) {
+    case EventTarget::kQp: {
       Qp* qp = to_qp(event.element.qp);
       pthread_mutex_lock(&qp->ibv()->mutex);
       ++qp->async_events_delivered;
       pthread_mutex_unlock(&qp->ibv()->mutex);
       return;
     }
-    case Element::kCq: {
+    case EventTarget::kCq: {
       Cq* cq = to_cq(event.element.cq);
       pthread_mutex_lock(&cq->ibv.mutex);
       ++cq->async_events_delivered;
       pthread_mutex_unlock(&cq->ibv.mutex);
       return;
     }
-    case Element::kNone: return;
+    default: return;
   }
 }
 
@@ -110,8 +92,8 @@ SOFTRDMA_EXPORT int ibv_get_async_event(ibv_context* context, ibv_async_event* e
 // ibv_ack_async_event(3): every event taken must be acknowledged; destroying its
 // QP or CQ waits for that.
 SOFTRDMA_EXPORT void ibv_ack_async_event(ibv_async_event* event) {
-  switch (element_kind(event->event_type)) {
-    case Element::kQp: {
+  switch (target_of(event->event_type)) {
+    case EventTarget::kQp: {
       ibv_qp* qp = event->element.qp;
       pthread_mutex_lock(&qp->mutex);
       ++qp->events_completed;
@@ -119,7 +101,7 @@ SOFTRDMA_EXPORT void ibv_ack_async_event(ibv_async_event* event) {
       pthread_mutex_unlock(&qp->mutex);
       return;
     }
-    case Element::kCq: {
+    case EventTarget::kCq: {
       ibv_cq* cq = event->element.cq;
       pthread_mutex_lock(&cq->mutex);
       ++cq->async_events_completed;
@@ -127,6 +109,6 @@ SOFTRDMA_EXPORT void ibv_ack_async_event(ibv_async_event* event) {
       pthread_mutex_unlock(&cq->mutex);
       return;
     }
-    case Element::kNone: return;
+    default: return;
   }
 }

@@ -12,11 +12,7 @@
 
 namespace softrdma::verbs {
 
-namespace {
-
 // IBA 11.6.3: which events name a QP, a CQ, or the port / device as a whole.
-enum class EventTarget { kQp, kCq, kPort, kDevice, kOther };
-
 EventTarget target_of(ibv_event_type type) {
   switch (type) {
     case IBV_EVENT_CQ_ERR: return EventTarget::kCq;
@@ -42,6 +38,9 @@ EventTarget target_of(ibv_event_type type) {
   }
   return EventTarget::kOther;
 }
+
+namespace {
+
 
 void copy_name(char* dst, size_t size, const std::string& src) {
   std::snprintf(dst, size, "%s", src.c_str());

@@ -25,6 +25,10 @@
 
 namespace softrdma::verbs {
 
+// IBA 11.6.3: which object an async event names (ibv_async_event::element).
+enum class EventTarget { kQp, kCq, kPort, kDevice, kOther };
+EventTarget target_of(ibv_event_type type);
+
 class Process {
  public:
   static Process& get();
