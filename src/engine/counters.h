@@ -18,6 +18,8 @@ namespace softrdma::engine {
   X(tx_packets)                                                              \
   X(tx_dropped)             /* transport refused: counted as loss */         \
   X(retransmit_timeouts)                                                     \
+  X(retries)                /* go-back-N restarts charged to retry_cnt */    \
+  X(retry_streak_max)       /* most consecutive retries without progress */  \
   X(retransmitted_packets)                                                   \
   X(seq_naks_sent)                                                           \
   X(seq_naks_received)                                                       \
@@ -46,6 +48,13 @@ struct EngineCounters {
 
 inline void bump(std::atomic<uint64_t>& c, uint64_t by = 1) {
   c.fetch_add(by, std::memory_order_relaxed);
+}
+
+// For the gauges among the counters (`retry_streak_max`): keeps the largest value.
+inline void raise_to(std::atomic<uint64_t>& c, uint64_t value) {
+  uint64_t cur = c.load(std::memory_order_relaxed);
+  while (cur < value && !c.compare_exchange_weak(cur, value, std::memory_order_relaxed)) {
+  }
 }
 
 }  // namespace softrdma::engine

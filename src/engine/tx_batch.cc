@@ -1,5 +1,6 @@
 #include "engine/tx_batch.h"
 
+#include <cstring>
 #include <memory>
 
 namespace softrdma::engine {
@@ -22,6 +23,19 @@ wire::PacketView TxBatch::add(transport::Transport& transport, EngineCounters& c
   packets_[count_] = transport::TxPacket{view.bytes(), src, dst, src_port};
   ++count_;
   return view;
+}
+
+void TxBatch::repeat_last() {
+  if (count_ == 0) return;
+  const size_t from = count_ - 1;
+  // A full batch goes out first; its buffers keep their bytes to copy from.
+  if (count_ == kBurst) flush();
+  transport::TxPacket copy = packets_[from];
+  std::memcpy(buffers_[count_].data(), copy.bytes.data(), copy.bytes.size());
+  copy.bytes = std::span(buffers_[count_].data(), copy.bytes.size());
+  copy.corrupt_at = 0;  // fault marks belong to the transmission, not the packet
+  copy.corrupt_mask = 0;
+  packets_[count_++] = copy;
 }
 
 void TxBatch::flush() {

@@ -30,6 +30,8 @@ class TxBatch {
   void discard_last() {
     if (count_ > 0) --count_;
   }
+  // Queues a second copy of the packet add() returned last, once it is filled in.
+  void repeat_last();
   void flush();
 
  private:

@@ -57,8 +57,9 @@ TEST_F(RcPairTest, WriteRecoversFromLostMiddlePacket) {
   EXPECT_TRUE(same(a, 0, b, kDst, 5000));
 }
 
-// The ACK is lost. Expect: the requester times out and resends; the responder sees
-// a duplicate, re-acknowledges and does not deliver twice (IBA 9.7.5.1.2).
+// The ACK is lost. Expect: the requester times out and resends (the restart's first
+// packet twice); the responder sees duplicates, re-acknowledges and does not deliver
+// twice (IBA 9.7.5.1.2).
 TEST_F(RcPairTest, LostAckIsRecoveredByDuplicateReAck) {
   post_recv(b, kDst, 4096, 1);
   post_recv(b, kDst, 4096, 2);
@@ -69,7 +70,7 @@ TEST_F(RcPairTest, LostAckIsRecoveredByDuplicateReAck) {
   ASSERT_TRUE(run_until([&] { return sq_idle(a); }));
   EXPECT_EQ(poll(a.scq).size(), 1u);
   EXPECT_EQ(poll(b.rcq).size(), 1u);  // delivered once
-  EXPECT_EQ(b.counters().duplicate_requests.load(), 1u);
+  EXPECT_EQ(b.counters().duplicate_requests.load(), 2u);
   EXPECT_EQ(a.counters().retransmit_timeouts.load(), 1u);
 }
 
@@ -119,8 +120,72 @@ TEST_F(RcPairTest, DuplicateAtomicIsReplayedNotReexecuted) {
   ASSERT_TRUE(run_until([&] { return sq_idle(a); }));
   EXPECT_EQ(load64(b, 256), 12u);  // added once
   EXPECT_EQ(load64(a, 0), 7u);
-  EXPECT_EQ(b.counters().duplicate_atomics_replayed.load(), 1u);
+  // The retry sends the atomic twice: both copies are answered from the cache.
+  EXPECT_EQ(b.counters().duplicate_atomics_replayed.load(), 2u);
   EXPECT_EQ(poll(a.scq).at(0).status, IBV_WC_SUCCESS);
+}
+
+// A retry is wasted only if both copies of its first packet are lost: here the
+// original and one copy of the retry go, and one timeout is enough.
+TEST_F(RcPairTest, RetryOutlivesTheLossOfOneCopyOfItsFirstPacket) {
+  post_recv(b, kDst, 4096, 1);
+  net_.drop(match::opcode(op::kRcSendOnly), 2);
+  ASSERT_EQ(post(a, IBV_WR_SEND, 0, 100, 0, 1), 0);
+  ASSERT_TRUE(run_until([&] { return sq_idle(a); }));
+  EXPECT_EQ(poll(a.scq).at(0).status, IBV_WC_SUCCESS);
+  EXPECT_EQ(poll(b.rcq).size(), 1u);
+  EXPECT_EQ(a.counters().retransmit_timeouts.load(), 1u);
+  EXPECT_EQ(a.counters().retries.load(), 1u);
+}
+
+TEST_F(RcPairTest, ReadRetryOutlivesTheLossOfOneCopyOfItsRequest) {
+  fill(b, kDst, 3000, 14);
+  net_.drop(match::opcode(op::kRcReadRequest), 2);
+  ASSERT_EQ(post(a, IBV_WR_RDMA_READ, 0, 3000, kDst, 1), 0);
+  ASSERT_TRUE(run_until([&] { return sq_idle(a); }));
+  EXPECT_EQ(poll(a.scq).at(0).status, IBV_WC_SUCCESS);
+  EXPECT_TRUE(same(a, 0, b, kDst, 3000));
+  EXPECT_EQ(a.counters().retransmit_timeouts.load(), 1u);
+}
+
+// After a timeout only the first packet of the restart is repeated, asking for an ACK.
+TEST_F(RcPairTest, RestartAfterTimeoutRepeatsOnlyItsFirstPacketWithAckReq) {
+  post_recv(b, kDst, 8192, 1);
+  net_.drop(match::opcode(op::kRcSendLast));
+  net_.take_sent();
+  // FIRST, MIDDLE, LAST at MTU 1024; without the LAST nothing is acknowledged and the
+  // timer restarts the message from its FIRST.
+  ASSERT_EQ(post(a, IBV_WR_SEND, 0, 3000, 0, 1), 0);
+  ASSERT_TRUE(run_until([&] { return sq_idle(a); }));
+  EXPECT_EQ(a.counters().retransmit_timeouts.load(), 1u);
+  EXPECT_EQ(a.counters().retries.load(), 1u);
+  std::vector<uint8_t> sent_opcodes;
+  for (const auto& p : net_.take_sent()) {
+    if (!p.view().info().is(wire::kOpRequest)) continue;
+    sent_opcodes.push_back(p.opcode());
+    if (sent_opcodes.size() == 4 || sent_opcodes.size() == 5) {
+      EXPECT_TRUE(p.ack_req()) << p.summary();
+    }
+  }
+  EXPECT_EQ(sent_opcodes,
+            (std::vector<uint8_t>{op::kRcSendFirst, op::kRcSendMiddle, op::kRcSendLast,
+                                  op::kRcSendFirst, op::kRcSendFirst, op::kRcSendMiddle,
+                                  op::kRcSendLast}));
+}
+
+// A retry after a PSN sequence NAK is not repeated: its loss is seen by the timer,
+// whose retry is.
+TEST_F(RcPairTest, RestartAfterNakIsNotRepeated) {
+  post_recv(b, kDst, 8192, 1);
+  net_.drop(match::opcode(op::kRcSendFirst));
+  net_.take_sent();
+  ASSERT_EQ(post(a, IBV_WR_SEND, 0, 3000, 0, 1), 0);
+  ASSERT_TRUE(run_until([&] { return sq_idle(a); }));
+  EXPECT_EQ(a.counters().seq_naks_received.load(), 1u);
+  EXPECT_EQ(a.counters().retransmit_timeouts.load(), 0u);
+  size_t firsts = 0;
+  for (const auto& p : net_.take_sent()) firsts += p.opcode() == op::kRcSendFirst;
+  EXPECT_EQ(firsts, 2u);  // the lost one and its single resend
 }
 
 // The packets of a 4-packet SEND arrive in reverse order. Expect: out-of-order ones

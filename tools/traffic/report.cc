@@ -167,7 +167,11 @@ std::string summary_line(const NodeReport& server, const NodeReport& client, boo
     << " completions=" << v.completions << " bytes_compared=" << v.bytes_compared
     << " crc_matches=" << v.crc_matches << " atomics=" << v.atomics << " messages=" << all.messages
     << " bytes=" << all.bytes << " retransmitted=" << both("retransmitted_packets")
-    << " timeouts=" << both("retransmit_timeouts") << " dropped=" << both("faults.tx_dropped")
+    << " timeouts=" << both("retransmit_timeouts") << " retries=" << both("retries")
+    << " retry_streak_max="
+    << std::max(counter(server.totals, "retry_streak_max"),
+                counter(client.totals, "retry_streak_max"))
+    << " dropped=" << both("faults.tx_dropped")
     << " duplicated=" << both("faults.tx_duplicated")
     << " reordered=" << both("faults.tx_reordered")
     << " bad_icrc=" << both("transport.rx_bad_icrc");

@@ -205,14 +205,17 @@ void Completer::progress_made(Nanos now) {
   conn_.requester().run(now);
 }
 
-void Completer::retry(uint32_t psn, Nanos now) {
+void Completer::retry(uint32_t psn, Nanos now, Cause cause) {
   if (!sending_state()) return;
   if (retries_left_ == 0) return fail_head(IBV_WC_RETRY_EXC_ERR, now);
   --retries_left_;
+  EngineCounters& counters = conn_.qp().device().counters();
+  bump(counters.retries);
+  raise_to(counters.retry_streak_max, conn_.qp().attr().retry_cnt - retries_left_);
   // Late responses to what was sent before this retry must not trigger another:
   // one retry per gap until progress or the next timeout.
   read_rerequested_ = true;
-  conn_.requester().rewind(psn);
+  conn_.requester().rewind(psn, cause == Cause::kTimeout);
   restart_timer(now);
   conn_.requester().run(now);
 }
@@ -233,7 +236,7 @@ void Completer::on_timer(Nanos now) {
   if (!sending_state()) return;  // a timer left from before Error/Reset
   if (!outstanding()) return;
   bump(conn_.qp().device().counters().retransmit_timeouts);
-  retry(una_psn_, now);
+  retry(una_psn_, now, Cause::kTimeout);
 }
 
 }  // namespace softrdma::engine::rc

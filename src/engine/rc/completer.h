@@ -42,7 +42,10 @@ class Completer {
   void fail_head(ibv_wc_status status, Nanos now);
   bool sq_empty_or_unsent();
   void progress_made(Nanos now);
-  void retry(uint32_t psn, Nanos now);
+  // Go back N from `psn`, charged to retry_cnt. After a timeout the first packet of
+  // the restart goes twice (docs/decisions/rc-engine.md "Restarts").
+  enum class Cause { kGapOrNak, kTimeout };
+  void retry(uint32_t psn, Nanos now, Cause cause = Cause::kGapOrNak);
   bool outstanding() const;
   bool sending_state() const;
   void restart_timer(Nanos now);

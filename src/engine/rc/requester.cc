@@ -31,6 +31,7 @@ void Requester::reset(uint32_t sq_psn) {
   high_psn_ = next_psn_;
   send_index_ = conn_.qp().sq().head();
   paused_until_ = 0;
+  restarting_ = false;
 }
 
 void Requester::run(Nanos now) {
@@ -199,6 +200,7 @@ bool Requester::send_data_packet(SendWqe& wqe) {
     return false;
   }
   count_send(psn, 1);
+  repeat_if_restarting(p);
   ++wqe.next_packet;
   return true;
 }
@@ -227,6 +229,7 @@ bool Requester::send_read_request(SendWqe& wqe) {
     p.set(reth::kRkey, wqe.rkey);
     p.set(reth::kDmaLength, len);
     count_send(psn, chunk);
+    repeat_if_restarting(p);
     wqe.next_packet += chunk;
     wqe.read_requested = std::max(wqe.read_requested, wqe.next_packet);
   }
@@ -244,12 +247,28 @@ void Requester::send_atomic(SendWqe& wqe) {
         wqe.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? wqe.swap : wqe.compare_add);
   p.set(atomic_eth::kCompare, wqe.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? wqe.compare_add : 0);
   count_send(wqe.first_psn, 1);
+  repeat_if_restarting(p);
   wqe.next_packet = 1;
 }
 
+// A retry is wasted unless its first request and a response to it both arrive; on
+// a path losing a share L of packets that fails with probability ~2L, and
+// retry_cnt + 1 wasted retries in a row end the QP (IBA 9.7.6.1.3). After a timeout a
+// second copy of the first request, asking for an ACK, brings that to ~3L^2. The
+// responder treats the copy as a duplicate (IBA 9.7.5.1.2): re-acknowledged, a READ
+// re-executed, an ATOMIC replayed.
+void Requester::repeat_if_restarting(PacketView packet) {
+  if (!restarting_) return;
+  restarting_ = false;
+  packet.set(bth::kAckReq, 1);
+  TxBatch::local().repeat_last();
+  bump(conn_.qp().device().counters().retransmitted_packets);
+}
+
+
 // Go back N: the WQE holding `psn` resends from there; every later WQE that was
 // (partly) sent resends whole, keeping the PSNs it was given.
-void Requester::rewind(uint32_t psn) {
+void Requester::rewind(uint32_t psn, bool repeat_first) {
   Ring<SendWqe>& sq = conn_.qp().sq();
   for (uint32_t i = sq.head(); i != sq.tail(); ++i) {
     SendWqe& w = sq.at(i);
@@ -263,6 +282,7 @@ void Requester::rewind(uint32_t psn) {
       sq.at(j).state = SendState::kSending;
     }
     send_index_ = i;
+    restarting_ = repeat_first;
     return;
   }
 }

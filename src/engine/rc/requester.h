@@ -8,6 +8,7 @@
 
 #include "engine/clock.h"
 #include "engine/wqe.h"
+#include "wire/packet.h"
 
 namespace softrdma::engine::rc {
 
@@ -23,7 +24,9 @@ class Requester {
   // Sends as much queued work as the window, fences and max_rd_atomic allow.
   void run(Nanos now);
   // Go back N (IBA 9.7.4.1.3): resend from `psn`, which lies in an outstanding WQE.
-  void rewind(uint32_t psn);
+  // `repeat_first`: the first packet resent goes twice and asks for an ACK (a retry
+  // after a timeout, docs/decisions/rc-engine.md "Restarts").
+  void rewind(uint32_t psn, bool repeat_first = false);
   // Hold all sending until `until` (after an RNR NAK, IBA 9.7.5.2.8).
   void pause_until(Nanos until) { paused_until_ = until; }
   Nanos paused_until() const { return paused_until_; }
@@ -48,12 +51,14 @@ class Requester {
   void send_atomic(SendWqe& wqe);
   uint8_t data_opcode(const SendWqe& wqe, uint32_t index) const;
   bool gather(const SendWqe& wqe, uint64_t offset, std::span<uint8_t> out);
+  void repeat_if_restarting(wire::PacketView packet);
 
   RcConnection& conn_;
   uint32_t next_psn_ = 0;     // PSN for the next new WQE
   uint32_t send_index_ = 0;   // SQ index of the WQE being sent
   uint32_t high_psn_ = 0;     // first PSN never sent: below it, a send is a resend
   Nanos paused_until_ = 0;
+  bool restarting_ = false;  // the next packet sent begins a restart
 };
 
 }  // namespace softrdma::engine::rc
