@@ -7,6 +7,15 @@
 
 namespace softrdma::engine {
 
+// Largest requester window a setting may ask for (SOFTRDMA_WINDOW).
+inline constexpr uint32_t kMaxWindowPackets = 4096;
+// 1 GiB, as RoCE NICs report (IBA allows up to 2^31).
+inline constexpr uint32_t kMaxMessageBytes = 1u << 30;
+// IBA 9.7.1: PSNs compare within half their space, so a requester's unacknowledged
+// PSNs must stay fewer than 2^23. They are at most a window's worth of sent packets
+// plus the PSNs of the message starting now (at the smallest path MTU, 256 B).
+static_assert(kMaxWindowPackets + kMaxMessageBytes / 256 < (1u << 23));
+
 struct DeviceLimits {
   uint32_t max_qp = 16384;
   uint32_t max_qp_wr = 16384;        // per work queue
@@ -19,7 +28,7 @@ struct DeviceLimits {
   uint64_t max_mr_size = uint64_t(1) << 40;
   uint32_t max_qp_rd_atom = 128;       // responder: max_dest_rd_atomic
   uint32_t max_qp_init_rd_atom = 128;  // requester: max_rd_atomic
-  uint32_t max_msg_size = 1u << 31;    // IBA: 2^31 bytes per message
+  uint32_t max_msg_size = kMaxMessageBytes;
   uint32_t max_path_mtu_bytes = 4096;
 };
 

@@ -3,6 +3,8 @@
 #include <charconv>
 #include <cstdlib>
 
+#include "engine/limits.h"
+
 namespace softrdma::runtime {
 
 namespace {
@@ -16,7 +18,8 @@ bool parse_window(const char* text, uint32_t& out) {
   std::string_view s(text);
   uint32_t v = 0;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end != s.data() + s.size() || v < 1 || v > 4096) return false;
+  if (ec != std::errc() || end != s.data() + s.size()) return false;
+  if (v < 1 || v > engine::kMaxWindowPackets) return false;
   out = v;
   return true;
 }
@@ -38,8 +41,8 @@ std::optional<Settings> Settings::from_environment(std::string& error) {
     s.progress_thread = mode == "thread";
   }
   if (const char* v = env("SOFTRDMA_WINDOW"); v != nullptr && !parse_window(v, s.max_unacked_packets)) {
-    error = std::string("SOFTRDMA_WINDOW must be a number of packets from 1 to 4096, not \"") +
-            v + "\"";
+    error = "SOFTRDMA_WINDOW must be a number of packets from 1 to " +
+            std::to_string(engine::kMaxWindowPackets) + ", not \"" + v + "\"";
     return std::nullopt;
   }
   if (s.device_name.size() >= 64) {

@@ -166,6 +166,27 @@ TEST_F(QpPostTest, InlineLimitIsEnforced) {
   EXPECT_EQ(bad, &wr);
 }
 
+// A message longer than max_msg_size (1 GiB, DeviceLimits) is EINVAL at post time:
+// longer ones could take half the PSN space at path MTU 256 (IBA 9.7.1).
+TEST_F(QpPostTest, MessageLongerThanMaxMsgSizeIsEinval) {
+  bring_to(qp_, IBV_QPS_RTS);
+  const uint32_t max = device_->limits().max_msg_size;
+  EXPECT_EQ(max, 1u << 30);
+  ibv_sge sges[2] = {{0x10000, max / 2, 0x1}, {0x10000, max / 2 + 1, 0x1}};
+  for (ibv_wr_opcode opcode : {IBV_WR_SEND, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_READ}) {
+    ibv_send_wr wr = send_wr(9, IBV_SEND_SIGNALED);
+    wr.opcode = opcode;
+    wr.sg_list = sges;
+    wr.num_sge = 2;
+    wr.wr.rdma.remote_addr = 0x20000;
+    wr.wr.rdma.rkey = 0x1234;
+    const ibv_send_wr* bad = nullptr;
+    EXPECT_EQ(post_send(qp_, wr, &bad), EINVAL) << opcode;
+    EXPECT_EQ(bad, &wr);
+  }
+  EXPECT_TRUE(qp_->sq().empty());
+}
+
 // An atomic takes exactly one SGE of 8 bytes (IBA 9.4.5: atomics operate on 64-bit
 // quantities); any other length or SGE count is EINVAL.
 TEST_F(QpPostTest, AtomicNeedsOneEightByteSge) {
