@@ -249,6 +249,8 @@ TEST_F(RcPairTest, TransportRetriesExhausted) {
   EXPECT_EQ(wcs[1].status, IBV_WC_WR_FLUSH_ERR);
   EXPECT_EQ(a.qp->state(), IBV_QPS_ERR);
   EXPECT_EQ(a.counters().retransmit_timeouts.load(), options_.retry_cnt + 1u);
+  EXPECT_EQ(a.counters().retries.load(), options_.retry_cnt);
+  EXPECT_EQ(a.counters().retry_streak_max.load(), options_.retry_cnt + 1u);
   EXPECT_EQ(b.qp->state(), IBV_QPS_RTS);
 }
 

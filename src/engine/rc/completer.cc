@@ -207,11 +207,12 @@ void Completer::progress_made(Nanos now) {
 
 void Completer::retry(uint32_t psn, Nanos now, Cause cause) {
   if (!sending_state()) return;
+  EngineCounters& counters = conn_.qp().device().counters();
+  // This retry's place in the run without progress; retry_cnt + 1 is the one refused.
+  raise_to(counters.retry_streak_max, conn_.qp().attr().retry_cnt - retries_left_ + 1u);
   if (retries_left_ == 0) return fail_head(IBV_WC_RETRY_EXC_ERR, now);
   --retries_left_;
-  EngineCounters& counters = conn_.qp().device().counters();
   bump(counters.retries);
-  raise_to(counters.retry_streak_max, conn_.qp().attr().retry_cnt - retries_left_);
   // Late responses to what was sent before this retry must not trigger another:
   // one retry per gap until progress or the next timeout.
   read_rerequested_ = true;

@@ -265,7 +265,6 @@ void Requester::repeat_if_restarting(PacketView packet) {
   bump(conn_.qp().device().counters().retransmitted_packets);
 }
 
-
 // Go back N: the WQE holding `psn` resends from there; every later WQE that was
 // (partly) sent resends whole, keeping the PSNs it was given.
 void Requester::rewind(uint32_t psn, bool repeat_first) {
