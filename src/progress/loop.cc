@@ -1,6 +1,7 @@
 #include "progress/loop.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <time.h>
@@ -152,13 +153,18 @@ void ProgressLoop::run() {
 
 // Keeps calling progress() for options_.spin: on loopback the answer to what was
 // just sent usually comes back within it, and blocking would cost two context
-// switches. Returns true when progress() did work or wake() was called.
+// switches. Each turn yields the core: where threads outnumber cores, an
+// application thread spinning on memory for a remote WRITE (ib_write_lat) is what
+// must run next, and with nobody else runnable sched_yield returns at once
+// (docs/decisions/progress.md "Spinning politely"). Returns true when progress()
+// did work or wake() was called.
 bool ProgressLoop::spin() {
   const int64_t until = monotonic_now_ns() + options_.spin.count();
   while (monotonic_now_ns() < until) {
     if (stopping_.load(std::memory_order_relaxed)) return true;
     if (wake_pending_.load(std::memory_order_relaxed)) return true;
     cpu_relax();
+    sched_yield();
     stats_.iterations.fetch_add(1, std::memory_order_relaxed);
     if (call_progress()) return true;
   }
