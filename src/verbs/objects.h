@@ -131,28 +131,35 @@ inline Qp* to_qp(ibv_qp_ex* q) { return reinterpret_cast<Qp*>(q); }
 // The one way out of an exported function: exceptions (only std::bad_alloc can
 // come from the engine) never cross the C ABI (DESIGN.md §1).
 //
+// The errno for the exception being handled; call only inside a catch block.
+inline int errno_of_current_exception() noexcept {
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    return ENOMEM;
+  } catch (...) {
+    return EIO;
+  }
+}
+
 // guard_ptr: create calls; NULL with errno on failure.
 template <typename Fn>
 auto guard_ptr(Fn&& fn) noexcept -> decltype(fn()) {
   try {
     return fn();
-  } catch (const std::bad_alloc&) {
-    errno = ENOMEM;
   } catch (...) {
-    errno = EIO;
+    errno = errno_of_current_exception();
+    return nullptr;
   }
-  return nullptr;
 }
 
-// guard_int: calls that return an errno value (0 on success).
+// guard_errno: calls that return an errno value (0 on success).
 template <typename Fn>
 int guard_errno(Fn&& fn) noexcept {
   try {
     return fn();
-  } catch (const std::bad_alloc&) {
-    return ENOMEM;
   } catch (...) {
-    return EIO;
+    return errno_of_current_exception();
   }
 }
 
@@ -161,12 +168,10 @@ template <typename Fn>
 int guard_minus1(Fn&& fn) noexcept {
   try {
     return fn();
-  } catch (const std::bad_alloc&) {
-    errno = ENOMEM;
   } catch (...) {
-    errno = EIO;
+    errno = errno_of_current_exception();
+    return -1;
   }
-  return -1;
 }
 
 // Sets errno and returns null: the create-call convention (DESIGN.md §7).

@@ -109,30 +109,36 @@ ibv_qp* op_create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
 // ibv_post_send(3) / ibv_post_recv(3): the engine checks state (RESET..RTR:
 // EINVAL), SGE count (EINVAL), queue space (ENOMEM); *bad_wr names the first WR
 // not posted.
-int op_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
-  Qp* qp = to_qp(ibqp);
-  const ibv_send_wr* bad = wr;
+namespace {
+
+// `post(wr, &bad)` is the engine's post_send or post_recv.
+template <typename Wr, typename Post>
+int post_wrs(Qp* qp, Wr* wr, Wr** bad_wr, Post&& post) {
+  const Wr* bad = wr;
   int err = EIO;
   try {
-    if (!Process::get().stale(qp->ctx)) err = qp->qp->post_send(wr, &bad);
+    if (!Process::get().stale(qp->ctx)) err = post(wr, &bad);
   } catch (...) {
     err = ENOMEM;
   }
-  if (err != 0 && bad_wr != nullptr) *bad_wr = const_cast<ibv_send_wr*>(bad);
+  if (err != 0 && bad_wr != nullptr) *bad_wr = const_cast<Wr*>(bad);
   return err;
+}
+
+}  // namespace
+
+int op_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  Qp* qp = to_qp(ibqp);
+  return post_wrs(qp, wr, bad_wr, [&](const ibv_send_wr* w, const ibv_send_wr** bad) {
+    return qp->qp->post_send(w, bad);
+  });
 }
 
 int op_post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   Qp* qp = to_qp(ibqp);
-  const ibv_recv_wr* bad = wr;
-  int err = EIO;
-  try {
-    if (!Process::get().stale(qp->ctx)) err = qp->qp->post_recv(wr, &bad);
-  } catch (...) {
-    err = ENOMEM;
-  }
-  if (err != 0 && bad_wr != nullptr) *bad_wr = const_cast<ibv_recv_wr*>(bad);
-  return err;
+  return post_wrs(qp, wr, bad_wr, [&](const ibv_recv_wr* w, const ibv_recv_wr** bad) {
+    return qp->qp->post_recv(w, bad);
+  });
 }
 
 }  // namespace softrdma::verbs

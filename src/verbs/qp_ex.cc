@@ -114,16 +114,14 @@ void wr_send_imm(ibv_qp_ex* qpx, __be32 imm) {
 void wr_rdma_write(ibv_qp_ex* qpx, uint32_t rkey, uint64_t remote_addr) {
   guarded(qpx, [&] {
     ibv_send_wr& wr = add_wr(qpx, IBV_WR_RDMA_WRITE);
-    wr.wr.rdma.rkey = rkey;
-    wr.wr.rdma.remote_addr = remote_addr;
+    wr.wr.rdma = {remote_addr, rkey};
   });
 }
 
 void wr_rdma_write_imm(ibv_qp_ex* qpx, uint32_t rkey, uint64_t remote_addr, __be32 imm) {
   guarded(qpx, [&] {
     ibv_send_wr& wr = add_wr(qpx, IBV_WR_RDMA_WRITE_WITH_IMM);
-    wr.wr.rdma.rkey = rkey;
-    wr.wr.rdma.remote_addr = remote_addr;
+    wr.wr.rdma = {remote_addr, rkey};
     wr.imm_data = imm;
   });
 }
@@ -131,8 +129,7 @@ void wr_rdma_write_imm(ibv_qp_ex* qpx, uint32_t rkey, uint64_t remote_addr, __be
 void wr_rdma_read(ibv_qp_ex* qpx, uint32_t rkey, uint64_t remote_addr) {
   guarded(qpx, [&] {
     ibv_send_wr& wr = add_wr(qpx, IBV_WR_RDMA_READ);
-    wr.wr.rdma.rkey = rkey;
-    wr.wr.rdma.remote_addr = remote_addr;
+    wr.wr.rdma = {remote_addr, rkey};
   });
 }
 
