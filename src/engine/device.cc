@@ -47,7 +47,8 @@ Device::Device(DeviceConfig config, transport::Transport& transport, const Clock
       transport_(transport),
       clock_(clock),
       gids_(make_gid_table(transport.local_gid())),
-      next_qpn_(initial_qpn()) {}
+      next_qpn_(initial_qpn()),
+      tx_(std::make_unique<TxBatch>(transport, counters_)) {}
 
 Device::~Device() = default;
 
@@ -126,7 +127,7 @@ Qp* Device::create_qp(Pd* pd, QpInit& init, int& err) {
   cap.max_recv_wr = std::max<uint32_t>(cap.max_recv_wr, 1);
   cap.max_send_sge = std::max<uint32_t>(cap.max_send_sge, 1);
   cap.max_recv_sge = std::max<uint32_t>(cap.max_recv_sge, 1);
-  std::unique_lock lock(qps_mutex_);
+  auto engine = hold_engine();
   if (qps_.size() >= lim.max_qp) {
     err = ENOMEM;
     return nullptr;
@@ -146,14 +147,26 @@ uint32_t Device::fresh_qpn() {
 }
 
 int Device::destroy_qp(Qp* qp) {
-  std::unique_lock lock(qps_mutex_);
+  auto engine = hold_engine();
   auto it = std::find_if(qps_.begin(), qps_.end(), [&](auto& q) { return q.second.get() == qp; });
   if (it == qps_.end()) return EINVAL;
+  // A doorbell of this QP may still be queued (rung by a post that raced with
+  // destroy, which verbs forbids but must not crash): serve them all first.
+  serve_doorbells(clock_.now());
+  tx_->flush();
+  std::erase(timed_, qp);
+  std::erase(touched_, qp);
   qps_.erase(it);
   return 0;
 }
 
-void Device::arm_deadline(Nanos when) {
+// Engine owner. The QP joins the timer list; the loop is woken if the timer is due
+// before anything it waits for.
+void Device::arm_timer(Qp& qp, Nanos when) {
+  if (!qp.timed_) {
+    qp.timed_ = true;
+    timed_.push_back(&qp);
+  }
   Nanos cur = next_deadline_.load(std::memory_order_acquire);
   while (when < cur) {
     if (next_deadline_.compare_exchange_weak(cur, when, std::memory_order_acq_rel)) {
@@ -163,7 +176,7 @@ void Device::arm_deadline(Nanos when) {
   }
 }
 
-void Device::dispatch(const transport::RxPacket& rx, Nanos now, std::vector<Qp*>& touched) {
+void Device::dispatch(const transport::RxPacket& rx, Nanos now) {
   wire::PacketView packet;
   if (wire::parse_packet(rx.bytes, packet) != wire::ParseError::kNone) {
     bump(counters_.rx_malformed);
@@ -185,49 +198,108 @@ void Device::dispatch(const transport::RxPacket& rx, Nanos now, std::vector<Qp*>
     return;
   }
   bump(counters_.rx_packets);
-  std::lock_guard lock(qp.mutex());
   qp.protocol().on_packet(packet, rx, now);
-  // Out before the QP lock goes: a thread posting to this QP sends (and flushes)
-  // under the lock, and must not overtake packets built here (PSN order).
-  TxBatch::local().flush();
-  if (std::find(touched.begin(), touched.end(), &qp) == touched.end()) touched.push_back(&qp);
+  if (!qp.touched_) {
+    qp.touched_ = true;
+    touched_.push_back(&qp);
+  }
 }
 
 bool Device::progress() {
-  std::unique_lock progress_lock(progress_mutex_, std::try_to_lock);
-  if (!progress_lock.owns_lock()) return false;
-  std::array<transport::RxPacket, 32> burst;
-  const size_t n = transport_.rx_burst(burst);
-  const Nanos now = clock_.now();
-  bool worked = n > 0;
-  {
-    std::shared_lock qps_lock(qps_mutex_);
-    thread_local std::vector<Qp*> touched;
-    touched.clear();
-    for (size_t i = 0; i < n; ++i) dispatch(burst[i], now, touched);
-    for (Qp* qp : touched) {
-      std::lock_guard lock(qp->mutex());
-      qp->protocol().on_burst_end(now);
-      TxBatch::local().flush();
-    }
-    if (now >= next_deadline_.load(std::memory_order_acquire)) worked |= run_timers(now);
-  }
-  TxBatch::local().flush();
+  bool worked = false;
+  // A doorbell rung while this thread held the engine found it busy: serve it
+  // before leaving, or it would wait for the next turn of whoever comes next.
+  do {
+    std::unique_lock engine(engine_mutex_, std::try_to_lock);
+    if (!engine.owns_lock()) return worked;
+    worked |= turn(true);
+  } while (doorbells_.load(std::memory_order_seq_cst) != nullptr);
   return worked;
 }
 
-// Runs every QP's due timers and recomputes the earliest deadline. Called with
-// qps_mutex_ held shared.
+void Device::ring_doorbell(Qp& qp) {
+  // IBA-free plumbing: a lock-free stack push, done at most once until served.
+  if (!qp.doorbell_rung_.exchange(true, std::memory_order_acq_rel)) {
+    Qp* head = doorbells_.load(std::memory_order_relaxed);
+    do {
+      qp.doorbell_next_ = head;
+    } while (!doorbells_.compare_exchange_weak(head, &qp, std::memory_order_release,
+                                               std::memory_order_relaxed));
+  }
+  do {
+    std::unique_lock engine(engine_mutex_, std::try_to_lock);
+    if (!engine.owns_lock()) return;  // the owner serves it before it lets go
+    turn(false);
+  } while (doorbells_.load(std::memory_order_seq_cst) != nullptr);
+}
+
+// Engine owner: the QPs whose doorbell rang, oldest first.
+bool Device::serve_doorbells(Nanos now) {
+  Qp* stack = doorbells_.exchange(nullptr, std::memory_order_acquire);
+  if (stack == nullptr) return false;
+  Qp* fifo = nullptr;
+  while (stack != nullptr) {
+    Qp* next = stack->doorbell_next_;
+    stack->doorbell_next_ = fifo;
+    fifo = stack;
+    stack = next;
+  }
+  for (Qp* qp = fifo; qp != nullptr;) {
+    Qp* next = qp->doorbell_next_;
+    // Cleared before serving, as an exchange: it synchronises with the poster's
+    // exchange, so whatever it published before ringing is seen now, and a post
+    // after this point rings again.
+    qp->doorbell_rung_.exchange(false, std::memory_order_acq_rel);
+    qp->serve_doorbell(now);
+    qp = next;
+  }
+  return true;
+}
+
+// One turn of the engine's owner. `receive`: also take a receive burst (pollers
+// and the loop do; a posting thread only sends what it posted).
+bool Device::turn(bool receive) {
+  const Nanos now = clock_.now();
+  bool worked = serve_doorbells(now);
+  if (receive) {
+    std::array<transport::RxPacket, 32> burst;
+    const size_t n = transport_.rx_burst(burst);
+    worked |= n > 0;
+    for (size_t i = 0; i < n; ++i) dispatch(burst[i], now);
+    for (Qp* qp : touched_) {
+      qp->touched_ = false;
+      qp->protocol().on_burst_end(now);
+    }
+    touched_.clear();
+  }
+  if (now >= next_deadline_.load(std::memory_order_acquire)) worked |= run_timers(now);
+  tx_->flush();
+  return worked;
+}
+
+// Engine owner: runs the due timers of the QPs that have any and recomputes the
+// earliest deadline; QPs with no timer left leave the list (cost: QPs with timers,
+// not all QPs).
 bool Device::run_timers(Nanos now) {
   next_deadline_.store(kNever, std::memory_order_release);
   Nanos earliest = kNever;
-  for (auto& [qpn, qp] : qps_) {
-    std::lock_guard lock(qp->mutex());
+  for (size_t i = 0; i < timed_.size();) {
+    Qp* qp = timed_[i];
     if (qp->protocol().deadline() <= now) qp->protocol().on_timer(now);
-    TxBatch::local().flush();
-    earliest = std::min(earliest, qp->protocol().deadline());
+    const Nanos due = qp->protocol().deadline();
+    if (due == kNever) {
+      qp->timed_ = false;
+      timed_[i] = timed_.back();
+      timed_.pop_back();
+      continue;
+    }
+    earliest = std::min(earliest, due);
+    ++i;
   }
-  arm_deadline(earliest);
+  Nanos cur = next_deadline_.load(std::memory_order_acquire);
+  while (earliest < cur &&
+         !next_deadline_.compare_exchange_weak(cur, earliest, std::memory_order_acq_rel)) {
+  }
   return true;
 }
 

@@ -1,7 +1,14 @@
 // The software RNIC (DESIGN.md §2): one port, a GID table built from the transport's
 // address, and the tables of PDs, MRs, CQs and QPs. It receives bursts from the
-// transport, dispatches packets to QPs and runs their timers; progress() is driven
-// by a progress loop thread and may also be called inline.
+// transport, dispatches packets to QPs and runs their timers.
+//
+// Ownership (docs/decisions/threading.md): at any moment at most one thread runs
+// the engine, the one holding engine_mutex_ for a "turn". It owns every QP's
+// protocol state, the send batch, the timer list and the engine counters. Turns
+// are taken with try_lock on the data path (progress(), ring_doorbell()), so a
+// thread that finds the engine busy never waits: a poller returns, a poster leaves
+// a doorbell that the owner serves before it lets go. Cold paths (create, modify,
+// destroy) wait for the engine with hold_engine().
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -11,7 +18,6 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <shared_mutex>
 #include <unordered_map>
 #include <vector>
 
@@ -22,6 +28,7 @@
 #include "engine/mr.h"
 #include "engine/pd.h"
 #include "engine/qp.h"
+#include "engine/tx_batch.h"
 #include "transport/transport.h"
 
 namespace softrdma::engine {
@@ -53,12 +60,22 @@ class Device {
   Qp* create_qp(Pd* pd, QpInit& init, int& err);
   int destroy_qp(Qp* qp);
 
-  // Progress: one receive burst, due timers. True when anything happened.
+  // One turn of the engine unless another thread is running it: doorbells, one
+  // receive burst, due timers. True when anything happened.
   bool progress();
+  // Work was posted to `qp` (or it must be flushed): run it now if the engine is
+  // free, else leave a doorbell that the running owner serves before its turn ends.
+  void ring_doorbell(Qp& qp);
+  // Waits for the engine and keeps it (cold paths: create, modify, destroy).
+  std::unique_lock<std::mutex> hold_engine() { return std::unique_lock(engine_mutex_); }
+
   Nanos next_deadline() const { return next_deadline_.load(std::memory_order_acquire); }
   // Called when a timer is armed earlier than next_deadline() (wake the loop).
   void set_wakeup(std::function<void()> wake) { wakeup_ = std::move(wake); }
-  void arm_deadline(Nanos when);
+  // The engine's owner armed a timer of `qp` for `when`.
+  void arm_timer(Qp& qp, Nanos when);
+  // The engine owner's send batch.
+  TxBatch& tx() { return *tx_; }
 
   const DeviceConfig& config() const { return config_; }
   const DeviceLimits& limits() const { return config_.limits; }
@@ -76,7 +93,9 @@ class Device {
   bool next_async_event(AsyncEvent& out);
 
  private:
-  void dispatch(const transport::RxPacket& rx, Nanos now, std::vector<Qp*>& touched);
+  bool turn(bool receive);
+  bool serve_doorbells(Nanos now);
+  void dispatch(const transport::RxPacket& rx, Nanos now);
   bool run_timers(Nanos now);
   uint32_t fresh_qpn();
 
@@ -92,13 +111,17 @@ class Device {
   std::vector<std::unique_ptr<Cq>> cqs_;
   uint32_t next_pd_handle_ = 1;
 
-  // Receive bursts hold this shared; destroy_qp takes it exclusively, so a QP is
-  // never destroyed while a packet for it is being processed.
-  mutable std::shared_mutex qps_mutex_;
+  // The engine. Everything below up to the events is owned by its holder.
+  std::mutex engine_mutex_;
   std::unordered_map<uint32_t, std::unique_ptr<Qp>> qps_;
   uint32_t next_qpn_;
+  std::unique_ptr<TxBatch> tx_;
+  std::vector<Qp*> touched_;  // QPs that got packets this burst (ACKs to coalesce)
+  std::vector<Qp*> timed_;    // QPs that may have a timer armed
+  // Lock-free stack of QPs with a doorbell rung (Qp::doorbell_next_ links it):
+  // pushed by posting threads, taken whole by the owner.
+  std::atomic<Qp*> doorbells_{nullptr};
 
-  std::mutex progress_mutex_;  // one receiver at a time
   std::atomic<Nanos> next_deadline_{kNever};
   std::function<void()> wakeup_;
 

@@ -9,6 +9,7 @@
 #include "engine/pd.h"
 #include "engine/rc/connection.h"
 #include "engine/sgl.h"
+#include "engine/tx_batch.h"
 
 namespace softrdma::engine {
 
@@ -110,30 +111,36 @@ void Qp::copy_send_wr(const ibv_send_wr& wr, SendWqe& wqe, uint32_t slot) {
   }
 }
 
+// Producer side only: no system call and no engine work under mutex_ (DESIGN.md
+// §5); the doorbell runs the requester now if the engine is free.
 int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
-  std::lock_guard lock(mutex_);
   int err = 0;
-  const ibv_qp_state s = attr_.qp_state;
-  // Send work may be posted from RTS on (and in Error, where it is flushed).
-  if (s == IBV_QPS_RESET || s == IBV_QPS_INIT || s == IBV_QPS_RTR) err = EINVAL;
-  for (; wr != nullptr && err == 0; wr = wr->next) {
-    if ((err = check_send_wr(*wr)) != 0) break;
-    if (sq_.full()) {
-      err = ENOMEM;
-      break;
+  {
+    std::lock_guard lock(mutex_);
+    const ibv_qp_state s = attr_.qp_state;
+    // Send work may be posted from RTS on (and in Error, where it is flushed).
+    if (s == IBV_QPS_RESET || s == IBV_QPS_INIT || s == IBV_QPS_RTR) err = EINVAL;
+    for (; wr != nullptr && err == 0; wr = wr->next) {
+      if ((err = check_send_wr(*wr)) != 0) break;
+      if (sq_.full()) {
+        err = ENOMEM;
+        break;
+      }
+      copy_send_wr(*wr, sq_.push_slot(), sq_.slot(sq_.tail()));
+      sq_.publish();
     }
-    const uint32_t slot = sq_.slot(sq_.tail());
-    copy_send_wr(*wr, sq_.push(), slot);
+    if (err != 0 && bad != nullptr) *bad = wr;
   }
-  if (err != 0 && bad != nullptr) *bad = wr;
-  const Nanos now = device_.clock().now();
+  device_.ring_doorbell(*this);
+  return err;
+}
+
+void Qp::serve_doorbell(Nanos now) {
   if (attr_.qp_state == IBV_QPS_ERR) {
     flush_queues();
   } else {
     protocol_->on_send_posted(now);
   }
-  TxBatch::local().flush();
-  return err;
 }
 
 int Qp::check_recv_wr(const ibv_recv_wr& wr) const {
@@ -142,7 +149,7 @@ int Qp::check_recv_wr(const ibv_recv_wr& wr) const {
 }
 
 int Qp::post_recv(const ibv_recv_wr* wr, const ibv_recv_wr** bad) {
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   int err = attr_.qp_state == IBV_QPS_RESET ? EINVAL : 0;
   for (; wr != nullptr && err == 0; wr = wr->next) {
     if ((err = check_recv_wr(*wr)) != 0) break;
@@ -151,7 +158,7 @@ int Qp::post_recv(const ibv_recv_wr* wr, const ibv_recv_wr** bad) {
       break;
     }
     const uint32_t slot = rq_.slot(rq_.tail());
-    RecvWqe& wqe = rq_.push();
+    RecvWqe& wqe = rq_.push_slot();
     wqe = RecvWqe{};
     wqe.wr_id = wr->wr_id;
     Sge* sges = &rq_sges_[size_t(slot) * cap_.max_recv_sge];
@@ -160,9 +167,13 @@ int Qp::post_recv(const ibv_recv_wr* wr, const ibv_recv_wr** bad) {
       wqe.length += wr->sg_list[i].length;
     }
     wqe.sgl = SgeList{sges, uint32_t(wr->num_sge)};
+    rq_.publish();
   }
   if (err != 0 && bad != nullptr) *bad = wr;
-  if (attr_.qp_state == IBV_QPS_ERR) flush_queues();
+  // IBA 10.3.1: in Error a posted receive completes at once, flushed.
+  const bool flush = attr_.qp_state == IBV_QPS_ERR;
+  lock.unlock();
+  if (flush) device_.ring_doorbell(*this);
   return err;
 }
 
@@ -192,19 +203,23 @@ void Qp::push_completion(Cq& cq, const ibv_wc& wc, bool solicited) {
   if (!was_in_error) device_.post_async_event(AsyncEvent{IBV_EVENT_CQ_ERR, 0, &cq});
 }
 
+// The slot is handed back before the completion becomes visible: a poller that
+// sees the completion may post again at once, and must find room (the queues are
+// lock-free between poster and engine).
 // IBA 10.8.3.2: only signaled successes complete visibly; errors always do.
 void Qp::complete_send_head(ibv_wc_status status) {
   const SendWqe& wqe = sq_.front();
-  if (status != IBV_WC_SUCCESS || sq_sig_all_ || (wqe.flags & IBV_SEND_SIGNALED)) {
-    push_completion(*send_cq_, make_send_wc(wqe, status), false);
-  }
+  const bool visible =
+      status != IBV_WC_SUCCESS || sq_sig_all_ || (wqe.flags & IBV_SEND_SIGNALED);
+  const ibv_wc wc = make_send_wc(wqe, status);
   sq_.pop();
+  if (visible) push_completion(*send_cq_, wc, false);
   maybe_report_drained();
 }
 
 void Qp::complete_recv_head(const ibv_wc& wc, bool solicited) {
-  push_completion(*recv_cq_, wc, solicited);
   rq_.pop();
+  push_completion(*recv_cq_, wc, solicited);
 }
 
 // IBA 10.3.1: in Error every outstanding and newly posted WQE completes with a
@@ -213,8 +228,9 @@ void Qp::flush_queues() {
   while (!sq_.empty()) {
     const SendWqe& w = sq_.front();
     const ibv_wc_status status = w.status != IBV_WC_SUCCESS ? w.status : IBV_WC_WR_FLUSH_ERR;
-    push_completion(*send_cq_, make_send_wc(w, status), false);
+    const ibv_wc wc = make_send_wc(w, status);
     sq_.pop();
+    push_completion(*send_cq_, wc, false);
   }
   while (!rq_.empty()) {
     const RecvWqe& w = rq_.front();
@@ -223,16 +239,27 @@ void Qp::flush_queues() {
     wc.status = w.status != IBV_WC_SUCCESS ? w.status : IBV_WC_WR_FLUSH_ERR;
     wc.opcode = IBV_WC_RECV;
     wc.qp_num = qpn_;
-    push_completion(*recv_cq_, wc, false);
     rq_.pop();
+    push_completion(*recv_cq_, wc, false);
   }
 }
 
 void Qp::enter_error(Nanos now) {
   const ibv_qp_state from = attr_.qp_state;
   if (from == IBV_QPS_ERR) return;
-  attr_.qp_state = IBV_QPS_ERR;
-  attr_.cur_qp_state = IBV_QPS_ERR;
+  {
+    std::lock_guard lock(mutex_);
+    set_state(IBV_QPS_ERR);
+  }
+  flush_and_notify(from, now);
+}
+
+void Qp::set_state(ibv_qp_state to) {
+  attr_.qp_state = to;
+  attr_.cur_qp_state = to;
+}
+
+void Qp::flush_and_notify(ibv_qp_state from, Nanos now) {
   flush_queues();
   protocol_->on_state_change(from, IBV_QPS_ERR, now);
 }

@@ -1,10 +1,16 @@
 // Queue pair, the verbs object (IBA 10.2.4, 11.2.5): attributes, state machine and
 // the two work queues. The protocol engine behind it (engine/rc/) reads and
-// completes the queues through the methods here; everything runs under mutex().
+// completes the queues through the methods here.
+//
+// Ownership (docs/decisions/threading.md): posting threads are the producers of
+// the work queues, serialised per QP by mutex(); the engine's owner (Device) is
+// their consumer and owns the protocol. attr_ changes only with both the engine
+// and mutex() held (modify, entering Error), so either one is enough to read it.
 #pragma once
 
 #include <infiniband/verbs.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -74,7 +80,10 @@ class Qp {
   void complete_send_head(ibv_wc_status status);
   void complete_recv_head(const ibv_wc& wc, bool solicited);
   // IBA 10.3.1 / 11.2.5.4: enter the Error state; flush every outstanding WQE.
+  // Engine owner, mutex() not held.
   void enter_error(Nanos now);
+  // Engine owner: the doorbell rang (work posted, or a post in Error to flush).
+  void serve_doorbell(Nanos now);
 
  private:
   int check_send_wr(const ibv_send_wr& wr) const;
@@ -82,7 +91,10 @@ class Qp {
   void copy_send_wr(const ibv_send_wr& wr, SendWqe& wqe, uint32_t slot);
   int check_attr(const ibv_qp_attr& attr, int mask) const;
   void apply_attr(const ibv_qp_attr& attr, int mask);
-  void change_state(ibv_qp_state to, Nanos now);
+  int check_modify(const ibv_qp_attr& attr, int mask, ibv_qp_state from) const;
+  void after_state_change(ibv_qp_state from, ibv_qp_state to, Nanos now);
+  void set_state(ibv_qp_state to);
+  void flush_and_notify(ibv_qp_state from, Nanos now);
   void maybe_report_drained();
   void reset_queues();
   void flush_queues();
@@ -107,6 +119,14 @@ class Qp {
   std::vector<Sge> rq_sges_;           // cap_.max_recv_sge per slot
   std::vector<uint8_t> inline_arena_;  // cap_.max_inline_data per slot
   std::unique_ptr<Protocol> protocol_;
+
+  // The device's engine bookkeeping (owner: Device; doorbell fields shared with
+  // posting threads through the atomics).
+  friend class Device;
+  std::atomic<bool> doorbell_rung_{false};
+  Qp* doorbell_next_ = nullptr;
+  bool timed_ = false;    // in Device::timed_
+  bool touched_ = false;  // in Device::touched_
 };
 
 }  // namespace softrdma::engine

@@ -127,34 +127,49 @@ void Qp::apply_attr(const ibv_qp_attr& a, int mask) {
   if (mask & kSqdNotify) report_sq_drained_ = a.en_sqd_async_notify != 0;
 }
 
+// Cold path: waits for the engine (the protocol changes with the state), then
+// takes the post lock while the attributes and the state change (posters read the
+// state under it). The protocol reacts after the post lock is released: a role may
+// itself enter Error, which takes it again.
 int Qp::modify(const ibv_qp_attr& a, int mask) {
-  std::lock_guard lock(mutex_);
-  const ibv_qp_state from = attr_.qp_state;
+  auto engine = device_.hold_engine();
+  ibv_qp_state from;
+  ibv_qp_state to;
+  {
+    std::lock_guard lock(mutex_);
+    from = attr_.qp_state;
+    if (int err = check_modify(a, mask, from); err != 0) return err;
+    to = ibv_qp_state(mask & kState ? raw_enum(a.qp_state) : int(from));
+    apply_attr(a, mask);
+    set_state(to);
+    // IBA 10.3.1: Reset empties the work queues without completions.
+    if (to == IBV_QPS_RESET) reset_queues();
+  }
+  after_state_change(from, to, device_.clock().now());
+  device_.tx().flush();
+  return 0;
+}
+
+int Qp::check_modify(const ibv_qp_attr& a, int mask, ibv_qp_state from) const {
   // A C caller may pass any int as the state: range-check it before it is an enum.
   const int wanted = (mask & kState) ? raw_enum(a.qp_state) : int(from);
   if (!valid_state(wanted)) return EINVAL;
-  const ibv_qp_state to = ibv_qp_state(wanted);
-  const Rule& r = kTransitions[from][to];
+  const Rule& r = kTransitions[from][wanted];
   if (!r.valid) return EINVAL;
   const Transport t = transport_of(type_);
   if (from == IBV_QPS_SQE && t == kRc) return EINVAL;  // IBA 10.3.1: RC has no SQE
   const int given = mask & ~kState;
   if ((given & r.required[t]) != r.required[t]) return EINVAL;
   if (given & ~(r.required[t] | r.optional[t])) return EINVAL;
-  if (int err = check_attr(a, mask); err != 0) return err;
-  apply_attr(a, mask);
-  change_state(to, device_.clock().now());
-  TxBatch::local().flush();
-  return 0;
+  return check_attr(a, mask);
 }
 
-void Qp::change_state(ibv_qp_state to, Nanos now) {
-  const ibv_qp_state from = attr_.qp_state;
-  if (to == IBV_QPS_ERR) return enter_error(now);
-  attr_.qp_state = to;
-  attr_.cur_qp_state = to;
-  // IBA 10.3.1: Reset empties the work queues without completions.
-  if (to == IBV_QPS_RESET) reset_queues();
+// Engine held, mutex_ not held; the state is `to` already.
+void Qp::after_state_change(ibv_qp_state from, ibv_qp_state to, Nanos now) {
+  if (to == IBV_QPS_ERR) {
+    if (from != IBV_QPS_ERR) flush_and_notify(from, now);
+    return;
+  }
   protocol_->on_state_change(from, to, now);
   if (to == IBV_QPS_SQD) maybe_report_drained();
 }

@@ -1,23 +1,12 @@
 #include "engine/tx_batch.h"
 
 #include <cstring>
-#include <memory>
 
 namespace softrdma::engine {
 
-TxBatch& TxBatch::local() {
-  // Heap-allocated once per thread: 130 KiB is too much for a thread's TLS block.
-  thread_local std::unique_ptr<TxBatch> batch = std::make_unique<TxBatch>();
-  return *batch;
-}
-
-wire::PacketView TxBatch::add(transport::Transport& transport, EngineCounters& counters,
-                              uint8_t opcode, size_t payload_len,
-                              const transport::Gid& src, const transport::Gid& dst,
-                              uint16_t src_port) {
-  if (count_ == kBurst || (transport_ != nullptr && transport_ != &transport)) flush();
-  transport_ = &transport;
-  counters_ = &counters;
+wire::PacketView TxBatch::add(uint8_t opcode, size_t payload_len, const transport::Gid& src,
+                              const transport::Gid& dst, uint16_t src_port) {
+  if (count_ == kBurst) flush();
   auto& buffer = buffers_[count_];
   wire::PacketView view = wire::build_packet(buffer, opcode, payload_len);
   packets_[count_] = transport::TxPacket{view.bytes(), src, dst, src_port};
@@ -40,10 +29,10 @@ void TxBatch::repeat_last() {
 
 void TxBatch::flush() {
   if (count_ == 0) return;
-  size_t sent = transport_->tx_burst(std::span(packets_.data(), count_));
-  bump(counters_->tx_packets, sent);
+  size_t sent = transport_.tx_burst(std::span(packets_.data(), count_));
+  bump(counters_.tx_packets, sent);
   // A refused packet is a lost packet: RC recovers it like any other loss.
-  if (sent < count_) bump(counters_->tx_dropped, count_ - sent);
+  if (sent < count_) bump(counters_.tx_dropped, count_ - sent);
   count_ = 0;
 }
 

@@ -1,7 +1,8 @@
-// Outgoing packets are built in place in per-thread buffers and handed to the
+// Outgoing packets are built in place in the device's buffers and handed to the
 // transport one burst at a time (STYLE.md: one virtual call per burst; no malloc
-// on the data path). Whoever starts work (a posting thread, the progress loop)
-// flushes at the end of it.
+// on the data path). Owner: the thread that holds the device's engine
+// (docs/decisions/threading.md); it flushes at the end of its turn, so packets
+// leave in the order they were built, whatever QP built them.
 #pragma once
 
 #include <array>
@@ -18,13 +19,14 @@ class TxBatch {
   static constexpr size_t kBurst = 32;
   static constexpr size_t kBufferBytes = 4096 + 128;  // path MTU 4096 + headers + ICRC
 
-  // The calling thread's batch.
-  static TxBatch& local();
+  TxBatch(transport::Transport& transport, EngineCounters& counters)
+      : transport_(transport), counters_(counters) {}
+  TxBatch(const TxBatch&) = delete;
+  TxBatch& operator=(const TxBatch&) = delete;
 
-  // Lays out a packet for `transport` and returns a view to fill in. Flushes first
-  // if the batch is full or was filled for another transport.
-  wire::PacketView add(transport::Transport& transport, EngineCounters& counters,
-                       uint8_t opcode, size_t payload_len, const transport::Gid& src,
+  // Lays out a packet and returns a view to fill in. Flushes first if the batch
+  // is full.
+  wire::PacketView add(uint8_t opcode, size_t payload_len, const transport::Gid& src,
                        const transport::Gid& dst, uint16_t src_port);
   // Takes back the packet add() returned last (it was never filled in).
   void discard_last() {
@@ -38,8 +40,8 @@ class TxBatch {
   std::array<std::array<uint8_t, kBufferBytes>, kBurst> buffers_;
   std::array<transport::TxPacket, kBurst> packets_;
   size_t count_ = 0;
-  transport::Transport* transport_ = nullptr;
-  EngineCounters* counters_ = nullptr;
+  transport::Transport& transport_;
+  EngineCounters& counters_;
 };
 
 }  // namespace softrdma::engine

@@ -67,16 +67,23 @@ int64_t monotonic_now_ns() {
 
 ProgressLoop::ProgressLoop(ProgressHooks hooks, ProgressOptions options)
     : hooks_(std::move(hooks)), options_(std::move(options)),
-      epoll_fd_(epoll_create1(EPOLL_CLOEXEC)), wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
-  if (epoll_fd_ < 0) die("epoll_create1");
+      epoll_fd_(epoll_create1(EPOLL_CLOEXEC)),
+      aside_epoll_fd_(epoll_create1(EPOLL_CLOEXEC)),
+      wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+  if (epoll_fd_ < 0 || aside_epoll_fd_ < 0) die("epoll_create1");
   if (wake_fd_ < 0) die("eventfd");
   add_fd(wake_fd_);
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.fd = wake_fd_;
+  if (epoll_ctl(aside_epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &event) != 0) die("epoll_ctl");
   for (int fd : hooks_.fds) add_fd(fd);
 }
 
 ProgressLoop::~ProgressLoop() {
   stop();
   close(wake_fd_);
+  close(aside_epoll_fd_);
   close(epoll_fd_);
 }
 
@@ -106,7 +113,9 @@ void ProgressLoop::stop() {
 // stores state_ = kBlocked then loads wake_pending_. Sequentially consistent, so at
 // least one of them sees the other's store: either the loop does not block, or
 // wake() sees kBlocked and writes the eventfd. Only the exchange that moves
-// kBlocked -> kRunning writes, so concurrent wakes write once.
+// kBlocked -> kRunning writes, so concurrent wakes write once. A loop standing
+// aside (kAside) is not woken: the poller it stands aside for runs the engine,
+// timers included, and the loop looks again when the poller's time is up.
 void ProgressLoop::wake() {
   wake_pending_.store(true, std::memory_order_seq_cst);
   if (state_.load(std::memory_order_seq_cst) != State::kBlocked) return;
@@ -116,19 +125,54 @@ void ProgressLoop::wake() {
   stats_.wake_writes.fetch_add(1, std::memory_order_relaxed);
 }
 
+// The loop thread never waits for the lock: when a poller holds it, the poller
+// is making the progress and the loop is about to stand aside.
 bool ProgressLoop::call_progress() {
-  std::lock_guard lock(progress_mutex_);
+  std::unique_lock lock(progress_mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) return false;
   const bool did_work = hooks_.progress();
   if (did_work) stats_.productive.fetch_add(1, std::memory_order_relaxed);
   return did_work;
 }
 
 bool ProgressLoop::run_once() {
+  // A relaxed store: the loop reads it to decide whether to sleep, and being late
+  // by a turn costs nothing but one more progress() call.
+  aside_until_ns_.store(monotonic_now_ns() + options_.aside_while_waiting.count(),
+                        std::memory_order_relaxed);
   std::unique_lock lock(progress_mutex_, std::try_to_lock);
-  if (!lock.owns_lock()) return false;  // the loop thread is progressing right now
+  if (!lock.owns_lock()) return false;  // another thread is progressing right now
   const bool did_work = hooks_.progress();
   if (did_work) stats_.productive.fetch_add(1, std::memory_order_relaxed);
   return did_work;
+}
+
+void ProgressLoop::poller_satisfied() {
+  aside_until_ns_.store(monotonic_now_ns() + options_.aside_after_completion.count(),
+                        std::memory_order_relaxed);
+}
+
+bool ProgressLoop::poller_present() const {
+  return aside_until_ns_.load(std::memory_order_relaxed) > monotonic_now_ns();
+}
+
+// Sleeps while a poller drives the engine, watching only the wake eventfd (stop),
+// not the transports: a readable socket is the poller's to drain, and waking for it
+// would put two threads on one core again. Returns when no poller is present.
+void ProgressLoop::stand_aside() {
+  for (;;) {
+    const int64_t until = aside_until_ns_.load(std::memory_order_relaxed);
+    if (until <= monotonic_now_ns() || stopping_.load(std::memory_order_relaxed)) return;
+    stats_.asides.fetch_add(1, std::memory_order_relaxed);
+    state_.store(State::kAside, std::memory_order_seq_cst);
+    epoll_event events[kMaxEvents];
+    const int n = wait_for_events(aside_epoll_fd_, events, until);
+    state_.store(State::kRunning, std::memory_order_seq_cst);
+    if (n > 0) {
+      uint64_t count;
+      [[maybe_unused]] ssize_t r = read(wake_fd_, &count, sizeof count);
+    }
+  }
 }
 
 int64_t ProgressLoop::deadline() const {
@@ -145,6 +189,7 @@ void ProgressLoop::run() {
     // Consumed before progress(): a wake() for work this call misses sets it again.
     wake_pending_.store(false, std::memory_order_seq_cst);
     stats_.iterations.fetch_add(1, std::memory_order_relaxed);
+    stand_aside();
     if (call_progress()) continue;
     if (spin()) continue;
     block();
@@ -163,6 +208,7 @@ bool ProgressLoop::spin() {
   while (monotonic_now_ns() < until) {
     if (stopping_.load(std::memory_order_relaxed)) return true;
     if (wake_pending_.load(std::memory_order_relaxed)) return true;
+    if (poller_present()) return true;
     cpu_relax();
     sched_yield();
     stats_.iterations.fetch_add(1, std::memory_order_relaxed);
@@ -215,6 +261,7 @@ ProgressLoop::Stats ProgressLoop::stats() const {
   s.woken_by_wake = get(stats_.woken_by_wake);
   s.woken_by_timeout = get(stats_.woken_by_timeout);
   s.wake_writes = get(stats_.wake_writes);
+  s.asides = get(stats_.asides);
   return s;
 }
 

@@ -43,6 +43,12 @@ struct ProgressHooks {
 
 struct ProgressOptions {
   std::chrono::nanoseconds spin{30'000};  // keep polling this long before blocking
+  // An application thread that polled and found nothing is waiting for a
+  // completion and will poll again: the loop stands aside this long after it.
+  std::chrono::nanoseconds aside_while_waiting{200'000};
+  // One that just got completions may be done polling (a target of a one-sided
+  // operation then spins on memory and needs the loop): a short stand-aside.
+  std::chrono::nanoseconds aside_after_completion{5'000};
   std::string thread_name = "softrdma-prog";  // up to 15 characters (pthread)
 };
 
@@ -61,6 +67,7 @@ class ProgressLoop {
     uint64_t woken_by_wake = 0;   // blocks ended by wake() or stop()
     uint64_t woken_by_timeout = 0;  // blocks ended by the deadline
     uint64_t wake_writes = 0;     // eventfd writes wake() made
+    uint64_t asides = 0;          // times the thread stood aside for a poller
   };
 
   // Sets up epoll on hooks.fds; the thread starts with start(). `progress` must
@@ -77,10 +84,15 @@ class ProgressLoop {
   // Work was queued or a timer armed: a blocked loop recomputes and calls progress().
   void wake();
 
-  // Calls progress() once on the calling thread, unless the loop thread is inside
-  // it right now (then that thread makes the progress): returns what progress()
-  // returned, false when skipped.
+  // Calls progress() once on the calling thread, unless another thread is inside
+  // it right now (then that one makes the progress): returns what progress()
+  // returned, false when skipped. The caller counts as a poller: the loop thread
+  // stands aside (sleeps, without watching the fds) while one is present, so that
+  // exactly one thread drives the engine and the two never take turns on a core.
   bool run_once();
+  // The poller that called run_once() got what it waited for: the loop takes over
+  // soon (ProgressOptions::aside_after_completion) unless it polls again.
+  void poller_satisfied();
 
   // Watches one more fd (e.g. a transport opened later). Thread-safe.
   void add_fd(int fd);
@@ -90,17 +102,20 @@ class ProgressLoop {
   pid_t thread_tid() const { return tid_.load(std::memory_order_acquire); }
 
  private:
-  enum class State : int { kRunning, kBlocked };
+  enum class State : int { kRunning, kBlocked, kAside };
 
   void run();
   bool call_progress();
   bool spin();
   void block();
+  bool poller_present() const;
+  void stand_aside();
   int64_t deadline() const;
 
   ProgressHooks hooks_;
   const ProgressOptions options_;
   const int epoll_fd_;
+  const int aside_epoll_fd_;  // the wake eventfd only
   const int wake_fd_;
   std::thread thread_;
   std::atomic<pid_t> tid_{0};
@@ -109,10 +124,12 @@ class ProgressLoop {
   std::atomic<bool> wake_pending_{false};
   std::atomic<State> state_{State::kRunning};
   mutable std::mutex progress_mutex_;  // progress() on one thread at a time
+  // CLOCK_MONOTONIC ns until which the loop stands aside for a poller.
+  std::atomic<int64_t> aside_until_ns_{0};
 
   struct AtomicStats {
     std::atomic<uint64_t> iterations{0}, productive{0}, blocks{0}, woken_by_fd{0},
-        woken_by_wake{0}, woken_by_timeout{0}, wake_writes{0};
+        woken_by_wake{0}, woken_by_timeout{0}, wake_writes{0}, asides{0};
   } stats_;
 };
 

@@ -31,6 +31,10 @@ class Node {
   // Progress on the caller's thread (poll_cq with SOFTRDMA_PROGRESS=inline, or to
   // cut latency); false when there was nothing to do or another thread was at it.
   bool progress_inline();
+  // The inline poller got completions (it may stop polling): the loop takes over.
+  void poller_satisfied() {
+    if (loop_) loop_->poller_satisfied();
+  }
   progress::ProgressLoop* loop() { return loop_.get(); }
   // The fault injector on top of the transport, when SOFTRDMA_FAULTS asked for one.
   transport::FaultInjector* faults() { return faults_; }

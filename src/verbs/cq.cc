@@ -116,6 +116,7 @@ int op_poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   if (n < num_entries && (n == 0 || cq->inline_progress)) {
     const bool worked = cq->node->progress_inline();
     n += cq->cq->poll(num_entries - n, wc + n);
+    if (n > 0) cq->node->poller_satisfied();
     // Nothing to return and nothing done: give the core away. A busy poller
     // otherwise holds a core that the peer process or this process's progress
     // thread needs when threads outnumber cores (these machines have two); with

@@ -18,8 +18,7 @@ class TxBatchTest : public ::testing::Test {
  protected:
   // Adds a SEND_ONLY with `psn` and a payload of `psn`'s low byte.
   void add(uint32_t psn) {
-    wire::PacketView p = TxBatch::local().add(*transport_, counters_, wire::op::kRcSendOnly, 16,
-                                              src_, dst_, 0xC000);
+    wire::PacketView p = batch_->add(wire::op::kRcSendOnly, 16, src_, dst_, 0xC000);
     p.set(wire::bth::kPsn, psn);
     std::fill(p.payload().begin(), p.payload().end(), uint8_t(psn));
   }
@@ -38,14 +37,15 @@ class TxBatchTest : public ::testing::Test {
   std::unique_ptr<transport::fake::FakeTransport> transport_ = net_.attach(src_);
   std::unique_ptr<transport::fake::FakeTransport> peer_ = net_.attach(dst_);
   EngineCounters counters_;
+  std::unique_ptr<TxBatch> batch_ = std::make_unique<TxBatch>(*transport_, counters_);
 };
 
 TEST_F(TxBatchTest, RepeatLastSendsACopyRightAfterTheOriginal) {
   add(1);
   add(2);
-  TxBatch::local().repeat_last();
+  batch_->repeat_last();
   add(3);
-  TxBatch::local().flush();
+  batch_->flush();
   EXPECT_EQ(sent_psns(), (std::vector<uint32_t>{1, 2, 2, 3}));
   EXPECT_EQ(counters_.tx_packets.load(), 4u);
 }
@@ -56,15 +56,15 @@ TEST_F(TxBatchTest, RepeatLastOfAFullBatchCopiesFromTheSlotJustSent) {
     add(psn);
     expected.push_back(psn);
   }
-  TxBatch::local().repeat_last();  // the batch is full: it goes out first
+  batch_->repeat_last();  // the batch is full: it goes out first
   expected.push_back(TxBatch::kBurst - 1);
-  TxBatch::local().flush();
+  batch_->flush();
   EXPECT_EQ(sent_psns(), expected);
 }
 
 TEST_F(TxBatchTest, RepeatLastOfAnEmptyBatchSendsNothing) {
-  TxBatch::local().repeat_last();
-  TxBatch::local().flush();
+  batch_->repeat_last();
+  batch_->flush();
   EXPECT_TRUE(sent_psns().empty());
 }
 

@@ -29,7 +29,7 @@ bool Completer::outstanding() const {
 void Completer::restart_timer(Nanos now) {
   const int64_t timeout = ack_timeout_ns(conn_.qp().attr().timeout);
   deadline_ = timeout == INT64_MAX ? kNever : now + timeout;
-  conn_.qp().device().arm_deadline(deadline_);
+  conn_.qp().device().arm_timer(conn_.qp(), deadline_);
 }
 
 void Completer::on_sent(Nanos now) {
@@ -110,7 +110,7 @@ void Completer::on_nak(uint8_t syn, uint32_t psn, Nanos now) {
     const Nanos wait = Nanos(kRnrTimerMicros[syndrome::value(syn)]) * 1000;
     conn_.requester().rewind(psn);
     conn_.requester().pause_until(now + wait);
-    conn_.qp().device().arm_deadline(now + wait);
+    conn_.qp().device().arm_timer(conn_.qp(), now + wait);
     deadline_ = kNever;  // no ACK timeout while waiting out the RNR timer
     return;
   }

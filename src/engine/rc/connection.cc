@@ -28,8 +28,7 @@ RcConnection::RcConnection(Qp& qp)
     : qp_(qp), requester_(*this), completer_(*this), responder_(*this) {}
 
 wire::PacketView RcConnection::emit(uint8_t opcode, size_t payload_len, uint32_t psn) {
-  return rc::emit(qp_.device().transport(), qp_.device().counters(), path_, opcode,
-                  payload_len, psn);
+  return rc::emit(qp_.device().tx(), path_, opcode, payload_len, psn);
 }
 
 void RcConnection::on_packet(wire::PacketView packet, const transport::RxPacket& from,

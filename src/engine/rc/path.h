@@ -21,11 +21,9 @@ struct Path {
 };
 
 // Builds one packet addressed along `path`, with the BTH filled in.
-inline wire::PacketView emit(transport::Transport& transport, EngineCounters& counters,
-                             const Path& path, uint8_t opcode, size_t payload_len,
-                             uint32_t psn) {
-  wire::PacketView p = TxBatch::local().add(transport, counters, opcode, payload_len,
-                                            path.src, path.dst, path.src_port);
+inline wire::PacketView emit(TxBatch& tx, const Path& path, uint8_t opcode,
+                             size_t payload_len, uint32_t psn) {
+  wire::PacketView p = tx.add(opcode, payload_len, path.src, path.dst, path.src_port);
   p.set(wire::bth::kPkey, path.pkey);
   p.set(wire::bth::kDestQp, path.dest_qpn);
   p.set(wire::bth::kPsn, psn);

@@ -194,7 +194,7 @@ bool Requester::send_data_packet(SendWqe& wqe) {
   if (info.has(Header::kImmDt)) p.set(immdt::kImmediate, ntohl(wqe.imm_data));
   if (info.has(Header::kIeth)) p.set(ieth::kRkey, wqe.invalidate_rkey);
   if (!gather(wqe, offset, p.payload())) {
-    TxBatch::local().discard_last();
+    conn_.qp().device().tx().discard_last();
     wqe.status = IBV_WC_LOC_PROT_ERR;
     conn_.fail(conn_.qp().device().clock().now(), IBV_EVENT_QP_ACCESS_ERR);
     return false;
@@ -261,7 +261,7 @@ void Requester::repeat_if_restarting(PacketView packet) {
   if (!restarting_) return;
   restarting_ = false;
   packet.set(bth::kAckReq, 1);
-  TxBatch::local().repeat_last();
+  conn_.qp().device().tx().repeat_last();
   bump(conn_.qp().device().counters().retransmitted_packets);
 }
 
