@@ -147,9 +147,17 @@ bool ProgressLoop::run_once() {
   return did_work;
 }
 
-void ProgressLoop::poller_satisfied() {
+void ProgressLoop::poller_satisfied(bool hand_over) {
   aside_until_ns_.store(monotonic_now_ns() + options_.aside_after_completion.count(),
-                        std::memory_order_relaxed);
+                        std::memory_order_seq_cst);
+  // The loop may be asleep until the end of the long stand-aside: tell it now
+  // when the poller is likely to wait next where the loop must serve it.
+  if (!hand_over) return;
+  if (state_.load(std::memory_order_seq_cst) != State::kAside) return;
+  if (state_.exchange(State::kRunning, std::memory_order_seq_cst) != State::kAside) return;
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof one);
+  stats_.wake_writes.fetch_add(1, std::memory_order_relaxed);
 }
 
 bool ProgressLoop::poller_present() const {
@@ -166,7 +174,10 @@ void ProgressLoop::stand_aside() {
     stats_.asides.fetch_add(1, std::memory_order_relaxed);
     state_.store(State::kAside, std::memory_order_seq_cst);
     epoll_event events[kMaxEvents];
-    const int n = wait_for_events(aside_epoll_fd_, events, until);
+    // Looks again at least every aside_check: a poller that left without a
+    // hand-over is noticed within it.
+    const int64_t wake_at = std::min(until, monotonic_now_ns() + options_.aside_check.count());
+    const int n = wait_for_events(aside_epoll_fd_, events, wake_at);
     state_.store(State::kRunning, std::memory_order_seq_cst);
     if (n > 0) {
       uint64_t count;

@@ -49,6 +49,8 @@ struct ProgressOptions {
   // One that just got completions may be done polling (a target of a one-sided
   // operation then spins on memory and needs the loop): a short stand-aside.
   std::chrono::nanoseconds aside_after_completion{5'000};
+  // While standing aside the loop looks at the poller's time at least this often.
+  std::chrono::nanoseconds aside_check{50'000};
   std::string thread_name = "softrdma-prog";  // up to 15 characters (pthread)
 };
 
@@ -91,8 +93,9 @@ class ProgressLoop {
   // exactly one thread drives the engine and the two never take turns on a core.
   bool run_once();
   // The poller that called run_once() got what it waited for: the loop takes over
-  // soon (ProgressOptions::aside_after_completion) unless it polls again.
-  void poller_satisfied();
+  // soon (ProgressOptions::aside_after_completion) unless it polls again;
+  // `hand_over`: at once (the poller is likely to wait on memory next).
+  void poller_satisfied(bool hand_over);
 
   // Watches one more fd (e.g. a transport opened later). Thread-safe.
   void add_fd(int fd);

@@ -32,8 +32,8 @@ class Node {
   // cut latency); false when there was nothing to do or another thread was at it.
   bool progress_inline();
   // The inline poller got completions (it may stop polling): the loop takes over.
-  void poller_satisfied() {
-    if (loop_) loop_->poller_satisfied();
+  void poller_satisfied(bool hand_over) {
+    if (loop_) loop_->poller_satisfied(hand_over);
   }
   progress::ProgressLoop* loop() { return loop_.get(); }
   // The fault injector on top of the transport, when SOFTRDMA_FAULTS asked for one.

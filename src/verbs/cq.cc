@@ -17,6 +17,16 @@ namespace {
 
 bool live(ibv_context* context) { return !Process::get().stale(to_context(context)); }
 
+// A completed RDMA WRITE tells its poller nothing about data coming in, so an
+// application that waits for its peer next waits on memory, where only the
+// progress thread can serve it (perftest's ib_write_lat; memory-polling
+// protocols). After other completions the poller usually polls again.
+bool hands_over(const ibv_wc* wc, int n) {
+  for (int i = 0; i < n; ++i)
+    if (wc[i].opcode == IBV_WC_RDMA_WRITE) return true;
+  return false;
+}
+
 // The CQ's armed notification fired (engine thread, no CQ lock held): queue the
 // CQ on its channel and make the channel's fd readable.
 void on_notify(Cq* cq) {
@@ -116,7 +126,7 @@ int op_poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   if (n < num_entries && (n == 0 || cq->inline_progress)) {
     const bool worked = cq->node->progress_inline();
     n += cq->cq->poll(num_entries - n, wc + n);
-    if (n > 0) cq->node->poller_satisfied();
+    if (n > 0) cq->node->poller_satisfied(hands_over(wc, n));
     // Nothing to return and nothing done: give the core away. A busy poller
     // otherwise holds a core that the peer process or this process's progress
     // thread needs when threads outnumber cores (these machines have two); with

@@ -222,6 +222,49 @@ TEST(ProgressLoop, RunOnceStepsAsideWhileTheLoopThreadProgresses) {
   loop.stop();
 }
 
+// A progress() that counts the calls made on the test's thread apart.
+struct CountingByThread {
+  std::atomic<uint64_t> loop_calls{0}, other_calls{0};
+  const pid_t test_tid = gettid();
+  ProgressHooks hooks() {
+    return ProgressHooks{[this] {
+                           (gettid() == test_tid ? other_calls : loop_calls)++;
+                           return false;
+                         },
+                         nullptr, {}};
+  }
+};
+
+// DESIGN.md §5: while an application thread polls (run_once), the loop thread
+// sleeps without calling progress() and without watching the fds; a poller that
+// hands over (poller_satisfied(true)) wakes it at once, one that does not
+// (poller_satisfied(false)) does not. Every wait here is for an event; the hour
+// long stand-aside means only the hand-over can end it.
+TEST(ProgressLoop, StandsAsideForAPollerUntilHandedOver) {
+  CountingByThread engine;
+  ProgressLoop loop(engine.hooks(), ProgressOptions{.spin = 0ns,
+                                                    .aside_while_waiting = 3600s,
+                                                    .aside_after_completion = 0ns,
+                                                    .aside_check = 3600s});
+  loop.start();
+  ASSERT_TRUE(eventually([&] { return blocked_at_least(loop, 1) && loop.thread_tid() != 0; }));
+  loop.run_once();
+  loop.wake();  // the loop goes round, sees the poller and stands aside
+  ASSERT_TRUE(eventually([&] { return loop.stats().asides >= 1; }));
+  const uint64_t loop_calls = engine.loop_calls.load();
+  for (int i = 0; i < 1000; ++i) loop.run_once();
+  EXPECT_EQ(engine.other_calls.load(), 1001u);
+  const uint64_t writes = loop.stats().wake_writes;
+  loop.poller_satisfied(false);
+  EXPECT_EQ(loop.stats().wake_writes, writes) << "no hand-over: the loop is left asleep";
+  EXPECT_EQ(engine.loop_calls.load(), loop_calls) << "the loop called progress() while aside";
+  loop.run_once();
+  loop.poller_satisfied(true);
+  EXPECT_EQ(loop.stats().wake_writes, writes + 1);
+  ASSERT_TRUE(eventually([&] { return engine.loop_calls.load() > loop_calls; }))
+      << "handed over, the loop drives the engine again";
+}
+
 TEST(ProgressLoop, StopJoinsABlockedLoopAndIsIdempotent) {
   IdleEngine engine;
   ProgressLoop loop(engine.hooks());
