@@ -30,6 +30,7 @@ namespace softrdma::engine {
   X(duplicate_requests)                                                      \
   X(duplicate_reads)                                                         \
   X(duplicate_atomics_replayed)                                              \
+  X(responses_refused)                                                       \
   X(out_of_sequence_responses)                                               \
   X(cq_overruns)
 

@@ -156,6 +156,7 @@ int Device::destroy_qp(Qp* qp) {
   tx_->flush();
   std::erase(timed_, qp);
   std::erase(touched_, qp);
+  std::erase(busy_, qp);
   qps_.erase(it);
   return 0;
 }
@@ -273,8 +274,32 @@ bool Device::turn(bool receive) {
     touched_.clear();
   }
   if (now >= next_deadline_.load(std::memory_order_acquire)) worked |= run_timers(now);
+  if (receive) worked |= serve_busy(now);
   tx_->flush();
   return worked;
+}
+
+void Device::want_tx(Qp& qp) {
+  if (qp.busy_) return;
+  qp.busy_ = true;
+  busy_.push_back(&qp);
+}
+
+// One burst for each QP with output queued, so that no QP's large response (a READ
+// of megabytes) holds the engine while others wait (round robin over turns).
+bool Device::serve_busy(Nanos now) {
+  if (busy_.empty()) return false;
+  for (size_t i = 0; i < busy_.size();) {
+    Qp* qp = busy_[i];
+    if (qp->protocol().on_tx_ready(now, kTxBurstPerQp)) {
+      ++i;
+      continue;
+    }
+    qp->busy_ = false;
+    busy_[i] = busy_.back();
+    busy_.pop_back();
+  }
+  return true;
 }
 
 // Engine owner: runs the due timers of the QPs that have any and recomputes the

@@ -66,12 +66,17 @@ class Device {
   // Work was posted to `qp` (or it must be flushed): run it now if the engine is
   // free, else leave a doorbell that the running owner serves before its turn ends.
   void ring_doorbell(Qp& qp);
+  // Packets a QP with queued output may produce per turn (a TxBatch's worth).
+  static constexpr uint32_t kTxBurstPerQp = TxBatch::kBurst;
   // Waits for the engine and keeps it (cold paths: create, modify, destroy).
   std::unique_lock<std::mutex> hold_engine() { return std::unique_lock(engine_mutex_); }
 
   Nanos next_deadline() const { return next_deadline_.load(std::memory_order_acquire); }
   // Called when a timer is armed earlier than next_deadline() (wake the loop).
   void set_wakeup(std::function<void()> wake) { wakeup_ = std::move(wake); }
+  // The engine's owner queued output for `qp` that it produces in bursts
+  // (Protocol::on_tx_ready), a burst per QP and turn.
+  void want_tx(Qp& qp);
   // The engine's owner armed a timer of `qp` for `when`.
   void arm_timer(Qp& qp, Nanos when);
   // The engine owner's send batch.
@@ -95,6 +100,7 @@ class Device {
  private:
   bool turn(bool receive);
   bool serve_doorbells(Nanos now);
+  bool serve_busy(Nanos now);
   void dispatch(const transport::RxPacket& rx, Nanos now);
   bool run_timers(Nanos now);
   uint32_t fresh_qpn();
@@ -118,6 +124,7 @@ class Device {
   std::unique_ptr<TxBatch> tx_;
   std::vector<Qp*> touched_;  // QPs that got packets this burst (ACKs to coalesce)
   std::vector<Qp*> timed_;    // QPs that may have a timer armed
+  std::vector<Qp*> busy_;     // QPs with output to produce (want_tx)
   // Lock-free stack of QPs with a doorbell rung (Qp::doorbell_next_ links it):
   // pushed by posting threads, taken whole by the owner.
   std::atomic<Qp*> doorbells_{nullptr};

@@ -21,6 +21,9 @@ class Protocol {
   virtual void on_send_posted(Nanos now) = 0;
   // Called once per received burst for QPs that got packets: send coalesced ACKs.
   virtual void on_burst_end(Nanos now) = 0;
+  // The engine has room to send: produce up to `budget` queued packets (after
+  // Device::want_tx). True while more remain.
+  virtual bool on_tx_ready(Nanos now, uint32_t budget) = 0;
   // Timers: the earliest deadline, and what to do when it has passed.
   virtual Nanos deadline() const = 0;
   virtual void on_timer(Nanos now) = 0;

@@ -127,6 +127,7 @@ class Qp {
   Qp* doorbell_next_ = nullptr;
   bool timed_ = false;    // in Device::timed_
   bool touched_ = false;  // in Device::touched_
+  bool busy_ = false;     // in Device::busy_
 };
 
 }  // namespace softrdma::engine

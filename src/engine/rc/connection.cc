@@ -52,6 +52,10 @@ void RcConnection::on_burst_end(Nanos now) {
   (void)now;
 }
 
+bool RcConnection::on_tx_ready(Nanos /*now*/, uint32_t budget) {
+  return responder_.produce(budget);
+}
+
 Nanos RcConnection::deadline() const {
   Nanos d = completer_.deadline();
   const Nanos pause = requester_.paused_until();

@@ -26,6 +26,7 @@ class RcConnection final : public Protocol {
                  Nanos now) override;
   void on_send_posted(Nanos now) override;
   void on_burst_end(Nanos now) override;
+  bool on_tx_ready(Nanos now, uint32_t budget) override;
   Nanos deadline() const override;
   void on_timer(Nanos now) override;
   void on_state_change(ibv_qp_state from, ibv_qp_state to, Nanos now) override;

@@ -34,6 +34,9 @@ void Responder::reset(uint32_t rq_psn, uint32_t max_dest_rd_atomic) {
   recv_offset_ = 0;
   atomic_results_.assign(std::max<uint32_t>(1, max_dest_rd_atomic), AtomicResult{});
   atomic_next_ = 0;
+  responses_.assign(2 * std::max<uint32_t>(1, max_dest_rd_atomic) + 2, Response{});
+  responses_head_ = 0;
+  responses_count_ = 0;
 }
 
 void Responder::resize_atomic_results(uint32_t max_dest_rd_atomic) {
@@ -46,6 +49,10 @@ void Responder::resize_atomic_results(uint32_t max_dest_rd_atomic) {
     kept[size - 1 - i] = atomic_results_[(atomic_next_ + old - 1 - i) % old];
   atomic_results_ = std::move(kept);
   atomic_next_ = 0;
+  if (responses_count_ == 0) {
+    responses_.assign(2 * size + 2, Response{});
+    responses_head_ = 0;
+  }
 }
 
 void Responder::on_request(PacketView p, Nanos now) {
@@ -216,36 +223,96 @@ Responder::Verdict Responder::do_read(PacketView p) {
       return Verdict::kRemoteAccess;
   }
   ++msn_;
-  ack_pending_ = false;  // the responses carry the acknowledgement
-  send_read_responses(p.psn(), va, rkey, len);
+  Response r;
+  r.psn = p.psn();
+  r.msn = msn_;
+  r.va = va;
+  r.rkey = rkey;
+  r.len = len;
+  // More READ/ATOMICs outstanding than max_dest_rd_atomic allows (IBA 9.5,
+  // o9-?): the requester broke the agreed limit.
+  if (!queue_response(r)) return Verdict::kInvalidRequest;
   epsn_ = psn_add(epsn_, packets_for(len, conn_.path().mtu));
   return Verdict::kDone;
 }
 
+// `duplicate`: an answer to a repeated request. Those may not take the slots that
+// the max_dest_rd_atomic new requests the requester may have outstanding need,
+// however many copies the network delivers; a refused duplicate is answered when
+// the requester asks again.
+bool Responder::queue_response(const Response& r, bool duplicate) {
+  const size_t reserve = duplicate ? atomic_results_.size() : 0;
+  if (responses_count_ + reserve >= responses_.size()) {
+    bump(conn_.qp().device().counters().responses_refused);
+    return false;
+  }
+  responses_[(responses_head_ + responses_count_) % responses_.size()] = r;
+  ++responses_count_;
+  ack_pending_ = false;  // the responses acknowledge everything before them
+  conn_.qp().device().want_tx(conn_.qp());
+  return true;
+}
+
+// A duplicate READ restarts the responses from its PSN (IBA 9.7.5.1.2): what was
+// queued from there on is dropped; the requester resends those requests too.
+void Responder::drop_responses_from(uint32_t psn) {
+  while (responses_count_ > 0) {
+    const size_t last = (responses_head_ + responses_count_ - 1) % responses_.size();
+    if (psn_diff(responses_[last].psn, psn) < 0) break;
+    --responses_count_;
+  }
+}
+
+bool Responder::produce(uint32_t budget) {
+  if (!ready_to_receive(conn_.qp().state())) responses_count_ = 0;
+  while (responses_count_ > 0 && budget > 0) {
+    Response& r = responses_[responses_head_];
+    if (r.is_read) {
+      budget -= send_read_packets(r, budget);
+      if (r.sent != packets_for(r.len, conn_.path().mtu)) break;
+    } else {
+      send_atomic_ack(r);
+      --budget;
+    }
+    responses_head_ = uint32_t((responses_head_ + 1) % responses_.size());
+    --responses_count_;
+  }
+  if (responses_count_ > 0) return true;
+  // ACKs of later requests waited for the responses (PSN order, IBA 9.7.5.1.6).
+  on_burst_end();
+  return false;
+}
+
 // IBA 9.7.5.1.7: FIRST/LAST/ONLY carry an AETH; every response takes one PSN.
-void Responder::send_read_responses(uint32_t psn, uint64_t va, uint32_t rkey, uint32_t len) {
+uint32_t Responder::send_read_packets(Response& r, uint32_t budget) {
   Qp& qp = conn_.qp();
   const uint32_t mtu = conn_.path().mtu;
-  const uint32_t n = packets_for(len, mtu);
+  const uint32_t n = packets_for(r.len, mtu);
   auto access = qp.device().mrs().access();
-  for (uint32_t i = 0; i < n; ++i) {
-    const uint32_t chunk = std::min<uint32_t>(mtu, len - i * mtu);
+  uint32_t produced = 0;
+  for (; r.sent < n && produced < budget; ++r.sent, ++produced) {
+    const uint32_t i = r.sent;
+    const uint32_t chunk = std::min<uint32_t>(mtu, r.len - i * mtu);
     const uint8_t opcode = n == 1           ? op::kRcReadResponseOnly
                            : i == 0         ? op::kRcReadResponseFirst
                            : i + 1 == n     ? op::kRcReadResponseLast
                                             : op::kRcReadResponseMiddle;
     AccessError why;
     const uint8_t* src = chunk == 0 ? nullptr
-                                    : access.resolve(rkey, qp.pd(), va + uint64_t(i) * mtu,
+                                    : access.resolve(r.rkey, qp.pd(), r.va + uint64_t(i) * mtu,
                                                      chunk, IBV_ACCESS_REMOTE_READ, why);
-    if (chunk != 0 && src == nullptr) return;  // revoked mid-READ: the requester retries
-    PacketView r = conn_.emit(opcode, chunk, psn_add(psn, i));
-    if (r.info().has(Header::kAeth)) {
-      r.set(aeth::kSyndrome, syndrome::ack());
-      r.set(aeth::kMsn, msn_);
+    if (chunk != 0 && src == nullptr) {  // revoked mid-READ: the requester retries
+      r.sent = n;
+      return produced;
     }
-    if (chunk != 0) std::memcpy(r.payload().data(), src, chunk);
+    PacketView out = conn_.emit(opcode, chunk, psn_add(r.psn, i));
+    if (out.info().has(Header::kAeth)) {
+      out.set(aeth::kSyndrome, syndrome::ack());
+      out.set(aeth::kMsn, r.msn);
+    }
+    if (chunk != 0) std::memcpy(out.payload().data(), src, chunk);
   }
+  return produced;
 }
 
 Responder::Verdict Responder::do_atomic(PacketView p) {
@@ -274,17 +341,21 @@ Responder::Verdict Responder::do_atomic(PacketView p) {
   atomic_results_[atomic_next_] = AtomicResult{p.psn(), original, true};
   atomic_next_ = (atomic_next_ + 1) % uint32_t(atomic_results_.size());
   ++msn_;
-  ack_pending_ = false;
-  send_atomic_ack(p.psn(), original);
+  Response r;
+  r.is_read = false;
+  r.psn = p.psn();
+  r.msn = msn_;
+  r.original = original;
+  if (!queue_response(r)) return Verdict::kInvalidRequest;
   epsn_ = psn_add(epsn_, 1);
   return Verdict::kDone;
 }
 
-void Responder::send_atomic_ack(uint32_t psn, uint64_t original) {
-  PacketView r = conn_.emit(op::kRcAtomicAcknowledge, 0, psn);
+void Responder::send_atomic_ack(const Response& response) {
+  PacketView r = conn_.emit(op::kRcAtomicAcknowledge, 0, response.psn);
   r.set(aeth::kSyndrome, syndrome::ack());
-  r.set(aeth::kMsn, msn_);
-  r.set(atomic_ack_eth::kOriginalData, original);
+  r.set(aeth::kMsn, response.msn);
+  r.set(atomic_ack_eth::kOriginalData, response.original);
 }
 
 // IBA 9.7.5.1.2: duplicates are answered, never executed twice (except READ, which
@@ -300,12 +371,24 @@ void Responder::on_duplicate(PacketView p) {
     const uint32_t len = uint32_t(p.get(reth::kDmaLength));
     // Only a range that stays behind epsn: a duplicate may not reach new PSNs.
     if (psn_diff(epsn_, p.psn()) < int32_t(packets_for(len, conn_.path().mtu))) return;
-    send_read_responses(p.psn(), va, rkey, len);
+    drop_responses_from(p.psn());
+    Response r;
+    r.psn = p.psn();
+    r.msn = msn_;
+    r.va = va;
+    r.rkey = rkey;
+    r.len = len;
+    queue_response(r, true);
   } else if (info.is(kOpAtomic)) {
     for (const AtomicResult& r : atomic_results_) {
       if (r.valid && r.psn == p.psn()) {
         bump(counters.duplicate_atomics_replayed);
-        send_atomic_ack(r.psn, r.original);
+        Response replay;
+        replay.is_read = false;
+        replay.psn = r.psn;
+        replay.msn = msn_;
+        replay.original = r.original;
+        queue_response(replay, true);
         return;
       }
     }
@@ -315,12 +398,14 @@ void Responder::on_duplicate(PacketView p) {
 }
 
 void Responder::on_burst_end() {
-  if (!ack_pending_) return;
+  // Responses still queued go first; produce() sends the ACK once they are out.
+  if (!ack_pending_ || responses_count_ > 0) return;
   ack_pending_ = false;
   send_ack(syndrome::ack(), psn_add(epsn_, -1));
 }
 
 void Responder::send_ack(uint8_t syn, uint32_t psn) {
+  produce_all();  // PSN order: a NAK must not overtake queued responses
   if (syndrome::type(syn) != syndrome::kAck) ack_pending_ = false;  // a NAK acks before it
   PacketView r = conn_.emit(op::kRcAcknowledge, 0, psn);
   r.set(aeth::kSyndrome, syn);

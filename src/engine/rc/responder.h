@@ -28,6 +28,10 @@ class Responder {
   void resize_atomic_results(uint32_t max_dest_rd_atomic);
   uint32_t expected_psn() const { return epsn_; }
   uint32_t msn() const { return msn_; }
+  // Produces up to `budget` packets of the queued responses (READ responses,
+  // ATOMIC acknowledgements), oldest first; true while more remain. A READ of
+  // many megabytes is answered over many engine turns, between other QPs' work.
+  bool produce(uint32_t budget);
 
  private:
   // What executing a request came to; the errors name the NAK they send.
@@ -41,8 +45,27 @@ class Responder {
   Verdict do_atomic(wire::PacketView p);
   void complete_receive(wire::PacketView p, ibv_wc_opcode opcode, uint32_t byte_len);
   void on_duplicate(wire::PacketView p);
-  void send_read_responses(uint32_t psn, uint64_t va, uint32_t rkey, uint32_t len);
-  void send_atomic_ack(uint32_t psn, uint64_t original);
+  // A response waiting to be produced: the READ's range, or the ATOMIC's result.
+  struct Response {
+    bool is_read = true;
+    uint32_t psn = 0;       // the request's (first response's) PSN
+    uint32_t msn = 0;       // carried in the AETH: the MSN once the request executed
+    uint64_t va = 0;        // READ
+    uint32_t rkey = 0;      // READ
+    uint32_t len = 0;       // READ
+    uint32_t sent = 0;      // READ: packets produced so far
+    uint64_t original = 0;  // ATOMIC
+  };
+  bool queue_response(const Response& r, bool duplicate = false);
+  void drop_responses_from(uint32_t psn);
+  // Produces up to `budget` packets of `r`; returns how many.
+  uint32_t send_read_packets(Response& r, uint32_t budget);
+  void send_atomic_ack(const Response& r);
+  // Emits everything queued: a packet that must not overtake them follows.
+  void produce_all() {
+    while (produce(UINT32_MAX)) {
+    }
+  }
   void send_ack(uint8_t syndrome, uint32_t psn);
   void fail(Verdict verdict, uint32_t psn, Nanos now);
 
@@ -67,6 +90,12 @@ class Responder {
   // (IBA 9.7.5.1.2: an ATOMIC must not execute twice).
   std::vector<AtomicResult> atomic_results_;
   uint32_t atomic_next_ = 0;
+  // Queued responses in PSN order: a ring of 2 * max_dest_rd_atomic + 2 slots,
+  // max_dest_rd_atomic for the new READ/ATOMICs the requester may have
+  // outstanding (IBA 9.5, 10.2.4), the rest for answers to duplicates.
+  std::vector<Response> responses_;
+  uint32_t responses_head_ = 0;
+  uint32_t responses_count_ = 0;
 };
 
 }  // namespace softrdma::engine::rc

@@ -1,0 +1,74 @@
+// The responder's queued responses (engine/rc/responder.cc): a large READ is
+// answered a burst per engine turn, so other QPs' work runs between its bursts
+// (issue 6: "never monopolising the engine"), and what the responder sends after
+// it (the ACK of a later SEND) still follows the responses in PSN order
+// (IBA 9.7.5.1.6).
+#include <algorithm>
+#include <cstring>
+
+#include "engine/rc_fixture.h"
+#include "wire/opcodes.h"
+
+namespace softrdma::engine::testing {
+namespace {
+
+namespace op = wire::op;
+
+constexpr size_t kSrc = 0;
+constexpr size_t kDst = 128 * 1024;
+constexpr uint32_t kReadBytes = 100 * 1024;  // 100 packets at the 1024-byte MTU
+
+// The READ request arrives; each of b's turns then sends one burst of responses.
+TEST_F(RcPairTest, LargeReadIsAnsweredOneBurstPerTurn) {
+  fill(b, kSrc, kReadBytes, 3);
+  ASSERT_EQ(post(a, IBV_WR_RDMA_READ, kDst, kReadBytes, kSrc, 1), 0);
+  net_.take_sent();  // the request, sent by a's post
+  const uint32_t burst = Device::kTxBurstPerQp;
+  size_t answered = 0;
+  for (int turn = 0; answered < 100; ++turn) {
+    ASSERT_LT(turn, 10) << "the responses never finished";
+    b.device->progress();
+    const auto sent = net_.take_sent();
+    const size_t responses = sent.size();
+    EXPECT_LE(responses, burst) << "turn " << turn << " sent more than a burst";
+    EXPECT_EQ(responses, std::min<size_t>(burst, 100 - answered)) << "turn " << turn;
+    answered += responses;
+    // a receives them between b's turns, as another QP's work would run.
+    a.device->progress();
+    net_.take_sent();
+  }
+  pump();
+  auto done = poll(a.scq);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::memcmp(a.mem.data() + kDst, b.mem.data() + kSrc, kReadBytes), 0);
+}
+
+// A SEND posted after the READ: b's ACK for it leaves only after the last READ
+// response, though the SEND arrived while the responses were still queued.
+TEST_F(RcPairTest, AckOfALaterSendFollowsTheQueuedReadResponses) {
+  fill(b, kSrc, kReadBytes, 5);
+  post_recv(b, kDst, 64, 9);
+  ASSERT_EQ(post(a, IBV_WR_RDMA_READ, kDst, kReadBytes, kSrc, 1), 0);
+  ASSERT_EQ(post(a, IBV_WR_SEND, kSrc, 16, 0, 2), 0);
+  net_.take_sent();
+  pump();
+  std::vector<uint8_t> order;
+  for (const auto& p : net_.take_sent())
+    if (p.src == b.transport->local_gid()) order.push_back(p.opcode());
+  ASSERT_FALSE(order.empty());
+  const auto last_response =
+      std::find(order.rbegin(), order.rend(), op::kRcReadResponseLast) - order.rbegin();
+  const auto first_ack = std::find(order.begin(), order.end(), op::kRcAcknowledge);
+  ASSERT_NE(first_ack, order.end()) << "the SEND was never acknowledged";
+  EXPECT_GT(first_ack - order.begin(), ptrdiff_t(order.size()) - 1 - last_response)
+      << "an ACK overtook READ responses";
+  auto done = poll(a.scq);
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].wr_id, 1u);
+  EXPECT_EQ(done[1].wr_id, 2u);
+  EXPECT_EQ(done[1].status, IBV_WC_SUCCESS);
+}
+
+}  // namespace
+}  // namespace softrdma::engine::testing
