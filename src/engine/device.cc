@@ -190,7 +190,7 @@ void Device::dispatch(const transport::RxPacket& rx, Nanos now) {
   }
   Qp& qp = *it->second;
   // IBA 9.6.1.1: the opcode's transport must be the QP's, and the P_Key must match.
-  if (!packet.info().is(wire::kOpRc) || qp.type() != IBV_QPT_RC) {
+  if (!packet.info().is(transport_flag_of(qp.type()))) {
     bump(counters_.rx_wrong_transport);
     return;
   }

@@ -11,6 +11,26 @@
 
 namespace softrdma::engine {
 
+// IBA 9.2.1: the transport bits of the opcodes of a QP type, and the flag the
+// opcode table gives them. A received packet is a QP's only if they match.
+constexpr uint8_t opcode_base_of(ibv_qp_type type) {
+  switch (type) {
+    case IBV_QPT_UC: return wire::op::kUc;
+    case IBV_QPT_UD: return wire::op::kUd;
+    case IBV_QPT_XRC_SEND:
+    case IBV_QPT_XRC_RECV: return wire::op::kXrc;
+    default: return wire::op::kRc;
+  }
+}
+constexpr uint32_t transport_flag_of(ibv_qp_type type) {
+  switch (opcode_base_of(type)) {
+    case wire::op::kUc: return wire::kOpUc;
+    case wire::op::kUd: return wire::kOpUd;
+    case wire::op::kXrc: return wire::kOpXrc;
+    default: return wire::kOpRc;
+  }
+}
+
 class Protocol {
  public:
   virtual ~Protocol() = default;

@@ -25,7 +25,11 @@ transport::Gid wire_form(transport::Gid gid) {
 }  // namespace
 
 RcConnection::RcConnection(Qp& qp)
-    : qp_(qp), requester_(*this), completer_(*this), responder_(*this) {}
+    : qp_(qp),
+      opcode_base_(opcode_base_of(qp.type())),
+      requester_(*this),
+      completer_(*this),
+      responder_(*this) {}
 
 wire::PacketView RcConnection::emit(uint8_t opcode, size_t payload_len, uint32_t psn) {
   return rc::emit(qp_.device().tx(), path_, opcode, payload_len, psn);

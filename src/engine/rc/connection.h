@@ -37,6 +37,8 @@ class RcConnection final : public Protocol {
   Completer& completer() { return completer_; }
   Responder& responder() { return responder_; }
 
+  // The opcode of `operation` (IBA 9.2.1: low 5 bits) on this QP's transport.
+  uint8_t opcode(uint8_t operation) const { return uint8_t(opcode_base_ | operation); }
   // Builds a packet along this connection's path.
   wire::PacketView emit(uint8_t opcode, size_t payload_len, uint32_t psn);
   // Any role that hits a fatal error: QP to Error (IBA 11.6.2), async event.
@@ -46,6 +48,7 @@ class RcConnection final : public Protocol {
   void load_path();
 
   Qp& qp_;
+  const uint8_t opcode_base_;  // IBA 9.2.1: the transport bits of every opcode sent
   Path path_;
   Requester requester_;
   Completer completer_;

@@ -10,6 +10,7 @@
 #include "engine/qp.h"
 #include "engine/rc/connection.h"
 #include "engine/sgl.h"
+#include "wire/messages.h"
 #include "wire/psn.h"
 
 namespace softrdma::engine::rc {
@@ -132,30 +133,15 @@ bool Requester::send_packets(SendWqe& wqe) {
 }
 
 uint8_t Requester::data_opcode(const SendWqe& wqe, uint32_t index) const {
-  const bool first = index == 0;
-  const bool last = index + 1 == wqe.npackets;
+  MessageKind kind = MessageKind::kSend;
   switch (wqe.opcode) {
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM: {
-      const bool imm = wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
-      if (first && last) return imm ? op::kRcWriteOnlyImm : op::kRcWriteOnly;
-      if (first) return op::kRcWriteFirst;
-      if (last) return imm ? op::kRcWriteLastImm : op::kRcWriteLast;
-      return op::kRcWriteMiddle;
-    }
-    default: {  // SEND, SEND_WITH_IMM, SEND_WITH_INV
-      const uint8_t only = wqe.opcode == IBV_WR_SEND_WITH_IMM   ? op::kRcSendOnlyImm
-                           : wqe.opcode == IBV_WR_SEND_WITH_INV ? op::kRcSendOnlyInv
-                                                                : op::kRcSendOnly;
-      const uint8_t last_op = wqe.opcode == IBV_WR_SEND_WITH_IMM   ? op::kRcSendLastImm
-                              : wqe.opcode == IBV_WR_SEND_WITH_INV ? op::kRcSendLastInv
-                                                                   : op::kRcSendLast;
-      if (first && last) return only;
-      if (first) return op::kRcSendFirst;
-      if (last) return last_op;
-      return op::kRcSendMiddle;
-    }
+    case IBV_WR_RDMA_WRITE: kind = MessageKind::kWrite; break;
+    case IBV_WR_RDMA_WRITE_WITH_IMM: kind = MessageKind::kWriteImm; break;
+    case IBV_WR_SEND_WITH_IMM: kind = MessageKind::kSendImm; break;
+    case IBV_WR_SEND_WITH_INV: kind = MessageKind::kSendInv; break;
+    default: break;  // SEND
   }
+  return conn_.opcode(message_operation(kind, index, wqe.npackets));
 }
 
 // Copies message bytes [offset, offset + out.size()) from the inline copy or the
@@ -223,7 +209,7 @@ bool Requester::send_read_request(SendWqe& wqe) {
     const uint32_t chunk = std::min(space, end - wqe.next_packet);
     const uint64_t offset = uint64_t(wqe.next_packet) * mtu;
     const uint64_t len = std::min<uint64_t>(uint64_t(chunk) * mtu, wqe.length - offset);
-    PacketView p = conn_.emit(op::kRcReadRequest, 0, psn);
+    PacketView p = conn_.emit(conn_.opcode(op::kReadRequest), 0, psn);
     p.set(bth::kAckReq, 1);
     p.set(reth::kVa, wqe.remote_addr + offset);
     p.set(reth::kRkey, wqe.rkey);
@@ -237,8 +223,8 @@ bool Requester::send_read_request(SendWqe& wqe) {
 }
 
 void Requester::send_atomic(SendWqe& wqe) {
-  const uint8_t opcode = wqe.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? op::kRcCompareSwap
-                                                                 : op::kRcFetchAdd;
+  const uint8_t opcode = conn_.opcode(wqe.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? op::kCompareSwap
+                                                                              : op::kFetchAdd);
   PacketView p = conn_.emit(opcode, 0, wqe.first_psn);
   p.set(bth::kAckReq, 1);
   p.set(atomic_eth::kVa, wqe.remote_addr);

@@ -10,6 +10,7 @@
 #include "engine/qp.h"
 #include "engine/rc/connection.h"
 #include "engine/sgl.h"
+#include "wire/messages.h"
 #include "wire/psn.h"
 
 namespace softrdma::engine::rc {
@@ -293,10 +294,8 @@ uint32_t Responder::send_read_packets(Response& r, uint32_t budget) {
   for (; r.sent < n && produced < budget; ++r.sent, ++produced) {
     const uint32_t i = r.sent;
     const uint32_t chunk = std::min<uint32_t>(mtu, r.len - i * mtu);
-    const uint8_t opcode = n == 1           ? op::kRcReadResponseOnly
-                           : i == 0         ? op::kRcReadResponseFirst
-                           : i + 1 == n     ? op::kRcReadResponseLast
-                                            : op::kRcReadResponseMiddle;
+    const uint8_t opcode =
+        conn_.opcode(message_operation(MessageKind::kReadResponse, i, n));
     AccessError why;
     const uint8_t* src = chunk == 0 ? nullptr
                                     : access.resolve(r.rkey, qp.pd(), r.va + uint64_t(i) * mtu,
@@ -352,7 +351,7 @@ Responder::Verdict Responder::do_atomic(PacketView p) {
 }
 
 void Responder::send_atomic_ack(const Response& response) {
-  PacketView r = conn_.emit(op::kRcAtomicAcknowledge, 0, response.psn);
+  PacketView r = conn_.emit(conn_.opcode(op::kAtomicAcknowledge), 0, response.psn);
   r.set(aeth::kSyndrome, syndrome::ack());
   r.set(aeth::kMsn, response.msn);
   r.set(atomic_ack_eth::kOriginalData, response.original);
@@ -407,7 +406,7 @@ void Responder::on_burst_end() {
 void Responder::send_ack(uint8_t syn, uint32_t psn) {
   produce_all();  // PSN order: a NAK must not overtake queued responses
   if (syndrome::type(syn) != syndrome::kAck) ack_pending_ = false;  // a NAK acks before it
-  PacketView r = conn_.emit(op::kRcAcknowledge, 0, psn);
+  PacketView r = conn_.emit(conn_.opcode(op::kAcknowledge), 0, psn);
   r.set(aeth::kSyndrome, syn);
   r.set(aeth::kMsn, msn_);
 }
