@@ -48,7 +48,20 @@ Device::Device(DeviceConfig config, transport::Transport& transport, const Clock
       clock_(clock),
       gids_(make_gid_table(transport.local_gid())),
       next_qpn_(initial_qpn()),
-      tx_(std::make_unique<TxBatch>(transport, counters_)) {}
+      receivers_{&transport},
+      tx_(std::make_unique<TxBatch>(counters_)) {}
+
+transport::Transport& Device::route(const Gid& dst) {
+  for (transport::Transport* t : extra_)
+    if (t->reaches(dst)) return *t;
+  return transport_;
+}
+
+void Device::add_transport(transport::Transport& extra) {
+  auto engine = hold_engine();
+  extra_.push_back(&extra);
+  receivers_.push_back(&extra);
+}
 
 Device::~Device() = default;
 
@@ -262,21 +275,26 @@ bool Device::serve_doorbells(Nanos now) {
 bool Device::turn(bool receive) {
   const Nanos now = clock_.now();
   bool worked = serve_doorbells(now);
-  if (receive) {
-    std::array<transport::RxPacket, 32> burst;
-    const size_t n = transport_.rx_burst(burst);
-    worked |= n > 0;
-    for (size_t i = 0; i < n; ++i) dispatch(burst[i], now);
-    for (Qp* qp : touched_) {
-      qp->touched_ = false;
-      qp->protocol().on_burst_end(now);
-    }
-    touched_.clear();
-  }
+  if (receive)
+    for (transport::Transport* from : receivers_) worked |= this->receive(*from, now);
   if (now >= next_deadline_.load(std::memory_order_acquire)) worked |= run_timers(now);
   if (receive) worked |= serve_busy(now);
   tx_->flush();
   return worked;
+}
+
+// One receive burst from `from`; the QPs that got packets then send their
+// coalesced ACKs.
+bool Device::receive(transport::Transport& from, Nanos now) {
+  std::array<transport::RxPacket, 32> burst;
+  const size_t n = from.rx_burst(burst);
+  for (size_t i = 0; i < n; ++i) dispatch(burst[i], now);
+  for (Qp* qp : touched_) {
+    qp->touched_ = false;
+    qp->protocol().on_burst_end(now);
+  }
+  touched_.clear();
+  return n > 0;
 }
 
 void Device::want_tx(Qp& qp) {

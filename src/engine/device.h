@@ -84,7 +84,13 @@ class Device {
 
   const DeviceConfig& config() const { return config_; }
   const DeviceLimits& limits() const { return config_.limits; }
+  // The primary transport (the one the GIDs come from), and the one a peer is
+  // reached through: the first added transport that reaches it, else the primary.
   transport::Transport& transport() { return transport_; }
+  transport::Transport& route(const Gid& dst);
+  // Another transport for some peers (a same-host shared-memory one); received
+  // from each turn like the primary. Before QPs are connected.
+  void add_transport(transport::Transport& extra);
   const Clock& clock() const { return clock_; }
   const MrTable& mrs() const { return mrs_; }
   EngineCounters& counters() { return counters_; }
@@ -102,11 +108,14 @@ class Device {
   bool serve_doorbells(Nanos now);
   bool serve_busy(Nanos now);
   void dispatch(const transport::RxPacket& rx, Nanos now);
+  bool receive(transport::Transport& from, Nanos now);
   bool run_timers(Nanos now);
   uint32_t fresh_qpn();
 
   DeviceConfig config_;
   transport::Transport& transport_;
+  std::vector<transport::Transport*> receivers_;  // the primary, then the extra ones
+  std::vector<transport::Transport*> extra_;
   const Clock& clock_;
   std::vector<Gid> gids_;
   EngineCounters counters_;

@@ -4,9 +4,11 @@
 
 namespace softrdma::engine {
 
-wire::PacketView TxBatch::add(uint8_t opcode, size_t payload_len, const transport::Gid& src,
-                              const transport::Gid& dst, uint16_t src_port) {
-  if (count_ == kBurst) flush();
+wire::PacketView TxBatch::add(transport::Transport& via, uint8_t opcode, size_t payload_len,
+                              const transport::Gid& src, const transport::Gid& dst,
+                              uint16_t src_port) {
+  if (count_ == kBurst || (count_ > 0 && transport_ != &via)) flush();
+  transport_ = &via;
   auto& buffer = buffers_[count_];
   wire::PacketView view = wire::build_packet(buffer, opcode, payload_len);
   packets_[count_] = transport::TxPacket{view.bytes(), src, dst, src_port};
@@ -29,7 +31,7 @@ void TxBatch::repeat_last() {
 
 void TxBatch::flush() {
   if (count_ == 0) return;
-  size_t sent = transport_.tx_burst(std::span(packets_.data(), count_));
+  size_t sent = transport_->tx_burst(std::span(packets_.data(), count_));
   bump(counters_.tx_packets, sent);
   // A refused packet is a lost packet: RC recovers it like any other loss.
   if (sent < count_) bump(counters_.tx_dropped, count_ - sent);

@@ -19,15 +19,15 @@ class TxBatch {
   static constexpr size_t kBurst = 32;
   static constexpr size_t kBufferBytes = 4096 + 128;  // path MTU 4096 + headers + ICRC
 
-  TxBatch(transport::Transport& transport, EngineCounters& counters)
-      : transport_(transport), counters_(counters) {}
+  explicit TxBatch(EngineCounters& counters) : counters_(counters) {}
   TxBatch(const TxBatch&) = delete;
   TxBatch& operator=(const TxBatch&) = delete;
 
-  // Lays out a packet and returns a view to fill in. Flushes first if the batch
-  // is full.
-  wire::PacketView add(uint8_t opcode, size_t payload_len, const transport::Gid& src,
-                       const transport::Gid& dst, uint16_t src_port);
+  // Lays out a packet to leave through `via` and returns a view to fill in.
+  // Flushes first if the batch is full or holds another transport's packets.
+  wire::PacketView add(transport::Transport& via, uint8_t opcode, size_t payload_len,
+                       const transport::Gid& src, const transport::Gid& dst,
+                       uint16_t src_port);
   // Takes back the packet add() returned last (it was never filled in).
   void discard_last() {
     if (count_ > 0) --count_;
@@ -40,7 +40,7 @@ class TxBatch {
   std::array<std::array<uint8_t, kBufferBytes>, kBurst> buffers_;
   std::array<transport::TxPacket, kBurst> packets_;
   size_t count_ = 0;
-  transport::Transport& transport_;
+  transport::Transport* transport_ = nullptr;  // of the packets in the batch
   EngineCounters& counters_;
 };
 

@@ -18,7 +18,7 @@ class TxBatchTest : public ::testing::Test {
  protected:
   // Adds a SEND_ONLY with `psn` and a payload of `psn`'s low byte.
   void add(uint32_t psn) {
-    wire::PacketView p = batch_->add(wire::op::kRcSendOnly, 16, src_, dst_, 0xC000);
+    wire::PacketView p = batch_->add(*transport_, wire::op::kRcSendOnly, 16, src_, dst_, 0xC000);
     p.set(wire::bth::kPsn, psn);
     std::fill(p.payload().begin(), p.payload().end(), uint8_t(psn));
   }
@@ -37,7 +37,7 @@ class TxBatchTest : public ::testing::Test {
   std::unique_ptr<transport::fake::FakeTransport> transport_ = net_.attach(src_);
   std::unique_ptr<transport::fake::FakeTransport> peer_ = net_.attach(dst_);
   EngineCounters counters_;
-  std::unique_ptr<TxBatch> batch_ = std::make_unique<TxBatch>(*transport_, counters_);
+  std::unique_ptr<TxBatch> batch_ = std::make_unique<TxBatch>(counters_);
 };
 
 TEST_F(TxBatchTest, RepeatLastSendsACopyRightAfterTheOriginal) {

@@ -85,6 +85,7 @@ void RcConnection::load_path() {
             path_.dst.begin());
   path_.dst = wire_form(path_.dst);
   path_.dest_qpn = attr.dest_qp_num & wire::kPsnMask;
+  path_.via = &qp_.device().route(path_.dst);
   path_.src_port = transport::roce_source_port(qp_.qpn());
   path_.pkey = qp_.device().pkey();
   path_.mtu = qp_.path_mtu_bytes();

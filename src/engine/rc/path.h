@@ -12,6 +12,7 @@
 namespace softrdma::engine::rc {
 
 struct Path {
+  transport::Transport* via = nullptr;  // the device's transport that reaches dst
   transport::Gid src{};
   transport::Gid dst{};
   uint32_t dest_qpn = 0;
@@ -23,7 +24,8 @@ struct Path {
 // Builds one packet addressed along `path`, with the BTH filled in.
 inline wire::PacketView emit(TxBatch& tx, const Path& path, uint8_t opcode,
                              size_t payload_len, uint32_t psn) {
-  wire::PacketView p = tx.add(opcode, payload_len, path.src, path.dst, path.src_port);
+  wire::PacketView p =
+      tx.add(*path.via, opcode, payload_len, path.src, path.dst, path.src_port);
   p.set(wire::bth::kPkey, path.pkey);
   p.set(wire::bth::kDestQp, path.dest_qpn);
   p.set(wire::bth::kPsn, psn);
