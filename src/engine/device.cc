@@ -98,7 +98,12 @@ Mr* Device::reg_mr(Pd* pd, void* addr, uint64_t length, uint64_t iova, int acces
   return mrs_.reg(pd, addr, length, iova, access, err);
 }
 
-int Device::dereg_mr(Mr* mr) { return mrs_.dereg(mr); }
+// Waits for the engine: no turn is using the MR (or a translation cached from it)
+// while it goes, and the next turn sees the new generation (MrTable::generation).
+int Device::dereg_mr(Mr* mr) {
+  auto engine = hold_engine();
+  return mrs_.dereg(mr);
+}
 
 Cq* Device::create_cq(int cqe, int& err) {
   if (cqe < 1 || uint32_t(cqe) > config_.limits.max_cqe) {

@@ -130,6 +130,7 @@ int MrTable::dereg(Mr* mr) {
   mr->pd->users.fetch_sub(1);
   live_.erase(mr);
   by_key_.erase(it);
+  generation_.fetch_add(1, std::memory_order_release);
   return 0;
 }
 

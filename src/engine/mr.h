@@ -7,6 +7,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -65,11 +66,17 @@ class MrTable {
     return a;
   }
   size_t size() const;
+  // Bumped by every dereg. A translation cached for a message (the responder
+  // resolves a WRITE's or READ's range once, at its first packet) stays valid
+  // while this is unchanged: Device::dereg_mr holds the engine, so no turn is
+  // between its check and its copy when it changes.
+  uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
 
  private:
   uint32_t fresh_key();
 
   mutable std::shared_mutex mutex_;
+  std::atomic<uint64_t> generation_{0};
   std::unordered_map<uint32_t, std::unique_ptr<Mr>> by_key_;
   std::unordered_set<const Mr*> live_;  // the MRs of by_key_, for dereg's check
   std::mt19937 key_rng_;  // only if getrandom fails

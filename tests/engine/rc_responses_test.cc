@@ -94,5 +94,30 @@ TEST_F(RcPairTest, PollerKeepsItsAckForItsNextCallOnlyWhenItCompletedSomething) 
   EXPECT_EQ(acked[0].opcode(), op::kRcAcknowledge);
 }
 
+// The responder checks a WRITE's whole range once, at its first packet, and
+// reuses it while no MR goes (MrTable::generation). An MR deregistered between
+// two packets of the message is still noticed at the next one: remote access
+// error NAK, the requester completes with IBV_WC_REM_ACCESS_ERR (IBA 9.7.5.1.?,
+// 10.6.3.5: deregistration revokes at once).
+TEST_F(RcPairTest, MrDeregisteredMidWriteIsNoticedAtTheNextPacket) {
+  fill(a, kSrc, 8192, 7);
+  net_.hold(transport::fake::match::from(a.transport->local_gid()));
+  ASSERT_EQ(post(a, IBV_WR_RDMA_WRITE, kSrc, 8192, kDst, 1), 0);
+  ASSERT_EQ(net_.held().size(), 8u);
+  net_.release_held({0});
+  b.device->progress();
+  EXPECT_EQ(std::memcmp(b.mem.data() + kDst, a.mem.data() + kSrc, 1024), 0)
+      << "the first packet landed";
+  ASSERT_EQ(b.device->dereg_mr(b.mr), 0);
+  b.mr = nullptr;
+  net_.clear_rules();
+  net_.release_held();
+  pump();
+  auto done = poll(a.scq);
+  ASSERT_FALSE(done.empty());
+  EXPECT_EQ(done[0].status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(b.counters().error_naks_sent.load(), 1u);
+}
+
 }  // namespace
 }  // namespace softrdma::engine::testing

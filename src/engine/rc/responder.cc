@@ -162,6 +162,7 @@ Responder::Verdict Responder::do_write(PacketView p) {
     write_rkey_ = uint32_t(p.get(reth::kRkey));
     write_length_ = uint32_t(p.get(reth::kDmaLength));
     write_remaining_ = write_length_;
+    write_host_ = nullptr;
   }
   // IBA 9.7.4.1.2: WRITE with immediate consumes a receive WQE at its last packet.
   if (info.is(kOpConsumesRecv) && qp.rq().empty()) return Verdict::kRnr;
@@ -169,10 +170,7 @@ Responder::Verdict Responder::do_write(PacketView p) {
   if (data.size() > write_remaining_) return Verdict::kInvalidRequest;
   if (info.is(kOpLast) && data.size() != write_remaining_) return Verdict::kInvalidRequest;
   if (!data.empty()) {
-    auto access = qp.device().mrs().access();
-    AccessError why;
-    uint8_t* dst = access.resolve(write_rkey_, qp.pd(), write_va_, data.size(),
-                                  IBV_ACCESS_REMOTE_WRITE, why);
+    uint8_t* dst = write_destination();
     if (dst == nullptr) return Verdict::kRemoteAccess;
     std::memcpy(dst, data.data(), data.size());
   }
@@ -186,6 +184,25 @@ Responder::Verdict Responder::do_write(PacketView p) {
     ++msn_;
   }
   return Verdict::kDone;
+}
+
+// Where the next `bytes` of the WRITE in progress go. The rest of the message's
+// range (R_Key, PD, bounds, access) is checked once, at its first data packet, as
+// IBA 9.7.5.1.? has the RETH's whole range validated, and reused while no MR was
+// deregistered since (MrTable::generation): no lock or lookup per packet.
+uint8_t* Responder::write_destination() {
+  Qp& qp = conn_.qp();
+  const MrTable& mrs = qp.device().mrs();
+  const uint64_t placed = write_length_ - write_remaining_;
+  if (write_host_ == nullptr || write_generation_ != mrs.generation()) {
+    AccessError why;
+    write_generation_ = mrs.generation();
+    write_host_at_ = placed;
+    write_host_ = mrs.access().resolve(write_rkey_, qp.pd(), write_va_, write_remaining_,
+                                       IBV_ACCESS_REMOTE_WRITE, why);
+    if (write_host_ == nullptr) return nullptr;
+  }
+  return write_host_ + (placed - write_host_at_);
 }
 
 void Responder::complete_receive(PacketView p, ibv_wc_opcode opcode, uint32_t byte_len) {
@@ -217,14 +234,15 @@ Responder::Verdict Responder::do_read(PacketView p) {
   const uint32_t len = uint32_t(p.get(reth::kDmaLength));
   Qp& qp = conn_.qp();
   if (len > qp.device().limits().max_msg_size) return Verdict::kInvalidRequest;
+  Response r;
+  r.generation = qp.device().mrs().generation();
   if (len > 0) {
-    auto access = qp.device().mrs().access();
     AccessError why;
-    if (access.resolve(rkey, qp.pd(), va, len, IBV_ACCESS_REMOTE_READ, why) == nullptr)
-      return Verdict::kRemoteAccess;
+    r.host = qp.device().mrs().access().resolve(rkey, qp.pd(), va, len,
+                                                IBV_ACCESS_REMOTE_READ, why);
+    if (r.host == nullptr) return Verdict::kRemoteAccess;
   }
   ++msn_;
-  Response r;
   r.psn = p.psn();
   r.msn = msn_;
   r.va = va;
@@ -289,7 +307,10 @@ uint32_t Responder::send_read_packets(Response& r, uint32_t budget) {
   Qp& qp = conn_.qp();
   const uint32_t mtu = conn_.path().mtu;
   const uint32_t n = packets_for(r.len, mtu);
-  auto access = qp.device().mrs().access();
+  const MrTable& mrs = qp.device().mrs();
+  // The range resolved when the READ executed serves while no MR went since;
+  // after a dereg every chunk is looked up again (a revoked one ends the READ).
+  if (r.generation != mrs.generation()) r.host = nullptr;
   uint32_t produced = 0;
   for (; r.sent < n && produced < budget; ++r.sent, ++produced) {
     const uint32_t i = r.sent;
@@ -297,9 +318,12 @@ uint32_t Responder::send_read_packets(Response& r, uint32_t budget) {
     const uint8_t opcode =
         conn_.opcode(message_operation(MessageKind::kReadResponse, i, n));
     AccessError why;
-    const uint8_t* src = chunk == 0 ? nullptr
-                                    : access.resolve(r.rkey, qp.pd(), r.va + uint64_t(i) * mtu,
-                                                     chunk, IBV_ACCESS_REMOTE_READ, why);
+    const uint8_t* src = chunk == 0         ? nullptr
+                         : r.host != nullptr ? r.host + uint64_t(i) * mtu
+                                             : mrs.access().resolve(r.rkey, qp.pd(),
+                                                                    r.va + uint64_t(i) * mtu,
+                                                                    chunk, IBV_ACCESS_REMOTE_READ,
+                                                                    why);
     if (chunk != 0 && src == nullptr) {  // revoked mid-READ: the requester retries
       r.sent = n;
       return produced;

@@ -41,6 +41,7 @@ class Responder {
   Verdict check_sequence_and_length(wire::PacketView p) const;
   Verdict do_send(wire::PacketView p);
   Verdict do_write(wire::PacketView p);
+  uint8_t* write_destination();
   Verdict do_read(wire::PacketView p);
   Verdict do_atomic(wire::PacketView p);
   void complete_receive(wire::PacketView p, ibv_wc_opcode opcode, uint32_t byte_len);
@@ -55,6 +56,8 @@ class Responder {
     uint32_t len = 0;       // READ
     uint32_t sent = 0;      // READ: packets produced so far
     uint64_t original = 0;  // ATOMIC
+    const uint8_t* host = nullptr;  // READ: the range, resolved when it executed
+    uint64_t generation = 0;        // the MR table's generation then
   };
   bool queue_response(const Response& r, bool duplicate = false);
   void drop_responses_from(uint32_t psn);
@@ -86,6 +89,9 @@ class Responder {
   uint32_t write_rkey_ = 0;
   uint64_t write_remaining_ = 0;
   uint32_t write_length_ = 0;
+  uint8_t* write_host_ = nullptr;  // WRITE: host address of the rest of the range,
+  uint64_t write_host_at_ = 0;     //   resolved when this many bytes were placed,
+  uint64_t write_generation_ = 0;  //   in this generation of the MR table
   // Results of the last max_dest_rd_atomic ATOMICs, replayed for duplicates
   // (IBA 9.7.5.1.2: an ATOMIC must not execute twice).
   std::vector<AtomicResult> atomic_results_;
