@@ -1,5 +1,5 @@
 // The CRC-32 library, chosen by measurement (docs/decisions/icrc-library.md): Intel
-// ISA-L, about 3x libdeflate and 12x zlib at 4 KiB on this project's machines.
+// ISA-L, about 3x libdeflate and 12x zlib at 4 KiB on the project's machine.
 #include "wire/crc32.h"
 
 #include <isa-l/crc.h>
