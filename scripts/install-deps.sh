@@ -10,7 +10,9 @@ set -euo pipefail
 packages=(
   # Build
   build-essential cmake ninja-build pkg-config binutils
-  zlib1g-dev                          # crc32(): the ICRC is exactly zlib's CRC-32
+  libisal-dev                         # crc32_gzip_refl(): the ICRC's CRC-32 (carry-less multiply)
+  zlib1g-dev                          # crc32(): the reference CRC-32 for tests and tools
+  libdeflate-dev                      # bench/crc_bench: the CRC-32 libraries compared
   libibverbs-dev librdmacm-dev        # verbs/rdma_cm headers (never their libraries)
   libgtest-dev libgmock-dev googletest
   libbenchmark-dev

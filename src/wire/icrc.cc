@@ -1,11 +1,10 @@
 #include "wire/icrc.h"
 
-#include <zlib.h>
-
 #include <array>
 #include <cassert>
 #include <cstring>
 
+#include "wire/crc32.h"
 #include "wire/crc32_gf2.h"
 #include "wire/opcodes.h"
 
@@ -16,7 +15,7 @@ namespace {
 // IBA Annex A17.3.3: the ICRC input starts with 64 bits of ones standing for the
 // LRH that RoCEv2 does not carry.
 constexpr size_t kLrhOnesBytes = 8;
-constexpr size_t kMaxMaskedPrefix = kLrhOnesBytes + kIpv6HeaderBytes + kUdpHeaderBytes + kBthBytes;
+static_assert(kIcrcPrefixMaxBytes == kLrhOnesBytes + kIpv6HeaderBytes + kUdpHeaderBytes + kBthBytes);
 
 // Where the IPv4 Identification and flags sit in the ICRC input.
 constexpr size_t kIpv4IdAt = kLrhOnesBytes + 4;
@@ -28,20 +27,30 @@ static_assert(kIpv4FlagsAt == kIpv4IdAt + 2, "DF delta below assumes flags follo
 // 20 - 8), and the IP/UDP length fields the ICRC covers must hold it.
 constexpr size_t kMaxUdpPayload = 65507;
 
-bool icrc_covers(std::span<const uint8_t> udp_payload) {
-  return udp_payload.size() >= kBthBytes + kIcrcBytes && udp_payload.size() <= kMaxUdpPayload;
+bool icrc_covers(size_t udp_payload_bytes) {
+  return udp_payload_bytes >= kBthBytes + kIcrcBytes && udp_payload_bytes <= kMaxUdpPayload;
 }
 
 void set_ones(uint8_t* p, size_t n) { std::memset(p, 0xff, n); }
 
-// Writes LRH ones, masked IP header, masked UDP header and masked BTH into `out`;
-// returns the number of bytes. Everything after the BTH is fed to the CRC in place.
-size_t write_masked_prefix(const IpUdpInfo& info, std::span<const uint8_t> udp_payload,
-                           std::array<uint8_t, kMaxMaskedPrefix>& out) {
+// The register change that clearing DF makes, expressed where the ID's register
+// contribution sits (right after the two ID bytes): DF is in the byte that follows
+// them, so it is that byte's register taken back through one byte.
+constexpr uint32_t kDfClearedAtId =
+    crc_math::multiply(crc_math::kByteTable[kIpv4DfInFlagsByte], crc_math::kInversePow8[0]);
+
+}  // namespace
+
+// Everything after the BTH is fed to the CRC where it lies; only the headers the
+// annex masks are written out.
+size_t write_icrc_prefix(const IpUdpInfo& info, std::span<const uint8_t, kBthBytes> bth,
+                         size_t udp_payload_bytes,
+                         std::span<uint8_t, kIcrcPrefixMaxBytes> out) {
+  if (!icrc_covers(udp_payload_bytes)) [[unlikely]] return 0;
   set_ones(out.data(), kLrhOnesBytes);
   uint8_t* ip = out.data() + kLrhOnesBytes;
   const size_t ip_udp = build_ip_udp_headers(
-      info, udp_payload.size(), std::span<uint8_t>(ip, kIpv6HeaderBytes + kUdpHeaderBytes));
+      info, udp_payload_bytes, std::span<uint8_t>(ip, kIpv6HeaderBytes + kUdpHeaderBytes));
   assert(ip_udp != 0);
   const size_t ip_bytes = ip_udp - kUdpHeaderBytes;
   if (info.ipv6()) {
@@ -54,34 +63,60 @@ size_t write_masked_prefix(const IpUdpInfo& info, std::span<const uint8_t> udp_p
     set_ones(ip + 10, 2);  // header checksum
   }
   set_ones(ip + ip_bytes + 6, 2);  // UDP checksum
-  uint8_t* bth = ip + ip_udp;
-  std::memcpy(bth, udp_payload.data(), kBthBytes);
-  bth[4] = 0xff;  // A17.3.3: BTH reserved byte (FECN/BECN in RoCEv2) as ones
+  uint8_t* masked_bth = ip + ip_udp;
+  std::memcpy(masked_bth, bth.data(), kBthBytes);
+  masked_bth[4] = 0xff;  // A17.3.3: BTH reserved byte (FECN/BECN in RoCEv2) as ones
   return kLrhOnesBytes + ip_udp + kBthBytes;
 }
 
-// The register change that clearing DF makes, expressed where the ID's register
-// contribution sits (right after the two ID bytes): DF is in the byte that follows
-// them, so it is that byte's register taken back through one byte.
-constexpr uint32_t kDfClearedAtId =
-    crc_math::multiply(crc_math::kByteTable[kIpv4DfInFlagsByte], crc_math::kInversePow8[0]);
+IcrcStream::IcrcStream(const IpUdpInfo& info, std::span<const uint8_t, kBthBytes> bth,
+                       size_t udp_payload_bytes) {
+  std::array<uint8_t, kIcrcPrefixMaxBytes> prefix;
+  const size_t prefix_bytes = write_icrc_prefix(info, bth, udp_payload_bytes, prefix);
+  if (prefix_bytes == 0) [[unlikely]] return;  // finish() says nullopt
+  crc_ = crc32_update(0, std::span(prefix.data(), prefix_bytes));
+  bytes_left_ = udp_payload_bytes - kBthBytes - kIcrcBytes;
+  length_ok_ = true;
+}
 
-}  // namespace
+void IcrcStream::add(std::span<const uint8_t> bytes) {
+  if (bytes.size() > bytes_left_) [[unlikely]] {  // more than announced: never valid
+    length_ok_ = false;
+    return;
+  }
+  crc_ = crc32_update(crc_, bytes);
+  bytes_left_ -= bytes.size();
+}
+
+std::optional<uint32_t> IcrcStream::finish() const {
+  if (!length_ok_ || bytes_left_ != 0) [[unlikely]] return std::nullopt;
+  return crc_;
+}
+
+std::optional<uint32_t> compute_icrc_gathered(const IpUdpInfo& info,
+                                              std::span<const uint8_t> headers,
+                                              std::span<const iovec> payload) {
+  if (headers.size() < kBthBytes) [[unlikely]] return std::nullopt;
+  size_t udp_payload_bytes = headers.size() + kIcrcBytes;
+  for (const iovec& piece : payload) udp_payload_bytes += piece.iov_len;
+  IcrcStream icrc(info, headers.first<kBthBytes>(), udp_payload_bytes);
+  icrc.add(headers.subspan(kBthBytes));
+  for (const iovec& piece : payload)
+    icrc.add({static_cast<const uint8_t*>(piece.iov_base), piece.iov_len});
+  return icrc.finish();
+}
 
 uint32_t compute_icrc(const IpUdpInfo& info, std::span<const uint8_t> udp_payload) {
-  if (!icrc_covers(udp_payload)) [[unlikely]] return 0;  // contract broken: stay in bounds
-  std::array<uint8_t, kMaxMaskedPrefix> prefix;
-  const size_t prefix_bytes = write_masked_prefix(info, udp_payload, prefix);
-  uLong crc = ::crc32(0L, prefix.data(), uInt(prefix_bytes));
-  const size_t rest = udp_payload.size() - kBthBytes - kIcrcBytes;
-  crc = ::crc32(crc, udp_payload.data() + kBthBytes, uInt(rest));
-  return uint32_t(crc);
+  if (!icrc_covers(udp_payload.size())) [[unlikely]] return 0;  // contract broken: stay in bounds
+  IcrcStream icrc(info, udp_payload.first<kBthBytes>(), udp_payload.size());
+  icrc.add(udp_payload.subspan(kBthBytes, udp_payload.size() - kBthBytes - kIcrcBytes));
+  return icrc.finish().value_or(0);
 }
 
 // A17.3.3 / as Linux Soft-RoCE and RoCE NICs send it (checked against the golden
 // vectors): the CRC value stored least significant byte first.
 void write_icrc(const IpUdpInfo& info, std::span<uint8_t> udp_payload) {
-  if (!icrc_covers(udp_payload)) [[unlikely]] return;
+  if (!icrc_covers(udp_payload.size())) [[unlikely]] return;
   const uint32_t crc = compute_icrc(info, udp_payload);
   uint8_t* out = udp_payload.data() + udp_payload.size() - kIcrcBytes;
   for (size_t i = 0; i < kIcrcBytes; ++i) out[i] = uint8_t(crc >> (8 * i));
@@ -95,7 +130,7 @@ uint32_t stored_icrc(std::span<const uint8_t> udp_payload) {
 }
 
 bool check_icrc(const IpUdpInfo& info, std::span<const uint8_t> udp_payload) {
-  if (!icrc_covers(udp_payload)) return false;
+  if (!icrc_covers(udp_payload.size())) return false;
   return compute_icrc(info, udp_payload) == stored_icrc(udp_payload);
 }
 
@@ -106,7 +141,7 @@ bool check_icrc(const IpUdpInfo& info, std::span<const uint8_t> udp_payload) {
 // pass with ID 0, one multiplication by x^(-8K) and a table inversion find x.
 std::optional<SolvedIpv4> solve_icrc_ipv4(IpUdpInfo info,
                                           std::span<const uint8_t> udp_payload) {
-  if (!icrc_covers(udp_payload)) return std::nullopt;
+  if (!icrc_covers(udp_payload.size())) return std::nullopt;
   if (info.ipv6()) {  // nothing unknown: the flow label is masked
     if (!check_icrc(info, udp_payload)) return std::nullopt;
     return SolvedIpv4{info.ipv4_id, info.ipv4_df};
