@@ -12,9 +12,10 @@ size_t CaptureTransport::tx_burst(std::span<TxPacket> packets) {
   const uint16_t port = inner_->udp_port();
   for (size_t i = 0; i < taken; ++i) {
     const TxPacket& p = packets[i];
-    // What the kernel sends for softrdma's unconnected DF sockets: ID 0.
+    // What the kernel sends for softrdma's unconnected DF sockets: ID 0, or the
+    // segment's index in a GSO send (TxPacket::ipv4_id).
     const wire::IpUdpInfo info{.src = p.src, .dst = p.dst, .src_port = p.src_port,
-                               .dst_port = port, .ipv4_id = 0, .ipv4_df = true};
+                               .dst_port = port, .ipv4_id = p.ipv4_id, .ipv4_df = true};
     writer_->write_roce(info, p.bytes, &p);
   }
   return taken;

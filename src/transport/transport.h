@@ -26,8 +26,10 @@ constexpr uint16_t roce_source_port(uint32_t qpn) {
   return uint16_t(0xC000u | ((h >> 8) & 0x3fffu));
 }
 
-// A packet to send. On return from tx_burst, for every packet taken: the ICRC is
-// written into `bytes`, and `src` / `src_port` hold the address and port actually
+// A packet to send. Each packet of a burst has a buffer of its own (the transport
+// writes each one's ICRC, and the datagrams of one GSO send carry different IPv4
+// IDs). On return from tx_burst, for every packet taken: the ICRC is written into
+// `bytes`, and `src` / `src_port` hold the address and port actually
 // used (a transport may fall back to its own port), so a decorator (capture) can
 // rebuild the exact IP/UDP headers.
 struct TxPacket {
@@ -42,6 +44,9 @@ struct TxPacket {
   // buffer (which it may retransmit from) is left as it was, ICRC apart.
   uint16_t corrupt_at = 0;
   uint8_t corrupt_mask = 0;
+  // Set by tx_burst: the IPv4 Identification the packet leaves with (the ICRC
+  // covers it; a capture writes it), 0 for a single datagram.
+  uint16_t ipv4_id = 0;
 };
 
 // Flips TxPacket::corrupt_* in `p.bytes`; a second call undoes the first.
@@ -73,6 +78,10 @@ struct TransportCounters {
   uint64_t rx_ipv4_id_solved = 0; // ICRC matched only after solving for the IPv4 ID
   uint64_t tx_port_fallback = 0;  // sent from the transport's own port, not src_port
   uint64_t rx_buffer_bytes = 0;   // effective socket receive buffer (a gauge)
+  uint64_t tx_gso_sends = 0;      // sends of several segments (UDP_SEGMENT)
+  uint64_t tx_gso_segments = 0;   // packets those carried
+  uint64_t rx_gro_datagrams = 0;  // datagrams that held several packets (UDP_GRO)
+  uint64_t rx_gro_segments = 0;   // packets those held
 };
 
 class Transport {

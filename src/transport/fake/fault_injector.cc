@@ -191,7 +191,10 @@ void FaultInjector::stage_tx(TxPacket& packet, const Decision& d, int64_t now) {
     }
     return;
   }
-  for (int i = 0; i < copies; ++i) staged_.push_back(out);
+  staged_.push_back(out);
+  // The copy gets a buffer of its own (transport.h: the transport writes each
+  // packet's ICRC, and two packets of one GSO send carry different IPv4 IDs).
+  if (d.duplicate) stage_held_tx(Held{{packet.bytes.begin(), packet.bytes.end()}, out, {}});
   // A packet held back for reordering leaves right after the next one that passes.
   for (; !tx_reordered_.empty(); tx_reordered_.pop_front())
     stage_held_tx(std::move(tx_reordered_.front().second));

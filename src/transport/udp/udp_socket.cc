@@ -120,6 +120,11 @@ void enable_packet_info(int fd, bool ipv6) {
   }
 }
 
+bool enable_gro(int fd) {
+  int on = 1;
+  return setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof on) == 0;
+}
+
 void accept_zero_udp_checksum(int fd) {
   int on = 1;
   setsockopt(fd, SOL_UDP, UDP_NO_CHECK6_RX, &on, sizeof on);

@@ -54,5 +54,8 @@ void enable_packet_info(int fd, bool ipv6);
 // RFC 8200 forbids them and Linux drops them by default, but RoCEv2 senders (Linux
 // Soft-RoCE among them) send 0 and let the ICRC protect the packet (DESIGN.md §3).
 void accept_zero_udp_checksum(int fd);
+// UDP_GRO on a receive socket (Linux 5.0): a run of segments of one flow is read as
+// one datagram with its segment size. False when the kernel refuses.
+bool enable_gro(int fd);
 
 }  // namespace softrdma::transport::udp

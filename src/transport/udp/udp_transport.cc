@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "transport/udp/udp_rx.h"
 #include "transport/udp/udp_socket.h"
 #include "wire/icrc.h"
 #include "wire/opcodes.h"
@@ -18,30 +19,6 @@ namespace {
 
 constexpr uint16_t kFirstSourcePort = 0xC000;
 constexpr size_t kMinRoceBytes = wire::kBthBytes + wire::kIcrcBytes;
-
-// Room for one IP_PKTINFO or IPV6_PKTINFO control message.
-struct alignas(cmsghdr) ControlBuffer {
-  uint8_t bytes[CMSG_SPACE(sizeof(in6_pktinfo))];
-};
-
-// The local address a datagram was sent to, from its IP_PKTINFO / IPV6_PKTINFO.
-bool destination_from_control(msghdr& header, wire::Gid& dst) {
-  for (cmsghdr* c = CMSG_FIRSTHDR(&header); c != nullptr; c = CMSG_NXTHDR(&header, c)) {
-    if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
-      in_pktinfo info;
-      std::memcpy(&info, CMSG_DATA(c), sizeof info);
-      dst = wire::gid_from_ipv4(ntohl(info.ipi_addr.s_addr));
-      return true;
-    }
-    if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO) {
-      in6_pktinfo info;
-      std::memcpy(&info, CMSG_DATA(c), sizeof info);
-      std::memcpy(dst.data(), info.ipi6_addr.s6_addr, dst.size());
-      return true;
-    }
-  }
-  return false;
-}
 
 uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -88,44 +65,6 @@ uint32_t default_loopback_address_for(uint32_t pid, unsigned attempt) {
 uint32_t default_loopback_address(unsigned attempt) {
   return default_loopback_address_for(uint32_t(getpid()), attempt);
 }
-
-struct UdpTransport::RxRing {
-  explicit RxRing(size_t packets)
-      : buffers(packets * kRxBufferBytes), msgs(packets), iovs(packets), names(packets),
-        controls(packets) {
-    for (size_t i = 0; i < packets; ++i) {
-      iovs[i] = {buffers.data() + i * kRxBufferBytes, kRxBufferBytes};
-      msghdr& h = msgs[i].msg_hdr;
-      h.msg_iov = &iovs[i];
-      h.msg_iovlen = 1;
-      h.msg_name = &names[i];
-      h.msg_control = controls[i].bytes;
-    }
-  }
-  // recvmmsg overwrites the lengths and flags it returns: reset them.
-  void prepare(size_t count) {
-    for (size_t i = 0; i < count; ++i) {
-      msghdr& h = msgs[i].msg_hdr;
-      h.msg_namelen = sizeof(sockaddr_storage);
-      h.msg_controllen = sizeof(ControlBuffer);
-      h.msg_flags = 0;
-    }
-  }
-  std::vector<uint8_t> buffers;
-  std::vector<mmsghdr> msgs;
-  std::vector<iovec> iovs;
-  std::vector<sockaddr_storage> names;
-  std::vector<ControlBuffer> controls;
-};
-
-// One sendmmsg worth of packets, on the sender's stack: tx_burst is thread-safe
-// without sharing these.
-struct UdpTransport::TxBatch {
-  static constexpr size_t kMax = 32;
-  mmsghdr msgs[kMax];  // left uninitialised: prepare_run fills what it uses
-  iovec iovs[kMax];
-  sockaddr_in6 addresses[kMax];  // holds a sockaddr_in for IPv4
-};
 
 std::unique_ptr<UdpTransport> UdpTransport::open(const UdpConfig& config, std::string& error) {
   if (!config.address.empty()) {
@@ -180,6 +119,8 @@ UdpTransport::UdpTransport(const UdpConfig& config, int fd, Gid gid)
   udp::set_send_buffer(fd, config.sndbuf_bytes);
   udp::enable_packet_info(fd, ipv6_);
   if (ipv6_) udp::accept_zero_udp_checksum(fd);
+  // docs/decisions/gso-gro.md: a run of segments of one flow arrives as one datagram.
+  gro_ = udp::enable_gro(fd);
 }
 
 UdpTransport::~UdpTransport() {
@@ -225,142 +166,6 @@ int UdpTransport::open_source_port_socket(uint16_t src_port) {
   return fd;
 }
 
-// Fills `batch` with the leading packets that go out of socket `fd`; returns how
-// many (at least one). Writes each ICRC with the source port actually used.
-size_t UdpTransport::prepare_run(std::span<TxPacket> packets, int fd, TxBatch& batch) {
-  size_t n = 0;
-  uint64_t fallbacks = 0;
-  for (; n < packets.size() && n < TxBatch::kMax; ++n) {
-    TxPacket& p = packets[n];
-    if (n > 0 && (p.bytes.size() < kMinRoceBytes || wire::gid_is_ipv4(p.dst) == ipv6_ ||
-                  socket_for_port(p.src_port) != fd))
-      break;
-    const uint16_t used_port = fd == rx_fd_ ? port_ : p.src_port;
-    fallbacks += used_port != p.src_port && p.src_port >= kFirstSourcePort;
-    p.src = local_gid_;
-    p.src_port = used_port;
-    const wire::IpUdpInfo info{.src = local_gid_, .dst = p.dst, .src_port = used_port,
-                               .dst_port = port_, .ipv4_id = 0, .ipv4_df = true};
-    wire::write_icrc(info, p.bytes);
-    apply_wire_corruption(p);
-    batch.iovs[n] = {p.bytes.data(), p.bytes.size()};
-    msghdr& h = batch.msgs[n].msg_hdr;
-    h = msghdr{};
-    h.msg_name = &batch.addresses[n];
-    h.msg_namelen = udp::write_socket_address(p.dst, port_, batch.addresses[n]);
-    h.msg_iov = &batch.iovs[n];
-    h.msg_iovlen = 1;
-  }
-  if (fallbacks != 0) counters_.tx_port_fallback.fetch_add(fallbacks, std::memory_order_relaxed);
-  return n;
-}
-
-// Sends batch[0, count) on `fd`; returns how many were consumed (sent, or refused
-// for good and counted). Stops early when the socket's send buffer is full.
-size_t UdpTransport::send_run(int fd, TxBatch& batch, size_t count) {
-  size_t done = 0;
-  uint64_t bytes = 0, sent = 0, errors = 0;
-  while (done < count) {
-    const int r = sendmmsg(fd, &batch.msgs[done], unsigned(count - done), MSG_DONTWAIT);
-    if (r > 0) {
-      for (size_t i = done; i < done + size_t(r); ++i) bytes += batch.iovs[i].iov_len;
-      done += size_t(r);
-      sent += size_t(r);
-      continue;
-    }
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) break;
-    // Refused for good (EMSGSIZE above the path MTU, no route ...): lost, as on a
-    // network; RC retransmits, UD/UC lose it. Counted.
-    ++errors;
-    ++done;
-  }
-  counters_.tx_packets.fetch_add(sent, std::memory_order_relaxed);
-  counters_.tx_bytes.fetch_add(bytes, std::memory_order_relaxed);
-  if (errors != 0) counters_.tx_errors.fetch_add(errors, std::memory_order_relaxed);
-  return done;
-}
-
-size_t UdpTransport::tx_burst(std::span<TxPacket> packets) {
-  TxBatch batch;
-  size_t taken = 0;
-  while (taken < packets.size()) {
-    TxPacket& first = packets[taken];
-    if (first.bytes.size() < kMinRoceBytes || wire::gid_is_ipv4(first.dst) == ipv6_) {
-      counters_.tx_errors.fetch_add(1, std::memory_order_relaxed);  // unsendable: dropped
-      ++taken;
-      continue;
-    }
-    const int fd = socket_for_port(first.src_port);
-    const std::span<TxPacket> run_packets = packets.subspan(taken);
-    const size_t run = prepare_run(run_packets, fd, batch);
-    const size_t sent = send_run(fd, batch, run);
-    // The kernel has copied what it sent: take injected corruption back out.
-    for (size_t i = 0; i < run; ++i) apply_wire_corruption(run_packets[i]);
-    taken += sent;
-    if (sent < run) break;
-  }
-  return taken;
-}
-
-size_t UdpTransport::rx_burst(std::span<RxPacket> packets) {
-  const size_t want = std::min(packets.size(), rx_->msgs.size());
-  if (want == 0) return 0;
-  rx_->prepare(want);
-  int received;
-  do {
-    received = recvmmsg(rx_fd_, rx_->msgs.data(), unsigned(want), MSG_DONTWAIT, nullptr);
-  } while (received < 0 && errno == EINTR);
-  if (received <= 0) return 0;
-  return collect_received(packets, size_t(received));
-}
-
-// Turns the ring's first `received` datagrams into RxPackets, dropping (and
-// counting) the truncated and those whose ICRC fails.
-size_t UdpTransport::collect_received(std::span<RxPacket> packets, size_t received) {
-  size_t n = 0;
-  uint64_t bytes = 0, truncated = 0, bad_icrc = 0, solved = 0;
-  for (size_t i = 0; i < received; ++i) {
-    mmsghdr& m = rx_->msgs[i];
-    if ((m.msg_hdr.msg_flags & MSG_TRUNC) != 0 || m.msg_len < kMinRoceBytes) {
-      ++truncated;
-      continue;
-    }
-    RxPacket& out = packets[n];
-    out = RxPacket{};
-    out.bytes = std::span<uint8_t>(rx_->buffers.data() + i * kRxBufferBytes, m.msg_len);
-    if (!udp::from_socket_address(rx_->names[i], out.src, out.src_port)) continue;
-    if (!destination_from_control(m.msg_hdr, out.dst)) out.dst = local_gid_;
-    if (!check_received_icrc(out)) {
-      ++bad_icrc;
-      continue;
-    }
-    solved += out.ipv4_id != 0 || !out.ipv4_df;
-    bytes += m.msg_len;
-    ++n;
-  }
-  counters_.rx_packets.fetch_add(n, std::memory_order_relaxed);
-  counters_.rx_bytes.fetch_add(bytes, std::memory_order_relaxed);
-  if (truncated) counters_.rx_truncated.fetch_add(truncated, std::memory_order_relaxed);
-  if (bad_icrc) counters_.rx_bad_icrc.fetch_add(bad_icrc, std::memory_order_relaxed);
-  if (solved) counters_.rx_ipv4_id_solved.fetch_add(solved, std::memory_order_relaxed);
-  return n;
-}
-
-// DESIGN.md §3 trap 2: the socket hides the sender's IPv4 ID and DF, which the ICRC
-// covers; solve for them (16 + 1 unknown bits, so 15 bits of the CRC still check,
-// docs/decisions/icrc.md). softrdma's own senders use ID 0 + DF: the first guess.
-bool UdpTransport::check_received_icrc(RxPacket& packet) {
-  const wire::IpUdpInfo info{.src = packet.src, .dst = packet.dst, .src_port = packet.src_port,
-                             .dst_port = port_};
-  if (ipv6_) return wire::check_icrc(info, packet.bytes);
-  const std::optional<wire::SolvedIpv4> solved = wire::solve_icrc_ipv4(info, packet.bytes);
-  if (!solved) return false;
-  packet.ipv4_id = solved->id;
-  packet.ipv4_df = solved->df;
-  return true;
-}
-
 TransportCounters UdpTransport::counters() const {
   auto get = [](const std::atomic<uint64_t>& c) { return c.load(std::memory_order_relaxed); };
   TransportCounters c;
@@ -373,6 +178,10 @@ TransportCounters UdpTransport::counters() const {
   c.rx_bad_icrc = get(counters_.rx_bad_icrc);
   c.rx_truncated = get(counters_.rx_truncated);
   c.rx_ipv4_id_solved = get(counters_.rx_ipv4_id_solved);
+  c.tx_gso_sends = get(counters_.tx_gso_sends);
+  c.tx_gso_segments = get(counters_.tx_gso_segments);
+  c.rx_gro_datagrams = get(counters_.rx_gro_datagrams);
+  c.rx_gro_segments = get(counters_.rx_gro_segments);
   c.rx_buffer_bytes = uint64_t(rcvbuf_bytes_);
   return c;
 }

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <array>
+#include <sys/uio.h>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -30,8 +32,9 @@ struct UdpConfig {
   // then SO_RCVBUF (capped by net.core.rmem_max). The effective size is reported.
   int rcvbuf_bytes = 16 << 20;
   int sndbuf_bytes = 4 << 20;
-  // Packets one rx_burst can return (buffers of kRxBufferBytes each).
-  size_t rx_ring_packets = 64;
+  // Datagrams one recvmmsg can return (64 KiB buffers each, touched when used:
+  // with UDP_GRO one datagram may carry many packets).
+  size_t rx_ring_packets = 32;
   // Most source-port sockets to open; beyond, packets leave from `port`.
   size_t max_source_port_sockets = 64;
 };
@@ -74,9 +77,13 @@ class UdpTransport final : public Transport {
 
   int socket_for_port(uint16_t src_port);
   [[gnu::cold]] int open_source_port_socket(uint16_t src_port);
+  bool sendable(const TxPacket& p) const;
+  size_t gso_group(std::span<TxPacket> packets, size_t first, size_t room) const;
+  void stamp(std::span<TxPacket> group, uint16_t used_port, iovec* iovs);
   size_t prepare_run(std::span<TxPacket> packets, int fd, TxBatch& batch);
-  size_t send_run(int fd, TxBatch& batch, size_t count);
-  size_t collect_received(std::span<RxPacket> packets, size_t received);
+  size_t send_run(int fd, TxBatch& batch);
+  bool open_datagram();
+  size_t collect_received(std::span<RxPacket> packets);
   bool check_received_icrc(RxPacket& packet);
 
   const UdpConfig config_;
@@ -85,6 +92,8 @@ class UdpTransport final : public Transport {
   const uint16_t port_;
   const bool ipv6_;
   int rcvbuf_bytes_ = 0;
+  bool gro_ = false;                // UDP_GRO is on for the receive socket
+  std::atomic<bool> gso_{true};     // UDP_SEGMENT is used until the kernel refuses it
 
   std::unique_ptr<RxRing> rx_;
 
@@ -99,6 +108,8 @@ class UdpTransport final : public Transport {
     std::atomic<uint64_t> tx_packets{0}, tx_bytes{0}, tx_errors{0}, tx_port_fallback{0};
     std::atomic<uint64_t> rx_packets{0}, rx_bytes{0}, rx_bad_icrc{0}, rx_truncated{0},
         rx_ipv4_id_solved{0};
+    std::atomic<uint64_t> tx_gso_sends{0}, tx_gso_segments{0}, tx_gso_refused{0},
+        rx_gro_datagrams{0}, rx_gro_segments{0};
   } counters_;
 };
 
