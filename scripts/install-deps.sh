@@ -22,6 +22,7 @@ packages=(
   tshark
   ibverbs-utils perftest rdmacm-utils python3-pyverbs
   iproute2 procps
+  ethtool                             # KernelFacts.GsoSegments...: segmentation offload off on a veth
 )
 
 missing=()

@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "support/pcap_reader.h"
+#include "transport/interface_capture.h"
 #include "transport/transport_test_util.h"
 #include "wire/icrc.h"
 
@@ -27,6 +28,7 @@ namespace {
 using testing::make_packet;
 using testing::receive;
 using testing::test_address;
+using testing::InterfaceCapture;
 
 std::unique_ptr<UdpTransport> open_at(const std::string& address, UdpConfig config = {}) {
   config.address = address;
@@ -40,49 +42,6 @@ TxPacket to(const UdpTransport& from, const UdpTransport& dst, std::vector<uint8
             uint32_t qpn) {
   return TxPacket{bytes, from.local_gid(), dst.local_gid(), roce_source_port(qpn)};
 }
-
-// IPv4 packets seen on lo through an AF_PACKET socket (needs CAP_NET_RAW).
-class LoopbackCapture {
- public:
-  ~LoopbackCapture() {
-    if (fd_ >= 0) close(fd_);
-  }
-  bool open(std::string& why) {
-    fd_ = socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, htons(ETH_P_IP));
-    if (fd_ < 0) {
-      why = std::string("AF_PACKET socket: ") + strerror(errno);
-      return false;
-    }
-    sockaddr_ll where{};
-    where.sll_family = AF_PACKET;
-    where.sll_protocol = htons(ETH_P_IP);
-    where.sll_ifindex = int(if_nametoindex("lo"));
-    timeval timeout{0, 100'000};
-    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-    if (bind(fd_, reinterpret_cast<sockaddr*>(&where), sizeof where) != 0) {
-      why = std::string("bind to lo: ") + strerror(errno);
-      return false;
-    }
-    return true;
-  }
-  // The next UDP datagram from `src` to `dst_port`, as IP/UDP facts + payload.
-  std::optional<test::RoceFrame> next(const wire::Gid& src, uint16_t dst_port) {
-    std::vector<uint8_t> buffer(65536);
-    const int64_t give_up = testing::now_ms() + 5000;
-    while (testing::now_ms() < give_up) {
-      const ssize_t n = recv(fd_, buffer.data(), buffer.size(), 0);
-      if (n <= 0) continue;
-      auto frame = test::decode_udp_frame(test::link_type::kIpv4,
-                                          std::span<const uint8_t>(buffer.data(), size_t(n)),
-                                          dst_port);
-      if (frame && frame->ip.src == src) return frame;
-    }
-    return std::nullopt;
-  }
-
- private:
-  int fd_ = -1;
-};
 
 TEST(DefaultLoopbackAddress, IsPerProcessLoopbackAndNever127001) {
   const uint32_t first = default_loopback_address_for(12345, 0);
@@ -326,9 +285,10 @@ TEST(UdpTransport, Ipv6PacketWithZeroUdpChecksumIsAccepted) {
 // kernel writes. Linux's ip_select_ident puts 0 there for a socket with DF set and
 // no connected peer — what UdpTransport's send sockets are.
 TEST(KernelFacts, UnconnectedDfSocketSendsIpv4IdZero) {
-  LoopbackCapture capture;
+  InterfaceCapture capture;
   std::string why;
-  if (!capture.open(why)) GTEST_SKIP() << "cannot capture on lo (needs CAP_NET_RAW): " << why;
+  if (!capture.open("lo", 4791, why))
+    GTEST_SKIP() << "cannot capture on lo (needs CAP_NET_RAW): " << why;
   auto a = open_at(test_address(14));
   auto b = open_at(test_address(15));
   ASSERT_TRUE(a && b);
@@ -337,7 +297,7 @@ TEST(KernelFacts, UnconnectedDfSocketSendsIpv4IdZero) {
       auto bytes = make_packet(wire::op::kRcSendOnly, qpn, psn, 40 + psn);
       TxPacket p = to(*a, *b, bytes, qpn);
       ASSERT_EQ(a->tx_burst({&p, 1}), 1u);
-      const auto frame = capture.next(a->local_gid(), 4791);
+      const auto frame = capture.next(a->local_gid());
       ASSERT_TRUE(frame.has_value()) << "captured nothing from " << a->describe();
       EXPECT_EQ(frame->ip.ipv4_id, 0) << "qpn " << qpn << " psn " << psn;
       EXPECT_TRUE(frame->ip.ipv4_df);
@@ -351,9 +311,6 @@ TEST(KernelFacts, UnconnectedDfSocketSendsIpv4IdZero) {
 // Why the sockets stay unconnected: a connected socket gets a per-socket counter
 // in the ID (inet_id), which a sender cannot know when it computes the ICRC.
 TEST(KernelFacts, ConnectedSocketPutsACounterInTheIpv4Id) {
-  LoopbackCapture capture;
-  std::string why;
-  if (!capture.open(why)) GTEST_SKIP() << "cannot capture on lo (needs CAP_NET_RAW): " << why;
   const auto src = wire::gid_from_ipv4(ntohl(inet_addr(test_address(16).c_str())));
   const int s = socket(AF_INET, SOCK_DGRAM, 0);
   int df = IP_PMTUDISC_DO;
@@ -367,12 +324,16 @@ TEST(KernelFacts, ConnectedSocketPutsACounterInTheIpv4Id) {
   ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&peer), sizeof peer), 0);
   ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&peer), &length), 0);
   const uint16_t port = ntohs(peer.sin_port);
+  InterfaceCapture capture;
+  std::string why;
+  if (!capture.open("lo", port, why))
+    GTEST_SKIP() << "cannot capture on lo (needs CAP_NET_RAW): " << why;
   ASSERT_EQ(connect(s, reinterpret_cast<sockaddr*>(&peer), sizeof peer), 0);
   const char data[20] = {};
   ASSERT_EQ(send(s, data, sizeof data, 0), 20);
-  const auto first = capture.next(src, port);
+  const auto first = capture.next(src);
   ASSERT_EQ(send(s, data, sizeof data, 0), 20);
-  const auto second = capture.next(src, port);
+  const auto second = capture.next(src);
   close(s);
   close(listener);
   ASSERT_TRUE(first && second);
