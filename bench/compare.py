@@ -1,0 +1,247 @@
+#!/usr/bin/python3
+"""softrdma beside its peers and floors, in one run on one machine (issue 6).
+
+Runs, interleaved and repeated (median, min-max of the rounds):
+  softrdma   Debian's perftest through `softrdma run` (latency, bandwidth, 8 B rate)
+  UCX tcp    ucx_perftest with UCX_TLS=tcp
+  libfabric  fi_pingpong with the tcp provider (FI_EP_MSG, and FI_EP_RDM)
+  floors     bench/udp_floor: UDP ping-pong, UDP streams (sendto, sendmmsg, GSO+GRO)
+and prints each softrdma figure as a ratio to its peers and floor, with CPU seconds
+(both processes, user + system) per GB moved. Writes the Markdown table into
+docs/performance.md (between the compare markers) and PNG plots into docs/.
+
+Usage: bench/compare.sh [--rounds N] [--quick] [--build DIR] [--no-write]
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PORT = [21000]
+
+
+def next_port():
+    PORT[0] += 7
+    return PORT[0]
+
+
+def timed_pair(server, client, env=None, timeout=120):
+    """Starts `server`, then `client`; returns both outputs and the CPU time (user +
+    system) of both processes (wait4). Outputs go to files: a pipe that fills up
+    would stop a chatty tool."""
+    env = dict(os.environ, **(env or {}))
+    files = [tempfile.TemporaryFile() for _ in range(2)]
+    srv = subprocess.Popen(server, stdout=files[1], stderr=subprocess.STDOUT, env=env)
+    time.sleep(0.4)
+    cli = subprocess.Popen(client, stdout=files[0], stderr=subprocess.STDOUT, env=env)
+    deadline = time.time() + timeout
+    cpu = 0.0
+    for proc in (cli, srv):
+        while True:
+            pid, _, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid != 0:
+                cpu += usage.ru_utime + usage.ru_stime
+                break
+            if time.time() > deadline:
+                proc.kill()
+                deadline = time.time() + 5
+            time.sleep(0.005)
+        proc.returncode = 0
+    outputs = []
+    for f in files:
+        f.seek(0)
+        outputs.append(f.read().decode(errors="replace"))
+        f.close()
+    return outputs[0], outputs[1], cpu
+
+
+class Bench:
+    def __init__(self, build, quick):
+        self.softrdma = os.path.join(build, "tools", "softrdma")
+        self.floor = os.path.join(build, "bench", "udp_floor")
+        self.quick = quick
+        self.samples = {}  # name -> list of (value, cpu_per_gb or None)
+
+    def add(self, name, value, cpu_per_gb=None):
+        self.samples.setdefault(name, []).append((value, cpu_per_gb))
+
+    # --- softrdma: perftest ---
+    def perftest(self, tool, size, extra=(), iters=None):
+        port = next_port()
+        base = [self.softrdma, "run", "--", tool, "-p", str(port), "-s", str(size)] + list(extra)
+        if iters:
+            base += ["-n", str(iters)]
+        for attempt in range(3):
+            out, srv, cpu = timed_pair(base, base + ["127.0.0.1"])
+            rows = [l.split() for l in out.splitlines()
+                    if re.match(r"^\s*%d\s+\d+\s" % size, l)]
+            if rows:
+                return rows[-1], cpu
+            # perftest's own CPU-clock calibration can give up on a loaded machine.
+            if "Correlation coefficient" not in out + srv:
+                break
+        raise RuntimeError("%s -s %d failed:\n%s" % (tool, size, out[-2000:]))
+
+    def softrdma_latency(self, tool, label):
+        row, _ = self.perftest(tool, 8, iters=3000 if self.quick else 20000)
+        self.add(label, float(row[4]))  # t_typical, usec
+
+    def softrdma_bandwidth(self, tool, size, qps, label):
+        iters = max(200, min(20000, (64 << 20) // size // qps)) if not self.quick else 200
+        row, cpu = self.perftest(tool, size, ["-q", str(qps)], iters)
+        gbps = float(row[3]) * 8 / 1000  # BW average, MB/s
+        moved = size * iters * qps / 1e9
+        self.add(label, gbps, cpu / moved if moved else None)
+
+    def softrdma_rate(self, label):
+        row, _ = self.perftest("ib_write_bw", 8, ["--post_list=32"], 2000 if self.quick else 200000)
+        self.add(label, float(row[4]))  # MsgRate, Mpps
+
+    # --- UCX over TCP ---
+    def ucx(self, test, size, iters):
+        port = next_port()
+        env = {"UCX_TLS": "tcp"}
+        server = ["ucx_perftest", "-p", str(port)]
+        client = ["ucx_perftest", "127.0.0.1", "-p", str(port), "-t", test, "-s", str(size),
+                  "-n", str(iters)]
+        out, _, cpu = timed_pair(server, client, env)
+        final = [l.split() for l in out.splitlines() if l.startswith("Final:")]
+        if not final:
+            raise RuntimeError("ucx_perftest %s failed:\n%s" % (test, out[-2000:]))
+        return final[-1], cpu
+
+    def ucx_latency(self, test, label):
+        row, _ = self.ucx(test, 8, 2000 if self.quick else 20000)
+        self.add(label, float(row[2]))  # 50th percentile, usec (one way)
+
+    def ucx_bandwidth(self, test, size, label):
+        iters = 200 if self.quick else max(200, min(20000, (64 << 20) // size))
+        row, cpu = self.ucx(test, size, iters)
+        gbps = float(row[6]) * 8 * 1.048576 / 1000  # overall MB/s (MiB) -> Gb/s
+        moved = size * iters / 1e9
+        self.add(label, gbps, cpu / moved)
+
+    def ucx_rate(self, label):
+        row, _ = self.ucx("ucp_put_bw", 8, 20000 if self.quick else 500000)
+        self.add(label, float(row[8]) / 1e6)  # overall msg/s -> M/s
+
+    # --- libfabric tcp ---
+    def fabric(self, ep, size, iters, label, measure):
+        port = next_port()
+        common = ["fi_pingpong", "-p", "tcp", "-e", ep, "-I", str(iters), "-S", str(size)]
+        out, _, _ = timed_pair(common + ["-B", str(port)], common + ["-P", str(port), "127.0.0.1"])
+        rows = [l.split() for l in out.splitlines() if re.match(r"^\s*\d+\s+\S+\s+=", l)]
+        if not rows:
+            raise RuntimeError("fi_pingpong %s failed:\n%s" % (ep, out[-2000:]))
+        row = rows[-1]
+        value = float(row[6]) if measure == "usec" else float(row[5]) * 8 / 1000
+        self.add(label, value)
+
+    # --- floors ---
+    def udp_pingpong(self):
+        port = next_port()
+        out, _, _ = timed_pair([self.floor, "pingpong", "server", "127.0.0.1", str(port)],
+                               [self.floor, "pingpong", "client", "127.0.0.1", str(port),
+                                "5000" if self.quick else "50000", "8"])
+        rtt = float(re.search(r"rtt_us_median ([\d.]+)", out).group(1))
+        self.add("floor UDP one-way (RTT/2)", rtt / 2)
+        self.add("floor UDP RTT", rtt)
+
+    def udp_stream(self, mode):
+        port = next_port()
+        _, srv, _ = timed_pair([self.floor, "stream", "server", "127.0.0.1", str(port), mode],
+                               [self.floor, "stream", "client", "127.0.0.1", str(port), mode,
+                                "0.5" if self.quick else "1.5"])
+        self.add("floor UDP 4 KiB %s" % mode, float(re.search(r"gbps ([\d.]+)", srv).group(1)))
+
+    def idle_cpu(self):
+        """% of a core a softrdma context with a QP uses while nothing happens."""
+        port = next_port()
+        proc = subprocess.Popen([self.softrdma, "run", "--", "ibv_rc_pingpong", "-p", str(port)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.0)
+        def ticks():
+            total = 0
+            for tid in os.listdir("/proc/%d/task" % proc.pid):
+                with open("/proc/%d/task/%s/stat" % (proc.pid, tid)) as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])
+            return total
+        t0, c0 = time.time(), ticks()
+        time.sleep(1.0 if self.quick else 3.0)
+        t1, c1 = time.time(), ticks()
+        proc.kill()
+        proc.wait()
+        self.add("softrdma idle context, % of a core",
+                 100.0 * (c1 - c0) / os.sysconf("SC_CLK_TCK") / (t1 - t0))
+
+
+def cases(b):
+    sizes = [4096, 65536, 1048576] if not b.quick else [4096, 1048576]
+    qps = [1, 8] if not b.quick else [1]
+    out = [
+        lambda: b.softrdma_latency("ib_write_lat", "softrdma ib_write_lat 8 B"),
+        lambda: b.softrdma_latency("ib_send_lat", "softrdma ib_send_lat 8 B"),
+        lambda: b.softrdma_latency("ib_read_lat", "softrdma ib_read_lat 8 B"),
+        lambda: b.softrdma_latency("ib_atomic_lat", "softrdma ib_atomic_lat 8 B"),
+        lambda: b.softrdma_rate("softrdma 8 B WRITE rate (post list 32), M/s"),
+        lambda: b.ucx_latency("ucp_put_lat", "UCX tcp ucp_put_lat 8 B"),
+        lambda: b.ucx_latency("tag_lat", "UCX tcp tag_lat 8 B"),
+        lambda: b.ucx_rate("UCX tcp ucp_put_bw 8 B rate, M/s"),
+        lambda: b.fabric("msg", 8, 2000 if b.quick else 20000, "libfabric tcp fi_pingpong msg 8 B", "usec"),
+        lambda: b.fabric("rdm", 8, 2000 if b.quick else 20000, "libfabric tcp fi_pingpong rdm 8 B", "usec"),
+        lambda: b.udp_pingpong(),
+        lambda: b.idle_cpu(),
+    ]
+    for mode in ("sendto", "sendmmsg", "gso"):
+        out.append(lambda mode=mode: b.udp_stream(mode))
+    for size in sizes:
+        for tool in ("ib_write_bw", "ib_read_bw", "ib_send_bw"):
+            for q in qps:
+                label = "softrdma %s %s %d QP" % (tool, human(size), q)
+                out.append(lambda tool=tool, size=size, q=q, label=label:
+                           b.softrdma_bandwidth(tool, size, q, label))
+        for test in ("ucp_put_bw", "ucp_get", "tag_bw"):
+            label = "UCX tcp %s %s" % (test, human(size))
+            out.append(lambda test=test, size=size, label=label: b.ucx_bandwidth(test, size, label))
+        out.append(lambda size=size: b.fabric("msg", size, 200 if b.quick else 2000,
+                                              "libfabric tcp fi_pingpong msg %s" % human(size), "gbps"))
+    return out
+
+
+def human(size):
+    return "%d KiB" % (size // 1024) if size < 1 << 20 else "%d MiB" % (size >> 20)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import compare_report
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="one round, fewer sizes")
+    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args()
+    bench = Bench(args.build, args.quick)
+    rounds = 1 if args.quick else args.rounds
+    all_cases = cases(bench)
+    failures = []
+    for r in range(rounds):
+        for i, case in enumerate(all_cases):
+            print("round %d/%d case %d/%d" % (r + 1, rounds, i + 1, len(all_cases)),
+                  file=sys.stderr, flush=True)
+            try:
+                case()
+            except Exception as e:  # a peer tool failing is reported, not fatal
+                failures.append(str(e).splitlines()[0])
+    report = compare_report.Report(bench.samples, rounds, failures)
+    print(report.markdown())
+    if not args.no_write:
+        report.write(os.path.join(ROOT, "docs"))
+    sys.exit(1 if failures else 0)
