@@ -6,6 +6,7 @@
 #include <array>
 #include <cerrno>
 
+#include "engine/guarded_memory.h"
 #include "engine/tx_batch.h"
 #include "wire/packet.h"
 
@@ -47,7 +48,10 @@ Device::Device(DeviceConfig config, transport::Transport& transport, const Clock
       transport_(transport),
       clock_(clock),
       gids_(make_gid_table(transport.local_gid())),
-      next_qpn_(initial_qpn()) {}
+      next_qpn_(initial_qpn()) {
+  // Before any peer can reach registered memory (docs/decisions/memory-faults.md).
+  install_memory_fault_handler();
+}
 
 Device::~Device() = default;
 

@@ -7,9 +7,11 @@
 #include <cstring>
 
 #include "engine/device.h"
+#include "engine/guarded_memory.h"
 #include "engine/qp.h"
 #include "engine/rc/connection.h"
 #include "engine/sgl.h"
+#include "engine/tx_batch.h"
 #include "wire/psn.h"
 
 namespace softrdma::engine::rc {
@@ -54,7 +56,7 @@ void Responder::on_request(PacketView p, Nanos now) {
     return;
   }
   const int32_t ahead = psn_diff(p.psn(), epsn_);
-  if (ahead < 0) return on_duplicate(p);
+  if (ahead < 0) return on_duplicate(p, now);
   if (ahead > 0) {
     // IBA 9.7.5.1.3: a gap. NAK once, then drop silently until epsn arrives.
     if (!nak_outstanding_) {
@@ -65,6 +67,7 @@ void Responder::on_request(PacketView p, Nanos now) {
     return;
   }
   nak_outstanding_ = false;
+  nak_psn_ = p.psn();
   const Verdict verdict = execute(p);
   switch (verdict) {
     case Verdict::kDone:
@@ -79,7 +82,7 @@ void Responder::on_request(PacketView p, Nanos now) {
       send_ack(syndrome::rnr_nak(conn_.qp().attr().min_rnr_timer), p.psn());
       return;
     default:
-      fail(verdict, p.psn(), now);
+      fail(verdict, nak_psn_, now);
   }
 }
 
@@ -135,7 +138,11 @@ Responder::Verdict Responder::do_send(PacketView p) {
     return Verdict::kInvalidRequest;
   }
   Qp& qp = conn_.qp();
-  if (!scatter(qp.device().mrs().access(), qp.pd(), recv.sgl, recv_offset_, data)) {
+  AccessError why = AccessError::kNone;
+  if (!scatter(qp.device().mrs().access(), qp.pd(), recv.sgl, recv_offset_, data, &why)) {
+    // The receive buffer is this side's: a local protection error here, a remote
+    // operational error for the requester, be it a bad lkey or unmapped memory.
+    if (why == AccessError::kUnmapped) bump(qp.device().counters().peer_access_unmapped);
     recv.status = IBV_WC_LOC_PROT_ERR;
     return Verdict::kRemoteOperational;
   }
@@ -166,7 +173,7 @@ Responder::Verdict Responder::do_write(PacketView p) {
     uint8_t* dst = access.resolve(write_rkey_, qp.pd(), write_va_, data.size(),
                                   IBV_ACCESS_REMOTE_WRITE, why);
     if (dst == nullptr) return Verdict::kRemoteAccess;
-    std::memcpy(dst, data.data(), data.size());
+    if (!guarded_copy(dst, data.data(), data.size())) return unmapped();
   }
   write_va_ += data.size();
   write_remaining_ -= data.size();
@@ -217,13 +224,19 @@ Responder::Verdict Responder::do_read(PacketView p) {
   }
   ++msn_;
   ack_pending_ = false;  // the responses carry the acknowledgement
-  send_read_responses(p.psn(), va, rkey, len);
+  if (!send_read_responses(p.psn(), va, rkey, len)) {
+    --msn_;  // not executed after all
+    return unmapped();
+  }
   epsn_ = psn_add(epsn_, packets_for(len, conn_.path().mtu));
   return Verdict::kDone;
 }
 
 // IBA 9.7.5.1.7: FIRST/LAST/ONLY carry an AETH; every response takes one PSN.
-void Responder::send_read_responses(uint32_t psn, uint64_t va, uint32_t rkey, uint32_t len) {
+// Responses already built when the memory faults still go out; the NAK that
+// follows carries the PSN of the first response missing, the one the requester
+// awaits (an older PSN would read as a stale, duplicate acknowledgement).
+bool Responder::send_read_responses(uint32_t psn, uint64_t va, uint32_t rkey, uint32_t len) {
   Qp& qp = conn_.qp();
   const uint32_t mtu = conn_.path().mtu;
   const uint32_t n = packets_for(len, mtu);
@@ -238,14 +251,24 @@ void Responder::send_read_responses(uint32_t psn, uint64_t va, uint32_t rkey, ui
     const uint8_t* src = chunk == 0 ? nullptr
                                     : access.resolve(rkey, qp.pd(), va + uint64_t(i) * mtu,
                                                      chunk, IBV_ACCESS_REMOTE_READ, why);
-    if (chunk != 0 && src == nullptr) return;  // revoked mid-READ: the requester retries
+    if (chunk != 0 && src == nullptr) return true;  // revoked mid-READ: the requester retries
     PacketView r = conn_.emit(opcode, chunk, psn_add(psn, i));
     if (r.info().has(Header::kAeth)) {
       r.set(aeth::kSyndrome, syndrome::ack());
       r.set(aeth::kMsn, msn_);
     }
-    if (chunk != 0) std::memcpy(r.payload().data(), src, chunk);
+    if (chunk != 0 && !guarded_copy(r.payload().data(), src, chunk)) {
+      TxBatch::local().discard_last();
+      nak_psn_ = psn_add(psn, i);
+      return false;
+    }
   }
+  return true;
+}
+
+Responder::Verdict Responder::unmapped() {
+  bump(conn_.qp().device().counters().peer_access_unmapped);
+  return Verdict::kRemoteAccess;
 }
 
 Responder::Verdict Responder::do_atomic(PacketView p) {
@@ -263,13 +286,11 @@ Responder::Verdict Responder::do_atomic(PacketView p) {
     // The VA is aligned, but an MR registered with another IOVA may map it to an
     // unaligned host address: no atomic is possible there.
     if (reinterpret_cast<uintptr_t>(host) % 8 != 0) return Verdict::kInvalidRequest;
-    std::atomic_ref<uint64_t> target(*reinterpret_cast<uint64_t*>(host));
-    if (p.info().is(kOpCompareSwap)) {
-      original = p.get(atomic_eth::kCompare);
-      target.compare_exchange_strong(original, p.get(atomic_eth::kSwapAdd));
-    } else {
-      original = target.fetch_add(p.get(atomic_eth::kSwapAdd));
-    }
+    const AtomicOp op =
+        p.info().is(kOpCompareSwap) ? AtomicOp::kCompareSwap : AtomicOp::kFetchAdd;
+    if (!guarded_atomic(op, reinterpret_cast<uint64_t*>(host), p.get(atomic_eth::kCompare),
+                        p.get(atomic_eth::kSwapAdd), original))
+      return unmapped();
   }
   atomic_results_[atomic_next_] = AtomicResult{p.psn(), original, true};
   atomic_next_ = (atomic_next_ + 1) % uint32_t(atomic_results_.size());
@@ -289,7 +310,7 @@ void Responder::send_atomic_ack(uint32_t psn, uint64_t original) {
 
 // IBA 9.7.5.1.2: duplicates are answered, never executed twice (except READ, which
 // is idempotent and re-executed from its own PSN).
-void Responder::on_duplicate(PacketView p) {
+void Responder::on_duplicate(PacketView p, Nanos now) {
   EngineCounters& counters = conn_.qp().device().counters();
   bump(counters.duplicate_requests);
   const OpcodeInfo& info = p.info();
@@ -300,7 +321,7 @@ void Responder::on_duplicate(PacketView p) {
     const uint32_t len = uint32_t(p.get(reth::kDmaLength));
     // Only a range that stays behind epsn: a duplicate may not reach new PSNs.
     if (psn_diff(epsn_, p.psn()) < int32_t(packets_for(len, conn_.path().mtu))) return;
-    send_read_responses(p.psn(), va, rkey, len);
+    if (!send_read_responses(p.psn(), va, rkey, len)) fail(unmapped(), nak_psn_, now);
   } else if (info.is(kOpAtomic)) {
     for (const AtomicResult& r : atomic_results_) {
       if (r.valid && r.psn == p.psn()) {

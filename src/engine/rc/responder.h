@@ -40,8 +40,12 @@ class Responder {
   Verdict do_read(wire::PacketView p);
   Verdict do_atomic(wire::PacketView p);
   void complete_receive(wire::PacketView p, ibv_wc_opcode opcode, uint32_t byte_len);
-  void on_duplicate(wire::PacketView p);
-  void send_read_responses(uint32_t psn, uint64_t va, uint32_t rkey, uint32_t len);
+  void on_duplicate(wire::PacketView p, Nanos now);
+  // False when the memory faulted (unmapped): the caller NAKs a remote access error
+  // with nak_psn_, the PSN of the response that could not be sent.
+  bool send_read_responses(uint32_t psn, uint64_t va, uint32_t rkey, uint32_t len);
+  // A peer's request reached registered memory that is no longer mapped.
+  [[gnu::cold]] Verdict unmapped();
   void send_atomic_ack(uint32_t psn, uint64_t original);
   void send_ack(uint8_t syndrome, uint32_t psn);
   void fail(Verdict verdict, uint32_t psn, Nanos now);
@@ -55,6 +59,7 @@ class Responder {
   RcConnection& conn_;
   uint32_t epsn_ = 0;  // expected PSN
   uint32_t msn_ = 0;   // message sequence number (IBA 9.7.5.1.6)
+  uint32_t nak_psn_ = 0;  // PSN an error NAK carries: the request's, or the READ response that failed
   bool nak_outstanding_ = false;  // one NAK per sequence error (IBA 9.7.5.1.3)
   bool ack_pending_ = false;
   enum class Message : uint8_t { kNone, kSend, kWrite } message_ = Message::kNone;
