@@ -1,6 +1,7 @@
 #include "transport/udp/udp_transport.h"
 
 #include <netinet/in.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -144,7 +145,9 @@ std::unique_ptr<UdpTransport> UdpTransport::open(const UdpConfig& config, std::s
       error = bind_error_message(config.address, config.port, rc);
       return nullptr;
     }
-    return std::unique_ptr<UdpTransport>(new UdpTransport(config, fd, *gid));
+    std::unique_ptr<UdpTransport> transport(new UdpTransport(config, fd, *gid));
+    transport->serve_link_local();
+    return transport;
   }
   // Default addressing (DESIGN.md §6): a loopback address of this process's own.
   for (unsigned attempt = 0; attempt < kLoopbackAttempts; ++attempt) {
@@ -184,7 +187,56 @@ UdpTransport::UdpTransport(const UdpConfig& config, int fd, Gid gid)
 
 UdpTransport::~UdpTransport() {
   for (int fd : owned_port_fds_) close(fd);
+  if (epoll_fd_ >= 0) close(epoll_fd_);
+  if (link_local_fd_ >= 0) close(link_local_fd_);
   close(rx_fd_);
+}
+
+// Linux Soft-RoCE lists an interface's IPv6 link-local address as GID 0 and a peer
+// that picks index 0 sends there, after an IPv6 neighbour solicitation the kernel
+// answers only for an address the host has: so softrdma serves the real one.
+void UdpTransport::serve_link_local() {
+  if (ipv6_ || (wire::gid_to_ipv4(local_gid_) >> 24) == 127) return;
+  Gid gid;
+  uint32_t ifindex = 0;
+  if (!udp::find_link_local(wire::gid_to_ipv4(local_gid_), gid, ifindex)) return;
+  const int fd = udp::open_udp_socket(true);
+  if (fd < 0) return;
+  const int epoll = epoll_create1(EPOLL_CLOEXEC);
+  if (epoll < 0 || udp::bind_socket(fd, gid, port_, ifindex) != 0) {
+    if (epoll >= 0) close(epoll);
+    close(fd);
+    return;
+  }
+  udp::set_receive_buffer(fd, config_.rcvbuf_bytes);
+  udp::set_send_buffer(fd, config_.sndbuf_bytes);
+  udp::enable_packet_info(fd, true);
+  udp::accept_zero_udp_checksum(fd);
+  for (int watched : {rx_fd_, fd}) {
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.fd = watched;
+    epoll_ctl(epoll, EPOLL_CTL_ADD, watched, &event);
+  }
+  link_local_fd_ = fd;
+  link_local_gid_ = gid;
+  link_local_ifindex_ = ifindex;
+  epoll_fd_ = epoll;
+}
+
+std::vector<Gid> UdpTransport::local_gids() const {
+  if (link_local_fd_ < 0) return {local_gid_};
+  return {local_gid_, link_local_gid_};
+}
+
+bool UdpTransport::sendable(const Gid& dst) const {
+  if (wire::gid_is_ipv4(dst) != ipv6_) return true;
+  return link_local_fd_ >= 0 && udp::is_link_local(dst);
+}
+
+int UdpTransport::socket_for(const TxPacket& packet) {
+  if (link_local_fd_ >= 0 && !wire::gid_is_ipv4(packet.dst)) return link_local_fd_;
+  return socket_for_port(packet.src_port);
 }
 
 size_t UdpTransport::source_port_sockets() const {
@@ -232,14 +284,15 @@ size_t UdpTransport::prepare_run(std::span<TxPacket> packets, int fd, TxBatch& b
   uint64_t fallbacks = 0;
   for (; n < packets.size() && n < TxBatch::kMax; ++n) {
     TxPacket& p = packets[n];
-    if (n > 0 && (p.bytes.size() < kMinRoceBytes || wire::gid_is_ipv4(p.dst) == ipv6_ ||
-                  socket_for_port(p.src_port) != fd))
+    if (n > 0 && (p.bytes.size() < kMinRoceBytes || !sendable(p.dst) || socket_for(p) != fd))
       break;
-    const uint16_t used_port = fd == rx_fd_ ? port_ : p.src_port;
-    fallbacks += used_port != p.src_port && p.src_port >= kFirstSourcePort;
-    p.src = local_gid_;
+    const bool link_local = fd == link_local_fd_;
+    // The link-local socket sends from 4791: no per-QP source port there.
+    const uint16_t used_port = fd == rx_fd_ || link_local ? port_ : p.src_port;
+    fallbacks += used_port != p.src_port && p.src_port >= kFirstSourcePort && !link_local;
+    p.src = link_local ? link_local_gid_ : local_gid_;
     p.src_port = used_port;
-    const wire::IpUdpInfo info{.src = local_gid_, .dst = p.dst, .src_port = used_port,
+    const wire::IpUdpInfo info{.src = p.src, .dst = p.dst, .src_port = used_port,
                                .dst_port = port_, .ipv4_id = 0, .ipv4_df = true};
     wire::write_icrc(info, p.bytes);
     apply_wire_corruption(p);
@@ -248,6 +301,7 @@ size_t UdpTransport::prepare_run(std::span<TxPacket> packets, int fd, TxBatch& b
     h = msghdr{};
     h.msg_name = &batch.addresses[n];
     h.msg_namelen = udp::write_socket_address(p.dst, port_, batch.addresses[n]);
+    if (link_local) batch.addresses[n].sin6_scope_id = link_local_ifindex_;
     h.msg_iov = &batch.iovs[n];
     h.msg_iovlen = 1;
   }
@@ -286,12 +340,12 @@ size_t UdpTransport::tx_burst(std::span<TxPacket> packets) {
   size_t taken = 0;
   while (taken < packets.size()) {
     TxPacket& first = packets[taken];
-    if (first.bytes.size() < kMinRoceBytes || wire::gid_is_ipv4(first.dst) == ipv6_) {
+    if (first.bytes.size() < kMinRoceBytes || !sendable(first.dst)) {
       counters_.tx_errors.fetch_add(1, std::memory_order_relaxed);  // unsendable: dropped
       ++taken;
       continue;
     }
-    const int fd = socket_for_port(first.src_port);
+    const int fd = socket_for(first);
     const std::span<TxPacket> run_packets = packets.subspan(taken);
     const size_t run = prepare_run(run_packets, fd, batch);
     const size_t sent = send_run(fd, batch, run);
@@ -305,22 +359,38 @@ size_t UdpTransport::tx_burst(std::span<TxPacket> packets) {
 
 size_t UdpTransport::rx_burst(std::span<RxPacket> packets) {
   const size_t want = std::min(packets.size(), rx_->msgs.size());
-  if (want == 0) return 0;
-  rx_->prepare(want);
+  size_t slots = 0;
+  size_t n = drain(rx_fd_, packets.first(want), slots);
+  // The second socket fills the ring's slots after those the first one used (kept
+  // packets point into them, dropped ones too, in any order).
+  if (link_local_fd_ >= 0 && slots < want)
+    n += drain(link_local_fd_, packets.subspan(n, want - slots), slots);
+  return n;
+}
+
+// Receives into ring slots from `slots` on, at most packets.size(); advances `slots`
+// past those used and returns the packets kept.
+size_t UdpTransport::drain(int fd, std::span<RxPacket> packets, size_t& slots) {
+  if (packets.empty()) return 0;
+  rx_->prepare(slots + packets.size());
   int received;
   do {
-    received = recvmmsg(rx_fd_, rx_->msgs.data(), unsigned(want), MSG_DONTWAIT, nullptr);
+    received = recvmmsg(fd, rx_->msgs.data() + slots, unsigned(packets.size()),
+                        MSG_DONTWAIT, nullptr);
   } while (received < 0 && errno == EINTR);
   if (received <= 0) return 0;
-  return collect_received(packets, size_t(received));
+  const size_t first = slots;
+  slots += size_t(received);
+  return collect_received(packets, first, size_t(received));
 }
 
 // Turns the ring's first `received` datagrams into RxPackets, dropping (and
 // counting) the truncated and those whose ICRC fails.
-size_t UdpTransport::collect_received(std::span<RxPacket> packets, size_t received) {
+size_t UdpTransport::collect_received(std::span<RxPacket> packets, size_t first_slot,
+                                      size_t received) {
   size_t n = 0;
   uint64_t bytes = 0, truncated = 0, bad_icrc = 0, solved = 0;
-  for (size_t i = 0; i < received; ++i) {
+  for (size_t i = first_slot; i < first_slot + received; ++i) {
     mmsghdr& m = rx_->msgs[i];
     if ((m.msg_hdr.msg_flags & MSG_TRUNC) != 0 || m.msg_len < kMinRoceBytes) {
       ++truncated;
@@ -353,7 +423,7 @@ size_t UdpTransport::collect_received(std::span<RxPacket> packets, size_t receiv
 bool UdpTransport::check_received_icrc(RxPacket& packet) {
   const wire::IpUdpInfo info{.src = packet.src, .dst = packet.dst, .src_port = packet.src_port,
                              .dst_port = port_};
-  if (ipv6_) return wire::check_icrc(info, packet.bytes);
+  if (!wire::gid_is_ipv4(packet.src)) return wire::check_icrc(info, packet.bytes);
   const std::optional<wire::SolvedIpv4> solved = wire::solve_icrc_ipv4(info, packet.bytes);
   if (!solved) return false;
   packet.ipv4_id = solved->id;
