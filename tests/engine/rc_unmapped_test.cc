@@ -95,6 +95,25 @@ TEST_F(RcUnmappedTest, GuardedCopyReportsAFaultInsteadOfDying) {
   EXPECT_FALSE(guarded_copy(buf, p, sizeof buf));
 }
 
+// A file mapping whose file shrank: touching the page past the end raises SIGBUS,
+// which the guarded copy turns into a false return as well.
+TEST_F(RcUnmappedTest, GuardedCopyReportsSigbus) {
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  const int fd = memfd_create("softrdma-sigbus", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, off_t(page)), 0);
+  void* p = mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  uint8_t buf[64] = {};
+  EXPECT_TRUE(guarded_copy(p, buf, sizeof buf));
+  ASSERT_EQ(ftruncate(fd, 0), 0);
+  const uint64_t before = guarded_faults();
+  EXPECT_FALSE(guarded_copy(buf, p, sizeof buf));
+  EXPECT_EQ(guarded_faults(), before + 1);
+  munmap(p, page);
+  close(fd);
+}
+
 // A fault outside softrdma's guarded copies still reaches the handler that was
 // there before (here the default action): softrdma must not swallow real crashes.
 TEST_F(RcUnmappedTest, OtherFaultsStillCrash) {
