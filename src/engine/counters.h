@@ -32,7 +32,9 @@ namespace softrdma::engine {
   X(duplicate_atomics_replayed)                                              \
   X(responses_refused)                                                       \
   X(out_of_sequence_responses)                                               \
-  X(cq_overruns)
+  X(cq_overruns)                                                             \
+  X(peer_access_unmapped)   /* a peer's request met munmap'ed registered memory */ \
+  X(local_access_unmapped)  /* this side's own buffers were munmap'ed */
 
 struct EngineCounters {
 #define SOFTRDMA_DECLARE_COUNTER(name) std::atomic<uint64_t> name{0};

@@ -6,6 +6,7 @@
 #include <array>
 #include <cerrno>
 
+#include "engine/guarded_memory.h"
 #include "engine/tx_batch.h"
 #include "wire/packet.h"
 
@@ -20,16 +21,18 @@ bool pkey_matches(uint16_t a, uint16_t b) {
   return ((a | b) & 0x8000) != 0;
 }
 
-// The GID table as Linux Soft-RoCE presents it for an IPv4 address (DESIGN.md §6,
-// abi/README.md §6): index 0 the IPv6 link-local GID, index 1 the IPv4-mapped one.
-// Both carry traffic: the link-local GID is made from the IPv4 address too
-// (fe80::ffff:a.b.c.d), so a peer that picked index 0 reaches the same socket.
-std::vector<Gid> make_gid_table(const Gid& local) {
-  if (!wire::gid_is_ipv4(local)) return {local};
-  Gid link_local = local;
-  link_local[0] = 0xfe;
-  link_local[1] = 0x80;
-  return {link_local, local};
+// The GID table (DESIGN.md §6, docs/decisions/gid-table.md): only addresses the
+// transport serves, so any RoCEv2 peer reaches every entry. For an IPv4 address,
+// index 1 is always its IPv4-mapped form (Linux Soft-RoCE's order: users type -g 1);
+// index 0 is the interface's own IPv6 link-local address when the transport serves
+// one (as Soft-RoCE lists it), else the IPv4-mapped GID again, so that programs that
+// take the first entry (rdma-core's tests) work too. An IPv6 address is the one GID.
+std::vector<Gid> make_gid_table(const std::vector<Gid>& served) {
+  const Gid& primary = served.front();
+  if (!wire::gid_is_ipv4(primary)) return {primary};
+  for (const Gid& gid : served)
+    if (gid[0] == 0xfe && (gid[1] & 0xc0) == 0x80) return {gid, primary};
+  return {primary, primary};
 }
 
 uint32_t initial_qpn() {
@@ -46,10 +49,13 @@ Device::Device(DeviceConfig config, transport::Transport& transport, const Clock
     : config_(std::move(config)),
       transport_(transport),
       clock_(clock),
-      gids_(make_gid_table(transport.local_gid())),
+      gids_(make_gid_table(transport.local_gids())),
       next_qpn_(initial_qpn()),
       receivers_{&transport},
-      tx_(std::make_unique<TxBatch>(counters_)) {}
+      tx_(std::make_unique<TxBatch>(counters_)) {
+  // Before any peer can reach registered memory (docs/decisions/memory-faults.md).
+  install_memory_fault_handler();
+}
 
 transport::Transport& Device::route(const Gid& dst) {
   for (transport::Transport* t : extra_)

@@ -37,7 +37,9 @@ struct Mr {
 
 // Why an access was refused; the requester and responder map it to the status or
 // NAK that IBA prescribes.
-enum class AccessError : uint8_t { kNone, kBadKey, kWrongPd, kOutOfBounds, kNoPermission };
+// kUnmapped: the key and bounds were right but the pages are gone (munmap'ed without
+// ibv_dereg_mr): the guarded copy faulted (guarded_memory.h).
+enum class AccessError : uint8_t { kNone, kBadKey, kWrongPd, kOutOfBounds, kNoPermission, kUnmapped };
 
 class MrTable {
  public:

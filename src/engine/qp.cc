@@ -6,6 +6,7 @@
 
 #include "engine/cq.h"
 #include "engine/device.h"
+#include "engine/guarded_memory.h"
 #include "engine/pd.h"
 #include "engine/rc/connection.h"
 #include "engine/sgl.h"
@@ -102,9 +103,14 @@ void Qp::copy_send_wr(const ibv_send_wr& wr, SendWqe& wqe, uint32_t slot) {
     // ibv_post_send(3): inline data is read at post time; no lkey is checked.
     uint8_t* dst = &inline_arena_[size_t(slot) * cap_.max_inline_data];
     size_t at = 0;
-    for (int i = 0; i < wr.num_sge; ++i) {
-      std::memcpy(dst + at, reinterpret_cast<const void*>(wr.sg_list[i].addr),
-                  wr.sg_list[i].length);
+    // An unreadable buffer is a local protection error completion, not a crash
+    // (the requester checks the status when it starts the WQE).
+    for (int i = 0; i < wr.num_sge && wqe.status == IBV_WC_SUCCESS; ++i) {
+      if (!guarded_copy(dst + at, reinterpret_cast<const void*>(wr.sg_list[i].addr),
+                        wr.sg_list[i].length)) {
+        bump(device_.counters().local_access_unmapped);
+        wqe.status = IBV_WC_LOC_PROT_ERR;
+      }
       at += wr.sg_list[i].length;
     }
     wqe.inline_data = dst;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "wire/ip_udp.h"
 
@@ -101,6 +102,10 @@ class Transport {
 
   // The GID this transport receives on (the device's GID table is built from it).
   virtual Gid local_gid() const = 0;
+
+  // Every address this transport receives on and sends from, local_gid() first; a
+  // further one is the interface's IPv6 link-local address (docs/decisions/gid-table.md).
+  virtual std::vector<Gid> local_gids() const { return {local_gid()}; }
 
   virtual TransportCounters counters() const = 0;
 

@@ -48,6 +48,25 @@ uint64_t dispatch_total(EngineCounters& c) {
   return c.rx_malformed + c.rx_unknown_qp + c.rx_wrong_transport + c.rx_bad_pkey + c.rx_packets;
 }
 
+// A transport that says it serves `gids` (as the UDP transport does when the
+// interface has an IPv6 link-local address); everything else is the inner one's.
+class ServedAddresses final : public transport::Transport {
+ public:
+  ServedAddresses(transport::Transport& inner, std::vector<Gid> gids)
+      : inner_(inner), gids_(std::move(gids)) {}
+  size_t tx_burst(std::span<transport::TxPacket> p) override { return inner_.tx_burst(p); }
+  size_t rx_burst(std::span<transport::RxPacket> p) override { return inner_.rx_burst(p); }
+  int rx_fd() const override { return inner_.rx_fd(); }
+  Gid local_gid() const override { return gids_.front(); }
+  std::vector<Gid> local_gids() const override { return gids_; }
+  transport::TransportCounters counters() const override { return inner_.counters(); }
+  std::string describe() const override { return inner_.describe(); }
+
+ private:
+  transport::Transport& inner_;
+  std::vector<Gid> gids_;
+};
+
 class DeviceTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -145,15 +164,28 @@ class DeviceTest : public ::testing::Test {
 // GID table and QP numbers.
 // ---------------------------------------------------------------------------------
 
-// GID 0 is the link-local fe80::ffff:a.b.c.d made from the IPv4 address, GID 1 the
-// IPv4-mapped ::ffff:a.b.c.d (DESIGN.md §6; Linux Soft-RoCE's order, abi/README §6).
+// A transport that serves only an IPv4 address: GID 1 its IPv4-mapped form (Soft-RoCE's
+// index for IPv4), GID 0 the same GID, not an address the host may not have
+// (docs/decisions/gid-table.md).
 TEST_F(DeviceTest, GidTableFromIpv4Address) {
   const auto& gids = device_->gids();
   ASSERT_EQ(gids.size(), 2u);
   const Gid mapped = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 1, 2, 3};
-  const Gid link_local = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 1, 2, 3};
   EXPECT_EQ(gids[1], mapped);
-  EXPECT_EQ(gids[0], link_local);
+  EXPECT_EQ(gids[0], mapped);
+}
+
+// A transport that serves the interface's IPv6 link-local address too: GID 0 is that
+// address (as Soft-RoCE lists it), GID 1 the IPv4-mapped one.
+TEST_F(DeviceTest, GidTableWithServedLinkLocalAddress) {
+  const Gid mapped = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 1, 2, 9};
+  const Gid link_local = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 2, 0x11, 0x22, 0xff, 0xfe, 0x33, 0x44, 0x55};
+  auto inner = net_.attach(mapped);
+  ServedAddresses served(*inner, {mapped, link_local});
+  Device d(DeviceConfig{}, served);
+  ASSERT_EQ(d.gids().size(), 2u);
+  EXPECT_EQ(d.gids()[0], link_local);
+  EXPECT_EQ(d.gids()[1], mapped);
 }
 
 // An IPv6 address is the one GID of the table (RoCEv2 over IPv6, IBA A17.4).
@@ -489,7 +521,7 @@ TEST_F(DeviceTest, RandomAndTruncatedPacketsNeverCrash) {
 }
 
 // Both GIDs carry traffic (DESIGN.md §6): two devices whose QPs name each other by
-// GID index 0 (the link-local entry, what rdma-core's tests pick) exchange a SEND.
+// GID index 0 (what rdma-core's tests pick) exchange a SEND.
 TEST_F(DeviceTest, GidIndexZeroCarriesTraffic) {
   auto peer_transport = net_.attach(kPeer);
   Device peer(DeviceConfig{}, *peer_transport, clock_);

@@ -154,9 +154,7 @@ void Completer::on_read_response(PacketView packet, Nanos now) {
   const uint64_t expected = std::min<uint64_t>(mtu, w.length - std::min<uint64_t>(offset, w.length));
   std::span<uint8_t> data = packet.payload();
   if (data.size() != expected) return fail_head(IBV_WC_BAD_RESP_ERR, now);
-  Qp& qp = conn_.qp();
-  if (!scatter(qp.device().mrs().access(), qp.pd(), w.sgl, offset, data))
-    return fail_head(IBV_WC_LOC_PROT_ERR, now);
+  if (!place(w, offset, data)) return fail_head(IBV_WC_LOC_PROT_ERR, now);
   ++w.read_packets_received;
   una_psn_ = psn_add(psn, 1);
   if (w.read_packets_received == w.npackets) complete_head(IBV_WC_SUCCESS);
@@ -173,13 +171,21 @@ void Completer::on_atomic_ack(PacketView packet, Nanos now) {
   const uint64_t original = packet.get(atomic_ack_eth::kOriginalData);
   uint8_t bytes[8];
   std::memcpy(bytes, &original, sizeof bytes);
-  Qp& qp = conn_.qp();
-  if (!scatter(qp.device().mrs().access(), qp.pd(), w.sgl, 0, bytes))
-    return fail_head(IBV_WC_LOC_PROT_ERR, now);
+  if (!place(w, 0, bytes)) return fail_head(IBV_WC_LOC_PROT_ERR, now);
   w.read_packets_received = 1;
   una_psn_ = psn_add(psn, 1);
   complete_head(IBV_WC_SUCCESS);
   progress_made(now);
+}
+
+// Writes response bytes into the WQE's local buffers; false (counted when the
+// memory was unmapped) is a local protection error (IBA 10.8.3.1).
+bool Completer::place(const SendWqe& w, uint64_t offset, std::span<const uint8_t> data) {
+  Qp& qp = conn_.qp();
+  AccessError why = AccessError::kNone;
+  if (scatter(qp.device().mrs().access(), qp.pd(), w.sgl, offset, data, &why)) return true;
+  if (why == AccessError::kUnmapped) bump(qp.device().counters().local_access_unmapped);
+  return false;
 }
 
 void Completer::complete_head(ibv_wc_status status) {

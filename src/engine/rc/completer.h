@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 
 #include "engine/clock.h"
 #include "engine/wqe.h"
@@ -34,6 +35,7 @@ class Completer {
   void on_read_response(wire::PacketView packet, Nanos now);
   void on_atomic_ack(wire::PacketView packet, Nanos now);
   void on_nak(uint8_t syndrome, uint32_t psn, Nanos now);
+  bool place(const SendWqe& w, uint64_t offset, std::span<const uint8_t> data);
   // Completes every WQE wholly acknowledged by a response for `psn` (implicit ACK,
   // IBA 9.7.5.2.1); returns false when a READ/ATOMIC before it lost its response.
   bool acknowledge_through(uint32_t psn, Nanos now);

@@ -9,21 +9,6 @@
 
 namespace softrdma::engine::rc {
 
-namespace {
-
-// A device's GID 0 is fe80::ffff:a.b.c.d, an alias of its GID 1 ::ffff:a.b.c.d
-// (device.cc, DESIGN.md §6). Transports only know the IPv4-mapped form: they send to
-// it and report it as a packet's source. So a path keeps that form, whichever of the
-// two GIDs the application chose.
-transport::Gid wire_form(transport::Gid gid) {
-  constexpr std::array<uint8_t, 12> kLinkLocalIpv4 = {0xfe, 0x80, 0, 0, 0,    0,
-                                                      0,    0,    0, 0, 0xff, 0xff};
-  if (std::equal(kLinkLocalIpv4.begin(), kLinkLocalIpv4.end(), gid.begin())) gid[0] = gid[1] = 0;
-  return gid;
-}
-
-}  // namespace
-
 RcConnection::RcConnection(Qp& qp)
     : qp_(qp),
       opcode_base_(opcode_base_of(qp.type())),
@@ -56,8 +41,8 @@ void RcConnection::on_burst_end(Nanos now) {
   (void)now;
 }
 
-bool RcConnection::on_tx_ready(Nanos /*now*/, uint32_t budget) {
-  return responder_.produce(budget);
+bool RcConnection::on_tx_ready(Nanos now, uint32_t budget) {
+  return responder_.produce(budget, now);
 }
 
 Nanos RcConnection::deadline() const {
@@ -79,11 +64,10 @@ void RcConnection::on_timer(Nanos now) {
 void RcConnection::load_path() {
   const ibv_qp_attr& attr = qp_.attr();
   const auto& gids = qp_.device().gids();
-  path_.src =
-      wire_form(gids[attr.ah_attr.grh.sgid_index < gids.size() ? attr.ah_attr.grh.sgid_index : 0]);
+  // Every GID of the table is an address the transport serves (device.cc).
+  path_.src = gids[attr.ah_attr.grh.sgid_index < gids.size() ? attr.ah_attr.grh.sgid_index : 0];
   std::copy(std::begin(attr.ah_attr.grh.dgid.raw), std::end(attr.ah_attr.grh.dgid.raw),
             path_.dst.begin());
-  path_.dst = wire_form(path_.dst);
   path_.dest_qpn = attr.dest_qp_num & wire::kPsnMask;
   path_.via = &qp_.device().route(path_.dst);
   path_.src_port = transport::roce_source_port(qp_.qpn());

@@ -85,7 +85,7 @@ bool Requester::check_local_sges(const SendWqe& wqe) const {
 // Assigns the WQE its PSNs (IBA 9.7.4.1.1: one per request packet; a READ takes
 // one per response packet) after checking its local buffers.
 bool Requester::start(SendWqe& wqe, Nanos now) {
-  if (!check_local_sges(wqe)) {
+  if (wqe.status != IBV_WC_SUCCESS || !check_local_sges(wqe)) {
     // IBA 10.8.3.1 / ibv_poll_cq(3): local protection error, QP to Error.
     wqe.status = IBV_WC_LOC_PROT_ERR;
     conn_.fail(now, IBV_EVENT_QP_ACCESS_ERR);
@@ -152,7 +152,11 @@ bool Requester::gather(const SendWqe& wqe, uint64_t offset, std::span<uint8_t> o
     return true;
   }
   Qp& qp = conn_.qp();
-  return engine::gather(qp.device().mrs().access(), qp.pd(), wqe.sgl, offset, out);
+  AccessError why = AccessError::kNone;
+  if (engine::gather(qp.device().mrs().access(), qp.pd(), wqe.sgl, offset, out, &why))
+    return true;
+  if (why == AccessError::kUnmapped) bump(qp.device().counters().local_access_unmapped);
+  return false;
 }
 
 bool Requester::send_data_packet(SendWqe& wqe) {

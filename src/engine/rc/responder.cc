@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "engine/device.h"
+#include "engine/guarded_memory.h"
 #include "engine/qp.h"
 #include "engine/rc/connection.h"
 #include "engine/sgl.h"
@@ -62,7 +63,7 @@ void Responder::on_request(PacketView p, Nanos now) {
     return;
   }
   const int32_t ahead = psn_diff(p.psn(), epsn_);
-  if (ahead < 0) return on_duplicate(p);
+  if (ahead < 0) return on_duplicate(p, now);
   if (ahead > 0) {
     // IBA 9.7.5.1.3: a gap. NAK once, then drop silently until epsn arrives.
     if (!nak_outstanding_) {
@@ -73,6 +74,7 @@ void Responder::on_request(PacketView p, Nanos now) {
     return;
   }
   nak_outstanding_ = false;
+  nak_psn_ = p.psn();
   const Verdict verdict = execute(p);
   switch (verdict) {
     case Verdict::kDone:
@@ -87,7 +89,7 @@ void Responder::on_request(PacketView p, Nanos now) {
       send_ack(syndrome::rnr_nak(conn_.qp().attr().min_rnr_timer), p.psn());
       return;
     default:
-      fail(verdict, p.psn(), now);
+      fail(verdict, nak_psn_, now);
   }
 }
 
@@ -143,7 +145,11 @@ Responder::Verdict Responder::do_send(PacketView p) {
     return Verdict::kInvalidRequest;
   }
   Qp& qp = conn_.qp();
-  if (!scatter(qp.device().mrs().access(), qp.pd(), recv.sgl, recv_offset_, data)) {
+  AccessError why = AccessError::kNone;
+  if (!scatter(qp.device().mrs().access(), qp.pd(), recv.sgl, recv_offset_, data, &why)) {
+    // The receive buffer is this side's: a local protection error here, a remote
+    // operational error for the requester, be it a bad lkey or unmapped memory.
+    if (why == AccessError::kUnmapped) bump(qp.device().counters().peer_access_unmapped);
     recv.status = IBV_WC_LOC_PROT_ERR;
     return Verdict::kRemoteOperational;
   }
@@ -172,7 +178,7 @@ Responder::Verdict Responder::do_write(PacketView p) {
   if (!data.empty()) {
     uint8_t* dst = write_destination();
     if (dst == nullptr) return Verdict::kRemoteAccess;
-    std::memcpy(dst, data.data(), data.size());
+    if (!guarded_copy(dst, data.data(), data.size())) return unmapped();
   }
   write_va_ += data.size();
   write_remaining_ -= data.size();
@@ -282,12 +288,26 @@ void Responder::drop_responses_from(uint32_t psn) {
   }
 }
 
-bool Responder::produce(uint32_t budget) {
+void Responder::produce_all() {
+  const Nanos now = conn_.qp().device().clock().now();
+  while (produce(UINT32_MAX, now)) {
+  }
+}
+
+bool Responder::produce(uint32_t budget, Nanos now) {
   if (!ready_to_receive(conn_.qp().state())) responses_count_ = 0;
   while (responses_count_ > 0 && budget > 0) {
     Response& r = responses_[responses_head_];
     if (r.is_read) {
-      budget -= send_read_packets(r, budget);
+      const std::optional<uint32_t> produced = send_read_packets(r, budget);
+      if (!produced) {
+        // The responses before it went out; the NAK names the first one missing,
+        // the one the requester awaits (an older PSN would read as a stale ACK).
+        responses_count_ = 0;
+        fail(unmapped(), nak_psn_, now);
+        return false;
+      }
+      budget -= *produced;
       if (r.sent != packets_for(r.len, conn_.path().mtu)) break;
     } else {
       send_atomic_ack(r);
@@ -303,7 +323,7 @@ bool Responder::produce(uint32_t budget) {
 }
 
 // IBA 9.7.5.1.7: FIRST/LAST/ONLY carry an AETH; every response takes one PSN.
-uint32_t Responder::send_read_packets(Response& r, uint32_t budget) {
+std::optional<uint32_t> Responder::send_read_packets(Response& r, uint32_t budget) {
   Qp& qp = conn_.qp();
   const uint32_t mtu = conn_.path().mtu;
   const uint32_t n = packets_for(r.len, mtu);
@@ -333,9 +353,18 @@ uint32_t Responder::send_read_packets(Response& r, uint32_t budget) {
       out.set(aeth::kSyndrome, syndrome::ack());
       out.set(aeth::kMsn, r.msn);
     }
-    if (chunk != 0) std::memcpy(out.payload().data(), src, chunk);
+    if (chunk != 0 && !guarded_copy(out.payload().data(), src, chunk)) {
+      conn_.qp().device().tx().discard_last();
+      nak_psn_ = psn_add(r.psn, i);
+      return std::nullopt;
+    }
   }
   return produced;
+}
+
+Responder::Verdict Responder::unmapped() {
+  bump(conn_.qp().device().counters().peer_access_unmapped);
+  return Verdict::kRemoteAccess;
 }
 
 Responder::Verdict Responder::do_atomic(PacketView p) {
@@ -353,13 +382,11 @@ Responder::Verdict Responder::do_atomic(PacketView p) {
     // The VA is aligned, but an MR registered with another IOVA may map it to an
     // unaligned host address: no atomic is possible there.
     if (reinterpret_cast<uintptr_t>(host) % 8 != 0) return Verdict::kInvalidRequest;
-    std::atomic_ref<uint64_t> target(*reinterpret_cast<uint64_t*>(host));
-    if (p.info().is(kOpCompareSwap)) {
-      original = p.get(atomic_eth::kCompare);
-      target.compare_exchange_strong(original, p.get(atomic_eth::kSwapAdd));
-    } else {
-      original = target.fetch_add(p.get(atomic_eth::kSwapAdd));
-    }
+    const AtomicOp op =
+        p.info().is(kOpCompareSwap) ? AtomicOp::kCompareSwap : AtomicOp::kFetchAdd;
+    if (!guarded_atomic(op, reinterpret_cast<uint64_t*>(host), p.get(atomic_eth::kCompare),
+                        p.get(atomic_eth::kSwapAdd), original))
+      return unmapped();
   }
   atomic_results_[atomic_next_] = AtomicResult{p.psn(), original, true};
   atomic_next_ = (atomic_next_ + 1) % uint32_t(atomic_results_.size());
@@ -383,7 +410,7 @@ void Responder::send_atomic_ack(const Response& response) {
 
 // IBA 9.7.5.1.2: duplicates are answered, never executed twice (except READ, which
 // is idempotent and re-executed from its own PSN).
-void Responder::on_duplicate(PacketView p) {
+void Responder::on_duplicate(PacketView p, Nanos /*now*/) {
   EngineCounters& counters = conn_.qp().device().counters();
   bump(counters.duplicate_requests);
   const OpcodeInfo& info = p.info();

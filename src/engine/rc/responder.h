@@ -31,7 +31,7 @@ class Responder {
   // Produces up to `budget` packets of the queued responses (READ responses,
   // ATOMIC acknowledgements), oldest first; true while more remain. A READ of
   // many megabytes is answered over many engine turns, between other QPs' work.
-  bool produce(uint32_t budget);
+  bool produce(uint32_t budget, Nanos now);
 
  private:
   // What executing a request came to; the errors name the NAK they send.
@@ -45,7 +45,10 @@ class Responder {
   Verdict do_read(wire::PacketView p);
   Verdict do_atomic(wire::PacketView p);
   void complete_receive(wire::PacketView p, ibv_wc_opcode opcode, uint32_t byte_len);
-  void on_duplicate(wire::PacketView p);
+  void on_duplicate(wire::PacketView p, Nanos now);
+  // A peer's request reached registered memory that is no longer mapped
+  // (docs/decisions/memory-faults.md).
+  [[gnu::cold]] Verdict unmapped();
   // A response waiting to be produced: the READ's range, or the ATOMIC's result.
   struct Response {
     bool is_read = true;
@@ -61,14 +64,12 @@ class Responder {
   };
   bool queue_response(const Response& r, bool duplicate = false);
   void drop_responses_from(uint32_t psn);
-  // Produces up to `budget` packets of `r`; returns how many.
-  uint32_t send_read_packets(Response& r, uint32_t budget);
+  // Produces up to `budget` packets of `r`; returns how many, or nullopt when the
+  // memory faulted (unmapped): nak_psn_ then names the response that failed.
+  std::optional<uint32_t> send_read_packets(Response& r, uint32_t budget);
   void send_atomic_ack(const Response& r);
   // Emits everything queued: a packet that must not overtake them follows.
-  void produce_all() {
-    while (produce(UINT32_MAX)) {
-    }
-  }
+  void produce_all();
   void send_ack(uint8_t syndrome, uint32_t psn);
   void fail(Verdict verdict, uint32_t psn, Nanos now);
 
@@ -81,6 +82,7 @@ class Responder {
   RcConnection& conn_;
   uint32_t epsn_ = 0;  // expected PSN
   uint32_t msn_ = 0;   // message sequence number (IBA 9.7.5.1.6)
+  uint32_t nak_psn_ = 0;  // PSN an error NAK carries: the request's, or the READ response that failed
   bool nak_outstanding_ = false;  // one NAK per sequence error (IBA 9.7.5.1.3)
   bool ack_pending_ = false;
   enum class Message : uint8_t { kNone, kSend, kWrite } message_ = Message::kNone;

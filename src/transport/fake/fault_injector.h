@@ -75,6 +75,7 @@ class FaultInjector final : public Transport {
   size_t rx_burst(std::span<RxPacket> packets) override;
   int rx_fd() const override { return epoll_fd_; }
   Gid local_gid() const override { return inner_->local_gid(); }
+  std::vector<Gid> local_gids() const override { return inner_->local_gids(); }
   TransportCounters counters() const override;
   std::string describe() const override;
   uint16_t udp_port() const override { return inner_->udp_port(); }

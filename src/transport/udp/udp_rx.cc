@@ -66,18 +66,35 @@ size_t UdpTransport::rx_burst(std::span<RxPacket> packets) {
   RxRing& ring = *rx_;
   if (packets.empty()) return 0;
   if (ring.next == ring.received) {
-    const size_t want = std::min(packets.size(), ring.msgs.size());
-    ring.prepare(want);
-    int received;
-    do {
-      received = recvmmsg(rx_fd_, ring.msgs.data(), unsigned(want), MSG_DONTWAIT, nullptr);
-    } while (received < 0 && errno == EINTR);
-    ring.received = received > 0 ? size_t(received) : 0;
-    ring.next = 0;
-    ring.offset = 0;
-    if (ring.received == 0) return 0;
+    // Two sockets when the link-local address is served (gid-table.md): each
+    // refill fills the ring from one of them, the first tried in turn.
+    bool got = false;
+    if (link_local_fd_ < 0) {
+      got = refill(rx_fd_, packets.size());
+    } else {
+      link_local_first_ = !link_local_first_;
+      const int first = link_local_first_ ? link_local_fd_ : rx_fd_;
+      const int second = link_local_first_ ? rx_fd_ : link_local_fd_;
+      got = refill(first, packets.size()) || refill(second, packets.size());
+    }
+    if (!got) return 0;
   }
   return collect_received(packets);
+}
+
+// One recvmmsg from `fd` into the whole ring; false when nothing was there.
+bool UdpTransport::refill(int fd, size_t wanted) {
+  RxRing& ring = *rx_;
+  const size_t want = std::min(wanted, ring.msgs.size());
+  ring.prepare(want);
+  int received;
+  do {
+    received = recvmmsg(fd, ring.msgs.data(), unsigned(want), MSG_DONTWAIT, nullptr);
+  } while (received < 0 && errno == EINTR);
+  ring.received = received > 0 ? size_t(received) : 0;
+  ring.next = 0;
+  ring.offset = 0;
+  return ring.received > 0;
 }
 
 // Starts taking datagram ring.next apart; false (and counted) when it is unusable.
@@ -152,7 +169,7 @@ size_t UdpTransport::collect_received(std::span<RxPacket> packets) {
 bool UdpTransport::check_received_icrc(RxPacket& packet) {
   const wire::IpUdpInfo info{.src = packet.src, .dst = packet.dst, .src_port = packet.src_port,
                              .dst_port = port_};
-  if (ipv6_) return wire::check_icrc(info, packet.bytes);
+  if (!wire::gid_is_ipv4(packet.src)) return wire::check_icrc(info, packet.bytes);
   const std::optional<wire::SolvedIpv4> solved = wire::solve_icrc_ipv4(info, packet.bytes);
   if (!solved) return false;
   packet.ipv4_id = solved->id;

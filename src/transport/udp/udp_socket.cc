@@ -1,6 +1,8 @@
 #include "transport/udp/udp_socket.h"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/udp.h>
 #include <cerrno>
 #include <cstring>
@@ -92,9 +94,36 @@ int open_udp_socket(bool ipv6) {
   return fd;
 }
 
-int bind_socket(int fd, const Gid& gid, uint16_t port) {
-  const SocketAddress address = to_socket_address(gid, port);
+int bind_socket(int fd, const Gid& gid, uint16_t port, uint32_t scope_id) {
+  SocketAddress address = to_socket_address(gid, port);
+  if (scope_id != 0 && address.storage.ss_family == AF_INET6)
+    reinterpret_cast<sockaddr_in6*>(&address.storage)->sin6_scope_id = scope_id;
   return bind(fd, address.get(), address.length) == 0 ? 0 : errno;
+}
+
+bool find_link_local(uint32_t ipv4, Gid& link_local, uint32_t& ifindex) {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return false;
+  std::string name;  // the interface holding ipv4
+  for (ifaddrs* it = list; it != nullptr && name.empty(); it = it->ifa_next) {
+    if (it->ifa_addr == nullptr || it->ifa_addr->sa_family != AF_INET) continue;
+    const auto* in = reinterpret_cast<const sockaddr_in*>(it->ifa_addr);
+    if (ntohl(in->sin_addr.s_addr) == ipv4) name = it->ifa_name;
+  }
+  bool found = false;
+  for (ifaddrs* it = list; it != nullptr && !found && !name.empty(); it = it->ifa_next) {
+    if (it->ifa_addr == nullptr || it->ifa_addr->sa_family != AF_INET6 || name != it->ifa_name)
+      continue;
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(it->ifa_addr);
+    Gid gid;
+    std::memcpy(gid.data(), in6->sin6_addr.s6_addr, gid.size());
+    if (!is_link_local(gid)) continue;
+    link_local = gid;
+    ifindex = if_nametoindex(it->ifa_name);
+    found = ifindex != 0;
+  }
+  freeifaddrs(list);
+  return found;
 }
 
 int set_receive_buffer(int fd, int bytes) {

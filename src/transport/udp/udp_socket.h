@@ -38,8 +38,15 @@ bool from_socket_address(const sockaddr_storage& address, Gid& gid, uint16_t& po
 // (ip_select_ident), a value the ICRC covers. Returns the fd or -errno.
 int open_udp_socket(bool ipv6);
 
-// bind() to gid:port; returns 0 or the errno.
-int bind_socket(int fd, const Gid& gid, uint16_t port);
+// bind() to gid:port; returns 0 or the errno. `scope_id`: the interface of an IPv6
+// link-local address.
+int bind_socket(int fd, const Gid& gid, uint16_t port, uint32_t scope_id = 0);
+
+// The IPv6 link-local address (fe80::/10) of the interface that holds the IPv4
+// address `ipv4` (host order), and that interface's index; false when it has none.
+bool find_link_local(uint32_t ipv4, Gid& link_local, uint32_t& ifindex);
+
+inline bool is_link_local(const Gid& gid) { return gid[0] == 0xfe && (gid[1] & 0xc0) == 0x80; }
 
 // Sets the receive buffer, SO_RCVBUFFORCE first (needs CAP_NET_ADMIN, ignores
 // net.core.rmem_max), then SO_RCVBUF. Returns the size the kernel reports (Linux

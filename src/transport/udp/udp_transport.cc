@@ -1,6 +1,7 @@
 #include "transport/udp/udp_transport.h"
 
 #include <netinet/in.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -83,7 +84,9 @@ std::unique_ptr<UdpTransport> UdpTransport::open(const UdpConfig& config, std::s
       error = bind_error_message(config.address, config.port, rc);
       return nullptr;
     }
-    return std::unique_ptr<UdpTransport>(new UdpTransport(config, fd, *gid));
+    std::unique_ptr<UdpTransport> transport(new UdpTransport(config, fd, *gid));
+    transport->serve_link_local();
+    return transport;
   }
   // Default addressing (DESIGN.md §6): a loopback address of this process's own.
   for (unsigned attempt = 0; attempt < kLoopbackAttempts; ++attempt) {
@@ -125,7 +128,57 @@ UdpTransport::UdpTransport(const UdpConfig& config, int fd, Gid gid)
 
 UdpTransport::~UdpTransport() {
   for (int fd : owned_port_fds_) close(fd);
+  if (epoll_fd_ >= 0) close(epoll_fd_);
+  if (link_local_fd_ >= 0) close(link_local_fd_);
   close(rx_fd_);
+}
+
+// Linux Soft-RoCE lists an interface's IPv6 link-local address as GID 0 and a peer
+// that picks index 0 sends there, after an IPv6 neighbour solicitation the kernel
+// answers only for an address the host has: so softrdma serves the real one.
+void UdpTransport::serve_link_local() {
+  if (ipv6_ || (wire::gid_to_ipv4(local_gid_) >> 24) == 127) return;
+  Gid gid;
+  uint32_t ifindex = 0;
+  if (!udp::find_link_local(wire::gid_to_ipv4(local_gid_), gid, ifindex)) return;
+  const int fd = udp::open_udp_socket(true);
+  if (fd < 0) return;
+  const int epoll = epoll_create1(EPOLL_CLOEXEC);
+  if (epoll < 0 || udp::bind_socket(fd, gid, port_, ifindex) != 0) {
+    if (epoll >= 0) close(epoll);
+    close(fd);
+    return;
+  }
+  udp::set_receive_buffer(fd, config_.rcvbuf_bytes);
+  udp::set_send_buffer(fd, config_.sndbuf_bytes);
+  udp::enable_packet_info(fd, true);
+  udp::accept_zero_udp_checksum(fd);
+  udp::enable_gro(fd);
+  for (int watched : {rx_fd_, fd}) {
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.fd = watched;
+    epoll_ctl(epoll, EPOLL_CTL_ADD, watched, &event);
+  }
+  link_local_fd_ = fd;
+  link_local_gid_ = gid;
+  link_local_ifindex_ = ifindex;
+  epoll_fd_ = epoll;
+}
+
+std::vector<Gid> UdpTransport::local_gids() const {
+  if (link_local_fd_ < 0) return {local_gid_};
+  return {local_gid_, link_local_gid_};
+}
+
+bool UdpTransport::sendable(const Gid& dst) const {
+  if (wire::gid_is_ipv4(dst) != ipv6_) return true;
+  return link_local_fd_ >= 0 && udp::is_link_local(dst);
+}
+
+int UdpTransport::socket_for(const TxPacket& packet) {
+  if (link_local_fd_ >= 0 && !wire::gid_is_ipv4(packet.dst)) return link_local_fd_;
+  return socket_for_port(packet.src_port);
 }
 
 size_t UdpTransport::source_port_sockets() const {

@@ -61,8 +61,10 @@ class UdpTransport final : public Transport {
 
   size_t tx_burst(std::span<TxPacket> packets) override;
   size_t rx_burst(std::span<RxPacket> packets) override;
-  int rx_fd() const override { return rx_fd_; }
+  // With a link-local socket too: an epoll fd over both receive sockets.
+  int rx_fd() const override { return epoll_fd_ >= 0 ? epoll_fd_ : rx_fd_; }
   Gid local_gid() const override { return local_gid_; }
+  std::vector<Gid> local_gids() const override;
   TransportCounters counters() const override;
   std::string describe() const override;
   uint16_t udp_port() const override { return port_; }
@@ -75,13 +77,21 @@ class UdpTransport final : public Transport {
   struct RxRing;
   struct TxBatch;
 
+  // An IPv4 address on an interface with an IPv6 link-local address: that address
+  // is served too, on port 4791 (docs/decisions/gid-table.md). Quietly not, when it
+  // cannot be bound.
+  void serve_link_local();
+  // The socket a packet leaves from: by destination family, then by source port.
+  int socket_for(const TxPacket& packet);
+  bool sendable(const Gid& dst) const;
   int socket_for_port(uint16_t src_port);
   [[gnu::cold]] int open_source_port_socket(uint16_t src_port);
   bool sendable(const TxPacket& p) const;
   size_t gso_group(std::span<TxPacket> packets, size_t first, size_t room) const;
-  void stamp(std::span<TxPacket> group, uint16_t used_port, iovec* iovs);
+  void stamp(std::span<TxPacket> group, const Gid& src, uint16_t used_port, iovec* iovs);
   size_t prepare_run(std::span<TxPacket> packets, int fd, TxBatch& batch);
   size_t send_run(int fd, TxBatch& batch);
+  bool refill(int fd, size_t wanted);
   bool open_datagram();
   size_t collect_received(std::span<RxPacket> packets);
   bool check_received_icrc(RxPacket& packet);
@@ -94,6 +104,12 @@ class UdpTransport final : public Transport {
   int rcvbuf_bytes_ = 0;
   bool gro_ = false;                // UDP_GRO is on for the receive socket
   std::atomic<bool> gso_{true};     // UDP_SEGMENT is used until the kernel refuses it
+  // The interface's IPv6 link-local address, served by its own socket (-1: none).
+  int link_local_fd_ = -1;
+  Gid link_local_gid_{};
+  uint32_t link_local_ifindex_ = 0;
+  int epoll_fd_ = -1;  // over rx_fd_ and link_local_fd_, when the latter exists
+  bool link_local_first_ = false;  // which socket a refill tries first (alternates)
 
   std::unique_ptr<RxRing> rx_;
 

@@ -43,7 +43,7 @@ struct UdpTransport::TxBatch {
 };
 
 bool UdpTransport::sendable(const TxPacket& p) const {
-  return p.bytes.size() >= kMinRoceBytes && wire::gid_is_ipv4(p.dst) != ipv6_;
+  return p.bytes.size() >= kMinRoceBytes && sendable(p.dst);
 }
 
 // How many packets from `first` on can go as one GSO send: the same peer and
@@ -71,13 +71,14 @@ size_t UdpTransport::gso_group(std::span<TxPacket> packets, size_t first, size_t
 // send get that ID plus their index (inet_gso_segment): the ICRC of packet i of
 // the message is computed with ID i. Proved on real segments by
 // KernelFacts.GsoSegmentsCarryConsecutiveIpv4Ids.
-void UdpTransport::stamp(std::span<TxPacket> group, uint16_t used_port, iovec* iovs) {
+void UdpTransport::stamp(std::span<TxPacket> group, const Gid& src, uint16_t used_port,
+                         iovec* iovs) {
   for (size_t i = 0; i < group.size(); ++i) {
     TxPacket& p = group[i];
-    p.src = local_gid_;
+    p.src = src;
     p.src_port = used_port;
-    p.ipv4_id = ipv6_ ? 0 : uint16_t(i);
-    const wire::IpUdpInfo info{.src = local_gid_, .dst = p.dst, .src_port = used_port,
+    p.ipv4_id = wire::gid_is_ipv4(p.dst) ? uint16_t(i) : 0;
+    const wire::IpUdpInfo info{.src = src, .dst = p.dst, .src_port = used_port,
                                .dst_port = port_, .ipv4_id = p.ipv4_id, .ipv4_df = true};
     wire::write_icrc(info, p.bytes);
     apply_wire_corruption(p);
@@ -94,16 +95,21 @@ size_t UdpTransport::prepare_run(std::span<TxPacket> packets, int fd, TxBatch& b
   while (n < packets.size() && batch.messages < TxBatch::kMaxMessages &&
          n < TxBatch::kMaxPackets) {
     TxPacket& lead = packets[n];
-    if (n > 0 && (!sendable(lead) || socket_for_port(lead.src_port) != fd)) break;
+    if (n > 0 && (!sendable(lead) || socket_for(lead) != fd)) break;
     const size_t g = gso_group(packets, n, TxBatch::kMaxPackets - n);
-    const uint16_t used_port = fd == rx_fd_ ? port_ : lead.src_port;
-    fallbacks += (used_port != lead.src_port && lead.src_port >= kFirstSourcePort) ? g : 0;
-    stamp(packets.subspan(n, g), used_port, &batch.iovs[n]);
+    // The link-local socket (gid-table.md) sends from 4791: no per-QP source port.
+    const bool link_local = fd == link_local_fd_;
+    const uint16_t used_port = fd == rx_fd_ || link_local ? port_ : lead.src_port;
+    fallbacks += (used_port != lead.src_port && lead.src_port >= kFirstSourcePort &&
+                  !link_local) ? g : 0;
+    stamp(packets.subspan(n, g), link_local ? link_local_gid_ : local_gid_, used_port,
+          &batch.iovs[n]);
     const size_t m = batch.messages++;
     msghdr& h = batch.msgs[m].msg_hdr;
     h = msghdr{};
     h.msg_name = &batch.addresses[m];
     h.msg_namelen = udp::write_socket_address(lead.dst, port_, batch.addresses[m]);
+    if (link_local) batch.addresses[m].sin6_scope_id = link_local_ifindex_;
     h.msg_iov = &batch.iovs[n];
     h.msg_iovlen = g;
     if (g > 1) {
@@ -176,7 +182,7 @@ size_t UdpTransport::tx_burst(std::span<TxPacket> packets) {
       ++taken;
       continue;
     }
-    const int fd = socket_for_port(first.src_port);
+    const int fd = socket_for(first);
     const std::span<TxPacket> run_packets = packets.subspan(taken);
     const size_t run = prepare_run(run_packets, fd, batch);
     const size_t sent = send_run(fd, batch);
