@@ -92,14 +92,16 @@ class Bench:
         self.add(label, float(row[4]))  # t_typical, usec
 
     def softrdma_bandwidth(self, tool, size, qps, label):
-        iters = max(200, min(20000, (64 << 20) // size // qps)) if not self.quick else 200
+        # About 512 MiB a run (the CPU figure includes starting the processes).
+        iters = max(200, min(100000, (512 << 20) // size // qps)) if not self.quick else 500
         row, cpu = self.perftest(tool, size, ["-q", str(qps)], iters)
         gbps = float(row[3]) * 8 / 1000  # BW average, MB/s
         moved = size * iters * qps / 1e9
         self.add(label, gbps, cpu / moved if moved else None)
 
     def softrdma_rate(self, label):
-        row, _ = self.perftest("ib_write_bw", 8, ["--post_list=32"], 2000 if self.quick else 200000)
+        # perftest: iterations a multiple of the post list.
+        row, _ = self.perftest("ib_write_bw", 8, ["--post_list=32"], 2048 if self.quick else 200000)
         self.add(label, float(row[4]))  # MsgRate, Mpps
 
     # --- UCX over TCP ---
@@ -120,7 +122,7 @@ class Bench:
         self.add(label, float(row[2]))  # 50th percentile, usec (one way)
 
     def ucx_bandwidth(self, test, size, label):
-        iters = 200 if self.quick else max(200, min(20000, (64 << 20) // size))
+        iters = 500 if self.quick else max(200, min(100000, (512 << 20) // size))
         row, cpu = self.ucx(test, size, iters)
         gbps = float(row[6]) * 8 * 1.048576 / 1000  # overall MB/s (MiB) -> Gb/s
         moved = size * iters / 1e9
@@ -135,7 +137,8 @@ class Bench:
         port = next_port()
         common = ["fi_pingpong", "-p", "tcp", "-e", ep, "-I", str(iters), "-S", str(size)]
         out, _, _ = timed_pair(common + ["-B", str(port)], common + ["-P", str(port), "127.0.0.1"])
-        rows = [l.split() for l in out.splitlines() if re.match(r"^\s*\d+\s+\S+\s+=", l)]
+        # "bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec"; bytes as 8, 4k, 1m.
+        rows = [l.split() for l in out.splitlines() if re.match(r"^\s*\d+[kmg]?\s+\S+\s+=", l)]
         if not rows:
             raise RuntimeError("fi_pingpong %s failed:\n%s" % (ep, out[-2000:]))
         row = rows[-1]

@@ -23,6 +23,8 @@ packages=(
   ibverbs-utils perftest rdmacm-utils python3-pyverbs
   iproute2 procps
   ethtool                             # KernelFacts.GsoSegments...: segmentation offload off on a veth
+  # Benchmark (bench/compare.sh): the peers and the plots
+  ucx-utils libfabric-bin python3-matplotlib
 )
 
 missing=()
