@@ -120,5 +120,32 @@ TEST_F(RcPairTest, GhostAndReservedResponsesAreIgnored) {
   EXPECT_EQ(poll(a.scq).at(0).status, IBV_WC_SUCCESS);
 }
 
+// Issue 6 defect 3: a READ request that carries payload bytes (its opcode has
+// none) is malformed. Expect: NAK invalid request, b's QP in Error, no READ
+// response, and no byte of b's memory sent (IBA 9.7.5.1.5).
+TEST_F(RcPairTest, ReadRequestWithPayloadIsNakedAsInvalid) {
+  const size_t headers = wire::packet_bytes(op::kRcReadRequest, 0) - wire::kIcrcBytes;
+  std::vector<uint8_t> bytes(headers + 8 + wire::kIcrcBytes, 0x77);
+  wire::PacketView p = wire::build_packet(std::span(bytes).first(headers + wire::kIcrcBytes),
+                                          op::kRcReadRequest, 0);
+  p.set(wire::bth::kPkey, 0xffff);
+  p.set(wire::bth::kDestQp, b.qp->qpn());
+  p.set(wire::bth::kPsn, options_.a_psn);
+  p.set(wire::reth::kVa, b.addr(0));
+  p.set(wire::reth::kRkey, b.mr->key);
+  p.set(wire::reth::kDmaLength, 16);
+  net_.inject(a.device->gids()[1], b.device->gids()[1], bytes);
+  b.device->progress();
+  std::vector<transport::fake::FakePacket> sent;
+  for (auto& packet : net_.take_sent())
+    if (packet.src == b.device->gids()[1]) sent.push_back(packet);
+  ASSERT_EQ(sent.size(), 1u) << "one answer";
+  EXPECT_EQ(sent[0].opcode(), op::kRcAcknowledge);
+  const uint8_t syndrome = uint8_t(sent[0].view().get(wire::aeth::kSyndrome));
+  EXPECT_EQ(syndrome, wire::syndrome::nak(wire::syndrome::kNakInvalidRequest));
+  EXPECT_EQ(b.qp->state(), IBV_QPS_ERR);
+  EXPECT_EQ(b.counters().error_naks_sent.load(), 1u);
+}
+
 }  // namespace
 }  // namespace softrdma::engine::testing

@@ -368,5 +368,22 @@ TEST(UdpTransport, SolvesTheIdOfAForeignSender) {
   EXPECT_EQ(b->counters().rx_ipv4_id_solved, 1u);
 }
 
+// Issue 6 defect 5: the wildcard, multicast and broadcast addresses are refused
+// with a message that says why; binding the wildcard would take port 4791 on every
+// address and keep every other softrdma process from opening its device.
+TEST(UdpTransport, WildcardMulticastAndBroadcastAddressesAreRefused) {
+  for (const char* address : {"0.0.0.0", "224.0.0.1", "239.1.2.3", "255.255.255.255", "::",
+                              "ff02::1"}) {
+    UdpConfig config;
+    config.address = address;
+    std::string error;
+    EXPECT_EQ(UdpTransport::open(config, error), nullptr) << address;
+    EXPECT_NE(error.find("SOFTRDMA_ADDR"), std::string::npos) << error;
+    EXPECT_NE(error.find(address), std::string::npos) << error;
+  }
+  // And the process's own addresses still open.
+  EXPECT_NE(open_at(test_address(40)), nullptr);
+}
+
 }  // namespace
 }  // namespace softrdma::transport

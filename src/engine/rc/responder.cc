@@ -112,6 +112,9 @@ Responder::Verdict Responder::check_sequence_and_length(PacketView p) const {
       return Verdict::kInvalidRequest;
     if (len > mtu) return Verdict::kInvalidRequest;
   }
+  // IBA 9.7.5.1.5: an opcode that carries no payload (READ request, ATOMIC) with
+  // bytes after its headers is a malformed request, not a READ of a guessed length.
+  if (!info.any(kOpPayload) && len != 0) return Verdict::kInvalidRequest;
   // IBA 10.2.4.2: the QP's own remote access rights.
   const int allowed = conn_.qp().attr().qp_access_flags;
   if (info.is(kOpWrite) && !(allowed & IBV_ACCESS_REMOTE_WRITE)) return Verdict::kInvalidRequest;
