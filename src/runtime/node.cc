@@ -1,5 +1,7 @@
 #include "runtime/node.h"
 
+#include <cstdio>
+
 #include "transport/fake/fault_injector.h"
 #include "transport/pcap_writer.h"
 #include "transport/udp/udp_transport.h"
@@ -42,6 +44,14 @@ std::unique_ptr<Node> Node::open(const Settings& settings, std::string& error) {
   config.name = settings.device_name;
   config.max_unacked_packets = settings.max_unacked_packets;
   node->device_ = std::make_unique<engine::Device>(config, *node->transport_);
+  if (!settings.progress_thread) {
+    // Issue 6 defect 7: the mode is kept for processes that always poll, and says
+    // what it costs (docs/configuration.md).
+    std::fprintf(stderr,
+                 "softrdma: SOFTRDMA_PROGRESS=inline: nothing is served while no thread "
+                 "polls a CQ; RDMA READ/WRITE/ATOMIC to this process then fail at the "
+                 "peer (IBV_WC_RETRY_EXC_ERR)\n");
+  }
   if (settings.progress_thread) {
     engine::Device* device = node->device_.get();
     progress::ProgressHooks hooks;

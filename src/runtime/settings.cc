@@ -26,6 +26,13 @@ bool parse_window(const char* text, uint32_t& out) {
 
 }  // namespace
 
+std::string Settings::device_name_from_environment() {
+  const char* v = env("SOFTRDMA_DEVICE");
+  return v != nullptr ? v : Settings{}.device_name;
+}
+
+bool Settings::device_name_usable() { return device_name_from_environment().size() < 64; }
+
 std::optional<Settings> Settings::from_environment(std::string& error) {
   Settings s;
   if (const char* v = env("SOFTRDMA_DEVICE")) s.device_name = v;

@@ -12,6 +12,9 @@
 namespace softrdma::runtime {
 
 struct Settings {
+  // SOFTRDMA_DEVICE, or the default name; usable: fits a verbs device name.
+  static std::string device_name_from_environment();
+  static bool device_name_usable();
   // SOFTRDMA_DEVICE: the device name verbs programs see.
   std::string device_name = "softrdma0";
   // SOFTRDMA_ADDR: the local IPv4/IPv6 address RoCEv2 traffic uses (port 4791).

@@ -68,21 +68,26 @@ void Process::warn_once(const std::string& message) {
 
 ibv_device* Process::device() {
   std::call_once(device_once_, [this] {
+    // The device is listed whatever the other settings say: a malformed one makes
+    // opening it fail, with the message (docs/configuration.md), as a kernel
+    // device that cannot be opened is still listed. Only a name that cannot be a
+    // verbs device name leaves the list empty.
     std::string error;
     auto settings = runtime::Settings::from_environment(error);
-    if (!settings) {
+    if (!settings && !runtime::Settings::device_name_usable()) {
       warn_once(error);
       return;
     }
+    const std::string name = runtime::Settings::device_name_from_environment();
     // What rdma-core reads from sysfs for a kernel device. The paths need not
     // exist: ibv_read_sysfs_file() answers -1 for every file (device.cc).
     device_.node_type = IBV_NODE_CA;
     device_.transport_type = IBV_TRANSPORT_IB;  // RoCE is IB transport (IBA A16)
-    copy_name(device_.name, sizeof device_.name, settings->device_name);
+    copy_name(device_.name, sizeof device_.name, name);
     copy_name(device_.dev_name, sizeof device_.dev_name, "uverbs0");
     copy_name(device_.dev_path, sizeof device_.dev_path, "/sys/class/infiniband_verbs/uverbs0");
     copy_name(device_.ibdev_path, sizeof device_.ibdev_path,
-              "/sys/class/infiniband/" + settings->device_name);
+              "/sys/class/infiniband/" + name);
     device_ok_ = true;
   });
   return device_ok_ ? &device_ : nullptr;

@@ -56,10 +56,15 @@ else()
     ENV SOFTRDMA_ADDR=192.0.2.1
     COMMAND ${IBV_DEVINFO}
     EXPECT [=[^softrdma: cannot bind UDP 192\.0\.2\.1:4791]=] [=[^Failed to open device]=])
-  softrdma_client_test(ibv_devinfo_malformed_setting EXIT 255
+  # Issue 6 defect 6: the device is still listed; opening it fails and says why.
+  softrdma_client_test(ibv_devinfo_malformed_setting EXIT 1
     ENV SOFTRDMA_PROGRESS=sometimes
     COMMAND ${IBV_DEVINFO}
-    EXPECT [=[^softrdma: SOFTRDMA_PROGRESS must be]=] [=[^No IB devices found]=])
+    EXPECT [=[^softrdma: SOFTRDMA_PROGRESS must be]=] [=[^Failed to open device]=])
+  softrdma_client_test(ibv_devinfo_malformed_window EXIT 1
+    ENV SOFTRDMA_WINDOW=0
+    COMMAND ${IBV_DEVINFO}
+    EXPECT [=[^softrdma: SOFTRDMA_WINDOW must be]=] [=[^Failed to open device]=])
 
   # ibv_rc_pingpong -g 1 (the IPv4-mapped GID) at 1 B .. 8 MiB, polling and
   # with completion events (-e). Each side prints size * iters * 2 bytes.

@@ -108,6 +108,18 @@ TEST(FaultSettings, RejectsUnknownKeysAndValuesOutOfRange) {
   }
 }
 
+// Issue 6 defect 6: a key given twice ("loss=0.1,loss=0.5") is refused, not
+// silently decided for one of them.
+TEST(FaultSettings, RejectsARepeatedKey) {
+  for (const char* bad : {"loss=0.1,loss=0.5", "seed=1,dup=0.1,seed=2", "dir=tx, dir=rx"}) {
+    std::string error;
+    EXPECT_FALSE(FaultSettings::parse(bad, error).has_value()) << bad;
+    EXPECT_NE(error.find("more than once"), std::string::npos) << error;
+  }
+  std::string error;
+  EXPECT_TRUE(FaultSettings::parse("loss=0.1,dup=0.1,seed=2", error).has_value()) << error;
+}
+
 TEST(WrapWithFaults, WrapsOnlyWhenAFaultIsConfigured) {
   FakeNetwork net;
   std::unique_ptr<Transport> t = net.attach(ipv4_gid(10, 0, 0, 1));

@@ -1,9 +1,11 @@
 #include "transport/fake/fault_settings.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 namespace softrdma::transport {
 
@@ -73,6 +75,7 @@ std::string FaultSettings::to_string() const {
 
 std::optional<FaultSettings> FaultSettings::parse(std::string_view text, std::string& error) {
   FaultSettings settings;
+  std::vector<std::string_view> seen;
   while (!text.empty()) {
     const size_t comma = text.find(',');
     const std::string_view item = trim(text.substr(0, comma));
@@ -82,6 +85,12 @@ std::optional<FaultSettings> FaultSettings::parse(std::string_view text, std::st
     const std::string_view key = trim(item.substr(0, equals));
     const std::string_view value =
         equals == std::string_view::npos ? std::string_view() : trim(item.substr(equals + 1));
+    // A key given twice is a mistake whichever one was meant (issue 6 defect 6).
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+      error = "SOFTRDMA_FAULTS: '" + std::string(key) + "' is given more than once";
+      return std::nullopt;
+    }
+    seen.push_back(key);
     if (!apply_item(key, value, settings)) {
       error = "SOFTRDMA_FAULTS: bad item '" + std::string(item) +
               "' (expected loss|dup|reorder|corrupt=0..1, delay_us|jitter_us|seed=N, "
