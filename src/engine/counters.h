@@ -31,6 +31,7 @@ namespace softrdma::engine {
   X(duplicate_reads)                                                         \
   X(duplicate_atomics_replayed)                                              \
   X(responses_refused)                                                       \
+  X(bad_read_responses)                                                      \
   X(out_of_sequence_responses)                                               \
   X(cq_overruns)                                                             \
   X(peer_access_unmapped)   /* a peer's request met munmap'ed registered memory */ \

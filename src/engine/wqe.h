@@ -49,6 +49,7 @@ struct SendWqe {
   uint32_t npackets = 0;     // PSNs this message occupies (READ: one per response)
   uint32_t next_packet = 0;  // next packet index to (re)send
   uint32_t read_packets_received = 0;  // READ responses placed, in order
+  uint32_t read_chunk_begin = 0;  // READ: first packet the request now answered asks for
   uint32_t read_requested = 0;  // READ: responses asked for so far (end of the last request)
   ibv_wc_status status = IBV_WC_SUCCESS;
 

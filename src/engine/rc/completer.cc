@@ -7,6 +7,7 @@
 #include "engine/qp.h"
 #include "engine/rc/connection.h"
 #include "engine/sgl.h"
+#include "wire/messages.h"
 #include "wire/psn.h"
 
 namespace softrdma::engine::rc {
@@ -149,6 +150,10 @@ void Completer::on_read_response(PacketView packet, Nanos now) {
     bump(conn_.qp().device().counters().out_of_sequence_responses);
     return;
   }
+  if (!response_in_place(w, packet)) {
+    bump(conn_.qp().device().counters().bad_read_responses);
+    return;
+  }
   const uint32_t mtu = conn_.path().mtu;
   const uint64_t offset = uint64_t(w.read_packets_received) * mtu;
   const uint64_t expected = std::min<uint64_t>(mtu, w.length - std::min<uint64_t>(offset, w.length));
@@ -159,6 +164,21 @@ void Completer::on_read_response(PacketView packet, Nanos now) {
   una_psn_ = psn_add(psn, 1);
   if (w.read_packets_received == w.npackets) complete_head(IBV_WC_SUCCESS);
   progress_made(now);
+}
+
+// IBA 9.7.5.2.5 / 9.2.1: the responses to one READ request are FIRST, MIDDLE ...,
+// LAST, or a single ONLY, and those with an AETH carry an ACK. A packet at the
+// awaited PSN that breaks this (an ONLY inside a longer request, a LAST where FIRST
+// belongs, a NAK syndrome) is not data of this READ: it is dropped and counted,
+// and the retry timer asks again (issue 6 defect 2).
+bool Completer::response_in_place(const SendWqe& w, PacketView packet) const {
+  const uint32_t i = w.read_packets_received;
+  if (i < w.read_chunk_begin || i >= w.next_packet) return false;  // not asked for now
+  const uint8_t wanted = message_operation(MessageKind::kReadResponse, i - w.read_chunk_begin,
+                                           w.next_packet - w.read_chunk_begin);
+  if ((uint8_t(packet.get(bth::kOpcode)) & 0x1f) != wanted) return false;
+  return !packet.info().has(Header::kAeth) ||
+         syndrome::type(uint8_t(packet.get(aeth::kSyndrome))) == syndrome::kAck;
 }
 
 void Completer::on_atomic_ack(PacketView packet, Nanos now) {

@@ -35,6 +35,7 @@ class Completer {
   void on_read_response(wire::PacketView packet, Nanos now);
   void on_atomic_ack(wire::PacketView packet, Nanos now);
   void on_nak(uint8_t syndrome, uint32_t psn, Nanos now);
+  bool response_in_place(const SendWqe& w, wire::PacketView packet) const;
   bool place(const SendWqe& w, uint64_t offset, std::span<const uint8_t> data);
   // Completes every WQE wholly acknowledged by a response for `psn` (implicit ACK,
   // IBA 9.7.5.2.1); returns false when a READ/ATOMIC before it lost its response.

@@ -220,6 +220,7 @@ bool Requester::send_read_request(SendWqe& wqe) {
     p.set(reth::kDmaLength, len);
     count_send(psn, chunk);
     repeat_if_restarting(p);
+    wqe.read_chunk_begin = wqe.next_packet;
     wqe.next_packet += chunk;
     wqe.read_requested = std::max(wqe.read_requested, wqe.next_packet);
   }
