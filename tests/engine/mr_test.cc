@@ -12,10 +12,12 @@
 #include <cerrno>
 #include <cstdint>
 #include <limits>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <set>
 #include <sstream>
+#include <fstream>
 #include <thread>
 #include <vector>
 
@@ -365,21 +367,37 @@ TEST_F(MrTest, DeregRevokesAtOnce) {
 
 // Deregistration waits for a lookup in progress: memory a resolve handed out stays
 // registered while its Access lives (so a responder never copies into freed memory).
+// The test waits for the deregistering thread to be asleep (its state in /proc),
+// not for a time: then dereg has not returned because it is waiting.
 TEST_F(MrTest, DeregWaitsForAccessInUse) {
   Mr* mr = reg(kAllRemote, va());
   const uint32_t key = mr->key;
   std::atomic<bool> dereg_done{false};
+  std::atomic<pid_t> deregger_tid{0};
   std::thread deregger;
   {
     auto access = device_->mrs().access();
     AccessError why;
     ASSERT_NE(access.resolve(key, pd_, va(), 8, 0, why), nullptr);
     deregger = std::thread([&] {
+      deregger_tid = gettid();
       EXPECT_EQ(device_->dereg_mr(mr), 0);
       dereg_done = true;
     });
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    auto asleep = [&] {
+      const pid_t tid = deregger_tid.load();
+      if (tid == 0) return false;
+      std::ifstream stat("/proc/self/task/" + std::to_string(tid) + "/stat");
+      std::string line;
+      std::getline(stat, line);
+      const size_t paren = line.rfind(')');
+      return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'S';
+    };
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!asleep() && !dereg_done.load() && std::chrono::steady_clock::now() < give_up)
+      std::this_thread::yield();
     EXPECT_FALSE(dereg_done.load()) << "dereg returned while the region was in use";
+    EXPECT_TRUE(asleep()) << "the deregistering thread waits";
     EXPECT_NE(access.find(key), nullptr);
   }
   deregger.join();
