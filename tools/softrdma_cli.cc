@@ -4,10 +4,12 @@
 //                                   libibverbs.so.1 and the vendor stubs) first on
 //                                   LD_LIBRARY_PATH. Nothing is installed anywhere.
 //   softrdma status                 the device, its addresses (GIDs), every setting
-//                                   in force and the counters of a freshly opened
-//                                   device (counters are per process: each process
-//                                   that opens the device runs its own engine).
+//                                   in force, then every softrdma process of the
+//                                   host with its device, QPs and live counters
+//                                   (each process runs its own engine; their status
+//                                   segments, runtime/status_segment.h).
 #include <arpa/inet.h>
+#include <infiniband/verbs.h>
 #include <limits.h>
 #include <unistd.h>
 
@@ -19,6 +21,7 @@
 
 #include "runtime/node.h"
 #include "runtime/settings.h"
+#include "runtime/status_segment.h"
 
 namespace {
 
@@ -78,6 +81,37 @@ std::string gid_text(const softrdma::transport::Gid& gid) {
   return text;
 }
 
+softrdma::transport::Gid to_gid(const uint8_t (&raw)[16]) {
+  softrdma::transport::Gid gid;
+  std::memcpy(gid.data(), raw, gid.size());
+  return gid;
+}
+
+const char* qp_state_name(uint8_t state) {
+  static const char* const names[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
+  return state < 7 ? names[state] : "?";
+}
+
+// Every other softrdma process of the host, from its status segment: device,
+// address, QPs, counters that are not zero (like `rdma statistic`).
+void print_processes() {
+  int stale = 0;
+  const auto reports = softrdma::runtime::read_status_segments(stale);
+  std::printf("\nsoftrdma processes of this host (live counters; stale segments removed: %d)\n",
+              stale);
+  for (const auto& r : reports) {
+    if (r.pid == getpid()) continue;
+    std::printf("process %d  device %s  %s\n", r.pid, r.device.c_str(), r.address.c_str());
+    for (const auto& q : r.qps) {
+      std::printf("  qp %u  type %s  state %s  dest_qp %u  peer %s\n", q.qpn,
+                  q.type == IBV_QPT_RC ? "RC" : q.type == IBV_QPT_UC ? "UC" : "UD",
+                  qp_state_name(q.state), q.dest_qpn, gid_text(to_gid(q.peer)).c_str());
+    }
+    for (const auto& [name, value] : r.counters)
+      if (value != 0) std::printf("  engine.%-26s %llu\n", name.c_str(), (unsigned long long)value);
+  }
+}
+
 int status() {
   std::string error;
   auto settings = softrdma::runtime::Settings::from_environment(error);
@@ -107,16 +141,7 @@ int status() {
   device.counters().for_each([](const char* name, uint64_t value) {
     std::printf("  engine.%-26s %llu\n", name, (unsigned long long)value);
   });
-  const auto t = node->transport().counters();
-  const std::pair<const char*, uint64_t> transport[] = {
-      {"tx_packets", t.tx_packets},   {"tx_bytes", t.tx_bytes},
-      {"tx_errors", t.tx_errors},     {"rx_packets", t.rx_packets},
-      {"rx_bytes", t.rx_bytes},       {"rx_bad_icrc", t.rx_bad_icrc},
-      {"rx_truncated", t.rx_truncated}, {"rx_buffer_bytes", t.rx_buffer_bytes},
-  };
-  for (const auto& [name, value] : transport) {
-    std::printf("  transport.%-23s %llu\n", name, (unsigned long long)value);
-  }
+  print_processes();
   return 0;
 }
 

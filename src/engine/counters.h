@@ -1,5 +1,7 @@
 // Counters of the software RNIC, by reason (DESIGN.md §7: every dropped or refused
 // packet is counted). Relaxed atomics: they are statistics, not synchronisation.
+// They live in the process's status segment (runtime/status_segment.h) when the
+// runtime opened the device, so `softrdma status` reads them live.
 #pragma once
 
 #include <atomic>
@@ -50,8 +52,11 @@ struct EngineCounters {
   }
 };
 
+// The engine's owner is the only writer (docs/decisions/threading.md): a relaxed
+// load and store, no locked read-modify-write, no cache line taken from another
+// core; a reader (`softrdma status`) sees a value at most one update old.
 inline void bump(std::atomic<uint64_t>& c, uint64_t by = 1) {
-  c.fetch_add(by, std::memory_order_relaxed);
+  c.store(c.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
 }
 
 // For the gauges among the counters (`retry_streak_max`): keeps the largest value.

@@ -50,6 +50,7 @@ Device::Device(DeviceConfig config, transport::Transport& transport, const Clock
       transport_(transport),
       clock_(clock),
       gids_(make_gid_table(transport.local_gids())),
+      counters_(config_.counters != nullptr ? *config_.counters : own_counters_),
       next_qpn_(initial_qpn()),
       receivers_{&transport},
       tx_(std::make_unique<TxBatch>(counters_)) {
@@ -160,6 +161,7 @@ Qp* Device::create_qp(Pd* pd, QpInit& init, int& err) {
   auto qp = std::make_unique<Qp>(*this, qpn, pd, init);
   Qp* raw = qp.get();
   qps_.emplace(qpn, std::move(qp));
+  note_qp(*raw);
   return raw;
 }
 
@@ -181,6 +183,7 @@ int Device::destroy_qp(Qp* qp) {
   std::erase(timed_, qp);
   std::erase(touched_, qp);
   std::erase(busy_, qp);
+  note_qp(*qp, /*gone=*/true);
   qps_.erase(it);
   return 0;
 }

@@ -80,6 +80,14 @@ class Device {
   Nanos next_deadline() const { return next_deadline_.load(std::memory_order_acquire); }
   // Called when a timer is armed earlier than next_deadline() (wake the loop).
   void set_wakeup(std::function<void()> wake) { wakeup_ = std::move(wake); }
+  // Told of every QP created, changing state, or destroyed (`gone`), on those cold
+  // paths (the runtime's status segment, `softrdma status`).
+  void set_qp_observer(std::function<void(const Qp&, bool gone)> observer) {
+    qp_observer_ = std::move(observer);
+  }
+  void note_qp(const Qp& qp, bool gone = false) {
+    if (qp_observer_) qp_observer_(qp, gone);
+  }
   // The engine's owner queued output for `qp` that it produces in bursts
   // (Protocol::on_tx_ready), a burst per QP and turn.
   void want_tx(Qp& qp);
@@ -126,7 +134,8 @@ class Device {
   std::vector<transport::Transport*> extra_;
   const Clock& clock_;
   std::vector<Gid> gids_;
-  EngineCounters counters_;
+  EngineCounters own_counters_;  // unless config_.counters says where they live
+  EngineCounters& counters_;
   MrTable mrs_;
 
   std::mutex objects_mutex_;  // PD and CQ lists: cold paths only
@@ -153,6 +162,7 @@ class Device {
   std::mutex events_mutex_;
   std::deque<AsyncEvent> events_;
   std::function<void()> async_notify_;
+  std::function<void(const Qp&, bool)> qp_observer_;
 };
 
 }  // namespace softrdma::engine

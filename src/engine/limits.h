@@ -7,6 +7,8 @@
 
 namespace softrdma::engine {
 
+struct EngineCounters;
+
 // Largest requester window a setting may ask for (SOFTRDMA_WINDOW).
 inline constexpr uint32_t kMaxWindowPackets = 4096;
 // 1 GiB, as RoCE NICs report (IBA allows up to 2^31).
@@ -42,6 +44,9 @@ struct DeviceConfig {
   // AckReq (IBA 9.7.5.1.4) is set on the last packet of each message and at least
   // every this many packets of a long one, so ACKs stay timely and coalesced.
   uint32_t ack_request_interval = 16;
+  // Where the engine's counters live (the runtime puts them in the process's status
+  // segment, runtime/status_segment.h); null: in the device itself.
+  EngineCounters* counters = nullptr;
 };
 
 }  // namespace softrdma::engine

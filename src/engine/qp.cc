@@ -264,6 +264,7 @@ void Qp::enter_error(Nanos now) {
 void Qp::set_state(ibv_qp_state to) {
   attr_.qp_state = to;
   attr_.cur_qp_state = to;
+  device_.note_qp(*this);
 }
 
 void Qp::flush_and_notify(ibv_qp_state from, Nanos now) {

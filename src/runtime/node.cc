@@ -1,6 +1,7 @@
 #include "runtime/node.h"
 
 #include <cstdio>
+#include <cstring>
 
 #include "transport/fake/fault_injector.h"
 #include "transport/pcap_writer.h"
@@ -42,8 +43,19 @@ std::unique_ptr<Node> Node::open(const Settings& settings, std::string& error) {
   if (!node->transport_) return nullptr;
   engine::DeviceConfig config;
   config.name = settings.device_name;
+  node->status_ = StatusSegment::create(settings.device_name, node->transport_->describe());
+  if (node->status_) config.counters = node->status_->counters();
   config.max_unacked_packets = settings.max_unacked_packets;
   node->device_ = std::make_unique<engine::Device>(config, *node->transport_);
+  if (node->status_) {
+    StatusSegment* status = node->status_.get();
+    node->device_->set_qp_observer([status](const engine::Qp& qp, bool gone) {
+      uint8_t peer[16];
+      std::memcpy(peer, qp.attr().ah_attr.grh.dgid.raw, sizeof peer);
+      status->update_qp(qp.qpn(), qp.attr().dest_qp_num, uint8_t(qp.type()),
+                        uint8_t(qp.state()), peer, gone);
+    });
+  }
   if (!settings.progress_thread) {
     // Issue 6 defect 7: the mode is kept for processes that always poll, and says
     // what it costs (docs/configuration.md).

@@ -9,6 +9,7 @@
 #include "engine/device.h"
 #include "progress/loop.h"
 #include "runtime/settings.h"
+#include "runtime/status_segment.h"
 #include "transport/transport.h"
 
 namespace softrdma::transport {
@@ -43,6 +44,7 @@ class Node {
   explicit Node(const Settings& settings) : settings_(settings) {}
 
   Settings settings_;
+  std::unique_ptr<StatusSegment> status_;  // outlives the device: its counters live there
   std::unique_ptr<transport::Transport> transport_;
   transport::FaultInjector* faults_ = nullptr;  // inside transport_, when configured
   std::unique_ptr<engine::Device> device_;

@@ -1,0 +1,81 @@
+// `softrdma status` shows a running process's device, QPs and live counters, and
+// removes the segment of a process that was killed (issue 6 "Live counters";
+// runtime/status_segment.h). A child process connects a pair of QPs and moves
+// data, then waits; the test runs the real command, as a user would.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "verbs/verbs_fixture.h"
+
+namespace softrdma::verbs::testing {
+namespace {
+
+std::string run_status() {
+  std::string out;
+  FILE* p = popen(SOFTRDMA_TOOL " status 2>&1", "r");
+  if (p == nullptr) return out;
+  char buffer[4096];
+  while (size_t n = fread(buffer, 1, sizeof buffer, p)) out.append(buffer, n);
+  pclose(p);
+  return out;
+}
+
+// The child: a connected pair, one WRITE of 4 KiB completed, then the QPNs to the
+// parent, then it waits to be killed.
+[[noreturn]] void child_main(int report_fd) {
+  Pair pair;
+  ibv_sge sge{pair.a.addr(0), 4096, pair.a.mr->lkey};
+  if (post_send(pair.a.qp, IBV_WR_RDMA_WRITE, sge, 1, pair.b.addr(0), pair.b.mr->rkey) != 0 ||
+      poll_n(pair.a.cq, 1).size() != 1)
+    _exit(2);
+  const std::string qpns =
+      std::to_string(pair.a.qp->qp_num) + " " + std::to_string(pair.b.qp->qp_num) + "\n";
+  if (write(report_fd, qpns.data(), qpns.size()) != ssize_t(qpns.size())) _exit(3);
+  for (;;) pause();
+}
+
+TEST(SoftrdmaStatus, ShowsARunningProcessAndForgetsAKilledOne) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(fds[0]);
+    child_main(fds[1]);
+  }
+  close(fds[1]);
+  char line[64] = {};
+  ASSERT_GT(read(fds[0], line, sizeof line - 1), 0) << "the child never connected";
+  close(fds[0]);
+  unsigned qpn_a = 0, qpn_b = 0;
+  ASSERT_EQ(std::sscanf(line, "%u %u", &qpn_a, &qpn_b), 2);
+
+  const std::string out = run_status();
+  EXPECT_NE(out.find("process " + std::to_string(child) + "  device softrdma0"), std::string::npos)
+      << out;
+  for (unsigned qpn : {qpn_a, qpn_b}) {
+    EXPECT_NE(out.find("qp " + std::to_string(qpn) + "  type RC  state RTS"), std::string::npos)
+        << "qp " << qpn << " in\n" << out;
+  }
+  EXPECT_NE(out.find("engine.rx_packets"), std::string::npos) << "its traffic is counted\n" << out;
+
+  const std::string segment = "/dev/shm/softrdma-" + std::to_string(child) + "-softrdma0";
+  EXPECT_TRUE(std::filesystem::exists(segment));
+  kill(child, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(std::filesystem::exists(segment)) << "a killed process leaves its segment";
+  const std::string after = run_status();
+  EXPECT_EQ(after.find("process " + std::to_string(child)), std::string::npos) << after;
+  EXPECT_FALSE(std::filesystem::exists(segment)) << "the reader removed the stale segment";
+}
+
+}  // namespace
+}  // namespace softrdma::verbs::testing
