@@ -161,6 +161,7 @@ Qp* Device::create_qp(Pd* pd, QpInit& init, int& err) {
   auto qp = std::make_unique<Qp>(*this, qpn, pd, init);
   Qp* raw = qp.get();
   qps_.emplace(qpn, std::move(qp));
+  live_qps_.insert(raw);
   note_qp(*raw);
   return raw;
 }
@@ -174,8 +175,12 @@ uint32_t Device::fresh_qpn() {
 
 int Device::destroy_qp(Qp* qp) {
   auto engine = hold_engine();
-  auto it = std::find_if(qps_.begin(), qps_.end(), [&](auto& q) { return q.second.get() == qp; });
-  if (it == qps_.end()) return EINVAL;
+  // Known before touched: a stale or repeated handle is EINVAL, not a read of freed
+  // memory (and a lookup, not a walk of 65 536 QPs).
+  if (!live_qps_.contains(qp)) return EINVAL;
+  auto it = qps_.find(qp->qpn());
+  if (it == qps_.end() || it->second.get() != qp) return EINVAL;
+  live_qps_.erase(qp);
   // A doorbell of this QP may still be queued (rung by a post that raced with
   // destroy, which verbs forbids but must not crash): serve them all first.
   serve_doorbells(clock_.now());

@@ -19,7 +19,7 @@ inline constexpr uint32_t kMaxMessageBytes = 1u << 30;
 static_assert(kMaxWindowPackets + kMaxMessageBytes / 256 < (1u << 23));
 
 struct DeviceLimits {
-  uint32_t max_qp = 16384;
+  uint32_t max_qp = 131072;  // issue 6: 65 536 RC QPs in one process, with room
   uint32_t max_qp_wr = 16384;        // per work queue
   uint32_t max_sge = 32;             // per work request
   uint32_t max_inline_data = 512;    // bytes copied at post time

@@ -61,6 +61,12 @@ else()
     ENV SOFTRDMA_PROGRESS=sometimes
     COMMAND ${IBV_DEVINFO}
     EXPECT [=[^softrdma: SOFTRDMA_PROGRESS must be]=] [=[^Failed to open device]=])
+  # Issue 6 defect 7: inline progress works, and says at open what it breaks.
+  softrdma_client_test(ibv_devinfo_inline_progress_warns
+    ENV SOFTRDMA_PROGRESS=inline
+    COMMAND ${IBV_DEVINFO}
+    EXPECT [=[^softrdma: SOFTRDMA_PROGRESS=inline: nothing is served while no thread polls]=]
+           [=[hca_id:\s+softrdma0]=])
   softrdma_client_test(ibv_devinfo_malformed_window EXIT 1
     ENV SOFTRDMA_WINDOW=0
     COMMAND ${IBV_DEVINFO}
