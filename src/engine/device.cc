@@ -238,14 +238,14 @@ void Device::dispatch(const transport::RxPacket& rx, Nanos now) {
   }
 }
 
-bool Device::progress(Turn who) {
+bool Device::progress() {
   bool worked = false;
   // A doorbell rung while this thread held the engine found it busy: serve it
   // before leaving, or it would wait for the next turn of whoever comes next.
   do {
     std::unique_lock engine(engine_mutex_, std::try_to_lock);
     if (!engine.owns_lock()) return worked;
-    worked |= turn(true, who);
+    worked |= turn(true);
   } while (doorbells_.load(std::memory_order_seq_cst) != nullptr);
   return worked;
 }
@@ -291,15 +291,14 @@ bool Device::serve_doorbells(Nanos now) {
 
 // One turn of the engine's owner. `receive`: also take a receive burst (pollers
 // and the loop do; a posting thread only sends what it posted).
-bool Device::turn(bool receive, Turn who) {
+bool Device::turn(bool receive) {
   const Nanos now = clock_.now();
-  const uint64_t completions_before = completions_;
   bool worked = serve_doorbells(now);
   if (receive)
     for (transport::Transport* from : receivers_) worked |= this->receive(*from, now);
   if (now >= next_deadline_.load(std::memory_order_acquire)) worked |= run_timers(now);
   if (receive) worked |= serve_busy(now);
-  if (who == kLoop || completions_ == completions_before) tx_->flush();
+  tx_->flush();
   return worked;
 }
 

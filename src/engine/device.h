@@ -61,15 +61,9 @@ class Device {
   Qp* create_qp(Pd* pd, QpInit& init, int& err);
   int destroy_qp(Qp* qp);
 
-  // Who takes a turn. A poller (an application thread in poll_cq) whose turn
-  // queued completions leaves the packets it built (ACKs, mostly) in the batch:
-  // the application usually posts at once, and its doorbell turn sends them in
-  // one system call with what it posts; whoever takes the next turn sends them
-  // anyway.
-  enum Turn : bool { kLoop = false, kPoller = true };
   // One turn of the engine unless another thread is running it: doorbells, one
   // receive burst, due timers. True when anything happened.
-  bool progress(Turn who = kLoop);
+  bool progress();
   // Work was posted to `qp` (or it must be flushed): run it now if the engine is
   // free, else leave a doorbell that the running owner serves before its turn ends.
   void ring_doorbell(Qp& qp);
@@ -96,8 +90,6 @@ class Device {
   void arm_timer(Qp& qp, Nanos when);
   // The engine owner's send batch.
   TxBatch& tx() { return *tx_; }
-  // The engine owner queued a completion.
-  void note_completion() { ++completions_; }
 
   const DeviceConfig& config() const { return config_; }
   const DeviceLimits& limits() const { return config_.limits; }
@@ -121,7 +113,7 @@ class Device {
   bool next_async_event(AsyncEvent& out);
 
  private:
-  bool turn(bool receive, Turn who = kLoop);
+  bool turn(bool receive);
   bool serve_doorbells(Nanos now);
   bool serve_busy(Nanos now);
   void dispatch(const transport::RxPacket& rx, Nanos now);
@@ -153,7 +145,6 @@ class Device {
   std::vector<Qp*> touched_;  // QPs that got packets this burst (ACKs to coalesce)
   std::vector<Qp*> timed_;    // QPs that may have a timer armed
   std::vector<Qp*> busy_;     // QPs with output to produce (want_tx)
-  uint64_t completions_ = 0;  // completions queued (did a turn queue any?)
   // Lock-free stack of QPs with a doorbell rung (Qp::doorbell_next_ links it):
   // pushed by posting threads, taken whole by the owner.
   std::atomic<Qp*> doorbells_{nullptr};

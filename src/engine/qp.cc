@@ -203,7 +203,6 @@ ibv_wc Qp::make_send_wc(const SendWqe& wqe, ibv_wc_status status) const {
 // IBA 11.4.2.1: a completion that does not fit is lost and the CQ is in error;
 // the first overrun raises IBV_EVENT_CQ_ERR.
 void Qp::push_completion(Cq& cq, const ibv_wc& wc, bool solicited) {
-  device_.note_completion();
   const bool was_in_error = cq.in_error();
   if (cq.push(wc, solicited)) return;
   bump(device_.counters().cq_overruns);

@@ -39,9 +39,6 @@ struct ProgressHooks {
   std::function<int64_t()> next_deadline_ns;
   // Readable means progress() has work (transport rx_fds, ...).
   std::vector<int> fds;
-  // What run_once() calls instead of progress(), when set (an application
-  // thread's turn, which may leave its ACKs for its next post: engine/device.h).
-  std::function<bool()> inline_progress;
 };
 
 struct ProgressOptions {

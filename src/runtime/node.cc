@@ -68,7 +68,6 @@ std::unique_ptr<Node> Node::open(const Settings& settings, std::string& error) {
     engine::Device* device = node->device_.get();
     progress::ProgressHooks hooks;
     hooks.progress = [device] { return device->progress(); };
-    hooks.inline_progress = [device] { return device->progress(engine::Device::kPoller); };
     hooks.next_deadline_ns = [device] { return device->next_deadline(); };
     hooks.fds = {node->transport_->rx_fd()};
     node->loop_ = std::make_unique<progress::ProgressLoop>(std::move(hooks));
@@ -88,7 +87,7 @@ Node::~Node() {
 }
 
 bool Node::progress_inline() {
-  return loop_ ? loop_->run_once() : device_->progress(engine::Device::kPoller);
+  return loop_ ? loop_->run_once() : device_->progress();
 }
 
 }  // namespace softrdma::runtime
