@@ -28,8 +28,12 @@ class RcUnmappedTest : public RcPairTest {
     RcPairTest::TearDown();
   }
 
-  // Registers `pages` fresh pages on `n` (all access rights), then unmaps the pages
-  // from `first_gone` on: the MR stays registered over memory that is gone.
+  // Registers `pages` fresh pages on `n` (all access rights), then takes the pages
+  // from `first_gone` on away: the MR stays registered over memory that is gone.
+  // They are replaced at once (MAP_FIXED) by an inaccessible mapping rather than
+  // unmapped and left free: an allocation of the test's own (ASan's allocator, under
+  // load) could otherwise land in the freed range, and the access would succeed.
+  // An access faults the same way (SIGSEGV) and takes the same path.
   Mr* register_then_unmap(Node& n, size_t pages, size_t first_gone = 0) {
     const size_t page = size_t(sysconf(_SC_PAGESIZE));
     void* p = mmap(nullptr, pages * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
@@ -41,8 +45,10 @@ class RcUnmappedTest : public RcPairTest {
                               options_.mr_access, err);
     EXPECT_NE(mr, nullptr) << err;
     uint8_t* gone = static_cast<uint8_t*>(p) + first_gone * page;
-    EXPECT_EQ(munmap(gone, (pages - first_gone) * page), 0);
-    if (first_gone > 0) mapped_.push_back({p, first_gone * page});
+    EXPECT_EQ(mmap(gone, (pages - first_gone) * page, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0),
+              static_cast<void*>(gone));
+    mapped_.push_back({p, pages * page});
     return mr;
   }
 

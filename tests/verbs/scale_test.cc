@@ -126,6 +126,8 @@ TEST(Scale, SixtyFiveThousandRcQpsInOneProcessASampleConnectedToAnother) {
       << "the second process: status " << status;
   for (ibv_qp* qp : qps) ASSERT_EQ(ibv_destroy_qp(qp), 0);
   EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  EXPECT_EQ(ibv_destroy_cq(cq), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
 }
 
 }  // namespace
