@@ -55,6 +55,14 @@ struct EngineCounters {
 // The engine's owner is the only writer (docs/decisions/threading.md): a relaxed
 // load and store, no locked read-modify-write, no cache line taken from another
 // core; a reader (`softrdma status`) sees a value at most one update old.
+// One QP's traffic (issue 6: counters per QP). They live in the QP's row of the
+// status segment when there is one (runtime/status_segment.h), else in the QP.
+struct QpCounters {
+  std::atomic<uint64_t> tx_packets{0};
+  std::atomic<uint64_t> rx_packets{0};
+  std::atomic<uint64_t> retransmitted_packets{0};
+};
+
 inline void bump(std::atomic<uint64_t>& c, uint64_t by = 1) {
   c.store(c.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
 }

@@ -162,7 +162,7 @@ Qp* Device::create_qp(Pd* pd, QpInit& init, int& err) {
   Qp* raw = qp.get();
   qps_.emplace(qpn, std::move(qp));
   live_qps_.insert(raw);
-  note_qp(*raw);
+  if (QpCounters* counters = note_qp(*raw)) raw->counters_ = counters;
   return raw;
 }
 
@@ -231,6 +231,7 @@ void Device::dispatch(const transport::RxPacket& rx, Nanos now) {
     return;
   }
   bump(counters_.rx_packets);
+  bump(qp.counters().rx_packets);
   qp.protocol().on_packet(packet, rx, now);
   if (!qp.touched_) {
     qp.touched_ = true;

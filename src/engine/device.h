@@ -76,12 +76,12 @@ class Device {
   // Called when a timer is armed earlier than next_deadline() (wake the loop).
   void set_wakeup(std::function<void()> wake) { wakeup_ = std::move(wake); }
   // Told of every QP created, changing state, or destroyed (`gone`), on those cold
-  // paths (the runtime's status segment, `softrdma status`).
-  void set_qp_observer(std::function<void(const Qp&, bool gone)> observer) {
-    qp_observer_ = std::move(observer);
-  }
-  void note_qp(const Qp& qp, bool gone = false) {
-    if (qp_observer_) qp_observer_(qp, gone);
+  // paths (the runtime's status segment, `softrdma status`). It may answer where
+  // the QP's counters are to live (its row), or null.
+  using QpObserver = std::function<QpCounters*(const Qp&, bool gone)>;
+  void set_qp_observer(QpObserver observer) { qp_observer_ = std::move(observer); }
+  QpCounters* note_qp(const Qp& qp, bool gone = false) {
+    return qp_observer_ ? qp_observer_(qp, gone) : nullptr;
   }
   // The engine's owner queued output for `qp` that it produces in bursts
   // (Protocol::on_tx_ready), a burst per QP and turn.
@@ -155,7 +155,7 @@ class Device {
   std::mutex events_mutex_;
   std::deque<AsyncEvent> events_;
   std::function<void()> async_notify_;
-  std::function<void(const Qp&, bool)> qp_observer_;
+  QpObserver qp_observer_;
 };
 
 }  // namespace softrdma::engine

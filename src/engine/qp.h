@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "engine/clock.h"
+#include "engine/counters.h"
 #include "engine/protocol.h"
 #include "engine/ring.h"
 #include "engine/wqe.h"
@@ -73,6 +74,8 @@ class Qp {
   std::mutex& mutex() const { return mutex_; }
   Protocol& protocol() { return *protocol_; }
 
+  // This QP's traffic counters (engine owner writes; see counters.h).
+  QpCounters& counters() { return *counters_; }
   Ring<SendWqe>& sq() { return sq_; }
   Ring<RecvWqe>& rq() { return rq_; }
 
@@ -128,6 +131,8 @@ class Qp {
   bool timed_ = false;    // in Device::timed_
   bool touched_ = false;  // in Device::touched_
   bool busy_ = false;     // in Device::busy_
+  QpCounters own_counters_;
+  QpCounters* counters_ = &own_counters_;  // or the QP's row of the status segment
 };
 
 }  // namespace softrdma::engine

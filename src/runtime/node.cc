@@ -52,8 +52,8 @@ std::unique_ptr<Node> Node::open(const Settings& settings, std::string& error) {
     node->device_->set_qp_observer([status](const engine::Qp& qp, bool gone) {
       uint8_t peer[16];
       std::memcpy(peer, qp.attr().ah_attr.grh.dgid.raw, sizeof peer);
-      status->update_qp(qp.qpn(), qp.attr().dest_qp_num, uint8_t(qp.type()),
-                        uint8_t(qp.state()), peer, gone);
+      return status->update_qp(qp.qpn(), qp.attr().dest_qp_num, uint8_t(qp.type()),
+                               uint8_t(qp.state()), peer, gone);
     });
   }
   if (!settings.progress_thread) {

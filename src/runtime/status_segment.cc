@@ -70,8 +70,16 @@ bool read_one(const std::string& path, StatusReport& out, bool& stale) {
     const auto names = counter_names();
     for (size_t i = 0; i < kCounters; ++i) out.counters.emplace_back(names[i], values[i]);
     const auto* rows = reinterpret_cast<const StatusQpRow*>(values + kCounters);
-    for (uint32_t i = 0; i < kStatusQpRows; ++i)
-      if (rows[i].qpn != 0 && rows[i].qpn != kTombstone) out.qps.push_back(rows[i]);
+    for (uint32_t i = 0; i < kStatusQpRows; ++i) {
+      const StatusQpRow& r = rows[i];
+      if (r.qpn == 0 || r.qpn == kTombstone) continue;
+      StatusReport::Qp q{r.qpn, r.dest_qpn, r.type, r.state, {},
+                         r.counters.tx_packets.load(std::memory_order_relaxed),
+                         r.counters.rx_packets.load(std::memory_order_relaxed),
+                         r.counters.retransmitted_packets.load(std::memory_order_relaxed)};
+      std::memcpy(q.peer, r.peer, sizeof q.peer);
+      out.qps.push_back(q);
+    }
   }
   munmap(base, segment_bytes());
   return ours;
@@ -120,34 +128,33 @@ StatusSegment::~StatusSegment() {
 // Open addressing by QPN. A freed row becomes a tombstone, so that a row further
 // along its chain is still found; QPNs are consecutive, so chains stay short. A
 // reader may see a row half written; it shows it as it is.
-void StatusSegment::update_qp(uint32_t qpn, uint32_t dest_qpn, uint8_t type, uint8_t state,
-                              const uint8_t (&peer)[16], bool gone) {
+engine::QpCounters* StatusSegment::update_qp(uint32_t qpn, uint32_t dest_qpn, uint8_t type,
+                                             uint8_t state, const uint8_t (&peer)[16],
+                                             bool gone) {
   StatusQpRow* reuse = nullptr;
-  auto fill = [&](StatusQpRow& row) {
+  auto fill = [&](StatusQpRow& row, bool fresh) {
+    if (fresh) new (&row.counters) engine::QpCounters();
     row.dest_qpn = dest_qpn;
     row.type = type;
     row.state = state;
     std::memcpy(row.peer, peer, sizeof row.peer);
     row.qpn = qpn;
+    return &row.counters;
   };
   for (uint32_t probe = 0; probe < kStatusQpRows; ++probe) {
     StatusQpRow& row = rows_[(qpn + probe) % kStatusQpRows];
     if (row.qpn == qpn) {
-      if (gone) {
-        row.qpn = kTombstone;
-      } else {
-        fill(row);
-      }
-      return;
+      if (!gone) return fill(row, false);
+      row.qpn = kTombstone;
+      return nullptr;
     }
     if (row.qpn == kTombstone) {
       if (reuse == nullptr) reuse = &row;
     } else if (row.qpn == 0) {
-      if (!gone) fill(reuse != nullptr ? *reuse : row);
-      return;
+      return gone ? nullptr : fill(reuse != nullptr ? *reuse : row, true);
     }
   }
-  if (!gone && reuse != nullptr) fill(*reuse);
+  return !gone && reuse != nullptr ? fill(*reuse, true) : nullptr;
 }
 
 std::vector<StatusReport> read_status_segments(int& stale_removed) {

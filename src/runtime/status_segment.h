@@ -38,8 +38,9 @@ struct StatusQpRow {
   uint32_t dest_qpn;
   uint8_t type;   // ibv_qp_type
   uint8_t state;  // ibv_qp_state
-  uint8_t reserved[2];
+  uint8_t reserved[6];
   uint8_t peer[16];  // the connected peer's GID
+  engine::QpCounters counters;  // live: the engine counts into them
 };
 
 class StatusSegment {
@@ -54,8 +55,9 @@ class StatusSegment {
 
   engine::EngineCounters* counters() { return counters_; }
   // Cold paths, under the engine: a QP's row set, or freed when `gone`.
-  void update_qp(uint32_t qpn, uint32_t dest_qpn, uint8_t type, uint8_t state,
-                 const uint8_t (&peer)[16], bool gone);
+  // Returns the row's counters (where the QP is to count), null when gone or full.
+  engine::QpCounters* update_qp(uint32_t qpn, uint32_t dest_qpn, uint8_t type, uint8_t state,
+                                const uint8_t (&peer)[16], bool gone);
   const std::string& path() const { return path_; }
 
  private:
@@ -73,7 +75,13 @@ struct StatusReport {
   int pid = 0;
   std::string device, address, path;
   std::vector<std::pair<std::string, uint64_t>> counters;
-  std::vector<StatusQpRow> qps;
+  struct Qp {
+    uint32_t qpn, dest_qpn;
+    uint8_t type, state;
+    uint8_t peer[16];
+    uint64_t tx_packets, rx_packets, retransmitted_packets;
+  };
+  std::vector<Qp> qps;
 };
 
 // Reads every segment of the host; removes those whose process is gone (counted in

@@ -65,6 +65,16 @@ TEST(SoftrdmaStatus, ShowsARunningProcessAndForgetsAKilledOne) {
         << "qp " << qpn << " in\n" << out;
   }
   EXPECT_NE(out.find("engine.rx_packets"), std::string::npos) << "its traffic is counted\n" << out;
+  // Per QP: the 4 KiB WRITE is 4 packets at the pair's 1024-byte MTU, a sends them
+  // and b receives them (and ACKs at least once).
+  const size_t row_b = out.find("  qp " + std::to_string(qpn_b) + "  type");
+  ASSERT_NE(row_b, std::string::npos);
+  const std::string line_b = out.substr(row_b, out.find('\n', row_b) - row_b);
+  EXPECT_NE(line_b.find("rx 4 "), std::string::npos) << line_b;
+  const size_t row_a = out.find("  qp " + std::to_string(qpn_a) + "  type");
+  ASSERT_NE(row_a, std::string::npos);
+  const std::string line_a = out.substr(row_a, out.find('\n', row_a) - row_a);
+  EXPECT_NE(line_a.find("tx 4 "), std::string::npos) << line_a;
 
   const std::string segment = "/dev/shm/softrdma-" + std::to_string(child) + "-softrdma0";
   EXPECT_TRUE(std::filesystem::exists(segment));

@@ -17,6 +17,7 @@ RcConnection::RcConnection(Qp& qp)
       responder_(*this) {}
 
 wire::PacketView RcConnection::emit(uint8_t opcode, size_t payload_len, uint32_t psn) {
+  bump(qp_.counters().tx_packets);
   return rc::emit(qp_.device().tx(), path_, opcode, payload_len, psn);
 }
 

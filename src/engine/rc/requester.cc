@@ -112,7 +112,10 @@ uint32_t Requester::window_space(uint32_t psn) const {
 
 // `psns`: how many PSNs the packet stands for (a READ request: its responses).
 void Requester::count_send(uint32_t psn, uint32_t psns) {
-  if (psn_before(psn, high_psn_)) bump(conn_.qp().device().counters().retransmitted_packets);
+  if (psn_before(psn, high_psn_)) {
+    bump(conn_.qp().device().counters().retransmitted_packets);
+    bump(conn_.qp().counters().retransmitted_packets);
+  }
   const uint32_t end = psn_add(psn, psns);
   if (psn_before(high_psn_, end)) high_psn_ = end;
 }
