@@ -1,10 +1,14 @@
 // Completion queues and completion channels (ibv_create_cq(3), ibv_poll_cq(3),
 // ibv_req_notify_cq(3), ibv_create_comp_channel(3), ibv_get_cq_event(3)).
 #include <sched.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <memory>
 
 #include "verbs/objects.h"
@@ -99,6 +103,37 @@ Cq* take_cq_event(CompChannel* channel) {
   ++cq->comp_events_delivered;
   pthread_mutex_unlock(&cq->ibv.mutex);
   return cq;
+}
+
+// ibv_get_cq_event(3) on a blocking channel: the waiting thread runs the engine
+// itself, as a poller in ibv_poll_cq does, so the completion it waits for is made
+// on this thread and the progress thread stands aside (docs/decisions/threading.md).
+// It spins for a while (progress, then a look at the channel), then sleeps in
+// poll() on the channel and the transport; once it has slept past the
+// stand-aside, the progress thread serves the engine (and its timers) again.
+// 0 when an event unit was taken, -1 with errno.
+int wait_for_event(CompChannel* channel) {
+  const int fd = channel->ibv.fd;
+  const int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || (flags & O_NONBLOCK) != 0) return eventfd_take(fd);  // EAGAIN as before
+  softrdma::runtime::Node* node = to_context(channel->ibv.context)->node;
+  pollfd fds[2] = {{fd, POLLIN, 0}, {node->transport().rx_fd(), POLLIN, 0}};
+  constexpr auto kSpin = std::chrono::microseconds(30);
+  auto spin_until = std::chrono::steady_clock::now() + kSpin;
+  for (;;) {
+    if (poll(fds, 1, 0) == 1 && (fds[0].revents & POLLIN)) return eventfd_take(fd);
+    if (node->progress_inline()) {
+      spin_until = std::chrono::steady_clock::now() + kSpin;
+      continue;
+    }
+    if (std::chrono::steady_clock::now() < spin_until) {
+      sched_yield();
+      continue;
+    }
+    // A signal interrupts the wait (-1, EINTR), as it does the kernel's read().
+    if (poll(fds, 2, -1) < 0) return -1;
+    spin_until = std::chrono::steady_clock::now() + kSpin;
+  }
 }
 
 void free_cq(Cq* cq) {
@@ -227,7 +262,7 @@ SOFTRDMA_EXPORT int ibv_get_cq_event(ibv_comp_channel* ibchannel, ibv_cq** cq_ou
       return -1;
     }
     for (;;) {
-      if (eventfd_take(ibchannel->fd) != 0) return -1;
+      if (wait_for_event(channel) != 0) return -1;
       Cq* cq = take_cq_event(channel);
       if (cq == nullptr) continue;
       *cq_out = &cq->ibv;
