@@ -294,13 +294,42 @@ bool Device::serve_doorbells(Nanos now) {
 // and the loop do; a posting thread only sends what it posted).
 bool Device::turn(bool receive) {
   const Nanos now = clock_.now();
+  staging_ = true;
   bool worked = serve_doorbells(now);
   if (receive)
     for (transport::Transport* from : receivers_) worked |= this->receive(*from, now);
   if (now >= next_deadline_.load(std::memory_order_acquire)) worked |= run_timers(now);
   if (receive) worked |= serve_busy(now);
   tx_->flush();
+  publish_staged();
   return worked;
+}
+
+// A completion is visible only once the packets its turn produced have left: the
+// ACK of a received SEND or WRITE with immediate goes before the application can
+// see the message (as an RNIC acknowledges on reception, whatever the process does),
+// so a receiver that exits right after its last poll has already acknowledged.
+void Device::complete(Cq& cq, const ibv_wc& wc, bool solicited) {
+  if (staging_) {
+    staged_.push_back({&cq, wc, solicited});
+    return;
+  }
+  push_completion(cq, wc, solicited);
+}
+
+void Device::publish_staged() {
+  staging_ = false;
+  for (const StagedCompletion& c : staged_) push_completion(*c.cq, c.wc, c.solicited);
+  staged_.clear();
+}
+
+// IBA 11.4.2.1: a completion that does not fit is lost and the CQ is in error;
+// the first overrun raises IBV_EVENT_CQ_ERR.
+void Device::push_completion(Cq& cq, const ibv_wc& wc, bool solicited) {
+  const bool was_in_error = cq.in_error();
+  if (cq.push(wc, solicited)) return;
+  bump(counters_.cq_overruns);
+  if (!was_in_error) post_async_event(AsyncEvent{IBV_EVENT_CQ_ERR, 0, &cq});
 }
 
 // One receive burst from `from`; the QPs that got packets then send their

@@ -86,6 +86,9 @@ class Device {
   // The engine's owner queued output for `qp` that it produces in bursts
   // (Protocol::on_tx_ready), a burst per QP and turn.
   void want_tx(Qp& qp);
+  // Engine owner: a completion for `cq`. Within a turn it becomes visible only
+  // after the turn's packets left (see turn()); elsewhere at once.
+  void complete(Cq& cq, const ibv_wc& wc, bool solicited);
   // The engine's owner armed a timer of `qp` for `when`.
   void arm_timer(Qp& qp, Nanos when);
   // The engine owner's send batch.
@@ -119,6 +122,8 @@ class Device {
   void dispatch(const transport::RxPacket& rx, Nanos now);
   bool receive(transport::Transport& from, Nanos now);
   bool run_timers(Nanos now);
+  void publish_staged();
+  void push_completion(Cq& cq, const ibv_wc& wc, bool solicited);
   uint32_t fresh_qpn();
 
   DeviceConfig config_;
@@ -145,6 +150,13 @@ class Device {
   std::vector<Qp*> touched_;  // QPs that got packets this burst (ACKs to coalesce)
   std::vector<Qp*> timed_;    // QPs that may have a timer armed
   std::vector<Qp*> busy_;     // QPs with output to produce (want_tx)
+  struct StagedCompletion {
+    Cq* cq;
+    ibv_wc wc;
+    bool solicited;
+  };
+  bool staging_ = false;  // in a turn: completions wait in staged_ for its flush
+  std::vector<StagedCompletion> staged_;
   // Lock-free stack of QPs with a doorbell rung (Qp::doorbell_next_ links it):
   // pushed by posting threads, taken whole by the owner.
   std::atomic<Qp*> doorbells_{nullptr};

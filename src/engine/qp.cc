@@ -200,13 +200,8 @@ ibv_wc Qp::make_send_wc(const SendWqe& wqe, ibv_wc_status status) const {
   return wc;
 }
 
-// IBA 11.4.2.1: a completion that does not fit is lost and the CQ is in error;
-// the first overrun raises IBV_EVENT_CQ_ERR.
 void Qp::push_completion(Cq& cq, const ibv_wc& wc, bool solicited) {
-  const bool was_in_error = cq.in_error();
-  if (cq.push(wc, solicited)) return;
-  bump(device_.counters().cq_overruns);
-  if (!was_in_error) device_.post_async_event(AsyncEvent{IBV_EVENT_CQ_ERR, 0, &cq});
+  device_.complete(cq, wc, solicited);
 }
 
 // The slot is handed back before the completion becomes visible: a poller that

@@ -86,6 +86,28 @@ TEST_F(RcPairTest, TheTurnThatReceivesASendAcknowledgesItAtOnce) {
   EXPECT_EQ(sent[0].opcode(), op::kRcAcknowledge);
 }
 
+// The ACK leaves before the completion is visible, even to a poller that looks
+// while another thread's turn is still running: a receiver that exits the moment
+// it sees its message has acknowledged it (found by Scale.* under ASan: the
+// second process exited between the progress thread's completion and its flush).
+TEST_F(RcPairTest, AReceivedSendBecomesVisibleOnlyAfterItsAckLeft) {
+  post_recv(b, kDst, 64, 9);
+  ASSERT_EQ(post(a, IBV_WR_SEND, kSrc, 16, 0, 1), 0);
+  net_.take_sent();
+  std::vector<transport::fake::FakePacket> sent_when_visible;
+  bool fired = false;
+  b.rcq->set_notify([&] {
+    fired = true;
+    sent_when_visible = net_.take_sent();
+  });
+  b.rcq->arm(/*solicited_only=*/false);
+  b.device->progress();
+  ASSERT_TRUE(fired) << "the SEND completed";
+  ASSERT_EQ(sent_when_visible.size(), 1u) << "its ACK had left when it became visible";
+  EXPECT_EQ(sent_when_visible[0].opcode(), op::kRcAcknowledge);
+  EXPECT_EQ(poll(b.rcq).size(), 1u);
+}
+
 // The responder checks a WRITE's whole range once, at its first packet, and
 // reuses it while no MR goes (MrTable::generation). An MR deregistered between
 // two packets of the message is still noticed at the next one: remote access
