@@ -23,6 +23,11 @@ namespace softrdma::engine {
   X(retries)                /* go-back-N restarts charged to retry_cnt */    \
   X(retry_streak_max)       /* most consecutive retries without progress */  \
   X(retransmitted_packets)                                                   \
+  X(uc_packets_dropped)     /* UC: outside a message begun in sequence */    \
+  X(uc_messages_dropped)    /* UC: a message lost part-way or refused */     \
+  X(ud_bad_qkey)            /* UD: DETH Q_Key is not the QP's (IBA 10.2.5) */ \
+  X(ud_no_receive_wqe)      /* UD: no receive WQE (no RNR in UD) */          \
+  X(ud_too_long)            /* UD: GRH + payload longer than the WQE */      \
   X(seq_naks_sent)                                                           \
   X(seq_naks_received)                                                       \
   X(rnr_naks_sent)                                                           \

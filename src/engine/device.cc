@@ -135,13 +135,44 @@ int Device::destroy_cq(Cq* cq) {
   return 0;
 }
 
+Ah* Device::create_ah(Pd* pd, const ibv_ah_attr& attr, int& err) {
+  // IBA A17.4.5.1: RoCE addresses by GRH; the port is the one port.
+  if (pd == nullptr || !attr.is_global || attr.grh.sgid_index >= gids_.size() ||
+      attr.port_num > 1) {
+    err = EINVAL;
+    return nullptr;
+  }
+  auto ah = std::make_unique<Ah>();
+  ah->pd = pd;
+  std::copy(std::begin(attr.grh.dgid.raw), std::end(attr.grh.dgid.raw), ah->dgid.begin());
+  ah->sgid_index = attr.grh.sgid_index;
+  ah->traffic_class = attr.grh.traffic_class;
+  ah->hop_limit = attr.grh.hop_limit;
+  ah->flow_label = attr.grh.flow_label;
+  pd->users.fetch_add(1);
+  std::lock_guard lock(objects_mutex_);
+  ahs_.push_back(std::move(ah));
+  return ahs_.back().get();
+}
+
+// A send WR copied the AH's address when it was posted: the AH may go at once.
+int Device::destroy_ah(Ah* ah) {
+  std::lock_guard lock(objects_mutex_);
+  auto it = std::find_if(ahs_.begin(), ahs_.end(), [&](auto& a) { return a.get() == ah; });
+  if (it == ahs_.end()) return EINVAL;
+  ah->pd->users.fetch_sub(1);
+  ahs_.erase(it);
+  return 0;
+}
+
 // ibv_create_qp(3): the capabilities asked for must fit the device; the QP gets
 // at least as much as asked, and init.cap reports what it got.
 Qp* Device::create_qp(Pd* pd, QpInit& init, int& err) {
   const DeviceLimits& lim = config_.limits;
   ibv_qp_cap& cap = init.cap;
   err = 0;
-  if (init.type != IBV_QPT_RC) err = EOPNOTSUPP;
+  if (init.type != IBV_QPT_RC && init.type != IBV_QPT_UC && init.type != IBV_QPT_UD)
+    err = EOPNOTSUPP;
   if (pd == nullptr || init.send_cq == nullptr || init.recv_cq == nullptr) err = EINVAL;
   if (cap.max_send_wr > lim.max_qp_wr || cap.max_recv_wr > lim.max_qp_wr ||
       cap.max_send_sge > lim.max_sge || cap.max_recv_sge > lim.max_sge ||

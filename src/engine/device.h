@@ -22,6 +22,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "engine/ah.h"
 #include "engine/clock.h"
 #include "engine/counters.h"
 #include "engine/cq.h"
@@ -57,6 +58,10 @@ class Device {
   int dereg_mr(Mr* mr);
   Cq* create_cq(int cqe, int& err);
   int destroy_cq(Cq* cq);
+  // ibv_create_ah(3) / ibv_destroy_ah(3): EINVAL without a GRH (RoCE needs one)
+  // or for a source GID index the table lacks.
+  Ah* create_ah(Pd* pd, const ibv_ah_attr& attr, int& err);
+  int destroy_ah(Ah* ah);
   // Validates and rounds init.cap up to what the QP really has (ibv_create_qp(3)).
   Qp* create_qp(Pd* pd, QpInit& init, int& err);
   int destroy_qp(Qp* qp);
@@ -139,6 +144,7 @@ class Device {
   std::mutex objects_mutex_;  // PD and CQ lists: cold paths only
   std::vector<std::unique_ptr<Pd>> pds_;
   std::vector<std::unique_ptr<Cq>> cqs_;
+  std::vector<std::unique_ptr<Ah>> ahs_;
   uint32_t next_pd_handle_ = 1;
 
   // The engine. Everything below up to the events is owned by its holder.

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "engine/ah.h"
 #include "engine/cq.h"
 #include "engine/device.h"
 #include "engine/guarded_memory.h"
@@ -11,6 +12,8 @@
 #include "engine/rc/connection.h"
 #include "engine/sgl.h"
 #include "engine/tx_batch.h"
+#include "engine/ud/datagram.h"
+#include "wire/psn.h"
 
 namespace softrdma::engine {
 
@@ -30,9 +33,14 @@ Qp::Qp(Device& device, uint32_t qpn, Pd* pd, const QpInit& init)
       inline_arena_(size_t(sq_.slot_count()) * init.cap.max_inline_data) {
   attr_.qp_state = IBV_QPS_RESET;
   attr_.cur_qp_state = IBV_QPS_RESET;
-  attr_.path_mtu = IBV_MTU_1024;
+  // UD has no path: its messages may be as long as the port's MTU (IBA 9.8.4).
+  attr_.path_mtu = type_ == IBV_QPT_UD ? IBV_MTU_4096 : IBV_MTU_1024;
   attr_.cap = cap_;
-  protocol_ = std::make_unique<rc::RcConnection>(*this);
+  if (type_ == IBV_QPT_UD) {
+    protocol_ = std::make_unique<ud::Datagram>(*this);
+  } else {
+    protocol_ = std::make_unique<rc::RcConnection>(*this);
+  }
   pd_->users.fetch_add(1);
   send_cq_->users.fetch_add(1);
   recv_cq_->users.fetch_add(1);
@@ -53,7 +61,19 @@ int Qp::check_send_wr(const ibv_send_wr& wr) const {
   uint64_t length = 0;
   for (int i = 0; i < wr.num_sge; ++i) length += wr.sg_list[i].length;
   // A C caller may pass any int as the opcode: read it as an int, not as the enum.
-  switch (raw_enum(wr.opcode)) {
+  const int opcode = raw_enum(wr.opcode);
+  // IBA Table 39: UD has SEND (with immediate) only, of one packet, to an AH.
+  if (type_ == IBV_QPT_UD) {
+    if (opcode != IBV_WR_SEND && opcode != IBV_WR_SEND_WITH_IMM) return EINVAL;
+    if (wr.wr.ud.ah == nullptr || length > path_mtu_bytes()) return EINVAL;
+    if ((wr.send_flags & IBV_SEND_INLINE) && length > cap_.max_inline_data) return EINVAL;
+    return 0;
+  }
+  // IBA Table 39: UC has SEND and RDMA WRITE (with immediate) only.
+  if (type_ == IBV_QPT_UC && opcode != IBV_WR_SEND && opcode != IBV_WR_SEND_WITH_IMM &&
+      opcode != IBV_WR_RDMA_WRITE && opcode != IBV_WR_RDMA_WRITE_WITH_IMM)
+    return EINVAL;
+  switch (opcode) {
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM:
     case IBV_WR_SEND_WITH_INV:
@@ -84,6 +104,11 @@ void Qp::copy_send_wr(const ibv_send_wr& wr, SendWqe& wqe, uint32_t slot) {
   wqe.flags = wr.send_flags;
   wqe.imm_data = wr.imm_data;
   if (wr.opcode == IBV_WR_SEND_WITH_INV) wqe.invalidate_rkey = wr.invalidate_rkey;
+  if (type_ == IBV_QPT_UD) {
+    const Ah& ah = *Ah::from(wr.wr.ud.ah);
+    wqe.ud = UdAddress{ah.dgid, wr.wr.ud.remote_qpn & wire::kPsnMask, wr.wr.ud.remote_qkey,
+                       ah.sgid_index};
+  }
   if (wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
     wqe.remote_addr = wr.wr.atomic.remote_addr;
     wqe.rkey = wr.wr.atomic.rkey;

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "wire/ip_udp.h"
+
 namespace softrdma::engine {
 
 struct Sge {
@@ -20,6 +22,15 @@ struct Sge {
 struct SgeList {
   Sge* sges = nullptr;
   uint32_t count = 0;
+};
+
+// Where a UD send goes: the AH's address, copied at post time (the application may
+// destroy the AH once the post returned), and the DETH's remote QP and Q_Key.
+struct UdAddress {
+  wire::Gid dgid{};
+  uint32_t remote_qpn = 0;
+  uint32_t remote_qkey = 0;
+  uint8_t sgid_index = 0;
 };
 
 enum class SendState : uint8_t {
@@ -40,6 +51,7 @@ struct SendWqe {
   uint64_t compare_add = 0;
   uint64_t swap = 0;
   SgeList sgl;
+  UdAddress ud;                    // UD only
   uint8_t* inline_data = nullptr;  // IBV_SEND_INLINE: copied here at post time
   uint32_t length = 0;             // total message bytes
 

@@ -1,5 +1,5 @@
 // Queue pairs (ibv_create_qp(3), ibv_create_qp_ex(3), ibv_modify_qp(3),
-// ibv_query_qp(3), ibv_post_send(3), ibv_post_recv(3)). Only RC exists in the
+// ibv_query_qp(3), ibv_post_send(3), ibv_post_recv(3)). RC, UC and UD exist in the
 // engine so far: other types are EOPNOTSUPP.
 #include <memory>
 
@@ -18,6 +18,9 @@ constexpr uint64_t kSupportedSendOps =
     IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
     IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
     IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+// IBA Table 39: of those, UC has SEND and RDMA WRITE.
+constexpr uint64_t kUcSendOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+                                IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
 
 // ibv_create_qp(3): EINVAL for a missing or foreign CQ, an SRQ that cannot
 // exist, or caps beyond the device's; EOPNOTSUPP for a type the engine lacks.
@@ -69,7 +72,10 @@ int check_qp_ex(const ibv_qp_init_attr_ex& attr) {
   if ((attr.comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) && attr.max_tso_header != 0)
     return EOPNOTSUPP;
   if ((attr.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
-      (attr.send_ops_flags & ~kSupportedSendOps) != 0)
+      (attr.send_ops_flags & ~(attr.qp_type == IBV_QPT_UC ? kUcSendOps : kSupportedSendOps)) != 0)
+    return EOPNOTSUPP;
+  // The ibv_wr_* builders have no ibv_wr_set_ud_addr yet: UD posts with ibv_post_send.
+  if ((attr.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && attr.qp_type == IBV_QPT_UD)
     return EOPNOTSUPP;
   return 0;
 }

@@ -1,4 +1,4 @@
-// Verbs whose objects the engine does not have yet (SRQ, AH for UD): clients
+// Verbs whose objects the engine does not have yet (SRQ): clients
 // import them (abi/imports), so they exist and answer "not supported" the verbs
 // way, never crash: create calls NULL with errno EOPNOTSUPP, the others
 // EOPNOTSUPP. Their objects can never exist, so destroy/modify/query of one is
@@ -19,13 +19,4 @@ SOFTRDMA_EXPORT int ibv_query_srq(ibv_srq* /*srq*/, ibv_srq_attr* /*attr*/) { re
 
 SOFTRDMA_EXPORT int ibv_destroy_srq(ibv_srq* /*srq*/) { return EOPNOTSUPP; }
 
-SOFTRDMA_EXPORT ibv_ah* ibv_create_ah(ibv_pd* /*pd*/, ibv_ah_attr* /*attr*/) {
-  return fail(EOPNOTSUPP);
-}
 
-SOFTRDMA_EXPORT ibv_ah* ibv_create_ah_from_wc(ibv_pd* /*pd*/, ibv_wc* /*wc*/, ibv_grh* /*grh*/,
-                                              uint8_t /*port_num*/) {
-  return fail(EOPNOTSUPP);
-}
-
-SOFTRDMA_EXPORT int ibv_destroy_ah(ibv_ah* /*ah*/) { return EOPNOTSUPP; }

@@ -96,6 +96,27 @@ else()
   softrdma_client_test(ibv_rc_pingpong.gid0 PAIR
     COMMAND ${IBV_RC_PINGPONG} -g 0 -s 4096 -n 20
     EXPECT "^163840 bytes in" [=[GID ::ffff:127\.]=] EXPECT_SERVER "^163840 bytes in")
+  # UC (issue 7): the same ping-pong without acknowledgements, polling and with
+  # events, one packet and several per message.
+  foreach(run "1;20;" "4096;20;" "4096;20;-e" "65536;10;")
+    list(GET run 0 size)
+    list(GET run 1 iters)
+    list(GET run 2 events)
+    math(EXPR bytes "${size} * ${iters} * 2")
+    softrdma_client_test(ibv_uc_pingpong.s${size}${events} PAIR
+      COMMAND ibv_uc_pingpong -g 1 -s ${size} -n ${iters} ${events}
+      EXPECT "^${bytes} bytes in" EXPECT_SERVER "^${bytes} bytes in")
+  endforeach()
+  # UD (issue 7): one datagram per message, at most the port MTU, addressed by AH.
+  foreach(run "1;20;" "2048;20;" "4096;20;-e")
+    list(GET run 0 size)
+    list(GET run 1 iters)
+    list(GET run 2 events)
+    math(EXPR bytes "${size} * ${iters} * 2")
+    softrdma_client_test(ibv_ud_pingpong.s${size}${events} PAIR
+      COMMAND ibv_ud_pingpong -g 1 -s ${size} -n ${iters} ${events}
+      EXPECT "^${bytes} bytes in" EXPECT_SERVER "^${bytes} bytes in")
+  endforeach()
 endif()
 
 # The `softrdma` command: `run` puts the build's lib/ in front by itself;
@@ -143,6 +164,18 @@ foreach(tool ib_write_lat ib_read_lat ib_send_lat)
   softrdma_client_test(${tool}.all_sizes_gid1 PAIR TIMEOUT 300
     COMMAND ${tool} -a -n 5 -x 1
     EXPECT ${all_rows} [=[GID index\s+:\s+1]=])
+endforeach()
+# UC (-c UC): WRITE and SEND bandwidth and latency over all sizes.
+foreach(tool ib_write_bw ib_send_bw ib_write_lat ib_send_lat)
+  softrdma_client_test(${tool}.uc_all_sizes PAIR TIMEOUT 300
+    COMMAND ${tool} -c UC -a -n 5 -x 1
+    EXPECT ${all_rows} [=[Connection type\s+:\s+UC]=])
+endforeach()
+# UD (-c UD): SEND bandwidth and latency up to the MTU perftest picks.
+foreach(tool ib_send_bw ib_send_lat)
+  softrdma_client_test(${tool}.ud_all_sizes PAIR TIMEOUT 300
+    COMMAND ${tool} -c UD -a -n 5 -x 1
+    EXPECT [=[^\s*2\s+\d+\s]=] [=[Connection type\s+:\s+UD]=])
 endforeach()
 # Atomics have one size (8 B).
 foreach(kind CMP_AND_SWAP FETCH_AND_ADD)

@@ -18,6 +18,7 @@ void build_node(Node& n, transport::fake::FakeNetwork& net, const transport::Gid
   n.scq = n.device->create_cq(1024, err);
   n.rcq = n.device->create_cq(1024, err);
   QpInit init;
+  init.type = o.type;
   init.send_cq = n.scq;
   init.recv_cq = n.rcq;
   init.cap = ibv_qp_cap{256, 256, 4, 4, 64};
@@ -28,8 +29,23 @@ void build_node(Node& n, transport::fake::FakeNetwork& net, const transport::Gid
   ASSERT_NE(n.mr, nullptr) << err;
 }
 
+// UD (IBA 11.2.5 Table 92): a Q_Key at INIT, nothing at RTR, the send PSN at RTS.
+void ud_to_rts(Node& n, uint32_t sq_psn, const RcOptions& o) {
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_INIT;
+  attr.port_num = 1;
+  attr.qkey = o.qkey;
+  ASSERT_EQ(n.qp->modify(attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
+  attr.qp_state = IBV_QPS_RTR;
+  ASSERT_EQ(n.qp->modify(attr, IBV_QP_STATE), 0);
+  attr.qp_state = IBV_QPS_RTS;
+  attr.sq_psn = sq_psn;
+  ASSERT_EQ(n.qp->modify(attr, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+}
+
 void to_rts(Node& n, const Node& peer, uint32_t sq_psn, uint32_t rq_psn, int access,
             const RcOptions& o) {
+  if (o.type == IBV_QPT_UD) return ud_to_rts(n, sq_psn, o);
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_INIT;
   attr.port_num = 1;
@@ -47,9 +63,11 @@ void to_rts(Node& n, const Node& peer, uint32_t sq_psn, uint32_t rq_psn, int acc
   attr.ah_attr.port_num = 1;
   attr.ah_attr.grh.sgid_index = 1;
   std::memcpy(attr.ah_attr.grh.dgid.raw, peer.device->gids()[1].data(), 16);
+  // IBA 11.2.5 Table 92: UC takes none of RC's READ/ATOMIC and retry attributes.
+  const bool rc = o.type == IBV_QPT_RC;
+  const int rtr_rc = rc ? IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER : 0;
   ASSERT_EQ(n.qp->modify(attr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                   IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-                                   IBV_QP_MIN_RNR_TIMER), 0);
+                                   IBV_QP_RQ_PSN | rtr_rc), 0);
   attr = ibv_qp_attr{};
   attr.qp_state = IBV_QPS_RTS;
   attr.sq_psn = sq_psn;
@@ -57,9 +75,9 @@ void to_rts(Node& n, const Node& peer, uint32_t sq_psn, uint32_t rq_psn, int acc
   attr.retry_cnt = o.retry_cnt;
   attr.rnr_retry = o.rnr_retry;
   attr.max_rd_atomic = o.max_rd_atomic;
-  ASSERT_EQ(n.qp->modify(attr, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
-                                   IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                                   IBV_QP_MAX_QP_RD_ATOMIC), 0);
+  const int rts_rc =
+      rc ? IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC : 0;
+  ASSERT_EQ(n.qp->modify(attr, IBV_QP_STATE | IBV_QP_SQ_PSN | rts_rc), 0);
 }
 
 }  // namespace
@@ -77,7 +95,9 @@ void RcPairTest::connect(const RcOptions& options) {
   options_ = options;
   build_node(a, net_, transport::fake::ipv4_gid(10, 0, 0, 1), clock_, options);
   build_node(b, net_, transport::fake::ipv4_gid(10, 0, 0, 2), clock_, options);
-  const int all = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+  const int all = options.type == IBV_QPT_UC
+                      ? IBV_ACCESS_REMOTE_WRITE
+                      : IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
   to_rts(a, b, options.a_psn, options.b_psn, all, options);
   to_rts(b, a, options.b_psn, options.a_psn, options.b_qp_access, options);
   net_.take_sent();

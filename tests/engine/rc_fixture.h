@@ -1,4 +1,4 @@
-// A connected pair of RC QPs on two devices joined by the fake network, with a
+// A connected pair of RC (or UC) QPs on two devices joined by the fake network, with a
 // clock that moves only when the test says so (STYLE.md "players" fixture).
 #pragma once
 
@@ -15,6 +15,8 @@
 namespace softrdma::engine::testing {
 
 struct RcOptions {
+  ibv_qp_type type = IBV_QPT_RC;  // or IBV_QPT_UC (no ACK, retry or READ attributes), UD
+  uint32_t qkey = 0x11111111;     // UD: both QPs' Q_Key
   ibv_mtu mtu = IBV_MTU_1024;
   uint8_t timeout = 10;  // 4.096 us * 2^10 ~= 4.2 ms
   uint8_t retry_cnt = 3;

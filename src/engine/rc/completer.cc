@@ -34,7 +34,18 @@ void Completer::restart_timer(Nanos now) {
 }
 
 void Completer::on_sent(Nanos now) {
+  if (!conn_.acknowledged()) return complete_unacknowledged();
   if (deadline_ == kNever && outstanding()) restart_timer(now);
+}
+
+// IBA 9.8 (UC): no response will come; a WQE is complete once its last packet is
+// on its way (its completion becomes visible after the turn's send, Device::turn).
+void Completer::complete_unacknowledged() {
+  Ring<SendWqe>& sq = conn_.qp().sq();
+  while (!sq.empty() && sq.front().state == SendState::kSent) {
+    una_psn_ = psn_add(sq.front().last_psn(), 1);
+    complete_head(IBV_WC_SUCCESS);
+  }
 }
 
 void Completer::on_response(PacketView packet, Nanos now) {

@@ -31,6 +31,7 @@ class Completer {
   uint32_t una_psn() const { return una_psn_; }
 
  private:
+  void complete_unacknowledged();
   void on_ack(wire::PacketView packet, Nanos now);
   void on_read_response(wire::PacketView packet, Nanos now);
   void on_atomic_ack(wire::PacketView packet, Nanos now);

@@ -12,6 +12,7 @@ namespace softrdma::engine::rc {
 RcConnection::RcConnection(Qp& qp)
     : qp_(qp),
       opcode_base_(opcode_base_of(qp.type())),
+      acknowledged_(qp.type() != IBV_QPT_UC),
       requester_(*this),
       completer_(*this),
       responder_(*this) {}
@@ -43,6 +44,7 @@ void RcConnection::on_burst_end(Nanos now) {
 }
 
 bool RcConnection::on_tx_ready(Nanos now, uint32_t budget) {
+  if (!acknowledged_) return requester_.run(now);  // UC: the next paced burst
   return responder_.produce(budget, now);
 }
 

@@ -1,6 +1,9 @@
-// RoCEv2 Reliable Connected service (IBA 9.7) behind one QP: the requester turns
-// send WQEs into request packets, the completer consumes ACKs and responses and
-// completes WQEs, the responder executes incoming requests. One file per role.
+// RoCEv2 connected services behind one QP: Reliable Connected (IBA 9.7) and
+// Unreliable Connected (IBA 9.8, the same packets without acknowledgements,
+// retries, READ or ATOMIC). The requester turns send WQEs into request packets,
+// the completer consumes ACKs and responses and completes WQEs, the responder
+// executes incoming requests. One file per role; UC's differences are where the
+// roles ask acknowledged().
 #pragma once
 
 #include <optional>
@@ -39,6 +42,8 @@ class RcConnection final : public Protocol {
 
   // The opcode of `operation` (IBA 9.2.1: low 5 bits) on this QP's transport.
   uint8_t opcode(uint8_t operation) const { return uint8_t(opcode_base_ | operation); }
+  // RC: requests are acknowledged (and retried); UC: never (IBA 9.8).
+  bool acknowledged() const { return acknowledged_; }
   // Builds a packet along this connection's path.
   wire::PacketView emit(uint8_t opcode, size_t payload_len, uint32_t psn);
   // Any role that hits a fatal error: QP to Error (IBA 11.6.2), async event.
@@ -49,6 +54,7 @@ class RcConnection final : public Protocol {
 
   Qp& qp_;
   const uint8_t opcode_base_;  // IBA 9.2.1: the transport bits of every opcode sent
+  const bool acknowledged_;
   Path path_;
   Requester requester_;
   Completer completer_;

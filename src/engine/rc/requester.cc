@@ -35,10 +35,15 @@ void Requester::reset(uint32_t sq_psn) {
   restarting_ = false;
 }
 
-void Requester::run(Nanos now) {
+bool Requester::run(Nanos now) {
   Qp& qp = conn_.qp();
-  if (qp.state() != IBV_QPS_RTS && qp.state() != IBV_QPS_SQD) return;
-  if (now < paused_until_) return;
+  if (qp.state() != IBV_QPS_RTS && qp.state() != IBV_QPS_SQD) return false;
+  if (now < paused_until_) return false;
+  // UC (IBA 9.8): nothing acknowledges, so nothing paces the sender but this: a
+  // window's worth of packets per engine turn, the rest in later turns between
+  // other QPs' work (Device::want_tx), so one large message neither holds the
+  // engine nor floods the peer's socket buffer in one go.
+  burst_left_ = qp.device().config().max_unacked_packets;
   Ring<SendWqe>& sq = qp.sq();
   // The completer may have popped WQEs a rewind had pointed us back to (a late
   // RNR NAK): never walk from before the head.
@@ -48,12 +53,16 @@ void Requester::run(Nanos now) {
     if (wqe.state == SendState::kQueued) {
       // IBA 11.2.5.3 SQD: WQEs not yet begun wait for the return to RTS.
       if (qp.state() == IBV_QPS_SQD || !may_start(wqe)) break;
-      if (!start(wqe, now)) return;
+      if (!start(wqe, now)) return false;
     }
     if (wqe.state == SendState::kSending && !send_packets(wqe)) break;
     ++send_index_;
   }
   conn_.completer().on_sent(now);
+  const bool more = !conn_.acknowledged() && burst_left_ == 0 && send_index_ != sq.tail() &&
+                    qp.state() == IBV_QPS_RTS;
+  if (more) qp.device().want_tx(qp);
+  return more;
 }
 
 // IBA 10.8.3.3 fence: wait for every earlier READ/ATOMIC; IBA 9.7.4.1.5: at most
@@ -104,6 +113,7 @@ bool Requester::start(SendWqe& wqe, Nanos now) {
 // Packets from `psn` on that may go now: the window counts PSNs from the oldest
 // unacknowledged one. With nothing unacknowledged one packet may always go.
 uint32_t Requester::window_space(uint32_t psn) const {
+  if (!conn_.acknowledged()) return burst_left_;
   const uint32_t limit = conn_.qp().device().config().max_unacked_packets;
   const int32_t in_flight = psn_diff(psn, conn_.completer().una_psn());
   if (in_flight <= 0) return limit;
@@ -112,6 +122,7 @@ uint32_t Requester::window_space(uint32_t psn) const {
 
 // `psns`: how many PSNs the packet stands for (a READ request: its responses).
 void Requester::count_send(uint32_t psn, uint32_t psns) {
+  if (burst_left_ > 0) --burst_left_;
   if (psn_before(psn, high_psn_)) {
     bump(conn_.qp().device().counters().retransmitted_packets);
     bump(conn_.qp().counters().retransmitted_packets);
@@ -177,7 +188,8 @@ bool Requester::send_data_packet(SendWqe& wqe) {
   const uint32_t interval = std::max<uint32_t>(
       1, std::min(config.ack_request_interval, config.max_unacked_packets / 2));
   const bool last = info.is(kOpLast);
-  p.set(bth::kAckReq, last || (index + 1) % interval == 0);
+  // UC asks for no ACK (IBA 9.8: AckReq is 0; so do Soft-RoCE's UC captures).
+  p.set(bth::kAckReq, conn_.acknowledged() && (last || (index + 1) % interval == 0));
   if (last && (wqe.flags & IBV_SEND_SOLICITED)) p.set(bth::kSolicited, 1);
   if (info.has(Header::kReth)) {
     p.set(reth::kVa, wqe.remote_addr);

@@ -22,7 +22,8 @@ class Requester {
   explicit Requester(RcConnection& conn) : conn_(conn) {}
 
   // Sends as much queued work as the window, fences and max_rd_atomic allow.
-  void run(Nanos now);
+  // UC has no window: a burst per engine turn; true while more waits for the next.
+  bool run(Nanos now);
   // Go back N (IBA 9.7.4.1.3): resend from `psn`, which lies in an outstanding WQE.
   // `repeat_first`: the first packet resent goes twice and asks for an ACK (a retry
   // after a timeout, docs/decisions/rc-engine.md "Restarts").
@@ -59,6 +60,7 @@ class Requester {
   uint32_t high_psn_ = 0;     // first PSN never sent: below it, a send is a resend
   Nanos paused_until_ = 0;
   bool restarting_ = false;  // the next packet sent begins a restart
+  uint32_t burst_left_ = 0;  // UC: packets this run may still send
 };
 
 }  // namespace softrdma::engine::rc

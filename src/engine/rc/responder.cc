@@ -62,6 +62,7 @@ void Responder::on_request(PacketView p, Nanos now) {
     bump(conn_.qp().device().counters().rx_qp_not_ready);
     return;
   }
+  if (!conn_.acknowledged()) return on_unacknowledged_request(p, now);
   const int32_t ahead = psn_diff(p.psn(), epsn_);
   if (ahead < 0) return on_duplicate(p, now);
   if (ahead > 0) {

@@ -37,6 +37,10 @@ class Responder {
   // What executing a request came to; the errors name the NAK they send.
   enum class Verdict : uint8_t { kDone, kRnr, kInvalidRequest, kRemoteAccess, kRemoteOperational };
 
+  // UC (IBA 9.8.3, responder_uc.cc): the same execution, no acknowledgement; a
+  // message that cannot complete is dropped whole and silently.
+  void on_unacknowledged_request(wire::PacketView p, Nanos now);
+  void abandon_message();
   Verdict execute(wire::PacketView p);
   Verdict check_sequence_and_length(wire::PacketView p) const;
   Verdict do_send(wire::PacketView p);

@@ -1,0 +1,148 @@
+// UD through the verbs API (ibv_create_ah(3), ibv_init_ah_from_wc(3),
+// ibv_create_ah_from_wc(3)): a datagram goes out to an AH, and the answer goes
+// back to an AH made from the receive completion and its GRH, as UD servers do.
+#include <cerrno>
+#include <cstring>
+
+#include "verbs/verbs_fixture.h"
+
+namespace softrdma::verbs::testing {
+namespace {
+
+constexpr uint32_t kQkey = 0x1234;
+constexpr uint32_t kGrh = 40;
+
+struct UdSide {
+  ibv_pd* pd = nullptr;
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = nullptr;
+  std::vector<uint8_t> buf = std::vector<uint8_t>(8192);
+  ibv_mr* mr = nullptr;
+
+  void make(ibv_context* ctx) {
+    pd = ibv_alloc_pd(ctx);
+    ASSERT_NE(pd, nullptr);
+    cq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
+    ASSERT_NE(cq, nullptr);
+    ibv_qp_init_attr init{};
+    init.send_cq = init.recv_cq = cq;
+    init.qp_type = IBV_QPT_UD;
+    init.cap = {8, 8, 1, 1, 0};
+    qp = ibv_create_qp(pd, &init);
+    ASSERT_NE(qp, nullptr) << errno;
+    mr = ibv_reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+    ASSERT_NE(mr, nullptr);
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_INIT;
+    attr.port_num = 1;
+    attr.qkey = kQkey;
+    ASSERT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                                           IBV_QP_QKEY), 0);
+    attr.qp_state = IBV_QPS_RTR;
+    ASSERT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE), 0);
+    attr.qp_state = IBV_QPS_RTS;
+    attr.sq_psn = 7;
+    ASSERT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+  }
+  void destroy() {
+    EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    EXPECT_EQ(ibv_dereg_mr(mr), 0);
+    EXPECT_EQ(ibv_destroy_cq(cq), 0);
+    EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+  }
+  int send(ibv_ah* ah, uint32_t remote_qpn, size_t offset, uint32_t length, uint64_t wr_id) {
+    ibv_sge sge{uint64_t(uintptr_t(&buf[offset])), length, mr->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = wr_id;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.wr.ud.ah = ah;
+    wr.wr.ud.remote_qpn = remote_qpn;
+    wr.wr.ud.remote_qkey = kQkey;
+    ibv_send_wr* bad = nullptr;
+    return ibv_post_send(qp, &wr, &bad);
+  }
+};
+
+TEST(VerbsUd, AnAnswerGoesBackToAnAhMadeFromTheReceiveCompletion) {
+  Device dev;
+  UdSide server, client;
+  server.make(dev.ctx());
+  client.make(dev.ctx());
+  ibv_gid gid{};
+  ASSERT_EQ(ibv_query_gid(dev.ctx(), 1, 1, &gid), 0);
+  ibv_ah_attr attr{};
+  attr.is_global = 1;
+  attr.port_num = 1;
+  attr.grh.sgid_index = 1;
+  attr.grh.dgid = gid;
+  ibv_ah* to_server = ibv_create_ah(client.pd, &attr);
+  ASSERT_NE(to_server, nullptr) << errno;
+
+  ASSERT_EQ(post_recv(server.qp, {uint64_t(uintptr_t(server.buf.data())), 4096, server.mr->lkey}, 1), 0);
+  std::memcpy(&client.buf[0], "ping", 4);
+  ASSERT_EQ(client.send(to_server, server.qp->qp_num, 0, 4, 2), 0);
+  auto got = poll_n(server.cq, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(got[0].byte_len, kGrh + 4);
+  EXPECT_EQ(got[0].src_qp, client.qp->qp_num);
+  EXPECT_EQ(std::memcmp(&server.buf[kGrh], "ping", 4), 0);
+
+  ibv_ah_attr from{};
+  auto* grh = reinterpret_cast<ibv_grh*>(server.buf.data());
+  ASSERT_EQ(ibv_init_ah_from_wc(dev.ctx(), 1, &got[0], grh, &from), 0);
+  EXPECT_EQ(from.is_global, 1);
+  ibv_gid local{};  // the GID the message came to (on loopback GIDs 0 and 1 are alike)
+  ASSERT_EQ(ibv_query_gid(dev.ctx(), 1, from.grh.sgid_index, &local), 0);
+  EXPECT_EQ(std::memcmp(local.raw, gid.raw, 16), 0);
+  EXPECT_EQ(std::memcmp(from.grh.dgid.raw, gid.raw, 16), 0) << "the sender's GID";
+  ibv_ah* to_client = ibv_create_ah_from_wc(server.pd, &got[0], grh, 1);
+  ASSERT_NE(to_client, nullptr) << errno;
+
+  ASSERT_EQ(post_recv(client.qp, {uint64_t(uintptr_t(&client.buf[4096])), 4096, client.mr->lkey}, 3), 0);
+  std::memcpy(&server.buf[6000], "pong", 4);
+  ASSERT_EQ(server.send(to_client, got[0].src_qp, 6000, 4, 4), 0);
+  auto answer = poll_n(client.cq, 2);  // its send, then the answer
+  ASSERT_EQ(answer.size(), 2u);
+  EXPECT_EQ(answer[1].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::memcmp(&client.buf[4096 + kGrh], "pong", 4), 0);
+  EXPECT_EQ(poll_n(server.cq, 1).size(), 1u);
+
+  EXPECT_EQ(ibv_destroy_ah(to_server), 0);
+  EXPECT_EQ(ibv_destroy_ah(to_client), 0);
+  server.destroy();
+  client.destroy();
+}
+
+// ibv_create_ah(3): RoCE needs a GRH; ibv_init_ah_from_wc(3) needs one to read.
+TEST(VerbsUd, AhMisuseIsRefused) {
+  Device dev;
+  ibv_pd* pd = ibv_alloc_pd(dev.ctx());
+  ASSERT_NE(pd, nullptr);
+  ibv_ah_attr attr{};
+  attr.port_num = 1;
+  errno = 0;
+  EXPECT_EQ(ibv_create_ah(pd, &attr), nullptr);
+  EXPECT_EQ(errno, EINVAL) << "no GRH";
+  attr.is_global = 1;
+  attr.grh.sgid_index = 200;
+  EXPECT_EQ(ibv_create_ah(pd, &attr), nullptr);
+  EXPECT_EQ(errno, EINVAL) << "no such GID index";
+  EXPECT_EQ(ibv_destroy_ah(nullptr), EINVAL);
+  ibv_wc wc{};
+  ibv_grh grh{};
+  ibv_ah_attr out{};
+  EXPECT_EQ(ibv_init_ah_from_wc(dev.ctx(), 1, &wc, &grh, &out), -1) << "no IBV_WC_GRH";
+  attr.grh.sgid_index = 1;
+  ibv_ah* ah = ibv_create_ah(pd, &attr);
+  ASSERT_NE(ah, nullptr);
+  EXPECT_EQ(ibv_dealloc_pd(pd), EBUSY) << "the AH uses the PD";
+  EXPECT_EQ(ibv_destroy_ah(ah), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+}
+
+}  // namespace
+}  // namespace softrdma::verbs::testing
