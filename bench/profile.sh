@@ -8,7 +8,7 @@
 #   bench/profile.sh ib_read_bw -s 1048576 -n 2000
 #
 # Needs the release build (bench/compare.sh makes it) and root for the tracepoints.
-set -euo pipefail
+set -eu  # no pipefail: `perf report | head` ends perf with SIGPIPE
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 [[ $# -ge 1 ]] || { sed -n 2,9p "$0"; exit 2; }
 tool=$1
@@ -36,7 +36,8 @@ run_pair record
 grep -E '^\s*[0-9]+\s+[0-9]+\s' "$out/client.txt" | tail -1 | sed 's/^/perftest row: /'
 for side in server client; do
   echo "=== $side: cpu-clock samples by DSO"
-  perf report -q -i "$out/$side.data" --no-children --sort dso --stdio 2>/dev/null | head -8
+  perf report -q -i "$out/$side.data" --no-children --sort dso --stdio -g none 2>/dev/null |
+    grep -v '^$' | head -8
   echo "=== $side: top symbols"
   perf report -q -i "$out/$side.data" --no-children --sort dso,sym --stdio -g none 2>/dev/null |
     grep -v '^$' | head -25

@@ -18,7 +18,7 @@ namespace {
 // What rdma-core's provider init does for a context: the ops the inline verbs
 // jump through, and the verbs_context header that makes the extended slots
 // reachable (abi/README.md §3).
-void init_context(Context& ctx, ibv_device* device, int async_fd) {
+void init_context(Context& ctx, ibv_device* device, int async_fd, int cmd_fd) {
   ctx.device = &ctx.node->device();
   ctx.generation = Process::get().generation();
   ctx.inline_progress = !ctx.node->settings().progress_thread;
@@ -28,7 +28,9 @@ void init_context(Context& ctx, ibv_device* device, int async_fd) {
   c.ops.req_notify_cq = op_req_notify_cq;
   c.ops.post_send = op_post_send;
   c.ops.post_recv = op_post_recv;
-  c.cmd_fd = -1;  // no kernel: nothing to import from (ibv_import_device)
+  // A real descriptor, as applications and pyverbs dup it (issue 7); there is no
+  // kernel object behind it, so ibv_import_device on it answers EOPNOTSUPP.
+  c.cmd_fd = cmd_fd;
   c.async_fd = async_fd;
   c.num_comp_vectors = 1;
   pthread_mutex_init(&c.mutex, nullptr);
@@ -85,14 +87,21 @@ SOFTRDMA_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
     if (device == nullptr || device != Process::get().device()) return fail(ENODEV);
     const int async_fd = eventfd(0, EFD_SEMAPHORE | EFD_CLOEXEC);
     if (async_fd < 0) return nullptr;  // errno from eventfd
+    const int cmd_fd = eventfd(0, EFD_CLOEXEC);
+    if (cmd_fd < 0) {
+      const int err = errno;
+      close(async_fd);
+      return fail(err);
+    }
     auto ctx = std::make_unique<Context>();
     int err = 0;
     ctx->node = Process::get().acquire(err);
     if (ctx->node == nullptr) {
       close(async_fd);
+      close(cmd_fd);
       return fail(err);
     }
-    init_context(*ctx, device, async_fd);
+    init_context(*ctx, device, async_fd, cmd_fd);
     Process::get().add_context(ctx.get());
     return ctx.release()->ibv();
   });
@@ -105,6 +114,7 @@ SOFTRDMA_EXPORT int ibv_close_device(ibv_context* context) {
   const bool stale = Process::get().stale(ctx);
   if (!stale) Process::get().remove_context(ctx);
   close(context->async_fd);
+  close(context->cmd_fd);
   pthread_mutex_destroy(&context->mutex);
   if (!stale) Process::get().release();
   delete ctx;

@@ -2,7 +2,9 @@
 // the engine's limits, size-tagged queries, GIDs, P_Key, strings.
 #include <arpa/inet.h>
 #include <endian.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <string>
 
@@ -197,6 +199,22 @@ TEST(Context, PublicFields) {
   EXPECT_NE(dev.ctx()->ops.poll_cq, nullptr);
   EXPECT_NE(dev.ctx()->ops.post_send, nullptr);
   EXPECT_EQ(dev.ctx()->ops.post_srq_recv, nullptr);  // no SRQ: "not supported"
+}
+
+// ibv_context.cmd_fd is a real descriptor that can be duplicated (pyverbs' shared-PD
+// test dups it); importing a context from it is truthfully not supported.
+TEST(Context, CommandFdIsARealDescriptorAndImportIsNotSupported) {
+  Device dev;
+  ASSERT_NE(dev.ctx(), nullptr);
+  const int fd = dev.ctx()->cmd_fd;
+  ASSERT_GE(fd, 0);
+  EXPECT_NE(fd, dev.ctx()->async_fd);
+  const int copy = dup(fd);
+  ASSERT_GE(copy, 0) << "dup(cmd_fd): errno " << errno;
+  errno = 0;
+  EXPECT_EQ(ibv_import_device(copy), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  close(copy);
 }
 
 // Two contexts of one process share the device's address (one Node).
