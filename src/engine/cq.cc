@@ -42,6 +42,16 @@ int Cq::poll(int max, ibv_wc* out) {
   return n;
 }
 
+void Cq::remove_qp(uint32_t qpn) {
+  std::lock_guard lock(mutex_);
+  uint32_t kept = 0;
+  for (uint32_t i = 0; i < count_; ++i) {
+    const ibv_wc& wc = ring_[(head_ + i) % capacity_];
+    if (wc.qp_num != qpn) ring_[(head_ + kept++) % capacity_] = wc;
+  }
+  count_ = kept;
+}
+
 size_t Cq::depth() const {
   std::lock_guard lock(mutex_);
   return count_;

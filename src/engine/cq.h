@@ -21,6 +21,9 @@ class Cq {
   // `solicited`: the message carried the Solicited Event bit (IBA 9.2.1).
   bool push(const ibv_wc& wc, bool solicited = false);
   int poll(int max, ibv_wc* out);
+  // Removes the completions of QP `qpn` not yet polled, keeping the others' order
+  // (a QP returned to Reset, as RDMA NICs' providers clean their CQs then).
+  void remove_qp(uint32_t qpn);
   uint32_t capacity() const { return capacity_; }
   int resize(uint32_t capacity);
   size_t depth() const;

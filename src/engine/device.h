@@ -56,6 +56,11 @@ class Device {
   int dealloc_pd(Pd* pd);
   Mr* reg_mr(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access, int& err);
   int dereg_mr(Mr* mr);
+  // ibv_rereg_mr(3): waits for the engine, as dereg_mr does.
+  int rereg_mr(Mr* mr, Pd* pd, void* addr, uint64_t length, int access) {
+    auto engine = hold_engine();
+    return mrs_.rereg(mr, pd, addr, length, access);
+  }
   Cq* create_cq(int cqe, int& err);
   int destroy_cq(Cq* cq);
   // ibv_create_ah(3) / ibv_destroy_ah(3): EINVAL without a GRH (RoCE needs one)

@@ -77,22 +77,15 @@ uint32_t MrTable::fresh_key() {
   }
 }
 
-Mr* MrTable::reg(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access, int& err) {
+// What ibv_reg_mr(3) and ibv_rereg_mr(3) refuse; 0 when the registration may be.
+int MrTable::check(void* addr, uint64_t length, int access) {
   // IBA 10.6.3.1 / ibv_reg_mr(3): remote write or atomic without local write is EINVAL.
-  if ((access & kRemoteNeedsLocalWrite) && !(access & IBV_ACCESS_LOCAL_WRITE)) {
-    err = EINVAL;
-    return nullptr;
-  }
-  if ((access & ~kKnownAccess) != 0 || (addr == nullptr && length != 0)) {
-    err = EINVAL;
-    return nullptr;
-  }
+  if ((access & kRemoteNeedsLocalWrite) && !(access & IBV_ACCESS_LOCAL_WRITE)) return EINVAL;
+  if ((access & ~kKnownAccess) != 0 || (addr == nullptr && length != 0)) return EINVAL;
   // The host range must not wrap past the end of the address space (as the kernel's
   // ib_umem_get refuses addr + length < addr): translate() would wrap too.
-  if (length > std::numeric_limits<uintptr_t>::max() - reinterpret_cast<uintptr_t>(addr)) {
-    err = EINVAL;
-    return nullptr;
-  }
+  if (length > std::numeric_limits<uintptr_t>::max() - reinterpret_cast<uintptr_t>(addr))
+    return EINVAL;
   // The kernel pins the pages and fails with EFAULT on a hole; softrdma cannot pin,
   // but it can refuse memory that is not mapped now, instead of faulting later in
   // the progress thread when a peer writes there.
@@ -102,10 +95,13 @@ Mr* MrTable::reg(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access,
                                   IBV_ACCESS_REMOTE_ATOMIC)) != 0;
   const uintptr_t begin = reinterpret_cast<uintptr_t>(addr);
   if (!range_is_mapped(addr, length) ||
-      (written && length != 0 && !range_is_writable(begin, begin + length))) {
-    err = EFAULT;
-    return nullptr;
-  }
+      (written && length != 0 && !range_is_writable(begin, begin + length)))
+    return EFAULT;
+  return 0;
+}
+
+Mr* MrTable::reg(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access, int& err) {
+  if ((err = check(addr, length, access)) != 0) return nullptr;
   auto mr = std::make_unique<Mr>();
   mr->pd = pd;
   mr->addr = static_cast<uint8_t*>(addr);
@@ -130,6 +126,30 @@ int MrTable::dereg(Mr* mr) {
   mr->pd->users.fetch_sub(1);
   live_.erase(mr);
   by_key_.erase(it);
+  generation_.fetch_add(1, std::memory_order_release);
+  return 0;
+}
+
+// ibv_rereg_mr(3): the MR keeps its key and takes the new PD, range and access at
+// once; checked first, so a refused change leaves it as it was. The generation moves
+// on, as for a dereg: no translation cached from the old range survives.
+int MrTable::rereg(Mr* mr, Pd* pd, void* addr, uint64_t length, int access) {
+  if (int err = check(addr, length, access); err != 0) return err;
+  std::unique_lock lock(mutex_);
+  if (!live_.contains(mr)) return EINVAL;
+  if (pd != mr->pd) {
+    mr->pd->users.fetch_sub(1);
+    pd->users.fetch_add(1);
+    mr->pd = pd;
+  }
+  if (addr != mr->addr || length != mr->length) {
+    // A new translation: peers address it by its host address (as ibv_reg_mr).
+    mr->addr = static_cast<uint8_t*>(addr);
+    mr->iova = reinterpret_cast<uintptr_t>(addr);
+    mr->length = length;
+  }
+  if (access & IBV_ACCESS_ZERO_BASED) mr->iova = 0;
+  mr->access = access;
   generation_.fetch_add(1, std::memory_order_release);
   return 0;
 }

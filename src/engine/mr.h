@@ -47,6 +47,7 @@ class MrTable {
   // Validates flags (IBA 10.6.3.1: remote write/atomic need local write) and keys it.
   Mr* reg(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access, int& err);
   int dereg(Mr* mr);
+  int rereg(Mr* mr, Pd* pd, void* addr, uint64_t length, int access);
 
   // Holds the table's shared lock while the memory is in use.
   class Access {
@@ -76,6 +77,7 @@ class MrTable {
 
  private:
   uint32_t fresh_key();
+  static int check(void* addr, uint64_t length, int access);
 
   mutable std::shared_mutex mutex_;
   std::atomic<uint64_t> generation_{0};

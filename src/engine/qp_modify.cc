@@ -142,8 +142,14 @@ int Qp::modify(const ibv_qp_attr& a, int mask) {
     to = ibv_qp_state(mask & kState ? raw_enum(a.qp_state) : int(from));
     apply_attr(a, mask);
     set_state(to);
-    // IBA 10.3.1: Reset empties the work queues without completions.
-    if (to == IBV_QPS_RESET) reset_queues();
+    // IBA 10.3.1: Reset empties the work queues without completions. The QP's
+    // completions still in its CQs go too (mlx4/mlx5 providers clean their CQs on
+    // Reset; pyverbs' tests that restate a QP after an error rely on it).
+    if (to == IBV_QPS_RESET) {
+      reset_queues();
+      send_cq_->remove_qp(qpn_);
+      if (recv_cq_ != send_cq_) recv_cq_->remove_qp(qpn_);
+    }
   }
   after_state_change(from, to, device_.clock().now());
   device_.tx().flush();

@@ -82,11 +82,38 @@ SOFTRDMA_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
   });
 }
 
-// ibv_rereg_mr(3) returns an ibv_rereg_mr_err_code; "input error, the old MR
-// is still valid" is the honest answer until the engine can re-key in place.
-SOFTRDMA_EXPORT int ibv_rereg_mr(ibv_mr* /*mr*/, int /*flags*/, ibv_pd* /*pd*/, void* /*addr*/,
-                                 size_t /*length*/, int /*access*/) {
-  errno = EOPNOTSUPP;
+// ibv_rereg_mr(3): 0, or an ibv_rereg_mr_err_code with errno. Every refusal here
+// is IBV_REREG_MR_ERR_INPUT: the change is checked before anything changes, so the
+// old MR is still valid. The keys stay the same (the man page allows either).
+SOFTRDMA_EXPORT int ibv_rereg_mr(ibv_mr* ibv, int flags, ibv_pd* pd, void* addr, size_t length,
+                                 int access) {
+  const int refused = guard_errno([&] {
+    constexpr int kKnown = IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD |
+                           IBV_REREG_MR_CHANGE_ACCESS;
+    if (ibv == nullptr || flags == 0 || (flags & ~kKnown) != 0) return EINVAL;
+    const bool translation = flags & IBV_REREG_MR_CHANGE_TRANSLATION;
+    if (translation ? (addr == nullptr || length == 0) : (addr != nullptr || length != 0))
+      return EINVAL;
+    if ((flags & IBV_REREG_MR_CHANGE_PD) && (pd == nullptr || pd->context != ibv->context))
+      return EINVAL;
+    if (!live(ibv->context)) return EIO;
+    Mr& mr = *to_mr(ibv);
+    ibv_pd* new_pd = (flags & IBV_REREG_MR_CHANGE_PD) ? pd : ibv->pd;
+    void* new_addr = translation ? addr : ibv->addr;
+    const size_t new_length = translation ? length : ibv->length;
+    const int new_access = (flags & IBV_REREG_MR_CHANGE_ACCESS)
+                               ? int(unsigned(access) & ~unsigned(IBV_ACCESS_OPTIONAL_RANGE))
+                               : mr.mr->access;
+    if (int err = to_context(ibv->context)->device->rereg_mr(
+            mr.mr, to_pd(new_pd)->pd, new_addr, new_length, new_access))
+      return err;
+    ibv->pd = new_pd;
+    ibv->addr = new_addr;
+    ibv->length = new_length;
+    return 0;
+  });
+  if (refused == 0) return 0;
+  errno = refused;
   return IBV_REREG_MR_ERR_INPUT;
 }
 

@@ -47,6 +47,25 @@ TEST(CqTest, PollReturnsCompletionsInOrder) {
   EXPECT_EQ(next_out, next_in);
 }
 
+// A QP returned to Reset takes its unpolled completions with it; the other QPs'
+// stay, in order, across the ring's wrap-around.
+TEST(CqTest, RemoveQpKeepsTheOthersInOrder) {
+  Cq cq(5);
+  ASSERT_TRUE(cq.push(wc(0)));
+  ASSERT_TRUE(cq.push(wc(1)));
+  ASSERT_EQ(poll_ids(cq, 2).size(), 2u);  // the ring now starts at slot 2
+  for (uint64_t id = 10; id < 15; ++id) {
+    ibv_wc w = wc(id);
+    w.qp_num = id % 2 == 0 ? 7 : 9;
+    ASSERT_TRUE(cq.push(w));
+  }
+  cq.remove_qp(7);
+  EXPECT_EQ(cq.depth(), 2u);
+  EXPECT_EQ(poll_ids(cq, 8), (std::vector<uint64_t>{11, 13}));
+  ASSERT_TRUE(cq.push(wc(20)));
+  EXPECT_EQ(poll_ids(cq, 8), (std::vector<uint64_t>{20}));
+}
+
 // Polling an empty CQ, or asking for zero (or fewer) entries, returns 0 and leaves the CQ as it
 // was (ibv_poll_cq(3): a non-negative count).
 TEST(CqTest, PollEmptyOrZeroReturnsZero) {

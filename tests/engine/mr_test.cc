@@ -444,3 +444,48 @@ TEST_F(MrTest, OverlappingRegistrationsAreIndependent) {
 
 }  // namespace
 }  // namespace softrdma::engine
+
+namespace softrdma::engine {
+namespace {
+
+// ibv_rereg_mr(3): the MR keeps its key and takes the new range, PD and rights at
+// once; cached translations go (the generation moves on); a refused change leaves
+// the MR as it was.
+class MrReregTest : public MrTest {};
+
+TEST_F(MrReregTest, NewRangePdAndRightsApplyAtOnceUnderTheSameKey) {
+  Mr* mr = reg(IBV_ACCESS_LOCAL_WRITE, va(), 1024);
+  ASSERT_NE(mr, nullptr);
+  const uint32_t key = mr->key;
+  const uint64_t generation = device_->mrs().generation();
+  AccessError why;
+  EXPECT_EQ(resolve(key, pd_, va(2048), 8, IBV_ACCESS_REMOTE_WRITE, why), nullptr);
+  ASSERT_EQ(device_->rereg_mr(mr, other_pd_, buf_.data() + 2048, 2048,
+                              IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE), 0);
+  EXPECT_EQ(mr->key, key);
+  EXPECT_GT(device_->mrs().generation(), generation) << "cached translations must go";
+  EXPECT_EQ(resolve(key, other_pd_, va(2048), 8, IBV_ACCESS_REMOTE_WRITE, why),
+            buf_.data() + 2048);
+  EXPECT_EQ(resolve(key, pd_, va(2048), 8, IBV_ACCESS_REMOTE_WRITE, why), nullptr);
+  EXPECT_EQ(why, AccessError::kWrongPd);
+  EXPECT_EQ(resolve(key, other_pd_, va(0), 8, 0, why), nullptr) << "the old range is gone";
+  EXPECT_EQ(why, AccessError::kOutOfBounds);
+  EXPECT_EQ(pd_->users.load(), 0u);
+  EXPECT_EQ(other_pd_->users.load(), 1u);
+  EXPECT_EQ(device_->dereg_mr(mr), 0);
+}
+
+TEST_F(MrReregTest, ARefusedChangeLeavesTheMrAsItWas) {
+  Mr* mr = reg(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ, va(), 4096);
+  ASSERT_NE(mr, nullptr);
+  // IBA 10.6.3.1: remote write needs local write.
+  EXPECT_EQ(device_->rereg_mr(mr, pd_, buf_.data(), 4096, IBV_ACCESS_REMOTE_WRITE), EINVAL);
+  AccessError why;
+  EXPECT_EQ(resolve(mr->key, pd_, va(100), 8, IBV_ACCESS_REMOTE_READ, why), buf_.data() + 100);
+  EXPECT_EQ(device_->dereg_mr(mr), 0);
+  EXPECT_EQ(device_->rereg_mr(mr, pd_, buf_.data(), 4096, IBV_ACCESS_LOCAL_WRITE), EINVAL)
+      << "a deregistered MR";
+}
+
+}  // namespace
+}  // namespace softrdma::engine

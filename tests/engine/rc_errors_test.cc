@@ -187,3 +187,30 @@ TEST_F(RcPairTest, MaxRdAtomicLimitsOutstandingReads) {
 
 }  // namespace
 }  // namespace softrdma::engine::testing
+
+namespace softrdma::engine::testing {
+namespace {
+
+// Back to Reset, a QP's unpolled completions leave its CQs (as RDMA NICs'
+// providers clean their CQs), so a QP restated after an error does not hand its
+// next user the flushes of its previous life; other QPs' completions stay.
+TEST_F(RcPairTest, ResetRemovesTheQpsUnpolledCompletions) {
+  post_recv(b, 0, 64, 1);
+  post_recv(b, 64, 64, 2);
+  ibv_wc other{};
+  other.wr_id = 99;
+  other.qp_num = b.qp->qpn() + 1000;
+  ASSERT_TRUE(b.rcq->push(other));
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(b.qp->modify(attr, IBV_QP_STATE), 0);
+  EXPECT_EQ(b.rcq->depth(), 3u) << "two flushed receives beside the other QP's";
+  attr.qp_state = IBV_QPS_RESET;
+  ASSERT_EQ(b.qp->modify(attr, IBV_QP_STATE), 0);
+  const auto left = poll(b.rcq);
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0].wr_id, 99u);
+}
+
+}  // namespace
+}  // namespace softrdma::engine::testing

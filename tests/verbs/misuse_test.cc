@@ -295,6 +295,35 @@ TEST_F(Misuse, CreateQpExRejectsWhatItCannotHonour) {
   EXPECT_EQ(errno, EINVAL);
 }
 
+// ibv_rereg_mr(3): input errors are IBV_REREG_MR_ERR_INPUT with the MR untouched;
+// a change of range, PD or rights is seen in the MR at once.
+TEST_F(Misuse, ReregMrChecksItsInputAndAppliesTheChange) {
+  std::vector<uint8_t> first(4096), second(8192);
+  ibv_mr* mr = ibv_reg_mr(pd_, first.data(), first.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr);
+  EXPECT_EQ(ibv_rereg_mr(mr, 0, nullptr, nullptr, 0, 0), IBV_REREG_MR_ERR_INPUT) << "no flag";
+  EXPECT_EQ(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, nullptr, 0, 0),
+            IBV_REREG_MR_ERR_INPUT) << "a translation without a range";
+  EXPECT_EQ(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, second.data(), 16,
+                         IBV_ACCESS_LOCAL_WRITE), IBV_REREG_MR_ERR_INPUT)
+      << "a range without CHANGE_TRANSLATION";
+  EXPECT_EQ(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
+                         IBV_ACCESS_REMOTE_WRITE), IBV_REREG_MR_ERR_INPUT)
+      << "remote write without local write";
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(mr->addr, first.data()) << "untouched after refusals";
+  ibv_pd* other = ibv_alloc_pd(dev_.ctx());
+  ASSERT_NE(other, nullptr);
+  ASSERT_EQ(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD, other,
+                         second.data(), second.size(), 0), 0);
+  EXPECT_EQ(mr->addr, second.data());
+  EXPECT_EQ(mr->length, second.size());
+  EXPECT_EQ(mr->pd, other);
+  EXPECT_EQ(ibv_dealloc_pd(other), EBUSY) << "the MR moved to it";
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  EXPECT_EQ(ibv_dealloc_pd(other), 0);
+}
+
 // What the engine has not got yet answers "not supported" the verbs way.
 TEST_F(Misuse, MissingFeaturesAreEopnotsupp) {
   ibv_srq_init_attr srq{};
