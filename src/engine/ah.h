@@ -1,7 +1,8 @@
 // Address handle (IBA 10.2.2, 11.2.2): where a UD send goes. RoCEv2 needs the GRH
-// (IBA A17.4.5.1), so an AH is a destination GID, the source GID index and the
-// GRH's traffic class and hop limit. The verbs object is the first member: the
-// verbs layer hands out &ibv, and a UD work request's wr.ud.ah leads back here.
+// (IBA A17.4.5.1), so an AH is a destination GID and the source GID index (the
+// GRH's traffic class, flow label and hop limit are not carried: softrdma's UDP
+// sends use the socket's). The verbs object is the first member: the verbs layer
+// hands out &ibv, and a UD work request's wr.ud.ah leads back here.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -21,9 +22,6 @@ struct Ah {
   Pd* pd = nullptr;
   wire::Gid dgid{};
   uint8_t sgid_index = 0;
-  uint8_t traffic_class = 0;
-  uint8_t hop_limit = 0;
-  uint32_t flow_label = 0;
 
   static Ah* from(ibv_ah* ah) { return reinterpret_cast<Ah*>(ah); }
 };

@@ -146,19 +146,17 @@ Ah* Device::create_ah(Pd* pd, const ibv_ah_attr& attr, int& err) {
   ah->pd = pd;
   std::copy(std::begin(attr.grh.dgid.raw), std::end(attr.grh.dgid.raw), ah->dgid.begin());
   ah->sgid_index = attr.grh.sgid_index;
-  ah->traffic_class = attr.grh.traffic_class;
-  ah->hop_limit = attr.grh.hop_limit;
-  ah->flow_label = attr.grh.flow_label;
   pd->users.fetch_add(1);
+  Ah* raw = ah.get();
   std::lock_guard lock(objects_mutex_);
-  ahs_.push_back(std::move(ah));
-  return ahs_.back().get();
+  ahs_.emplace(raw, std::move(ah));
+  return raw;
 }
 
 // A send WR copied the AH's address when it was posted: the AH may go at once.
 int Device::destroy_ah(Ah* ah) {
   std::lock_guard lock(objects_mutex_);
-  auto it = std::find_if(ahs_.begin(), ahs_.end(), [&](auto& a) { return a.get() == ah; });
+  auto it = ahs_.find(ah);  // a UD server may hold one per client
   if (it == ahs_.end()) return EINVAL;
   ah->pd->users.fetch_sub(1);
   ahs_.erase(it);

@@ -149,7 +149,7 @@ class Device {
   std::mutex objects_mutex_;  // PD and CQ lists: cold paths only
   std::vector<std::unique_ptr<Pd>> pds_;
   std::vector<std::unique_ptr<Cq>> cqs_;
-  std::vector<std::unique_ptr<Ah>> ahs_;
+  std::unordered_map<Ah*, std::unique_ptr<Ah>> ahs_;
   uint32_t next_pd_handle_ = 1;
 
   // The engine. Everything below up to the events is owned by its holder.

@@ -63,12 +63,9 @@ int Qp::check_send_wr(const ibv_send_wr& wr) const {
   // A C caller may pass any int as the opcode: read it as an int, not as the enum.
   const int opcode = raw_enum(wr.opcode);
   // IBA Table 39: UD has SEND (with immediate) only, of one packet, to an AH.
-  if (type_ == IBV_QPT_UD) {
-    if (opcode != IBV_WR_SEND && opcode != IBV_WR_SEND_WITH_IMM) return EINVAL;
-    if (wr.wr.ud.ah == nullptr || length > path_mtu_bytes()) return EINVAL;
-    if ((wr.send_flags & IBV_SEND_INLINE) && length > cap_.max_inline_data) return EINVAL;
-    return 0;
-  }
+  if (type_ == IBV_QPT_UD && ((opcode != IBV_WR_SEND && opcode != IBV_WR_SEND_WITH_IMM) ||
+                              wr.wr.ud.ah == nullptr || length > path_mtu_bytes()))
+    return EINVAL;
   // IBA Table 39: UC has SEND and RDMA WRITE (with immediate) only.
   if (type_ == IBV_QPT_UC && opcode != IBV_WR_SEND && opcode != IBV_WR_SEND_WITH_IMM &&
       opcode != IBV_WR_RDMA_WRITE && opcode != IBV_WR_RDMA_WRITE_WITH_IMM)

@@ -15,7 +15,6 @@ namespace engine = softrdma::engine;
 
 namespace {
 
-bool live(ibv_context* context) { return !Process::get().stale(to_context(context)); }
 
 // The GID index of `gid` in the device's table, or -1.
 int gid_index(ibv_context* context, const ibv_gid& gid) {

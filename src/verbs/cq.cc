@@ -19,7 +19,6 @@ using namespace softrdma::verbs;
 
 namespace {
 
-bool live(ibv_context* context) { return !Process::get().stale(to_context(context)); }
 
 // A completed RDMA WRITE tells its poller nothing about data coming in, so an
 // application that waits for its peer next waits on memory, where only the

@@ -11,7 +11,6 @@ using namespace softrdma::verbs;
 
 namespace {
 
-bool live(ibv_context* context) { return !Process::get().stale(to_context(context)); }
 
 // ibv_reg_mr(3): "optional" access bits (IBV_ACCESS_OPTIONAL_RANGE, e.g.
 // IBV_ACCESS_RELAXED_ORDERING, which perftest sets) may be ignored by a device

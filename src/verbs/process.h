@@ -86,6 +86,10 @@ void push_async_event(Context& ctx, const ibv_async_event& event);
 // being destroyed; the kernel does the same, ib_uverbs_release_uevent).
 void drop_async_events(Context& ctx, const void* object);
 
+// False once the process forked or the context's Node is gone: calls on it are EIO.
+inline bool live(Context* ctx) { return !Process::get().stale(ctx); }
+inline bool live(ibv_context* context) { return live(to_context(context)); }
+
 // Adds one unit to an EFD_SEMAPHORE eventfd; takes one (-1 with errno when the
 // fd is non-blocking and empty, or on a signal).
 void eventfd_post(int fd);

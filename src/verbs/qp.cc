@@ -11,7 +11,6 @@ using namespace softrdma::verbs;
 
 namespace {
 
-bool live(ibv_context* context) { return !Process::get().stale(to_context(context)); }
 
 // What the ibv_wr_* API can build (qp_ex.cc).
 constexpr uint64_t kSupportedSendOps =

@@ -54,7 +54,6 @@ enum ibv_gid_type_sysfs {
 
 namespace {
 
-bool live(Context* ctx) { return !Process::get().stale(ctx); }
 
 // One GID table entry as ibv_query_gid_ex(3) describes it. The engine's table
 // (engine/device.cc): both entries are RoCEv2 (Annex A17) GIDs.

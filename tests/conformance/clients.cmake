@@ -96,27 +96,25 @@ else()
   softrdma_client_test(ibv_rc_pingpong.gid0 PAIR
     COMMAND ${IBV_RC_PINGPONG} -g 0 -s 4096 -n 20
     EXPECT "^163840 bytes in" [=[GID ::ffff:127\.]=] EXPECT_SERVER "^163840 bytes in")
+  # pingpong_tests(PROGRAM size/iters[/-e] ...): a pair per run, each side
+  # printing size * iters * 2 bytes.
+  function(pingpong_tests program)
+    foreach(spec IN LISTS ARGN)
+      string(REPLACE "/" ";" run "${spec}/")
+      list(GET run 0 size)
+      list(GET run 1 iters)
+      list(GET run 2 events)
+      math(EXPR bytes "${size} * ${iters} * 2")
+      softrdma_client_test(${program}.s${size}${events} PAIR
+        COMMAND ${program} -g 1 -s ${size} -n ${iters} ${events}
+        EXPECT "^${bytes} bytes in" EXPECT_SERVER "^${bytes} bytes in")
+    endforeach()
+  endfunction()
   # UC (issue 7): the same ping-pong without acknowledgements, polling and with
   # events, one packet and several per message.
-  foreach(run "1;20;" "4096;20;" "4096;20;-e" "65536;10;")
-    list(GET run 0 size)
-    list(GET run 1 iters)
-    list(GET run 2 events)
-    math(EXPR bytes "${size} * ${iters} * 2")
-    softrdma_client_test(ibv_uc_pingpong.s${size}${events} PAIR
-      COMMAND ibv_uc_pingpong -g 1 -s ${size} -n ${iters} ${events}
-      EXPECT "^${bytes} bytes in" EXPECT_SERVER "^${bytes} bytes in")
-  endforeach()
+  pingpong_tests(ibv_uc_pingpong 1/20 4096/20 4096/20/-e 65536/10)
   # UD (issue 7): one datagram per message, at most the port MTU, addressed by AH.
-  foreach(run "1;20;" "2048;20;" "4096;20;-e")
-    list(GET run 0 size)
-    list(GET run 1 iters)
-    list(GET run 2 events)
-    math(EXPR bytes "${size} * ${iters} * 2")
-    softrdma_client_test(ibv_ud_pingpong.s${size}${events} PAIR
-      COMMAND ibv_ud_pingpong -g 1 -s ${size} -n ${iters} ${events}
-      EXPECT "^${bytes} bytes in" EXPECT_SERVER "^${bytes} bytes in")
-  endforeach()
+  pingpong_tests(ibv_ud_pingpong 1/20 2048/20 4096/20/-e)
 endif()
 
 # The `softrdma` command: `run` puts the build's lib/ in front by itself;

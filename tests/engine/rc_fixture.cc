@@ -1,5 +1,7 @@
 #include "engine/rc_fixture.h"
 
+#include <arpa/inet.h>
+
 #include <cstring>
 #include <random>
 
@@ -162,6 +164,29 @@ int RcPairTest::post_with(Node& n, ibv_wr_opcode opcode, size_t offset, uint32_t
   }
   if (adjust) adjust(wr, sge);
   return post_wr(n, wr);
+}
+
+Ah* RcPairTest::make_ah(Node& from, const Node& to) {
+  ibv_ah_attr attr{};
+  attr.is_global = 1;
+  attr.port_num = 1;
+  attr.grh.sgid_index = 1;
+  std::memcpy(attr.grh.dgid.raw, to.device->gids()[1].data(), 16);
+  int err = 0;
+  Ah* ah = from.device->create_ah(from.pd, attr, err);
+  EXPECT_NE(ah, nullptr) << "errno " << err;
+  return ah;
+}
+
+int RcPairTest::post_ud(Node& n, Ah* ah, ibv_wr_opcode opcode, size_t offset,
+                        uint32_t length, uint64_t wr_id, uint32_t qkey) {
+  const uint32_t remote_qpn = peer(n).qp->qpn();
+  return post_with(n, opcode, offset, length, 0, wr_id, [&](ibv_send_wr& wr, ibv_sge&) {
+    wr.wr.ud.ah = ah != nullptr ? &ah->ibv : nullptr;
+    wr.wr.ud.remote_qpn = remote_qpn;
+    wr.wr.ud.remote_qkey = qkey;
+    wr.imm_data = htonl(kUdImmediate);
+  });
 }
 
 int RcPairTest::post_wr(Node& n, ibv_send_wr& wr) {

@@ -76,6 +76,12 @@ class RcPairTest : public ::testing::Test {
                 size_t remote_offset, uint64_t wr_id,
                 const std::function<void(ibv_send_wr&, ibv_sge&)>& adjust);
   int post_wr(Node& n, ibv_send_wr& wr);
+  // UD: an AH on `from`'s device addressing `to` (by its GID 1), and a send through
+  // it to `to`'s QP with the Q_Key `qkey` (with immediate: kUdImmediate).
+  static constexpr uint32_t kUdImmediate = 0xabcd;
+  static Ah* make_ah(Node& from, const Node& to);
+  int post_ud(Node& n, Ah* ah, ibv_wr_opcode opcode, size_t offset, uint32_t length,
+              uint64_t wr_id, uint32_t qkey);
   // An ATOMIC from `n` on the peer's 8 bytes at `remote_offset`; the old value lands
   // at `offset` of n's memory.
   int post_atomic(Node& n, ibv_wr_opcode opcode, size_t offset, size_t remote_offset,

@@ -101,20 +101,11 @@ TEST_F(RcPairTest, UdPacketsAreShapedAsSoftRoces) {
   RcOptions options;
   options.type = IBV_QPT_UD;
   connect(options);
-  int err = 0;
-  ibv_ah_attr attr{};
-  attr.is_global = 1;
-  attr.grh.sgid_index = 1;
-  std::memcpy(attr.grh.dgid.raw, b.device->gids()[1].data(), 16);
-  Ah* ah = a.device->create_ah(a.pd, attr, err);
+  Ah* ah = make_ah(a, b);
   ASSERT_NE(ah, nullptr);
   for (uint64_t i = 0; i < 4; ++i) post_recv(b, 8192 * i, 8192, i);
   const auto send = [&](ibv_wr_opcode opcode, uint32_t length, uint64_t wr_id) {
-    return post_with(a, opcode, 0, length, 0, wr_id, [&](ibv_send_wr& wr, ibv_sge&) {
-      wr.wr.ud.ah = &ah->ibv;
-      wr.wr.ud.remote_qpn = b.qp->qpn();
-      wr.wr.ud.remote_qkey = options.qkey;
-    });
+    return post_ud(a, ah, opcode, 0, length, wr_id, options.qkey);
   };
   ASSERT_EQ(send(IBV_WR_SEND, 512, 1), 0);   // ibv_ud_pingpong -s 512
   ASSERT_EQ(send(IBV_WR_SEND, 1024, 2), 0);  // ib_send_bw -c UD -s 1024

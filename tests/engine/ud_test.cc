@@ -25,25 +25,13 @@ class UdPairTest : public RcPairTest {
     RcOptions options;
     options.type = IBV_QPT_UD;
     connect(options);
-    int err = 0;
-    ibv_ah_attr attr{};
-    attr.is_global = 1;
-    attr.port_num = 1;
-    attr.grh.sgid_index = 1;
-    std::memcpy(attr.grh.dgid.raw, b.device->gids()[1].data(), 16);
-    ah_to_b_ = a.device->create_ah(a.pd, attr, err);
-    ASSERT_NE(ah_to_b_, nullptr) << err;
+    ah_to_b_ = make_ah(a, b);
+    ASSERT_NE(ah_to_b_, nullptr);
   }
 
   // A UD SEND from a to b's QP; `qkey` as the WR names it.
-  int send_to_b(uint32_t length, uint64_t wr_id, uint32_t qkey, bool imm = false) {
-    return post_with(a, imm ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND, kSrc, length, 0, wr_id,
-                     [&](ibv_send_wr& wr, ibv_sge&) {
-                       wr.wr.ud.ah = &ah_to_b_->ibv;
-                       wr.wr.ud.remote_qpn = b.qp->qpn();
-                       wr.wr.ud.remote_qkey = qkey;
-                       wr.imm_data = htonl(0xabcd);
-                     });
+  int send_to_b(uint32_t length, uint64_t wr_id, uint32_t qkey) {
+    return post_ud(a, ah_to_b_, IBV_WR_SEND, kSrc, length, wr_id, qkey);
   }
 
   Ah* ah_to_b_ = nullptr;
@@ -52,7 +40,7 @@ class UdPairTest : public RcPairTest {
 TEST_F(UdPairTest, ASendArrivesAfterTheGrhWithTheSendersQpNumber) {
   fill(a, kSrc, 1000, 1);
   post_recv(b, kDst, kGrh + 1000, 5);
-  ASSERT_EQ(send_to_b(1000, 1, options_.qkey, /*imm=*/true), 0);
+  ASSERT_EQ(post_ud(a, ah_to_b_, IBV_WR_SEND_WITH_IMM, kSrc, 1000, 1, options_.qkey), 0);
   const auto sent = net_.take_sent();
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].opcode(), op::kUd | op::kSendOnlyImm);
@@ -69,7 +57,7 @@ TEST_F(UdPairTest, ASendArrivesAfterTheGrhWithTheSendersQpNumber) {
   EXPECT_EQ(received[0].src_qp, a.qp->qpn());
   EXPECT_TRUE(received[0].wc_flags & IBV_WC_GRH);
   EXPECT_TRUE(received[0].wc_flags & IBV_WC_WITH_IMM);
-  EXPECT_EQ(ntohl(received[0].imm_data), 0xabcdu);
+  EXPECT_EQ(ntohl(received[0].imm_data), kUdImmediate);
   EXPECT_TRUE(same(a, kSrc, b, kDst + kGrh, 1000));
   // The GRH: zeros, then an IPv4 header from a's address to b's.
   const uint8_t* grh = b.mem.data() + kDst;
@@ -114,9 +102,7 @@ TEST_F(UdPairTest, PostRefusesWhatUdCannotSend) {
   EXPECT_EQ(post(a, IBV_WR_RDMA_WRITE, kSrc, 16, kDst, 1), EINVAL);
   EXPECT_EQ(post(a, IBV_WR_RDMA_READ, kSrc, 16, kDst, 2), EINVAL);
   EXPECT_EQ(send_to_b(4097, 3, options_.qkey), EINVAL) << "longer than the port MTU";
-  EXPECT_EQ(post_with(a, IBV_WR_SEND, kSrc, 16, 0, 4,
-                      [&](ibv_send_wr& wr, ibv_sge&) { wr.wr.ud.ah = nullptr; }),
-            EINVAL);
+  EXPECT_EQ(post_ud(a, nullptr, IBV_WR_SEND, kSrc, 16, 4, options_.qkey), EINVAL);
 }
 
 // The WR copied the address: the AH may be destroyed right after the post.

@@ -32,7 +32,6 @@ void Responder::on_unacknowledged_request(PacketView p, Nanos now) {
     bump(counters.uc_messages_dropped);
   }
   epsn_ = p.psn();
-  nak_psn_ = p.psn();
   const Verdict verdict = execute(p);
   if (verdict == Verdict::kDone) return;
   if (verdict == Verdict::kRemoteOperational) {
