@@ -48,11 +48,11 @@ uint32_t initial_qpn() {
 Device::Device(DeviceConfig config, transport::Transport& transport, const Clock& clock)
     : config_(std::move(config)),
       transport_(transport),
+      receivers_{&transport},
       clock_(clock),
       gids_(make_gid_table(transport.local_gids())),
       counters_(config_.counters != nullptr ? *config_.counters : own_counters_),
       next_qpn_(initial_qpn()),
-      receivers_{&transport},
       tx_(std::make_unique<TxBatch>(counters_)) {
   // Before any peer can reach registered memory (docs/decisions/memory-faults.md).
   install_memory_fault_handler();
@@ -168,19 +168,24 @@ int Device::destroy_ah(Ah* ah) {
 Qp* Device::create_qp(Pd* pd, QpInit& init, int& err) {
   const DeviceLimits& lim = config_.limits;
   ibv_qp_cap& cap = init.cap;
-  err = 0;
-  if (init.type != IBV_QPT_RC && init.type != IBV_QPT_UC && init.type != IBV_QPT_UD)
-    err = EOPNOTSUPP;
-  if (pd == nullptr || init.send_cq == nullptr || init.recv_cq == nullptr) err = EINVAL;
+  err = check_qp_init(pd, init);
   if (cap.max_send_wr > lim.max_qp_wr || cap.max_recv_wr > lim.max_qp_wr ||
       cap.max_send_sge > lim.max_sge || cap.max_recv_sge > lim.max_sge ||
       cap.max_inline_data > lim.max_inline_data)
     err = EINVAL;
   if (err != 0) return nullptr;
-  cap.max_send_wr = std::max<uint32_t>(cap.max_send_wr, 1);
-  cap.max_recv_wr = std::max<uint32_t>(cap.max_recv_wr, 1);
-  cap.max_send_sge = std::max<uint32_t>(cap.max_send_sge, 1);
-  cap.max_recv_sge = std::max<uint32_t>(cap.max_recv_sge, 1);
+  if (init.type == IBV_QPT_XRC_RECV) {
+    cap = ibv_qp_cap{};  // IBA A14: no work queues; requests feed the XRC SRQs
+  } else {
+    cap.max_send_wr = std::max<uint32_t>(cap.max_send_wr, 1);
+    cap.max_send_sge = std::max<uint32_t>(cap.max_send_sge, 1);
+  }
+  if (init.srq != nullptr || init.type == IBV_QPT_XRC_SEND || init.type == IBV_QPT_XRC_RECV) {
+    cap.max_recv_wr = cap.max_recv_sge = 0;  // ibv_create_qp(3): the SRQ's are used
+  } else {
+    cap.max_recv_wr = std::max<uint32_t>(cap.max_recv_wr, 1);
+    cap.max_recv_sge = std::max<uint32_t>(cap.max_recv_sge, 1);
+  }
   auto engine = hold_engine();
   if (qps_.size() >= lim.max_qp) {
     err = ENOMEM;
@@ -193,6 +198,24 @@ Qp* Device::create_qp(Pd* pd, QpInit& init, int& err) {
   live_qps_.insert(raw);
   if (QpCounters* counters = note_qp(*raw)) raw->counters_ = counters;
   return raw;
+}
+
+// ibv_create_qp(3), ibv_create_qp_ex(3): which objects each QP type needs.
+int Device::check_qp_init(Pd* pd, const QpInit& init) const {
+  switch (init.type) {
+    case IBV_QPT_RC:
+    case IBV_QPT_UC:
+    case IBV_QPT_UD:
+      if (pd == nullptr || init.send_cq == nullptr || init.recv_cq == nullptr) return EINVAL;
+      if (init.srq != nullptr && init.srq->type() != IBV_SRQT_BASIC) return EINVAL;
+      return init.xrcd != nullptr ? EINVAL : 0;
+    case IBV_QPT_XRC_SEND:  // a requester only (IBA A14)
+      return pd == nullptr || init.send_cq == nullptr || init.srq != nullptr ? EINVAL : 0;
+    case IBV_QPT_XRC_RECV:  // a responder only, in its XRC domain
+      return init.xrcd == nullptr || init.srq != nullptr ? EINVAL : 0;
+    default:
+      return EOPNOTSUPP;
+  }
 }
 
 uint32_t Device::fresh_qpn() {

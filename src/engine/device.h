@@ -30,6 +30,7 @@
 #include "engine/mr.h"
 #include "engine/pd.h"
 #include "engine/qp.h"
+#include "engine/srq.h"
 #include "engine/tx_batch.h"
 #include "transport/transport.h"
 
@@ -41,6 +42,7 @@ struct AsyncEvent {
   ibv_event_type type;
   uint32_t qpn = 0;   // for QP events
   Cq* cq = nullptr;   // for CQ events
+  Srq* srq = nullptr; // for SRQ events
 };
 
 class Device {
@@ -70,6 +72,17 @@ class Device {
   // Validates and rounds init.cap up to what the QP really has (ibv_create_qp(3)).
   Qp* create_qp(Pd* pd, QpInit& init, int& err);
   int destroy_qp(Qp* qp);
+  // ibv_create_srq(3) / ibv_create_srq_ex: validates init.attr against the
+  // device's limits and reports what the SRQ got in it.
+  Srq* create_srq(Pd* pd, SrqInit& init, int& err);
+  int destroy_srq(Srq* srq);
+  // XRC SRQs by number (XRCETH, IBA Annex A14), for the responder of an XRC
+  // receive QP. Engine owner.
+  Srq* find_srq(uint32_t srqn);
+  // ibv_open_xrcd(3): the domain of `inode` (0: a new anonymous one); opening an
+  // inode that has none needs `create`, else ENOENT.
+  Xrcd* open_xrcd(uint64_t inode, bool create, int& err);
+  int close_xrcd(Xrcd* xrcd);
 
   // One turn of the engine unless another thread is running it: doorbells, one
   // receive burst, due timers. True when anything happened.
@@ -135,6 +148,7 @@ class Device {
   void publish_staged();
   void push_completion(Cq& cq, const ibv_wc& wc, bool solicited);
   uint32_t fresh_qpn();
+  int check_qp_init(Pd* pd, const QpInit& init) const;
 
   DeviceConfig config_;
   transport::Transport& transport_;
@@ -150,12 +164,15 @@ class Device {
   std::vector<std::unique_ptr<Pd>> pds_;
   std::vector<std::unique_ptr<Cq>> cqs_;
   std::unordered_map<Ah*, std::unique_ptr<Ah>> ahs_;
+  std::vector<std::unique_ptr<Xrcd>> xrcds_;
   uint32_t next_pd_handle_ = 1;
 
   // The engine. Everything below up to the events is owned by its holder.
   std::mutex engine_mutex_;
   std::unordered_map<uint32_t, std::unique_ptr<Qp>> qps_;
   std::unordered_set<const Qp*> live_qps_;  // the QPs of qps_, for destroy's check
+  std::unordered_map<uint32_t, std::unique_ptr<Srq>> srqs_;
+  uint32_t next_srqn_ = 1;
   uint32_t next_qpn_;
   std::unique_ptr<TxBatch> tx_;
   std::vector<Qp*> touched_;  // QPs that got packets this burst (ACKs to coalesce)

@@ -23,6 +23,10 @@ struct DeviceLimits {
   uint32_t max_qp_wr = 16384;        // per work queue
   uint32_t max_sge = 32;             // per work request
   uint32_t max_inline_data = 512;    // bytes copied at post time
+  uint32_t max_srq = 16384;
+  uint32_t max_srq_wr = 16384;
+  uint32_t max_srq_sge = 32;
+  uint32_t max_xrcd = 1024;
   uint32_t max_cq = 16384;
   uint32_t max_cqe = 1 << 20;
   uint32_t max_pd = 16384;

@@ -24,6 +24,8 @@ Qp::Qp(Device& device, uint32_t qpn, Pd* pd, const QpInit& init)
       pd_(pd),
       send_cq_(init.send_cq),
       recv_cq_(init.recv_cq),
+      srq_(init.srq),
+      xrcd_(init.xrcd),
       sq_sig_all_(init.sq_sig_all),
       cap_(init.cap),
       sq_(init.cap.max_send_wr),
@@ -41,15 +43,21 @@ Qp::Qp(Device& device, uint32_t qpn, Pd* pd, const QpInit& init)
   } else {
     protocol_ = std::make_unique<rc::RcConnection>(*this);
   }
-  pd_->users.fetch_add(1);
-  send_cq_->users.fetch_add(1);
-  recv_cq_->users.fetch_add(1);
+  // An XRC receive QP has no PD, CQs or SRQ of its own; an XRC send QP no receive CQ.
+  if (pd_ != nullptr) pd_->users.fetch_add(1);
+  if (send_cq_ != nullptr) send_cq_->users.fetch_add(1);
+  if (recv_cq_ != nullptr) recv_cq_->users.fetch_add(1);
+  if (srq_ != nullptr) srq_->users.fetch_add(1);
+  if (xrcd_ != nullptr) xrcd_->users.fetch_add(1);
+  if (srq_ != nullptr) held_.sges.reserve(srq_->max_sge());
 }
 
 Qp::~Qp() {
-  pd_->users.fetch_sub(1);
-  send_cq_->users.fetch_sub(1);
-  recv_cq_->users.fetch_sub(1);
+  if (pd_ != nullptr) pd_->users.fetch_sub(1);
+  if (send_cq_ != nullptr) send_cq_->users.fetch_sub(1);
+  if (recv_cq_ != nullptr) recv_cq_->users.fetch_sub(1);
+  if (srq_ != nullptr && xrcd_ == nullptr) srq_->users.fetch_sub(1);
+  if (xrcd_ != nullptr) xrcd_->users.fetch_sub(1);
 }
 
 uint32_t Qp::path_mtu_bytes() const {
@@ -101,6 +109,7 @@ void Qp::copy_send_wr(const ibv_send_wr& wr, SendWqe& wqe, uint32_t slot) {
   wqe.flags = wr.send_flags;
   wqe.imm_data = wr.imm_data;
   if (wr.opcode == IBV_WR_SEND_WITH_INV) wqe.invalidate_rkey = wr.invalidate_rkey;
+  if (type_ == IBV_QPT_XRC_SEND) wqe.xrc_srqn = wr.qp_type.xrc.remote_srqn & wire::kPsnMask;
   if (type_ == IBV_QPT_UD) {
     const Ah& ah = *Ah::from(wr.wr.ud.ah);
     wqe.ud = UdAddress{ah.dgid, wr.wr.ud.remote_qpn & wire::kPsnMask, wr.wr.ud.remote_qkey,
@@ -148,6 +157,7 @@ int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
     const ibv_qp_state s = attr_.qp_state;
     // Send work may be posted from RTS on (and in Error, where it is flushed).
     if (s == IBV_QPS_RESET || s == IBV_QPS_INIT || s == IBV_QPS_RTR) err = EINVAL;
+    if (type_ == IBV_QPT_XRC_RECV) err = EINVAL;  // IBA A14: no send queue
     for (; wr != nullptr && err == 0; wr = wr->next) {
       if ((err = check_send_wr(*wr)) != 0) break;
       if (sq_.full()) {
@@ -178,7 +188,9 @@ int Qp::check_recv_wr(const ibv_recv_wr& wr) const {
 
 int Qp::post_recv(const ibv_recv_wr* wr, const ibv_recv_wr** bad) {
   std::unique_lock lock(mutex_);
-  int err = attr_.qp_state == IBV_QPS_RESET ? EINVAL : 0;
+  // ibv_post_recv(3): a QP attached to an SRQ (or an XRC QP) has no receive queue.
+  const bool no_rq = srq_ != nullptr || xrcd_ != nullptr || type_ == IBV_QPT_XRC_SEND;
+  int err = attr_.qp_state == IBV_QPS_RESET || no_rq ? EINVAL : 0;
   for (; wr != nullptr && err == 0; wr = wr->next) {
     if ((err = check_recv_wr(*wr)) != 0) break;
     if (rq_.full()) {
@@ -240,9 +252,43 @@ void Qp::complete_send_head(ibv_wc_status status) {
   maybe_report_drained();
 }
 
+RecvWqe* Qp::current_recv() {
+  if (srq_ == nullptr) return rq_.empty() ? nullptr : &rq_.front();
+  return held_.held ? &held_.wqe : nullptr;
+}
+
+RecvWqe* Qp::take_recv() {
+  if (srq_ == nullptr || held_.held) return current_recv();
+  if (!srq_->take(held_)) return nullptr;
+  held_from_ = srq_;
+  return &held_.wqe;
+}
+
+bool Qp::select_xrc_srq(uint32_t srqn) {
+  if (srq_ != nullptr && srq_->srqn() == srqn) return true;
+  Srq* srq = device_.find_srq(srqn);
+  if (srq == nullptr || srq->type() != IBV_SRQT_XRC || srq->xrcd() != xrcd_) return false;
+  srq_ = srq;
+  return true;
+}
+
+void Qp::forget_recv_from(const Srq& srq) {
+  if (held_from_ == &srq) held_.held = false;
+  if (held_from_ == &srq) held_from_ = nullptr;
+  if (xrcd_ != nullptr && srq_ == &srq) srq_ = nullptr;
+}
+
+// IBA A14: an XRC SRQ completes its receives on its own CQ.
 void Qp::complete_recv_head(const ibv_wc& wc, bool solicited) {
-  rq_.pop();
-  push_completion(*recv_cq_, wc, solicited);
+  if (srq_ == nullptr) {
+    rq_.pop();
+    push_completion(*recv_cq_, wc, solicited);
+    return;
+  }
+  Cq* cq = held_from_->cq() != nullptr ? held_from_->cq() : recv_cq_;
+  held_.held = false;
+  held_from_ = nullptr;
+  push_completion(*cq, wc, solicited);
 }
 
 // IBA 10.3.1: in Error every outstanding and newly posted WQE completes with a
@@ -254,6 +300,22 @@ void Qp::flush_queues() {
     const ibv_wc wc = make_send_wc(w, status);
     sq_.pop();
     push_completion(*send_cq_, wc, false);
+  }
+  flush_receives();
+}
+
+// The SRQ's WQEs stay for its other QPs (IBA 10.2.9.4): only a WQE this QP took
+// is flushed. The receive queue of a QP without SRQ is flushed whole.
+void Qp::flush_receives() {
+  if (srq_ != nullptr) {
+    if (!held_.held) return;
+    ibv_wc wc{};
+    wc.wr_id = held_.wqe.wr_id;
+    wc.status = held_.wqe.status != IBV_WC_SUCCESS ? held_.wqe.status : IBV_WC_WR_FLUSH_ERR;
+    wc.opcode = IBV_WC_RECV;
+    wc.qp_num = qpn_;
+    complete_recv_head(wc, false);
+    return;
   }
   while (!rq_.empty()) {
     const RecvWqe& w = rq_.front();
@@ -285,6 +347,11 @@ void Qp::set_state(ibv_qp_state to) {
 
 void Qp::flush_and_notify(ibv_qp_state from, Nanos now) {
   flush_queues();
+  // IBA 10.2.9.4 / 11.6.3.1: a QP attached to an SRQ reports, once in Error with its
+  // taken WQE flushed, that it will consume no more of the SRQ's WQEs; the
+  // application may then destroy it without losing any.
+  if (srq_ != nullptr || xrcd_ != nullptr)
+    device_.post_async_event(AsyncEvent{IBV_EVENT_QP_LAST_WQE_REACHED, qpn_, nullptr});
   protocol_->on_state_change(from, IBV_QPS_ERR, now);
 }
 

@@ -21,12 +21,15 @@
 #include "engine/counters.h"
 #include "engine/protocol.h"
 #include "engine/ring.h"
+#include "engine/srq.h"
 #include "engine/wqe.h"
 
 namespace softrdma::engine {
 
 class Cq;
 class Device;
+class Srq;
+struct Xrcd;
 
 // The value of an enum field a C program filled in, read as the int it may be
 // (an out-of-range value loaded as a C++ enum is undefined behaviour).
@@ -46,6 +49,8 @@ struct QpInit {
   Cq* recv_cq = nullptr;
   ibv_qp_cap cap{};
   bool sq_sig_all = false;
+  Srq* srq = nullptr;    // receives from this SRQ instead of a queue of its own
+  Xrcd* xrcd = nullptr;  // XRC receive QP: its domain (it has no PD, CQs or SRQ)
 };
 
 class Qp {
@@ -66,7 +71,11 @@ class Qp {
   const ibv_qp_attr& attr() const { return attr_; }
   const ibv_qp_cap& cap() const { return cap_; }
   Device& device() const { return device_; }
-  Pd* pd() const { return pd_; }
+  // The PD memory accesses are checked against: an XRC receive QP has none of its
+  // own and uses the PD of the SRQ its current request names (IBA A14).
+  Pd* pd() const { return pd_ != nullptr || srq_ == nullptr ? pd_ : srq_->pd(); }
+  Srq* srq() const { return srq_; }
+  Xrcd* xrcd() const { return xrcd_; }
   Cq* send_cq() const { return send_cq_; }
   Cq* recv_cq() const { return recv_cq_; }
   bool signal_all() const { return sq_sig_all_; }
@@ -79,7 +88,19 @@ class Qp {
   Ring<SendWqe>& sq() { return sq_; }
   Ring<RecvWqe>& rq() { return rq_; }
 
-  // Completion of the WQE at the send queue's head (the roles call these).
+  // Receive WQEs (the roles call these; engine owner). The one the message in
+  // progress uses, never taking one: null if none was taken.
+  RecvWqe* current_recv();
+  // The one for a message beginning now: the receive queue's head, or one taken
+  // out of the SRQ (IBA 10.2.9.3); null when none is posted (RNR).
+  RecvWqe* take_recv();
+  // XRC receive QP: the request names XRC SRQ `srqn` (XRCETH); false when no SRQ
+  // of that number is in the QP's XRC domain (IBA A14).
+  bool select_xrc_srq(uint32_t srqn);
+  // The SRQ is being destroyed: a WQE taken from it is dropped.
+  void forget_recv_from(const Srq& srq);
+
+  // Completion of the WQE at the send queue's head, and of current_recv().
   void complete_send_head(ibv_wc_status status);
   void complete_recv_head(const ibv_wc& wc, bool solicited);
   // IBA 10.3.1 / 11.2.5.4: enter the Error state; flush every outstanding WQE.
@@ -101,6 +122,7 @@ class Qp {
   void maybe_report_drained();
   void reset_queues();
   void flush_queues();
+  void flush_receives();
   ibv_wc make_send_wc(const SendWqe& wqe, ibv_wc_status status) const;
   void push_completion(Cq& cq, const ibv_wc& wc, bool solicited);
 
@@ -110,6 +132,12 @@ class Qp {
   Pd* const pd_;
   Cq* const send_cq_;
   Cq* const recv_cq_;
+  Srq* srq_;            // fixed, or (XRC receive QP) the one the last request named
+  Xrcd* const xrcd_;
+  // The receive WQE taken from the SRQ for the message in progress, and the CQ
+  // its completion goes to (the QP's, or an XRC SRQ's own).
+  HeldRecv held_;
+  Srq* held_from_ = nullptr;
   const bool sq_sig_all_;
   ibv_qp_cap cap_{};
   ibv_qp_attr attr_{};

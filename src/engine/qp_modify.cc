@@ -23,17 +23,20 @@ constexpr int kState = IBV_QP_STATE, kCur = IBV_QP_CUR_STATE, kAccess = IBV_QP_A
               kMig = IBV_QP_PATH_MIG_STATE, kDestQpn = IBV_QP_DEST_QPN,
               kSqdNotify = IBV_QP_EN_SQD_ASYNC_NOTIFY;
 
-enum Transport { kRc, kUc, kUd, kTransports };
+// The columns of IBA 10.3 / 11.2.5.2's attribute tables; XRC's two halves (IBA
+// A14) follow the RC rows, each with the attributes of its own direction only.
+enum Transport { kRc, kUc, kUd, kXrcSend, kXrcRecv, kTransports };
+using PerTransport = std::array<int, kTransports>;
 
 struct Rule {
   bool valid = false;
-  std::array<int, kTransports> required{};
-  std::array<int, kTransports> optional{};
+  PerTransport required{};
+  PerTransport optional{};
 };
 
 using Table = std::array<std::array<Rule, IBV_QPS_ERR + 1>, IBV_QPS_ERR + 1>;
 
-constexpr Rule rule(std::array<int, 3> required, std::array<int, 3> optional) {
+constexpr Rule rule(PerTransport required, PerTransport optional) {
   return Rule{true, required, optional};
 }
 
@@ -43,36 +46,49 @@ constexpr Table make_table() {
     t[from][IBV_QPS_RESET] = rule({}, {});  // any state -> Reset or Error
     t[from][IBV_QPS_ERR] = rule({}, {});
   }
+  constexpr int kConnected = kPkey | kPort | kAccess;
   t[IBV_QPS_RESET][IBV_QPS_INIT] =
-      rule({kPkey | kPort | kAccess, kPkey | kPort | kAccess, kPkey | kPort | kQkey}, {});
+      rule({kConnected, kConnected, kPkey | kPort | kQkey, kConnected, kConnected}, {});
   t[IBV_QPS_INIT][IBV_QPS_INIT] =
-      rule({}, {kPkey | kPort | kAccess, kPkey | kPort | kAccess, kPkey | kPort | kQkey});
+      rule({}, {kConnected, kConnected, kPkey | kPort | kQkey, kConnected, kConnected});
+  constexpr int kPath = kAv | kMtu | kDestQpn | kRqPsn;
+  // The XRC send half accepts (and ignores) the responder attributes, which
+  // rdma-core's tests set on both halves alike.
   t[IBV_QPS_INIT][IBV_QPS_RTR] =
-      rule({kAv | kMtu | kDestQpn | kRqPsn | kDestRdAtomic | kMinRnr,
-            kAv | kMtu | kDestQpn | kRqPsn, 0},
-           {kAltPath | kAccess | kPkey, kAltPath | kAccess | kPkey, kPkey | kQkey});
+      rule({kPath | kDestRdAtomic | kMinRnr, kPath, 0, kPath, kPath | kDestRdAtomic | kMinRnr},
+           {kAltPath | kAccess | kPkey, kAltPath | kAccess | kPkey, kPkey | kQkey,
+            kAltPath | kAccess | kPkey | kDestRdAtomic | kMinRnr, kAltPath | kAccess | kPkey});
+  constexpr int kRequester = kSqPsn | kTimeout | kRetry | kRnrRetry | kRdAtomic;
+  constexpr int kInRts = kCur | kAltPath | kAccess | kMinRnr | kMig;
   t[IBV_QPS_RTR][IBV_QPS_RTS] =
-      rule({kSqPsn | kTimeout | kRetry | kRnrRetry | kRdAtomic, kSqPsn, kSqPsn},
-           {kCur | kAltPath | kAccess | kMinRnr | kMig, kCur | kAltPath | kAccess | kMig,
-            kCur | kQkey});
-  const std::array<int, 3> in_rts = {kCur | kAccess | kAltPath | kMig | kMinRnr,
-                                     kCur | kAccess | kAltPath | kMig, kCur | kQkey};
+      rule({kRequester, kSqPsn, kSqPsn, kRequester, kSqPsn | kTimeout},
+           {kInRts, kCur | kAltPath | kAccess | kMig, kCur | kQkey, kInRts,
+            kInRts | kRetry | kRnrRetry | kRdAtomic});
+  const PerTransport in_rts = {kInRts, kCur | kAccess | kAltPath | kMig, kCur | kQkey, kInRts,
+                               kInRts};
   t[IBV_QPS_RTS][IBV_QPS_RTS] = rule({}, in_rts);
   t[IBV_QPS_SQD][IBV_QPS_RTS] = rule({}, in_rts);
-  t[IBV_QPS_RTS][IBV_QPS_SQD] = rule({}, {kSqdNotify, kSqdNotify, kSqdNotify});
+  t[IBV_QPS_RTS][IBV_QPS_SQD] =
+      rule({}, {kSqdNotify, kSqdNotify, kSqdNotify, kSqdNotify, kSqdNotify});
+  constexpr int kInSqd = kPort | kAv | kTimeout | kRetry | kRnrRetry | kRdAtomic |
+                         kDestRdAtomic | kAltPath | kAccess | kPkey | kMinRnr | kMig;
   t[IBV_QPS_SQD][IBV_QPS_SQD] = rule(
-      {}, {kPort | kAv | kTimeout | kRetry | kRnrRetry | kRdAtomic | kDestRdAtomic |
-               kAltPath | kAccess | kPkey | kMinRnr | kMig,
-           kAv | kAltPath | kAccess | kPkey | kMig, kPkey | kQkey});
+      {}, {kInSqd, kAv | kAltPath | kAccess | kPkey | kMig, kPkey | kQkey, kInSqd, kInSqd});
   // IBA 10.3.1: SQE exists only for UC and UD.
-  t[IBV_QPS_SQE][IBV_QPS_RTS] = rule({}, {0, kCur | kAccess, kCur | kQkey});
+  t[IBV_QPS_SQE][IBV_QPS_RTS] = rule({}, {0, kCur | kAccess, kCur | kQkey, 0, 0});
   return t;
 }
 
 constexpr Table kTransitions = make_table();
 
 Transport transport_of(ibv_qp_type type) {
-  return type == IBV_QPT_UD ? kUd : type == IBV_QPT_UC ? kUc : kRc;
+  switch (type) {
+    case IBV_QPT_UD: return kUd;
+    case IBV_QPT_UC: return kUc;
+    case IBV_QPT_XRC_SEND: return kXrcSend;
+    case IBV_QPT_XRC_RECV: return kXrcRecv;
+    default: return kRc;
+  }
 }
 
 bool valid_state(int s) { return s >= IBV_QPS_RESET && s <= IBV_QPS_ERR; }

@@ -52,6 +52,7 @@ struct SendWqe {
   uint64_t swap = 0;
   SgeList sgl;
   UdAddress ud;                    // UD only
+  uint32_t xrc_srqn = 0;           // XRC send QP: the remote XRC SRQ (XRCETH)
   uint8_t* inline_data = nullptr;  // IBV_SEND_INLINE: copied here at post time
   uint32_t length = 0;             // total message bytes
 

@@ -14,7 +14,8 @@ const void* element_of(const ibv_async_event& event) {
   switch (target_of(event.event_type)) {
     case EventTarget::kQp: return event.element.qp;
     case EventTarget::kCq: return event.element.cq;
-    default: return nullptr;  // port, device, SRQ, WQ: no object
+    case EventTarget::kSrq: return event.element.srq;
+    default: return nullptr;  // port, device, WQ: no object
   }
   return nullptr;
 }
@@ -35,6 +36,13 @@ void count_delivered(const ibv_async_event& event) {
       pthread_mutex_lock(&cq->ibv.mutex);
       ++cq->async_events_delivered;
       pthread_mutex_unlock(&cq->ibv.mutex);
+      return;
+    }
+    case EventTarget::kSrq: {
+      Srq* srq = to_srq(event.element.srq);
+      pthread_mutex_lock(&srq->ibv.mutex);
+      ++srq->async_events_delivered;
+      pthread_mutex_unlock(&srq->ibv.mutex);
       return;
     }
     default: return;
@@ -107,6 +115,14 @@ SOFTRDMA_EXPORT void ibv_ack_async_event(ibv_async_event* event) {
       ++cq->async_events_completed;
       pthread_cond_broadcast(&cq->cond);
       pthread_mutex_unlock(&cq->mutex);
+      return;
+    }
+    case EventTarget::kSrq: {
+      ibv_srq* srq = event->element.srq;
+      pthread_mutex_lock(&srq->mutex);
+      ++srq->events_completed;
+      pthread_cond_broadcast(&srq->cond);
+      pthread_mutex_unlock(&srq->mutex);
       return;
     }
     default: return;

@@ -28,6 +28,7 @@ void init_context(Context& ctx, ibv_device* device, int async_fd, int cmd_fd) {
   c.ops.req_notify_cq = op_req_notify_cq;
   c.ops.post_send = op_post_send;
   c.ops.post_recv = op_post_recv;
+  c.ops.post_srq_recv = op_post_srq_recv;
   // A real descriptor, as applications and pyverbs dup it (issue 7); there is no
   // kernel object behind it, so ibv_import_device on it answers EOPNOTSUPP.
   c.cmd_fd = cmd_fd;
@@ -39,6 +40,10 @@ void init_context(Context& ctx, ibv_device* device, int async_fd, int cmd_fd) {
   ctx.vctx.query_port = op_query_port;
   ctx.vctx.query_device_ex = op_query_device_ex;
   ctx.vctx.create_qp_ex = op_create_qp_ex;
+  ctx.vctx.create_srq_ex = op_create_srq_ex;
+  ctx.vctx.get_srq_num = op_get_srq_num;
+  ctx.vctx.open_xrcd = op_open_xrcd;
+  ctx.vctx.close_xrcd = op_close_xrcd;
 }
 
 }  // namespace

@@ -97,6 +97,24 @@ struct Cq {
 };
 inline Cq* to_cq(ibv_cq* c) { return reinterpret_cast<Cq*>(c); }
 
+// ibv_create_srq(3) / ibv_create_srq_ex(3).
+struct Srq {
+  ibv_srq ibv;
+  engine::Srq* srq;
+  Context* ctx;
+  // Async events handed out (ibv_destroy_srq waits for their acks). Guarded by
+  // ibv.mutex.
+  uint32_t async_events_delivered = 0;
+};
+inline Srq* to_srq(ibv_srq* s) { return reinterpret_cast<Srq*>(s); }
+
+// ibv_open_xrcd(3).
+struct Xrcd {
+  ibv_xrcd ibv;
+  engine::Xrcd* xrcd;
+};
+inline Xrcd* to_xrcd(ibv_xrcd* x) { return reinterpret_cast<Xrcd*>(x); }
+
 // State of an ibv_wr_start() ... ibv_wr_complete() batch (qp_ex.cc).
 struct WrBatch {
   struct Entry {

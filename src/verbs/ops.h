@@ -20,6 +20,13 @@ int op_query_device_ex(ibv_context* context, const ibv_query_device_ex_input* in
                        ibv_device_attr_ex* attr, size_t attr_size);
 ibv_qp* op_create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr);
 
+// SRQs and XRC domains (srq.cc): ibv_context::ops and verbs_context slots.
+int op_post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+ibv_srq* op_create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr);
+int op_get_srq_num(ibv_srq* srq, uint32_t* srq_num);
+ibv_xrcd* op_open_xrcd(ibv_context* context, ibv_xrcd_init_attr* attr);
+int op_close_xrcd(ibv_xrcd* xrcd);
+
 // Installs the ibv_qp_ex wr_* pointers of an extended QP (qp_ex.cc).
 void install_wr_ops(ibv_qp_ex& qpx);
 

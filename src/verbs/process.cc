@@ -33,8 +33,8 @@ EventTarget target_of(ibv_event_type type) {
     case IBV_EVENT_GID_CHANGE: return EventTarget::kPort;
     case IBV_EVENT_DEVICE_FATAL: return EventTarget::kDevice;
     case IBV_EVENT_SRQ_ERR:
-    case IBV_EVENT_SRQ_LIMIT_REACHED:
-    case IBV_EVENT_WQ_FATAL: return EventTarget::kOther;  // no SRQs or WQs yet
+    case IBV_EVENT_SRQ_LIMIT_REACHED: return EventTarget::kSrq;
+    case IBV_EVENT_WQ_FATAL: return EventTarget::kOther;  // no WQs
   }
   return EventTarget::kOther;
 }
@@ -154,6 +154,16 @@ void Process::remove_cq(Cq* cq) {
   cqs_.erase(cq->cq);
 }
 
+void Process::add_srq(Srq* srq) {
+  std::lock_guard lock(route_mutex_);
+  srqs_[srq->srq] = srq;
+}
+
+void Process::remove_srq(Srq* srq) {
+  std::lock_guard lock(route_mutex_);
+  srqs_.erase(srq->srq);
+}
+
 // Called by the engine (any thread, possibly under a QP lock) after it queued an
 // event: move every queued event to its context.
 void Process::route_events(engine::Device& device) {
@@ -177,6 +187,13 @@ void Process::deliver(const engine::AsyncEvent& event) {
       auto it = cqs_.find(event.cq);
       if (it == cqs_.end()) return;
       out.element.cq = &it->second->ibv;
+      push_async_event(*it->second->ctx, out);
+      return;
+    }
+    case EventTarget::kSrq: {
+      auto it = srqs_.find(event.srq);
+      if (it == srqs_.end()) return;
+      out.element.srq = &it->second->ibv;
       push_async_event(*it->second->ctx, out);
       return;
     }

@@ -26,7 +26,7 @@
 namespace softrdma::verbs {
 
 // IBA 11.6.3: which object an async event names (ibv_async_event::element).
-enum class EventTarget { kQp, kCq, kPort, kDevice, kOther };
+enum class EventTarget { kQp, kCq, kSrq, kPort, kDevice, kOther };
 EventTarget target_of(ibv_event_type type);
 
 class Process {
@@ -53,6 +53,8 @@ class Process {
   void remove_qp(Qp* qp);
   void add_cq(Cq* cq);
   void remove_cq(Cq* cq);
+  void add_srq(Srq* srq);
+  void remove_srq(Srq* srq);
 
  private:
   Process();
@@ -78,6 +80,7 @@ class Process {
   std::vector<Context*> contexts_;
   std::unordered_map<uint32_t, Qp*> qps_;
   std::unordered_map<const engine::Cq*, Cq*> cqs_;
+  std::unordered_map<const engine::Srq*, Srq*> srqs_;
 };
 
 // Queues an event on a context and makes its async_fd readable (async.cc).

@@ -21,35 +21,51 @@ constexpr uint64_t kSupportedSendOps =
 constexpr uint64_t kUcSendOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
                                 IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
 
-// ibv_create_qp(3): EINVAL for a missing or foreign CQ, an SRQ that cannot
-// exist, or caps beyond the device's; EOPNOTSUPP for a type the engine lacks.
-// attr.cap is updated to what the QP really has.
-Qp* create_qp(ibv_pd* pd, ibv_qp_init_attr& attr, int& err) {
-  if (pd == nullptr) return err = EINVAL, nullptr;
-  if (!live(pd->context)) return err = EIO, nullptr;
-  if (attr.send_cq == nullptr || attr.recv_cq == nullptr ||
-      attr.send_cq->context != pd->context || attr.recv_cq->context != pd->context)
-    return err = EINVAL, nullptr;
-  if (attr.srq != nullptr) return err = EINVAL, nullptr;  // no SRQ was ever created
-  Context* ctx = to_context(pd->context);
-  softrdma::engine::QpInit init;
+// The engine objects an ibv_qp_init_attr_ex names, each checked to belong to
+// `context` (EINVAL otherwise, ibv_create_qp(3)).
+int resolve_objects(ibv_context* context, const ibv_qp_init_attr_ex& attr,
+                    softrdma::engine::QpInit& init) {
+  auto foreign = [&](auto* object) { return object != nullptr && object->context != context; };
+  if (foreign(attr.send_cq) || foreign(attr.recv_cq) || foreign(attr.srq)) return EINVAL;
+  if ((attr.comp_mask & IBV_QP_INIT_ATTR_XRCD) && foreign(attr.xrcd)) return EINVAL;
   init.type = attr.qp_type;
-  init.send_cq = to_cq(attr.send_cq)->cq;
-  init.recv_cq = to_cq(attr.recv_cq)->cq;
+  // An XRC receive QP has no CQs; rdma-core's providers ignore any given.
+  if (attr.qp_type != IBV_QPT_XRC_RECV) {
+    if (attr.send_cq != nullptr) init.send_cq = to_cq(attr.send_cq)->cq;
+    if (attr.recv_cq != nullptr && attr.qp_type != IBV_QPT_XRC_SEND)
+      init.recv_cq = to_cq(attr.recv_cq)->cq;
+    if (attr.srq != nullptr) init.srq = to_srq(attr.srq)->srq;
+  }
+  if ((attr.comp_mask & IBV_QP_INIT_ATTR_XRCD) && attr.xrcd != nullptr)
+    init.xrcd = to_xrcd(attr.xrcd)->xrcd;
   init.cap = attr.cap;
   init.sq_sig_all = attr.sq_sig_all != 0;
+  return 0;
+}
+
+// ibv_create_qp(3) / ibv_create_qp_ex(3): EINVAL for a missing or foreign object
+// or caps beyond the device's; EOPNOTSUPP for a type the engine lacks.
+// attr.cap is updated to what the QP really has. `pd` is null for an XRC
+// receive QP, which lives in its XRC domain.
+Qp* create_qp(ibv_context* context, ibv_pd* pd, ibv_qp_init_attr_ex& attr, int& err) {
+  if (!live(context)) return err = EIO, nullptr;
+  if (pd != nullptr && pd->context != context) return err = EINVAL, nullptr;
+  Context* ctx = to_context(context);
+  softrdma::engine::QpInit init;
+  if ((err = resolve_objects(context, attr, init)) != 0) return nullptr;
   auto qp = std::make_unique<Qp>();
-  qp->qp = ctx->device->create_qp(to_pd(pd)->pd, init, err);
+  qp->qp = ctx->device->create_qp(pd != nullptr ? to_pd(pd)->pd : nullptr, init, err);
   if (qp->qp == nullptr) return nullptr;
   attr.cap = init.cap;
   qp->ctx = ctx;
   qp->node = ctx->node;
   ibv_qp& q = qp->ex.qp_base;
-  q.context = pd->context;
+  q.context = context;
   q.qp_context = attr.qp_context;
   q.pd = pd;
-  q.send_cq = attr.send_cq;
-  q.recv_cq = attr.recv_cq;
+  q.send_cq = init.send_cq != nullptr ? attr.send_cq : nullptr;
+  q.recv_cq = init.recv_cq != nullptr ? attr.recv_cq : nullptr;
+  q.srq = init.srq != nullptr ? attr.srq : nullptr;
   q.handle = qp->qp->qpn();
   q.qp_num = qp->qp->qpn();
   q.state = IBV_QPS_RESET;
@@ -60,11 +76,15 @@ Qp* create_qp(ibv_pd* pd, ibv_qp_init_attr& attr, int& err) {
   return qp.release();
 }
 
-// The extensions of ibv_create_qp_ex(3) that an RC QP here can honour.
+// The extensions of ibv_create_qp_ex(3) that a QP here can honour.
 int check_qp_ex(const ibv_qp_init_attr_ex& attr) {
-  constexpr uint32_t kKnown = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
-                              IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_MAX_TSO_HEADER;
-  if (!(attr.comp_mask & IBV_QP_INIT_ATTR_PD)) return EINVAL;  // XRC targets: no XRCD yet
+  constexpr uint32_t kKnown = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD |
+                              IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS |
+                              IBV_QP_INIT_ATTR_MAX_TSO_HEADER;
+  // IBA A14: an XRC receive QP lives in an XRC domain, every other QP in a PD.
+  if (attr.qp_type == IBV_QPT_XRC_RECV ? !(attr.comp_mask & IBV_QP_INIT_ATTR_XRCD)
+                                       : !(attr.comp_mask & IBV_QP_INIT_ATTR_PD))
+    return EINVAL;
   if (attr.comp_mask & ~kKnown) return EOPNOTSUPP;
   if ((attr.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr.create_flags != 0)
     return EOPNOTSUPP;
@@ -94,15 +114,13 @@ namespace softrdma::verbs {
 
 ibv_qp* op_create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   return guard_ptr([&]() -> ibv_qp* {
+    if (attr == nullptr) return fail(EINVAL);
     if (int err = check_qp_ex(*attr)) return fail(err);
-    if (attr->pd == nullptr || attr->pd->context != context) return fail(EINVAL);
-    // ibv_qp_init_attr is the head of ibv_qp_init_attr_ex.
-    ibv_qp_init_attr base{attr->qp_context, attr->send_cq, attr->recv_cq, attr->srq,
-                          attr->cap,        attr->qp_type, attr->sq_sig_all};
+    ibv_pd* pd = attr->qp_type == IBV_QPT_XRC_RECV ? nullptr : attr->pd;
+    if (attr->qp_type != IBV_QPT_XRC_RECV && pd == nullptr) return fail(EINVAL);
     int err = 0;
-    Qp* qp = create_qp(attr->pd, base, err);
+    Qp* qp = create_qp(context, pd, *attr, err);
     if (qp == nullptr) return fail(err);
-    attr->cap = base.cap;
     if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
       qp->batch = std::make_unique<WrBatch>();
       install_wr_ops(qp->ex);
@@ -150,10 +168,22 @@ int op_post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
 
 SOFTRDMA_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
   return guard_ptr([&]() -> ibv_qp* {
-    if (attr == nullptr) return fail(EINVAL);
+    if (attr == nullptr || pd == nullptr) return fail(EINVAL);
+    ibv_qp_init_attr_ex ex{};
+    ex.qp_context = attr->qp_context;
+    ex.send_cq = attr->send_cq;
+    ex.recv_cq = attr->recv_cq;
+    ex.srq = attr->srq;
+    ex.cap = attr->cap;
+    ex.qp_type = attr->qp_type;
+    ex.sq_sig_all = attr->sq_sig_all;
+    ex.comp_mask = IBV_QP_INIT_ATTR_PD;
+    ex.pd = pd;
     int err = 0;
-    Qp* qp = create_qp(pd, *attr, err);
-    return qp != nullptr ? qp->ibv() : fail(err);
+    Qp* qp = create_qp(pd->context, pd, ex, err);
+    if (qp == nullptr) return fail(err);
+    attr->cap = ex.cap;
+    return qp->ibv();
   });
 }
 

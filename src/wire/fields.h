@@ -79,6 +79,12 @@ inline constexpr FieldSpec kReserved{Header::kRdeth, 0, 1, 0, 8};
 inline constexpr FieldSpec kEeContext{Header::kRdeth, 1, 3, 0, 24};
 }  // namespace rdeth
 
+// IBA Annex A14 (XRC): the XRC Extended Transport Header: the XRC SRQ a request is for.
+namespace xrceth {
+inline constexpr FieldSpec kReserved{Header::kXrceth, 0, 1, 0, 8};
+inline constexpr FieldSpec kSrqn{Header::kXrceth, 1, 3, 0, 24};
+}  // namespace xrceth
+
 namespace immdt {
 inline constexpr FieldSpec kImmediate{Header::kImmDt, 0, 4, 0, 32};
 }
@@ -96,6 +102,7 @@ inline constexpr std::array kBthFields = {
     bth::kAckReq, bth::kReserved8, bth::kPsn};
 inline constexpr std::array kRdethFields = {rdeth::kReserved, rdeth::kEeContext};
 inline constexpr std::array kDethFields = {deth::kQkey, deth::kReserved, deth::kSrcQp};
+inline constexpr std::array kXrcethFields = {xrceth::kReserved, xrceth::kSrqn};
 inline constexpr std::array kRethFields = {reth::kVa, reth::kRkey, reth::kDmaLength};
 inline constexpr std::array kAtomicEthFields = {atomic_eth::kVa, atomic_eth::kRkey,
                                                 atomic_eth::kSwapAdd, atomic_eth::kCompare};
@@ -110,6 +117,7 @@ constexpr std::span<const FieldSpec> header_fields(Header h) {
     case Header::kBth: return detail::kBthFields;
     case Header::kRdeth: return detail::kRdethFields;
     case Header::kDeth: return detail::kDethFields;
+    case Header::kXrceth: return detail::kXrcethFields;
     case Header::kReth: return detail::kRethFields;
     case Header::kAtomicEth: return detail::kAtomicEthFields;
     case Header::kAeth: return detail::kAethFields;

@@ -15,6 +15,7 @@ enum class Header : uint8_t {
   kBth,
   kRdeth,
   kDeth,
+  kXrceth,
   kReth,
   kAtomicEth,
   kAeth,
@@ -29,6 +30,7 @@ inline constexpr std::array<uint8_t, kNumHeaders> kHeaderBytes = {
     12,  // BTH
     4,   // RDETH
     8,   // DETH
+    4,   // XRCETH
     16,  // RETH
     28,  // AtomicETH
     4,   // AETH
@@ -185,7 +187,9 @@ struct TransportShape {
   uint8_t base;
   std::string_view prefix;
   uint32_t flag;
-  HeaderSet extra;      // DETH for UD, RDETH+DETH for RD, XRCETH (not modelled) for XRC
+  HeaderSet extra;      // on every packet: DETH for UD, RDETH+DETH for RD
+  HeaderSet request_extra;  // on requests only: XRCETH for XRC (IBA A14; responses
+                            // go to the XRC send QP, which needs no SRQ number)
   uint32_t operations;  // bit i set: operation i exists on this transport
 };
 
@@ -204,10 +208,12 @@ inline constexpr uint32_t kUcOps = ops_mask({op::kSendFirst, op::kSendMiddle, op
                                              op::kWriteOnlyImm});
 inline constexpr uint32_t kUdOps = ops_mask({op::kSendOnly, op::kSendOnlyImm});
 
-inline constexpr std::array<TransportShape, 3> kTransports = {{
-    {op::kRc, "RC_", kOpRc, kNone, kRcOps},
-    {op::kUc, "UC_", kOpUc, kNone, kUcOps},
-    {op::kUd, "UD_", kOpUd, H(Header::kDeth), kUdOps},
+inline constexpr std::array<TransportShape, 4> kTransports = {{
+    {op::kRc, "RC_", kOpRc, kNone, kNone, kRcOps},
+    {op::kUc, "UC_", kOpUc, kNone, kNone, kUcOps},
+    {op::kUd, "UD_", kOpUd, H(Header::kDeth), kNone, kUdOps},
+    // XRC has every RC operation (IBA Table 39).
+    {op::kXrc, "XRC_", kOpXrc, kNone, H(Header::kXrceth), kRcOps},
 }};
 
 // Names must outlive the table: build "RC_SEND_FIRST" etc. into static storage.
@@ -240,7 +246,8 @@ constexpr OpcodeInfo make_info(uint8_t opcode, const TransportShape& t,
                                const OperationShape& o) {
   OpcodeInfo info{};
   info.name = name_at(opcode);
-  info.headers = HeaderSet(header_bit(Header::kBth) | t.extra | o.headers);
+  const HeaderSet extra = (o.flags & kOpRequest) ? HeaderSet(t.extra | t.request_extra) : t.extra;
+  info.headers = HeaderSet(header_bit(Header::kBth) | extra | o.headers);
   info.flags = o.flags | t.flag;
   uint8_t at = 0;
   for (size_t h = 0; h < kNumHeaders; ++h) {
@@ -284,5 +291,8 @@ static_assert(kOpcodes[op::kUdSendOnlyImm].offset[size_t(Header::kImmDt)] == kBt
 static_assert(kOpcodes[op::kRcSendOnly].name == "RC_SEND_ONLY");
 static_assert(!kOpcodes[0x15].valid() && !kOpcodes[op::kUd | op::kSendFirst].valid());
 static_assert(!kOpcodes[op::kUc | op::kReadRequest].valid());
+static_assert(kOpcodes[op::kXrc | op::kWriteOnly].offset[size_t(Header::kReth)] == kBthBytes + 4);
+static_assert(kOpcodes[op::kXrc | op::kAcknowledge].header_bytes == kBthBytes + 4);
+static_assert(kOpcodes[op::kXrc | op::kSendOnly].name == "XRC_SEND_ONLY");
 
 }  // namespace softrdma::wire

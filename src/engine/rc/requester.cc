@@ -173,6 +173,13 @@ bool Requester::gather(const SendWqe& wqe, uint64_t offset, std::span<uint8_t> o
   return false;
 }
 
+// IBA A14: every XRC request names the XRC SRQ it is for.
+PacketView Requester::emit_request(const SendWqe& wqe, uint8_t opcode, size_t len, uint32_t psn) {
+  PacketView p = conn_.emit(opcode, len, psn);
+  if (p.info().has(Header::kXrceth)) p.set(xrceth::kSrqn, wqe.xrc_srqn);
+  return p;
+}
+
 bool Requester::send_data_packet(SendWqe& wqe) {
   const uint32_t mtu = conn_.path().mtu;
   const uint32_t index = wqe.next_packet;
@@ -180,7 +187,7 @@ bool Requester::send_data_packet(SendWqe& wqe) {
   const size_t len = std::min<uint64_t>(mtu, wqe.length - std::min<uint64_t>(offset, wqe.length));
   const uint32_t psn = psn_add(wqe.first_psn, index);
   const uint8_t opcode = data_opcode(wqe, index);
-  PacketView p = conn_.emit(opcode, len, psn);
+  PacketView p = emit_request(wqe, opcode, len, psn);
   const OpcodeInfo& info = p.info();
   const DeviceConfig& config = conn_.qp().device().config();
   // IBA 9.7.5.1.4: AckReq at least twice per window, or a window smaller than the
@@ -228,7 +235,7 @@ bool Requester::send_read_request(SendWqe& wqe) {
     const uint32_t chunk = std::min(space, end - wqe.next_packet);
     const uint64_t offset = uint64_t(wqe.next_packet) * mtu;
     const uint64_t len = std::min<uint64_t>(uint64_t(chunk) * mtu, wqe.length - offset);
-    PacketView p = conn_.emit(conn_.opcode(op::kReadRequest), 0, psn);
+    PacketView p = emit_request(wqe, conn_.opcode(op::kReadRequest), 0, psn);
     p.set(bth::kAckReq, 1);
     p.set(reth::kVa, wqe.remote_addr + offset);
     p.set(reth::kRkey, wqe.rkey);
@@ -245,7 +252,7 @@ bool Requester::send_read_request(SendWqe& wqe) {
 void Requester::send_atomic(SendWqe& wqe) {
   const uint8_t opcode = conn_.opcode(wqe.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? op::kCompareSwap
                                                                               : op::kFetchAdd);
-  PacketView p = conn_.emit(opcode, 0, wqe.first_psn);
+  PacketView p = emit_request(wqe, opcode, 0, wqe.first_psn);
   p.set(bth::kAckReq, 1);
   p.set(atomic_eth::kVa, wqe.remote_addr);
   p.set(atomic_eth::kRkey, wqe.rkey);

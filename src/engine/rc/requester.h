@@ -46,6 +46,7 @@ class Requester {
   bool check_local_sges(const SendWqe& wqe) const;
   void count_send(uint32_t psn, uint32_t psns);
   bool send_packets(SendWqe& wqe);
+  wire::PacketView emit_request(const SendWqe& wqe, uint8_t opcode, size_t len, uint32_t psn);
   uint32_t window_space(uint32_t psn) const;
   bool send_data_packet(SendWqe& wqe);
   bool send_read_request(SendWqe& wqe);

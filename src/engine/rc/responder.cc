@@ -129,6 +129,10 @@ Responder::Verdict Responder::check_sequence_and_length(PacketView p) const {
 Responder::Verdict Responder::execute(PacketView p) {
   if (Verdict v = check_sequence_and_length(p); v != Verdict::kDone) return v;
   const OpcodeInfo& info = p.info();
+  // IBA A14: an XRC request names the XRC SRQ that receives it and whose PD its
+  // memory accesses are checked against; one outside the QP's domain is invalid.
+  if (info.has(Header::kXrceth) && !conn_.qp().select_xrc_srq(uint32_t(p.get(xrceth::kSrqn))))
+    return Verdict::kInvalidRequest;
   if (info.is(kOpSend)) return do_send(p);
   if (info.is(kOpWrite)) return do_write(p);
   if (info.is(kOpReadRequest)) return do_read(p);
@@ -137,12 +141,10 @@ Responder::Verdict Responder::execute(PacketView p) {
 
 Responder::Verdict Responder::do_send(PacketView p) {
   const OpcodeInfo& info = p.info();
-  Ring<RecvWqe>& rq = conn_.qp().rq();
-  if (info.is(kOpFirst)) {
-    if (rq.empty()) return Verdict::kRnr;
-    recv_offset_ = 0;
-  }
-  RecvWqe& recv = rq.front();
+  RecvWqe* taken = info.is(kOpFirst) ? conn_.qp().take_recv() : conn_.qp().current_recv();
+  if (taken == nullptr) return info.is(kOpFirst) ? Verdict::kRnr : Verdict::kInvalidRequest;
+  if (info.is(kOpFirst)) recv_offset_ = 0;
+  RecvWqe& recv = *taken;
   std::span<const uint8_t> data = p.payload();
   if (recv_offset_ + data.size() > recv.length) {
     recv.status = IBV_WC_LOC_LEN_ERR;  // IBA 9.7.5.1.5: too long for the buffer
@@ -175,7 +177,7 @@ Responder::Verdict Responder::do_write(PacketView p) {
     write_host_ = nullptr;
   }
   // IBA 9.7.4.1.2: WRITE with immediate consumes a receive WQE at its last packet.
-  if (info.is(kOpConsumesRecv) && qp.rq().empty()) return Verdict::kRnr;
+  if (info.is(kOpConsumesRecv) && qp.take_recv() == nullptr) return Verdict::kRnr;
   std::span<const uint8_t> data = p.payload();
   if (data.size() > write_remaining_) return Verdict::kInvalidRequest;
   if (info.is(kOpLast) && data.size() != write_remaining_) return Verdict::kInvalidRequest;
@@ -219,7 +221,7 @@ void Responder::complete_receive(PacketView p, ibv_wc_opcode opcode, uint32_t by
   const OpcodeInfo& info = p.info();
   Qp& qp = conn_.qp();
   ibv_wc wc{};
-  wc.wr_id = qp.rq().front().wr_id;
+  wc.wr_id = qp.current_recv()->wr_id;
   wc.status = IBV_WC_SUCCESS;
   wc.opcode = opcode;
   wc.byte_len = byte_len;
@@ -483,9 +485,9 @@ void Responder::fail(Verdict verdict, uint32_t psn, Nanos now) {
     recv_status = IBV_WC_REM_ACCESS_ERR;
   }
   send_ack(syndrome::nak(code), psn);
-  Ring<RecvWqe>& rq = conn_.qp().rq();
-  if (message_ == Message::kSend && !rq.empty() && rq.front().status == IBV_WC_SUCCESS)
-    rq.front().status = recv_status;
+  RecvWqe* recv = conn_.qp().current_recv();
+  if (message_ == Message::kSend && recv != nullptr && recv->status == IBV_WC_SUCCESS)
+    recv->status = recv_status;
   conn_.fail(now, event);
 }
 

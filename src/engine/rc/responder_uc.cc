@@ -48,8 +48,7 @@ void Responder::on_unacknowledged_request(PacketView p, Nanos now) {
 // The message in progress will not complete: its receive WQE (not consumed: the
 // WQE is taken only when a message completes) is as it was posted.
 void Responder::abandon_message() {
-  Ring<RecvWqe>& rq = conn_.qp().rq();
-  if (!rq.empty()) rq.front().status = IBV_WC_SUCCESS;
+  if (RecvWqe* recv = conn_.qp().current_recv()) recv->status = IBV_WC_SUCCESS;
   message_ = Message::kNone;
   recv_offset_ = 0;
   write_host_ = nullptr;

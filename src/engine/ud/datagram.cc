@@ -134,12 +134,12 @@ bool Datagram::receive(PacketView p, const transport::RxPacket& from) {
     bump(counters.ud_bad_qkey);
     return true;
   }
-  Ring<RecvWqe>& rq = qp_.rq();
-  if (rq.empty()) {
+  RecvWqe* taken = qp_.take_recv();
+  if (taken == nullptr) {
     bump(counters.ud_no_receive_wqe);
     return true;
   }
-  RecvWqe& r = rq.front();
+  RecvWqe& r = *taken;
   const std::span<const uint8_t> data = p.payload();
   if (kGrhBytes + data.size() > r.length) {
     bump(counters.ud_too_long);

@@ -1,0 +1,89 @@
+// Shared receive queue (IBA 10.2.9, 11.2.3; ibv_create_srq(3)) and XRC domain
+// (IBA Annex A14, ibv_open_xrcd(3)).
+//
+// An SRQ holds receive WQEs that any QP attached to it may consume. Posting
+// threads are its producers (serialised by mutex_); the device's engine owner is
+// its one consumer: a QP *takes* a WQE when a message begins (IBA 10.2.9.3), moving
+// the WQE and its SGEs out of the shared ring into the QP, because other QPs go on
+// consuming while that message is still arriving (docs/decisions/srq.md).
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "engine/ring.h"
+#include "engine/wqe.h"
+
+namespace softrdma::engine {
+
+class Cq;
+class Device;
+class Pd;
+
+// An XRC domain (IBA A14): the scope within which XRC receive QPs may feed
+// XRC SRQs. Shared by the opens of one inode within a process.
+struct Xrcd {
+  uint64_t inode = 0;  // the file it was opened by (0: anonymous)
+  uint32_t opens = 0;  // ibv_open_xrcd calls not yet closed
+  std::atomic<uint32_t> users{0};  // SRQs and QPs in the domain
+};
+
+// A receive WQE a QP took out of its SRQ, with its own copy of the SGEs.
+struct HeldRecv {
+  RecvWqe wqe;
+  std::vector<Sge> sges;
+  bool held = false;
+};
+
+struct SrqInit {
+  ibv_srq_attr attr{};      // max_wr, max_sge, srq_limit
+  ibv_srq_type type = IBV_SRQT_BASIC;
+  Cq* cq = nullptr;         // XRC: where its receive completions go
+  Xrcd* xrcd = nullptr;     // XRC
+};
+
+class Srq {
+ public:
+  Srq(Device& device, uint32_t srqn, Pd* pd, const SrqInit& init);
+  ~Srq();
+
+  // Verbs entry points; errors are positive errno values as verbs returns them.
+  int post_recv(const ibv_recv_wr* wr, const ibv_recv_wr** bad);
+  // ibv_modify_srq(3): IBV_SRQ_LIMIT arms the limit event; IBV_SRQ_MAX_WR
+  // (resize) is refused, as the device does not report IBV_DEVICE_SRQ_RESIZE.
+  int modify(const ibv_srq_attr& attr, int mask);
+  ibv_srq_attr query() const;
+
+  // Engine owner: moves the oldest WQE into `into`; false when none is posted.
+  // Arms nothing, fires the limit event when the WQEs left fall below the limit.
+  bool take(HeldRecv& into);
+
+  uint32_t srqn() const { return srqn_; }
+  ibv_srq_type type() const { return type_; }
+  Pd* pd() const { return pd_; }
+  Cq* cq() const { return cq_; }
+  Xrcd* xrcd() const { return xrcd_; }
+  uint32_t max_sge() const { return max_sge_; }
+  std::atomic<uint32_t> users{0};  // QPs attached (destroying a used SRQ is EBUSY)
+
+ private:
+  Device& device_;
+  const uint32_t srqn_;
+  const ibv_srq_type type_;
+  Pd* const pd_;
+  Cq* const cq_;
+  Xrcd* const xrcd_;
+  const uint32_t max_sge_;
+
+  mutable std::mutex mutex_;  // posting threads, modify and query
+  Ring<RecvWqe> ring_;
+  std::vector<Sge> sges_;  // max_sge_ per slot
+  // IBA 10.2.9.2: the limit is armed by modify and disarmed when it fires.
+  std::atomic<uint32_t> limit_{0};
+};
+
+}  // namespace softrdma::engine
