@@ -12,12 +12,13 @@
 namespace softrdma::wire {
 namespace {
 
-TEST(OpcodesTest, ExactlyTheRcUcUdOpcodesAreValid) {
-  // RC: 23 operations, UC: 12 (no READ, ATOMIC, ACK, INVALIDATE), UD: 2 SENDs.
-  EXPECT_EQ(testing::valid_opcodes().size(), 23u + 12u + 2u);
+TEST(OpcodesTest, ExactlyTheRcUcUdXrcOpcodesAreValid) {
+  // RC: 23 operations, UC: 12 (no READ, ATOMIC, ACK, INVALIDATE), UD: 2 SENDs,
+  // XRC: RC's 23.
+  EXPECT_EQ(testing::valid_opcodes().size(), 23u + 12u + 2u + 23u);
   EXPECT_FALSE(kOpcodes[0x15].valid());                            // reserved
+  EXPECT_FALSE(kOpcodes[op::kXrc | 0x15].valid());
   EXPECT_FALSE(kOpcodes[op::kRd | op::kSendOnly].valid());         // RD: not served
-  EXPECT_FALSE(kOpcodes[op::kXrc | op::kSendOnly].valid());        // XRC: not yet
   EXPECT_FALSE(kOpcodes[op::kUc | op::kAcknowledge].valid());
   EXPECT_FALSE(kOpcodes[op::kUd | op::kWriteOnly].valid());
   EXPECT_FALSE(kOpcodes[0xff].valid());
@@ -28,12 +29,33 @@ TEST(OpcodesTest, NamesAreUniqueAndCarryTheTransport) {
   for (uint8_t opcode : testing::valid_opcodes()) {
     const std::string name(kOpcodes[opcode].name);
     EXPECT_TRUE(names.insert(name).second) << name;
-    const char* prefix = (opcode & 0xe0) == op::kRc ? "RC_" : (opcode & 0xe0) == op::kUc ? "UC_" : "UD_";
+    const uint8_t transport = opcode & 0xe0;
+    const char* prefix = transport == op::kRc   ? "RC_"
+                         : transport == op::kUc ? "UC_"
+                         : transport == op::kUd ? "UD_"
+                                                : "XRC_";
     EXPECT_EQ(name.rfind(prefix, 0), 0u) << name;
   }
   EXPECT_EQ(kOpcodes[0x64].name, "UD_SEND_ONLY");
   EXPECT_EQ(kOpcodes[0x11].name, "RC_ACKNOWLEDGE");
   EXPECT_EQ(kOpcodes[0x2b].name, "UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE");
+  EXPECT_EQ(kOpcodes[0xb1].name, "XRC_ACKNOWLEDGE");
+}
+
+// IBA A14: every XRC request carries an XRCETH right after the BTH; responses
+// (to the XRC send QP) carry none, and no other transport has one.
+TEST(OpcodesTest, XrcethIsOnXrcRequestsOnly) {
+  for (uint8_t opcode : testing::valid_opcodes()) {
+    const OpcodeInfo& i = kOpcodes[opcode];
+    SCOPED_TRACE(std::string(i.name));
+    EXPECT_EQ(i.has(Header::kXrceth), i.is(kOpXrc | kOpRequest));
+    if (i.has(Header::kXrceth)) {
+      EXPECT_EQ(i.offset[size_t(Header::kXrceth)], kBthBytes);
+    }
+    if (i.is(kOpXrc)) {
+      EXPECT_EQ(i.flags & ~kOpXrc, kOpcodes[opcode & 0x1f].flags & ~kOpRc);
+    }
+  }
 }
 
 // Headers follow the BTH in IBA order, back to back, and header_bytes is their sum.
