@@ -115,6 +115,18 @@ else()
   pingpong_tests(ibv_uc_pingpong 1/20 4096/20 4096/20/-e 65536/10)
   # UD (issue 7): one datagram per message, at most the port MTU, addressed by AH.
   pingpong_tests(ibv_ud_pingpong 1/20 2048/20 4096/20/-e)
+  # SRQ (issue 7): 16 RC QPs receiving from one shared receive queue.
+  pingpong_tests(ibv_srq_pingpong 1/20 4096/20 4096/20/-e 65536/10)
+  # XRC (issue 7): an XRC send QP to the peer's XRC receive QP and XRC SRQ, both
+  # ways, in an XRC domain opened by a file; it prints "success" once every
+  # message came back on the SRQ its XRCETH named.
+  foreach(spec "-s 1 -n 20" "-s 4096 -n 20" "-s 4096 -n 20 -e" "-s 65536 -n 10")
+    string(REPLACE " " "" suffix "${spec}")
+    string(REPLACE " " ";" args "${spec}")
+    softrdma_client_test(ibv_xsrq_pingpong${suffix} PAIR
+      COMMAND ibv_xsrq_pingpong -g 1 ${args}
+      EXPECT "^success$" EXPECT_SERVER "^success$")
+  endforeach()
 endif()
 
 # The `softrdma` command: `run` puts the build's lib/ in front by itself;
