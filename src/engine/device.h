@@ -169,10 +169,11 @@ class Device {
 
   // The engine. Everything below up to the events is owned by its holder.
   std::mutex engine_mutex_;
-  std::unordered_map<uint32_t, std::unique_ptr<Qp>> qps_;
-  std::unordered_set<const Qp*> live_qps_;  // the QPs of qps_, for destroy's check
+  // Before the QPs: destroyed after them, as QPs point at their SRQs.
   std::unordered_map<uint32_t, std::unique_ptr<Srq>> srqs_;
   uint32_t next_srqn_ = 1;
+  std::unordered_map<uint32_t, std::unique_ptr<Qp>> qps_;
+  std::unordered_set<const Qp*> live_qps_;  // the QPs of qps_, for destroy's check
   uint32_t next_qpn_;
   std::unique_ptr<TxBatch> tx_;
   std::vector<Qp*> touched_;  // QPs that got packets this burst (ACKs to coalesce)

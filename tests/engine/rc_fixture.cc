@@ -24,6 +24,13 @@ void build_node(Node& n, transport::fake::FakeNetwork& net, const transport::Gid
   init.send_cq = n.scq;
   init.recv_cq = n.rcq;
   init.cap = ibv_qp_cap{256, 256, 4, 4, 64};
+  if (o.srq_wrs != 0) {
+    SrqInit srq;
+    srq.attr = ibv_srq_attr{o.srq_wrs, 4, 0};
+    n.srq = n.device->create_srq(n.pd, srq, err);
+    ASSERT_NE(n.srq, nullptr) << err;
+    init.srq = n.srq;
+  }
   n.qp = n.device->create_qp(n.pd, init, err);
   ASSERT_NE(n.qp, nullptr) << err;
   n.mem.assign(o.memory, 0);
@@ -31,44 +38,46 @@ void build_node(Node& n, transport::fake::FakeNetwork& net, const transport::Gid
   ASSERT_NE(n.mr, nullptr) << err;
 }
 
+}  // namespace
+
 // UD (IBA 11.2.5 Table 92): a Q_Key at INIT, nothing at RTR, the send PSN at RTS.
-void ud_to_rts(Node& n, uint32_t sq_psn, const RcOptions& o) {
+void ud_to_rts(Qp& qp, uint32_t sq_psn, const RcOptions& o) {
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_INIT;
   attr.port_num = 1;
   attr.qkey = o.qkey;
-  ASSERT_EQ(n.qp->modify(attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
+  ASSERT_EQ(qp.modify(attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
   attr.qp_state = IBV_QPS_RTR;
-  ASSERT_EQ(n.qp->modify(attr, IBV_QP_STATE), 0);
+  ASSERT_EQ(qp.modify(attr, IBV_QP_STATE), 0);
   attr.qp_state = IBV_QPS_RTS;
   attr.sq_psn = sq_psn;
-  ASSERT_EQ(n.qp->modify(attr, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+  ASSERT_EQ(qp.modify(attr, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
 }
 
-void to_rts(Node& n, const Node& peer, uint32_t sq_psn, uint32_t rq_psn, int access,
-            const RcOptions& o) {
-  if (o.type == IBV_QPT_UD) return ud_to_rts(n, sq_psn, o);
+void connect_qp(Qp& qp, const Device& peer_device, uint32_t peer_qpn, uint32_t sq_psn,
+                uint32_t rq_psn, int access, const RcOptions& o) {
+  if (qp.type() == IBV_QPT_UD) return ud_to_rts(qp, sq_psn, o);
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_INIT;
   attr.port_num = 1;
   attr.qp_access_flags = access;
-  ASSERT_EQ(n.qp->modify(attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+  ASSERT_EQ(qp.modify(attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
                                    IBV_QP_ACCESS_FLAGS), 0);
   attr = ibv_qp_attr{};
   attr.qp_state = IBV_QPS_RTR;
   attr.path_mtu = o.mtu;
-  attr.dest_qp_num = peer.qp->qpn();
+  attr.dest_qp_num = peer_qpn;
   attr.rq_psn = rq_psn;
   attr.max_dest_rd_atomic = 16;
   attr.min_rnr_timer = o.min_rnr_timer;
   attr.ah_attr.is_global = 1;
   attr.ah_attr.port_num = 1;
   attr.ah_attr.grh.sgid_index = 1;
-  std::memcpy(attr.ah_attr.grh.dgid.raw, peer.device->gids()[1].data(), 16);
+  std::memcpy(attr.ah_attr.grh.dgid.raw, peer_device.gids()[1].data(), 16);
   // IBA 11.2.5 Table 92: UC takes none of RC's READ/ATOMIC and retry attributes.
-  const bool rc = o.type == IBV_QPT_RC;
+  const bool rc = qp.type() != IBV_QPT_UC;
   const int rtr_rc = rc ? IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER : 0;
-  ASSERT_EQ(n.qp->modify(attr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+  ASSERT_EQ(qp.modify(attr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
                                    IBV_QP_RQ_PSN | rtr_rc), 0);
   attr = ibv_qp_attr{};
   attr.qp_state = IBV_QPS_RTS;
@@ -79,10 +88,8 @@ void to_rts(Node& n, const Node& peer, uint32_t sq_psn, uint32_t rq_psn, int acc
   attr.max_rd_atomic = o.max_rd_atomic;
   const int rts_rc =
       rc ? IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC : 0;
-  ASSERT_EQ(n.qp->modify(attr, IBV_QP_STATE | IBV_QP_SQ_PSN | rts_rc), 0);
+  ASSERT_EQ(qp.modify(attr, IBV_QP_STATE | IBV_QP_SQ_PSN | rts_rc), 0);
 }
-
-}  // namespace
 
 void RcPairTest::TearDown() {
   // Devices go before the transports they use, transports before the network.
@@ -100,8 +107,9 @@ void RcPairTest::connect(const RcOptions& options) {
   const int all = options.type == IBV_QPT_UC
                       ? IBV_ACCESS_REMOTE_WRITE
                       : IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-  to_rts(a, b, options.a_psn, options.b_psn, all, options);
-  to_rts(b, a, options.b_psn, options.a_psn, options.b_qp_access, options);
+  connect_qp(*a.qp, *b.device, b.qp->qpn(), options.a_psn, options.b_psn, all, options);
+  connect_qp(*b.qp, *a.device, a.qp->qpn(), options.b_psn, options.a_psn, options.b_qp_access,
+             options);
   net_.take_sent();
 }
 

@@ -30,6 +30,7 @@ struct RcOptions {
   uint8_t max_rd_atomic = 4;
   size_t memory = 256 * 1024;
   uint32_t window = 64;  // DeviceConfig::max_unacked_packets
+  uint32_t srq_wrs = 0;  // non-zero: each node's QP receives from an SRQ this deep
 };
 
 struct Node {
@@ -39,12 +40,18 @@ struct Node {
   Cq* scq = nullptr;
   Cq* rcq = nullptr;
   Qp* qp = nullptr;
+  Srq* srq = nullptr;  // RcOptions::srq_wrs
   std::vector<uint8_t> mem;
   Mr* mr = nullptr;
 
   uint64_t addr(size_t offset) const { return uint64_t(uintptr_t(mem.data() + offset)); }
   EngineCounters& counters() { return device->counters(); }
 };
+
+// Moves `qp` to RTS connected to QP `peer_qpn` of `peer_device` (its GID 1); UD
+// QPs get the Q_Key instead. XRC QPs follow RC's attributes.
+void connect_qp(Qp& qp, const Device& peer_device, uint32_t peer_qpn, uint32_t sq_psn,
+                uint32_t rq_psn, int access, const RcOptions& o);
 
 class RcPairTest : public ::testing::Test {
  protected:
