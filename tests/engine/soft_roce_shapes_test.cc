@@ -1,5 +1,6 @@
-// softrdma's UC and UD packets against Linux Soft-RoCE's (tests/data: uc_send,
-// uc_write, uc_imm, ud_send, ud_imm; issue 7): for every opcode both sides sent,
+// softrdma's UC, UD, SRQ and XRC packets against Linux Soft-RoCE's (tests/data:
+// uc_send, uc_write, uc_imm, ud_send, ud_imm, srq; and, as Soft-RoCE has no XRC,
+// XRC's against its RC captures plus the XRCETH; issue 7): for every opcode both sides sent,
 // the same headers in the same places (so the same payload offset), the same BTH
 // flags a peer acts on (AckReq, TVer, P_Key, pad for the payload's length), a
 // DETH's reserved byte zero; and every softrdma packet's ICRC checks.
@@ -8,7 +9,7 @@
 #include <set>
 #include <string>
 
-#include "engine/rc_fixture.h"
+#include "engine/xrc_fixture.h"
 #include "support/pcap_reader.h"
 #include "wire/icrc.h"
 #include "wire/opcodes.h"
@@ -116,6 +117,66 @@ TEST_F(RcPairTest, UdPacketsAreShapedAsSoftRoces) {
   for (const auto& [opcode, shape] : captured)
     EXPECT_TRUE(seen.contains(opcode)) << "softrdma sent no opcode " << int(opcode);
   EXPECT_EQ(poll(b.rcq).size(), 3u);
+}
+
+
+// ibv_srq_pingpong -q 2 -s 2048, as captured: two-packet SENDs into an SRQ and
+// their ACKs.
+TEST_F(RcPairTest, SrqTrafficIsShapedAsSoftRoces) {
+  RcOptions options;
+  options.srq_wrs = 16;
+  connect(options);
+  for (uint64_t i = 0; i < 4; ++i) {
+    ibv_sge sge{b.addr(4096 * i), 4096, b.mr->key};
+    ibv_recv_wr wr{};
+    wr.wr_id = i;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    const ibv_recv_wr* bad = nullptr;
+    ASSERT_EQ(b.srq->post_recv(&wr, &bad), 0);
+  }
+  for (uint64_t i = 0; i < 4; ++i) ASSERT_EQ(post(a, IBV_WR_SEND, 0, 2048, 0, i), 0);
+  pump();
+  const auto captured = captured_shapes({"srq"});
+  const std::set<uint8_t> seen = expect_same_shapes(net_.take_sent(), captured);
+  for (const auto& [opcode, shape] : captured)
+    EXPECT_TRUE(seen.contains(opcode)) << "softrdma sent no opcode " << int(opcode);
+  EXPECT_EQ(poll(b.rcq).size(), 4u);
+}
+
+// XRC (IBA A14) is RC with the XRC transport bits and, on requests, a 4-byte
+// XRCETH after the BTH: Soft-RoCE's RC shapes so moved, for the captured
+// operations (SEND, WRITE, READ, both atomics) and their responses.
+TEST_F(XrcTest, XrcTrafficIsShapedAsSoftRocesRcPlusTheXrceth) {
+  std::map<uint8_t, Shape> as_xrc;
+  for (auto [opcode, shape] :
+       captured_shapes({"rc_send", "rc_write", "rc_read", "rc_atomic"})) {
+    const uint8_t xrc = uint8_t(wire::op::kXrc | (opcode & 0x1f));
+    if (wire::opcode_info(xrc).has(wire::Header::kXrceth)) shape.payload_offset += 4;
+    as_xrc.emplace(xrc, shape);
+  }
+  for (uint64_t i = 0; i < 6; ++i) post_srq(*srq1_, 8192 * i, 8192, i);
+  const uint32_t srqn = srq1_->srqn();
+  for (uint32_t size : {64u, 4096u, 2049u}) ASSERT_EQ(post_xrc(IBV_WR_SEND, 0, size, srqn, 1), 0);
+  pump();  // SENDs alone, acknowledged by an ACK (READ responses would do it otherwise)
+  for (uint32_t size : {3000u, 8u}) {
+    ASSERT_EQ(post_xrc(IBV_WR_RDMA_WRITE, 0, size, srqn, 2, 65536), 0);
+    ASSERT_EQ(post_xrc(IBV_WR_RDMA_READ, 0, size, srqn, 3, 65536), 0);
+  }
+  ASSERT_EQ(post_xrc(IBV_WR_ATOMIC_CMP_AND_SWP, 0, 8, srqn, 4, 65536), 0);
+  ASSERT_EQ(post_xrc(IBV_WR_ATOMIC_FETCH_AND_ADD, 0, 8, srqn, 5, 65536), 0);
+  pump();
+  const auto sent = net_.take_sent();
+  ASSERT_FALSE(sent.empty());
+  for (transport::fake::FakePacket p : sent) {
+    wire::PacketView view;
+    ASSERT_EQ(wire::parse_packet(p.bytes, view), wire::ParseError::kNone);
+    if (view.info().has(wire::Header::kXrceth)) EXPECT_EQ(view.get(wire::xrceth::kSrqn), srqn);
+  }
+  const std::set<uint8_t> seen = expect_same_shapes(sent, as_xrc);
+  for (const auto& [opcode, shape] : as_xrc)
+    EXPECT_TRUE(seen.contains(opcode)) << "softrdma sent no opcode " << int(opcode);
+  for (const ibv_wc& wc : poll(a.scq)) EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
 }
 
 }  // namespace
