@@ -149,6 +149,11 @@ Ah* Device::create_ah(Pd* pd, const ibv_ah_attr& attr, int& err) {
   pd->users.fetch_add(1);
   Ah* raw = ah.get();
   std::lock_guard lock(objects_mutex_);
+  if (ahs_.size() >= config_.limits.max_ah) {
+    pd->users.fetch_sub(1);
+    err = ENOMEM;
+    return nullptr;
+  }
   ahs_.emplace(raw, std::move(ah));
   return raw;
 }

@@ -27,6 +27,7 @@ struct DeviceLimits {
   uint32_t max_srq_wr = 16384;
   uint32_t max_srq_sge = 32;
   uint32_t max_xrcd = 1024;
+  uint32_t max_ah = 1 << 20;
   uint32_t max_cq = 16384;
   uint32_t max_cqe = 1 << 20;
   uint32_t max_pd = 16384;

@@ -53,9 +53,10 @@ void fill_device_attr(Context& ctx, ibv_device_attr& a) {
   a.max_qp = clamp_int(lim.max_qp);
   a.max_qp_wr = clamp_int(lim.max_qp_wr);
   // RNR NAKs are generated (IBA 9.7.5.2.8); cur_qp_state is checked by modify_qp;
-  // sys_image_guid is reported.
-  a.device_cap_flags =
-      IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_CURR_QP_STATE_MOD | IBV_DEVICE_SYS_IMAGE_GUID;
+  // sys_image_guid is reported; XRC domains, SRQs and QPs exist (IBA A14). SRQs
+  // cannot be resized (no IBV_DEVICE_SRQ_RESIZE).
+  a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_CURR_QP_STATE_MOD |
+                       IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_XRC;
   a.max_sge = clamp_int(lim.max_sge);
   a.max_sge_rd = clamp_int(lim.max_sge);
   a.max_cq = clamp_int(lim.max_cq);
@@ -70,7 +71,11 @@ void fill_device_attr(Context& ctx, ibv_device_attr& a) {
   // with respect to every other RDMA atomic of this device, across QPs (IBA
   // 10.8.3.6, ATOMIC_HCA), and to the CPU's own atomic instructions on that word.
   a.atomic_cap = IBV_ATOMIC_HCA;
-  // No MWs, AHs (UD), SRQs, multicast yet: reported as 0 until they exist.
+  a.max_ah = clamp_int(lim.max_ah);
+  a.max_srq = clamp_int(lim.max_srq);
+  a.max_srq_wr = clamp_int(lim.max_srq_wr);
+  a.max_srq_sge = clamp_int(lim.max_srq_sge);
+  // No multicast yet: reported as 0 until it exists.
   a.max_pkeys = 1;
   // As Linux Soft-RoCE reports (and librdmacm folds into its timeouts): an upper
   // bound of the time a software responder may take to acknowledge.

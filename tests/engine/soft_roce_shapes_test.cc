@@ -171,7 +171,9 @@ TEST_F(XrcTest, XrcTrafficIsShapedAsSoftRocesRcPlusTheXrceth) {
   for (transport::fake::FakePacket p : sent) {
     wire::PacketView view;
     ASSERT_EQ(wire::parse_packet(p.bytes, view), wire::ParseError::kNone);
-    if (view.info().has(wire::Header::kXrceth)) EXPECT_EQ(view.get(wire::xrceth::kSrqn), srqn);
+    if (view.info().has(wire::Header::kXrceth)) {
+      EXPECT_EQ(view.get(wire::xrceth::kSrqn), srqn);
+    }
   }
   const std::set<uint8_t> seen = expect_same_shapes(sent, as_xrc);
   for (const auto& [opcode, shape] : as_xrc)
