@@ -17,9 +17,19 @@ constexpr uint64_t kSupportedSendOps =
     IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
     IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
     IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
-// IBA Table 39: of those, UC has SEND and RDMA WRITE.
+// IBA Table 39: of those, UC has SEND and RDMA WRITE, UD has SEND.
 constexpr uint64_t kUcSendOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
                                 IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+constexpr uint64_t kUdSendOps = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+
+uint64_t send_ops_of(ibv_qp_type type) {
+  switch (type) {
+    case IBV_QPT_UC: return kUcSendOps;
+    case IBV_QPT_UD: return kUdSendOps;
+    case IBV_QPT_XRC_RECV: return 0;  // no send queue
+    default: return kSupportedSendOps;
+  }
+}
 
 // The engine objects an ibv_qp_init_attr_ex names, each checked to belong to
 // `context` (EINVAL otherwise, ibv_create_qp(3)).
@@ -91,10 +101,7 @@ int check_qp_ex(const ibv_qp_init_attr_ex& attr) {
   if ((attr.comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) && attr.max_tso_header != 0)
     return EOPNOTSUPP;
   if ((attr.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
-      (attr.send_ops_flags & ~(attr.qp_type == IBV_QPT_UC ? kUcSendOps : kSupportedSendOps)) != 0)
-    return EOPNOTSUPP;
-  // The ibv_wr_* builders have no ibv_wr_set_ud_addr yet: UD posts with ibv_post_send.
-  if ((attr.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && attr.qp_type == IBV_QPT_UD)
+      (attr.send_ops_flags & ~send_ops_of(attr.qp_type)) != 0)
     return EOPNOTSUPP;
   return 0;
 }

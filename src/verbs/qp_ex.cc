@@ -195,13 +195,27 @@ void wr_set_inline_data_list(ibv_qp_ex* qpx, size_t num_buf, const ibv_data_buf*
   });
 }
 
+// ibv_wr_set_ud_addr(3): where a UD WR goes (the AH is read when it is posted).
+void wr_set_ud_addr(ibv_qp_ex* qpx, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {
+  WrBatch::Entry* e = current(qpx);
+  if (e == nullptr) return;
+  e->wr.wr.ud.ah = ah;
+  e->wr.wr.ud.remote_qpn = remote_qpn;
+  e->wr.wr.ud.remote_qkey = remote_qkey;
+}
+
+// ibv_wr_set_xrc_srqn(3): the remote XRC SRQ an XRC send QP's WR is for.
+void wr_set_xrc_srqn(ibv_qp_ex* qpx, uint32_t remote_srqn) {
+  WrBatch::Entry* e = current(qpx);
+  if (e == nullptr) return;
+  e->wr.qp_type.xrc.remote_srqn = remote_srqn;
+}
+
 // Builders of services RC has no use for here yet: the batch fails.
 void wr_bind_mw(ibv_qp_ex* qpx, ibv_mw*, uint32_t, const ibv_mw_bind_info*) { unsupported(qpx); }
 void wr_local_inv(ibv_qp_ex* qpx, uint32_t) { unsupported(qpx); }
 void wr_send_inv(ibv_qp_ex* qpx, uint32_t) { unsupported(qpx); }
 void wr_send_tso(ibv_qp_ex* qpx, void*, uint16_t, uint16_t) { unsupported(qpx); }
-void wr_set_ud_addr(ibv_qp_ex* qpx, ibv_ah*, uint32_t, uint32_t) { unsupported(qpx); }
-void wr_set_xrc_srqn(ibv_qp_ex* qpx, uint32_t) { unsupported(qpx); }
 void wr_atomic_write(ibv_qp_ex* qpx, uint32_t, uint64_t, const void*) { unsupported(qpx); }
 
 }  // namespace

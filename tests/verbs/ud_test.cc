@@ -1,6 +1,8 @@
 // UD through the verbs API (ibv_create_ah(3), ibv_init_ah_from_wc(3),
 // ibv_create_ah_from_wc(3)): a datagram goes out to an AH, and the answer goes
 // back to an AH made from the receive completion and its GRH, as UD servers do.
+#include <arpa/inet.h>
+
 #include <cerrno>
 #include <cstring>
 
@@ -19,16 +21,20 @@ struct UdSide {
   std::vector<uint8_t> buf = std::vector<uint8_t>(8192);
   ibv_mr* mr = nullptr;
 
-  void make(ibv_context* ctx) {
+  // `send_ops`: created with ibv_create_qp_ex and these ibv_wr_* operations.
+  void make(ibv_context* ctx, uint64_t send_ops = 0) {
     pd = ibv_alloc_pd(ctx);
     ASSERT_NE(pd, nullptr);
     cq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
     ASSERT_NE(cq, nullptr);
-    ibv_qp_init_attr init{};
+    ibv_qp_init_attr_ex init{};
     init.send_cq = init.recv_cq = cq;
     init.qp_type = IBV_QPT_UD;
     init.cap = {8, 8, 1, 1, 0};
-    qp = ibv_create_qp(pd, &init);
+    init.comp_mask = IBV_QP_INIT_ATTR_PD | (send_ops ? IBV_QP_INIT_ATTR_SEND_OPS_FLAGS : 0);
+    init.pd = pd;
+    init.send_ops_flags = send_ops;
+    qp = ibv_create_qp_ex(ctx, &init);
     ASSERT_NE(qp, nullptr) << errno;
     mr = ibv_reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
     ASSERT_NE(mr, nullptr);
@@ -141,6 +147,60 @@ TEST(VerbsUd, AhMisuseIsRefused) {
   ASSERT_NE(ah, nullptr);
   EXPECT_EQ(ibv_dealloc_pd(pd), EBUSY) << "the AH uses the PD";
   EXPECT_EQ(ibv_destroy_ah(ah), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+}
+
+// ibv_wr_set_ud_addr(3): an extended UD QP addresses each WR it builds; UD has
+// SEND (with immediate) only (IBA Table 39), so other send_ops are refused.
+TEST(VerbsUd, ExtendedQpAddressesEachWrItBuilds) {
+  Device dev;
+  UdSide server, client;
+  server.make(dev.ctx());
+  client.make(dev.ctx(), IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM);
+  ibv_gid gid{};
+  ASSERT_EQ(ibv_query_gid(dev.ctx(), 1, 1, &gid), 0);
+  ibv_ah_attr attr{};
+  attr.is_global = 1;
+  attr.port_num = 1;
+  attr.grh.sgid_index = 1;
+  attr.grh.dgid = gid;
+  ibv_ah* ah = ibv_create_ah(client.pd, &attr);
+  ASSERT_NE(ah, nullptr);
+  ASSERT_EQ(post_recv(server.qp, {uint64_t(uintptr_t(server.buf.data())), 4096, server.mr->lkey}, 1), 0);
+  std::memcpy(&client.buf[0], "wr-ud", 5);
+  ibv_qp_ex* qpx = ibv_qp_to_qp_ex(client.qp);
+  ASSERT_NE(qpx, nullptr);
+  ibv_wr_start(qpx);
+  qpx->wr_id = 9;
+  qpx->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_send_imm(qpx, htonl(0x77));
+  ibv_wr_set_ud_addr(qpx, ah, server.qp->qp_num, kQkey);
+  ibv_wr_set_sge(qpx, client.mr->lkey, uint64_t(uintptr_t(client.buf.data())), 5);
+  ASSERT_EQ(ibv_wr_complete(qpx), 0);
+  auto got = poll_n(server.cq, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(got[0].byte_len, kGrh + 5);
+  EXPECT_EQ(got[0].imm_data, htonl(0x77));
+  EXPECT_EQ(std::memcmp(&server.buf[kGrh], "wr-ud", 5), 0);
+  EXPECT_EQ(poll_n(client.cq, 1).size(), 1u);
+  EXPECT_EQ(ibv_destroy_ah(ah), 0);
+  server.destroy();
+  client.destroy();
+
+  ibv_pd* pd = ibv_alloc_pd(dev.ctx());
+  ibv_cq* cq = ibv_create_cq(dev.ctx(), 4, nullptr, nullptr, 0);
+  ibv_qp_init_attr_ex init{};
+  init.send_cq = init.recv_cq = cq;
+  init.qp_type = IBV_QPT_UD;
+  init.cap = {4, 4, 1, 1, 0};
+  init.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  init.pd = pd;
+  init.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE;
+  errno = 0;
+  EXPECT_EQ(ibv_create_qp_ex(dev.ctx(), &init), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  EXPECT_EQ(ibv_destroy_cq(cq), 0);
   EXPECT_EQ(ibv_dealloc_pd(pd), 0);
 }
 
