@@ -67,7 +67,12 @@ TEST(DeviceAttributes, TellTheEngineLimits) {
   EXPECT_EQ(a.atomic_cap, IBV_ATOMIC_HCA);
   EXPECT_EQ(a.phys_port_cnt, 1);
   EXPECT_EQ(a.max_pkeys, 1);
-  EXPECT_EQ(a.max_srq, 0);  // until SRQs exist
+  EXPECT_EQ(uint32_t(a.max_srq), kLimits.max_srq);
+  EXPECT_EQ(uint32_t(a.max_srq_wr), kLimits.max_srq_wr);
+  EXPECT_EQ(uint32_t(a.max_srq_sge), kLimits.max_srq_sge);
+  EXPECT_EQ(uint32_t(a.max_ah), kLimits.max_ah);
+  EXPECT_TRUE(a.device_cap_flags & IBV_DEVICE_XRC);
+  EXPECT_FALSE(a.device_cap_flags & IBV_DEVICE_SRQ_RESIZE);
   EXPECT_NE(a.vendor_id, 0x02c9u);
   EXPECT_NE(a.vendor_id, 0x1d0fu);
 }
