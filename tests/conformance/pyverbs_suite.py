@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""rdma-core's pyverbs test suite against softrdma (issue 7).
+
+    pyverbs_suite.py --softrdma BIN --expected FILE [--write-table MD] [--update]
+
+Copies Debian's suite (python3-pyverbs, /usr/share/doc/rdma-core/tests) to a
+temporary directory, runs every test under `softrdma run` with a result class that
+records each test's id, outcome and skip reason, and compares with FILE (one line
+per test: id, outcome, reason; tab-separated). It fails when
+
+  - a test errors or fails,
+  - a test the expectations call "pass" does not pass, or
+  - a test skips for a reason the expectations do not give for it
+    (so a capability lost shows, and no skip is accepted unexplained).
+
+A test that passes where a skip was expected is reported ("--update" rewrites
+FILE). --write-table writes the per-test table of docs/conformance.md's pyverbs
+section. Vendor tests (mlx5, EFA, CUDA) are listed apart: they skip on any
+non-vendor device.
+"""
+
+import argparse
+import collections
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+SUITE = "/usr/share/doc/rdma-core/tests"
+
+# Runs in the suite's directory, under `softrdma run`: what run_tests.py does,
+# with a result class that writes one JSON line per test.
+RUNNER = r'''
+import json, os, sys, unittest
+from importlib.machinery import SourceFileLoader
+from args_parser import parser
+sys.argv = [sys.argv[0]]
+tests = SourceFileLoader('tests', os.path.join(os.path.dirname(__file__), '__init__.py')).load_module()
+parser.parse_args()
+out = open(os.environ['PYVERBS_RESULTS'], 'w')
+class Recording(unittest.TextTestResult):
+    def _put(self, test, outcome, reason=''):
+        out.write(json.dumps({'id': test.id(), 'outcome': outcome, 'reason': reason}) + '\n')
+        out.flush()
+    def addSuccess(self, test):
+        super().addSuccess(test); self._put(test, 'pass')
+    def addSkip(self, test, reason):
+        super().addSkip(test, reason); self._put(test, 'skip', reason)
+    def addError(self, test, err):
+        super().addError(test, err); self._put(test, 'error', self._exc_info_to_string(err, test).splitlines()[-1])
+    def addFailure(self, test, err):
+        super().addFailure(test, err); self._put(test, 'fail', self._exc_info_to_string(err, test).splitlines()[-1])
+    def addExpectedFailure(self, test, err):
+        super().addExpectedFailure(test, err); self._put(test, 'fail', 'expected failure')
+    def addUnexpectedSuccess(self, test):
+        super().addUnexpectedSuccess(test); self._put(test, 'fail', 'unexpected success')
+suite = unittest.defaultTestLoader.loadTestsFromModule(tests)
+unittest.TextTestRunner(verbosity=1, resultclass=Recording).run(suite)
+'''
+
+VENDOR_MODULES = ("test_mlx5", "test_efa", "test_cuda")
+VENDOR_REASONS = ("MLX5", "EFA", "cuda", "PCI device must be passed")
+
+
+def is_vendor(test_id, reason):
+    module = test_id.split(".")[1] if "." in test_id else test_id
+    return module.startswith(VENDOR_MODULES) or any(v in reason for v in VENDOR_REASONS)
+
+
+def copy_suite(into):
+    for name in os.listdir(SUITE):
+        src = os.path.join(SUITE, name)
+        if name.endswith(".gz"):
+            with gzip.open(src, "rb") as f, open(os.path.join(into, name[:-3]), "wb") as g:
+                shutil.copyfileobj(f, g)
+        elif os.path.isfile(src):
+            shutil.copy(src, into)
+    with open(os.path.join(into, "softrdma_runner.py"), "w") as f:
+        f.write(RUNNER)
+
+
+def run_suite(softrdma, timeout, preload):
+    with tempfile.TemporaryDirectory(prefix="pyverbs-") as d:
+        copy_suite(d)
+        results = os.path.join(d, "results.jsonl")
+        env = dict(os.environ, PYVERBS_RESULTS=results)
+        if preload:  # a sanitized build: its runtime first; Python's own leaks are not ours
+            env["LD_PRELOAD"] = preload
+            env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
+        # Debian's interpreter: python3-pyverbs is installed for it.
+        proc = subprocess.run([os.path.abspath(softrdma), "run", "--", "/usr/bin/python3",
+                               "softrdma_runner.py"],
+                              cwd=d, env=env, timeout=timeout, capture_output=True, text=True)
+        sys.stderr.write(proc.stderr[-4000:])
+        if not os.path.exists(results):
+            sys.exit(f"pyverbs_suite: the suite recorded nothing (exit {proc.returncode})")
+        with open(results) as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+
+def read_expected(path):
+    expected = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                if line.strip() and not line.startswith("#"):
+                    test_id, outcome, reason = (line.rstrip("\n").split("\t") + ["", ""])[:3]
+                    expected[test_id] = (outcome, reason)
+    return expected
+
+
+def write_expected(path, results):
+    with open(path, "w") as f:
+        f.write("# pyverbs_suite.py --update: test id, outcome, skip reason (tab-separated)\n")
+        for r in sorted(results, key=lambda r: r["id"]):
+            f.write(f"{r['id']}\t{r['outcome']}\t{r['reason']}\n")
+
+
+def compare(results, expected):
+    problems, improvements = [], []
+    for r in results:
+        want = expected.get(r["id"])
+        got = (r["outcome"], r["reason"])
+        if r["outcome"] in ("error", "fail"):
+            problems.append(f"{r['id']}: {r['outcome']}: {r['reason']}")
+        elif want is None:
+            problems.append(f"{r['id']}: not in the expectations ({got[0]} {got[1]})")
+        elif want[0] == "pass" and got[0] != "pass":
+            problems.append(f"{r['id']}: expected to pass, {got[0]}: {got[1]}")
+        elif want[0] == "skip" and got[0] == "skip" and got[1] != want[1]:
+            problems.append(f"{r['id']}: skipped for '{got[1]}', expected '{want[1]}'")
+        elif want[0] == "skip" and got[0] == "pass":
+            improvements.append(r["id"])
+    missing = set(expected) - {r["id"] for r in results}
+    problems += [f"{m}: expected but not run" for m in sorted(missing)]
+    return problems, improvements
+
+
+def write_table(path, results):
+    counts = collections.Counter()
+    rows = []
+    for r in sorted(results, key=lambda r: r["id"]):
+        vendor = is_vendor(r["id"], r["reason"])
+        counts[("vendor" if vendor else "other", r["outcome"])] += 1
+        if not vendor:
+            rows.append(f"| `{r['id'].removeprefix('tests.')}` | {r['outcome']} | {r['reason']} |")
+    other = {o: counts[("other", o)] for o in ("pass", "skip", "fail", "error")}
+    vendor = sum(v for (k, _), v in counts.items() if k == "vendor")
+    with open(path, "w") as f:
+        f.write("<!-- written by tests/conformance/pyverbs_suite.py --write-table -->\n")
+        f.write(f"Non-vendor tests: {sum(other.values())}: pass {other['pass']}, "
+                f"skip {other['skip']}, fail {other['fail']}, error {other['error']}. "
+                f"Vendor tests (mlx5, EFA, CUDA; skipped on any other device): {vendor}.\n\n")
+        f.write("| test | result | reason |\n| --- | --- | --- |\n")
+        f.write("\n".join(rows) + "\n")
+    return other
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--softrdma", required=True)
+    ap.add_argument("--expected", required=True)
+    ap.add_argument("--write-table")
+    ap.add_argument("--update", action="store_true")
+    ap.add_argument("--timeout", type=int, default=1200)
+    ap.add_argument("--preload", default="", help="a sanitizer runtime to load first")
+    args = ap.parse_args()
+    if not os.path.isdir(SUITE):
+        sys.exit(f"pyverbs_suite: {SUITE} is missing (python3-pyverbs; scripts/install-deps.sh)")
+    results = run_suite(args.softrdma, args.timeout, args.preload)
+    if args.write_table:
+        other = write_table(args.write_table, results)
+        print(f"non-vendor: {other}")
+    if args.update:
+        write_expected(args.expected, results)
+    problems, improvements = compare(results, read_expected(args.expected))
+    outcomes = collections.Counter(r["outcome"] for r in results)
+    print(f"pyverbs: {len(results)} tests: {dict(outcomes)}")
+    for i in improvements:
+        print(f"now passes (run with --update): {i}")
+    for p in problems:
+        print(f"PROBLEM {p}")
+    sys.exit(1 if problems else 0)
+
+
+if __name__ == "__main__":
+    main()
