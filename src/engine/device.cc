@@ -82,6 +82,12 @@ Pd* Device::alloc_pd(int& err) {
   return pds_.back().get();
 }
 
+Pd* Device::find_pd(uint32_t handle) {
+  std::lock_guard lock(objects_mutex_);
+  auto it = std::find_if(pds_.begin(), pds_.end(), [&](auto& p) { return p->handle() == handle; });
+  return it == pds_.end() ? nullptr : it->get();
+}
+
 // Destroy calls look the object up before touching it: a stale or repeated handle
 // is EINVAL, never a read of freed memory.
 int Device::dealloc_pd(Pd* pd) {

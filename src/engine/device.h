@@ -83,6 +83,10 @@ class Device {
   // inode that has none needs `create`, else ENOENT.
   Xrcd* open_xrcd(uint64_t inode, bool create, int& err);
   int close_xrcd(Xrcd* xrcd);
+  // ibv_import_pd(3) / ibv_import_mr(3): an object by its handle (a PD's handle,
+  // an MR's key), or null.
+  Pd* find_pd(uint32_t handle);
+  Mr* find_mr(uint32_t key) { return mrs_.find(key); }
 
   // One turn of the engine unless another thread is running it: doorbells, one
   // receive burst, due timers. True when anything happened.

@@ -159,6 +159,12 @@ size_t MrTable::size() const {
   return by_key_.size();
 }
 
+Mr* MrTable::find(uint32_t key) {
+  std::shared_lock lock(mutex_);
+  auto it = by_key_.find(key);
+  return it == by_key_.end() ? nullptr : it->second.get();
+}
+
 const Mr* MrTable::Access::find(uint32_t key) const {
   auto it = table_->by_key_.find(key);
   return it == table_->by_key_.end() ? nullptr : it->second.get();

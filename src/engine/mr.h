@@ -48,6 +48,8 @@ class MrTable {
   Mr* reg(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access, int& err);
   int dereg(Mr* mr);
   int rereg(Mr* mr, Pd* pd, void* addr, uint64_t length, int access);
+  // The MR of `key`, or null (cold path: ibv_import_mr).
+  Mr* find(uint32_t key);
 
   // Holds the table's shared lock while the memory is in use.
   class Access {

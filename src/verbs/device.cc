@@ -1,6 +1,7 @@
 // The device list and contexts: ibv_get_device_list(3), ibv_open_device(3),
 // ibv_fork_init(3) and their companions.
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -87,28 +88,39 @@ SOFTRDMA_EXPORT __be64 ibv_get_device_guid(ibv_device* device) {
   }
 }
 
+namespace {
+
+// A context over the process's Node; it owns `cmd_fd` (closed by ibv_close_device).
+ibv_context* open_context(ibv_device* device, int cmd_fd) {
+  const int async_fd = eventfd(0, EFD_SEMAPHORE | EFD_CLOEXEC);
+  if (async_fd < 0) {
+    const int err = errno;
+    close(cmd_fd);
+    return fail(err);
+  }
+  auto ctx = std::make_unique<Context>();
+  int err = 0;
+  ctx->node = Process::get().acquire(err);
+  if (ctx->node == nullptr) {
+    close(async_fd);
+    close(cmd_fd);
+    return fail(err);
+  }
+  init_context(*ctx, device, async_fd, cmd_fd);
+  Process::get().add_context(ctx.get());
+  return ctx.release()->ibv();
+}
+
+}  // namespace
+
 SOFTRDMA_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
   return guard_ptr([&]() -> ibv_context* {
     if (device == nullptr || device != Process::get().device()) return fail(ENODEV);
-    const int async_fd = eventfd(0, EFD_SEMAPHORE | EFD_CLOEXEC);
-    if (async_fd < 0) return nullptr;  // errno from eventfd
-    const int cmd_fd = eventfd(0, EFD_CLOEXEC);
-    if (cmd_fd < 0) {
-      const int err = errno;
-      close(async_fd);
-      return fail(err);
-    }
-    auto ctx = std::make_unique<Context>();
-    int err = 0;
-    ctx->node = Process::get().acquire(err);
-    if (ctx->node == nullptr) {
-      close(async_fd);
-      close(cmd_fd);
-      return fail(err);
-    }
-    init_context(*ctx, device, async_fd, cmd_fd);
-    Process::get().add_context(ctx.get());
-    return ctx.release()->ibv();
+    // A memfd: a file of its own (a dup refers to the same inode), which
+    // ibv_import_device recognises; there is no kernel verbs object behind it.
+    const int cmd_fd = memfd_create("softrdma-context", MFD_CLOEXEC);
+    if (cmd_fd < 0) return nullptr;  // errno from memfd_create
+    return open_context(device, cmd_fd);
   });
 }
 
@@ -134,8 +146,17 @@ SOFTRDMA_EXPORT int ibv_fork_init(void) { return 0; }
 
 SOFTRDMA_EXPORT ibv_fork_status ibv_is_fork_initialized(void) { return IBV_FORK_UNNEEDED; }
 
-// There is no kernel object to share between processes.
-SOFTRDMA_EXPORT ibv_context* ibv_import_device(int /*cmd_fd*/) { return fail(EOPNOTSUPP); }
+// ibv_import_device(3): another context on the device of the context whose
+// cmd_fd `cmd_fd` duplicates, within this process (there is no kernel object to
+// share between processes: another process's descriptor is EOPNOTSUPP). The new
+// context owns `cmd_fd`; objects are shared through ibv_import_pd/ibv_import_mr.
+SOFTRDMA_EXPORT ibv_context* ibv_import_device(int cmd_fd) {
+  return guard_ptr([&]() -> ibv_context* {
+    Context* original = Process::get().context_of_cmd_fd(cmd_fd);
+    if (original == nullptr) return fail(EOPNOTSUPP);
+    return open_context(original->vctx.context.device, cmd_fd);
+  });
+}
 
 // rdma-core reads device properties from sysfs; softrdma's device has no sysfs
 // directory, and every question is answered by a query verb instead

@@ -122,18 +122,44 @@ SOFTRDMA_EXPORT ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* /*pd*/, uint64_t /*offset*/, s
   return fail(EOPNOTSUPP);
 }
 
-// Importing objects of another process's context needs a kernel to share them.
-SOFTRDMA_EXPORT ibv_pd* ibv_import_pd(ibv_context* /*context*/, uint32_t /*pd_handle*/) {
-  return fail(EOPNOTSUPP);
+// ibv_import_pd(3) / ibv_import_mr(3): the PD or MR of a context this one was
+// imported from (ibv_import_device: same process, same device), by handle: a new
+// handle on the same object, released by unimport (which leaves the object).
+SOFTRDMA_EXPORT ibv_pd* ibv_import_pd(ibv_context* context, uint32_t pd_handle) {
+  return guard_ptr([&]() -> ibv_pd* {
+    if (context == nullptr) return fail(EINVAL);
+    if (!live(context)) return fail(EIO);
+    auto pd = std::make_unique<Pd>();
+    pd->pd = to_context(context)->device->find_pd(pd_handle);
+    if (pd->pd == nullptr) return fail(EINVAL);
+    pd->ibv.context = context;
+    pd->ibv.handle = pd_handle;
+    return &pd.release()->ibv;
+  });
 }
 
-SOFTRDMA_EXPORT void ibv_unimport_pd(ibv_pd* /*pd*/) {}
+SOFTRDMA_EXPORT void ibv_unimport_pd(ibv_pd* pd) { delete to_pd(pd); }
 
-SOFTRDMA_EXPORT ibv_mr* ibv_import_mr(ibv_pd* /*pd*/, uint32_t /*mr_handle*/) {
-  return fail(EOPNOTSUPP);
+SOFTRDMA_EXPORT ibv_mr* ibv_import_mr(ibv_pd* pd, uint32_t mr_handle) {
+  return guard_ptr([&]() -> ibv_mr* {
+    if (pd == nullptr) return fail(EINVAL);
+    if (!live(pd->context)) return fail(EIO);
+    softrdma::engine::Mr* found = to_context(pd->context)->device->find_mr(mr_handle);
+    if (found == nullptr || found->pd != to_pd(pd)->pd) return fail(EINVAL);
+    auto mr = std::make_unique<Mr>();
+    mr->mr = found;
+    mr->ibv.context = pd->context;
+    mr->ibv.pd = pd;
+    mr->ibv.addr = found->addr;
+    mr->ibv.length = found->length;
+    mr->ibv.handle = found->key;
+    mr->ibv.lkey = found->key;
+    mr->ibv.rkey = found->key;
+    return &mr.release()->ibv;
+  });
 }
 
-SOFTRDMA_EXPORT void ibv_unimport_mr(ibv_mr* /*mr*/) {}
+SOFTRDMA_EXPORT void ibv_unimport_mr(ibv_mr* mr) { delete to_mr(mr); }
 
 SOFTRDMA_EXPORT ibv_dm* ibv_import_dm(ibv_context* /*context*/, uint32_t /*dm_handle*/) {
   return fail(EOPNOTSUPP);

@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -126,6 +127,19 @@ void Process::release() {
 void Process::add_context(Context* ctx) {
   std::lock_guard lock(route_mutex_);
   contexts_.push_back(ctx);
+}
+
+Context* Process::context_of_cmd_fd(int fd) {
+  struct stat wanted {};
+  if (fstat(fd, &wanted) != 0) return nullptr;
+  std::lock_guard lock(route_mutex_);
+  for (Context* ctx : contexts_) {
+    struct stat st {};
+    if (fstat(ctx->vctx.context.cmd_fd, &st) == 0 && st.st_ino == wanted.st_ino &&
+        st.st_dev == wanted.st_dev)
+      return ctx;
+  }
+  return nullptr;
 }
 
 void Process::remove_context(Context* ctx) {

@@ -49,6 +49,9 @@ class Process {
   // Async event routing (async.cc delivers; create/destroy register).
   void add_context(Context* ctx);
   void remove_context(Context* ctx);
+  // ibv_import_device(3): the open context whose cmd_fd refers to the same file as
+  // `fd` (a dup of it), or null.
+  Context* context_of_cmd_fd(int fd);
   void add_qp(Qp* qp);
   void remove_qp(Qp* qp);
   void add_cq(Cq* cq);

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
 #include <string>
 
 #include "engine/limits.h"
@@ -206,20 +207,46 @@ TEST(Context, PublicFields) {
   EXPECT_NE(dev.ctx()->ops.post_srq_recv, nullptr);
 }
 
-// ibv_context.cmd_fd is a real descriptor that can be duplicated (pyverbs' shared-PD
-// test dups it); importing a context from it is truthfully not supported.
-TEST(Context, CommandFdIsARealDescriptorAndImportIsNotSupported) {
+// ibv_context.cmd_fd is a real descriptor that can be duplicated; ibv_import_device(3)
+// on a dup gives another context on the device, where ibv_import_pd(3) and
+// ibv_import_mr(3) reach the original's objects by handle (pyverbs' shared-PD
+// test). A descriptor of no context is EOPNOTSUPP; an unknown handle EINVAL.
+TEST(Context, ImportThroughADupOfTheCommandFd) {
   Device dev;
   ASSERT_NE(dev.ctx(), nullptr);
   const int fd = dev.ctx()->cmd_fd;
   ASSERT_GE(fd, 0);
   EXPECT_NE(fd, dev.ctx()->async_fd);
+  errno = 0;
+  EXPECT_EQ(ibv_import_device(dev.ctx()->async_fd), nullptr) << "not a context's cmd_fd";
+  EXPECT_EQ(errno, EOPNOTSUPP);
   const int copy = dup(fd);
   ASSERT_GE(copy, 0) << "dup(cmd_fd): errno " << errno;
-  errno = 0;
-  EXPECT_EQ(ibv_import_device(copy), nullptr);
-  EXPECT_EQ(errno, EOPNOTSUPP);
-  close(copy);
+  ibv_context* imported = ibv_import_device(copy);  // owns `copy` from here
+  ASSERT_NE(imported, nullptr) << errno;
+  EXPECT_EQ(imported->device, dev.ctx()->device);
+
+  ibv_pd* pd = ibv_alloc_pd(dev.ctx());
+  std::vector<uint8_t> buf(4096, 0x5a);
+  ibv_mr* mr = ibv_reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_TRUE(pd != nullptr && mr != nullptr);
+  ibv_pd* pd2 = ibv_import_pd(imported, pd->handle);
+  ASSERT_NE(pd2, nullptr) << errno;
+  EXPECT_EQ(pd2->context, imported);
+  ibv_mr* mr2 = ibv_import_mr(pd2, mr->handle);
+  ASSERT_NE(mr2, nullptr) << errno;
+  EXPECT_EQ(mr2->addr, mr->addr);
+  EXPECT_EQ(mr2->length, mr->length);
+  EXPECT_EQ(mr2->lkey, mr->lkey);
+  EXPECT_EQ(ibv_import_pd(imported, pd->handle + 1000), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(ibv_import_mr(pd2, mr->handle ^ 0xffff), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  ibv_unimport_mr(mr2);
+  ibv_unimport_pd(pd2);
+  EXPECT_EQ(ibv_dereg_mr(mr), 0) << "unimport left the MR";
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+  EXPECT_EQ(ibv_close_device(imported), 0);
 }
 
 // Two contexts of one process share the device's address (one Node).
