@@ -30,6 +30,7 @@ import sys
 import tempfile
 
 SUITE = "/usr/share/doc/rdma-core/tests"
+HUGE_PAGES = "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages"
 
 # Runs in the suite's directory, under `softrdma run`: what run_tests.py does,
 # with a result class that writes one JSON line per test.
@@ -80,6 +81,32 @@ def copy_suite(into):
             shutil.copy(src, into)
     with open(os.path.join(into, "softrdma_runner.py"), "w") as f:
         f.write(RUNNER)
+
+
+class HugePages:
+    """Reserves `count` 2 MiB pages for the run, as a user of the suite would (its
+    huge-page tests skip without them), and gives them back afterwards. Without
+    the right to (not root), the tests skip themselves, saying why."""
+
+    def __init__(self, count):
+        self.count, self.before = count, None
+
+    def __enter__(self):
+        try:
+            with open(HUGE_PAGES) as f:
+                self.before = int(f.read())
+            if self.before < self.count:
+                with open(HUGE_PAGES, "w") as f:
+                    f.write(str(self.count))
+        except OSError as e:
+            print(f"pyverbs_suite: no 2 MiB pages reserved ({e})")
+            self.before = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.before is not None and self.before < self.count:
+            with open(HUGE_PAGES, "w") as f:
+                f.write(str(self.before))
 
 
 def run_suite(softrdma, timeout, preload):
@@ -167,10 +194,13 @@ def main():
     ap.add_argument("--update", action="store_true")
     ap.add_argument("--timeout", type=int, default=1200)
     ap.add_argument("--preload", default="", help="a sanitizer runtime to load first")
+    ap.add_argument("--huge-pages", type=int, default=64,
+                    help="2 MiB pages to reserve for the run (0: none)")
     args = ap.parse_args()
     if not os.path.isdir(SUITE):
         sys.exit(f"pyverbs_suite: {SUITE} is missing (python3-pyverbs; scripts/install-deps.sh)")
-    results = run_suite(args.softrdma, args.timeout, args.preload)
+    with HugePages(args.huge_pages):
+        results = run_suite(args.softrdma, args.timeout, args.preload)
     if args.write_table:
         other = write_table(args.write_table, results)
         print(f"non-vendor: {other}")
