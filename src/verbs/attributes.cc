@@ -98,7 +98,7 @@ void fill_port_attr(Context& ctx, ibv_port_attr& a) {
   a.state = IBV_PORT_ACTIVE;  // the socket is bound: the "link" is up
   a.max_mtu = IBV_MTU_4096;   // the engine segments at 256..4096
   a.active_mtu = active_mtu_for(netdev);
-  a.gid_tbl_len = int(ctx.device->gids().size());
+  a.gid_tbl_len = int(kGidTableLength);
   a.port_cap_flags = IBV_PORT_IP_BASED_GIDS;
   a.max_msg_sz = lim.max_msg_size;
   a.bad_pkey_cntr = uint32_t(ctx.device->counters().rx_bad_pkey.load(std::memory_order_relaxed));

@@ -17,6 +17,11 @@ namespace softrdma::verbs {
 inline constexpr uint32_t kVendorId = 0xffffff;
 inline constexpr uint32_t kVendorPartId = 0;  // in none of perftest's device tables
 
+// Slots in the port's GID table (gid_tbl_len): the engine's GIDs fill the first
+// ones, the rest are empty, as on RoCE devices (whose tables hold addresses added
+// later); docs/decisions/gid-table.md.
+inline constexpr uint32_t kGidTableLength = 16;
+
 // The node GUID, derived from the device's address: for IPv4 a.b.c.d the
 // modified EUI-64 of the locally administered MAC 02:00:a:b:c:d
 // (02:00:a:ff:fe:b:c:d); for IPv6 the address's interface identifier.

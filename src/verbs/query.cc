@@ -56,10 +56,12 @@ namespace {
 
 
 // One GID table entry as ibv_query_gid_ex(3) describes it. The engine's table
-// (engine/device.cc): both entries are RoCEv2 (Annex A17) GIDs.
+// (engine/device.cc) fills the first slots, all RoCEv2 (Annex A17) GIDs; the rest
+// of the port's kGidTableLength slots are empty: ENODATA (ibv_query_gid_ex(3)).
 int gid_entry(Context* ctx, uint32_t port_num, uint32_t index, ibv_gid_entry& entry) {
   const auto& gids = ctx->device->gids();
-  if (port_num != 1 || index >= gids.size()) return EINVAL;
+  if (port_num != 1 || index >= kGidTableLength) return EINVAL;
+  if (index >= gids.size()) return ENODATA;
   entry = ibv_gid_entry{};
   std::memcpy(entry.gid.raw, gids[index].data(), sizeof entry.gid.raw);
   entry.gid_index = index;
@@ -123,8 +125,14 @@ SOFTRDMA_EXPORT int ibv_query_gid(ibv_context* context, uint8_t port_num, int in
                                   ibv_gid* gid) {
   return guard_minus1([&] {
     ibv_gid_entry entry;
-    if (index < 0 || !live(to_context(context)) ||
-        gid_entry(to_context(context), port_num, uint32_t(index), entry) != 0) {
+    const int err = index < 0 || !live(to_context(context))
+                        ? EINVAL
+                        : gid_entry(to_context(context), port_num, uint32_t(index), entry);
+    if (err == ENODATA) {  // an empty slot reads as the zero GID, as from sysfs
+      *gid = ibv_gid{};
+      return 0;
+    }
+    if (err != 0) {
       errno = EINVAL;
       return -1;
     }

@@ -46,7 +46,7 @@ else()
            "max_qp:\\s+${limit_max_qp}$" "max_qp_wr:\\s+${limit_max_qp_wr}$"
            "max_sge:\\s+${limit_max_sge}$" "max_qp_rd_atom:\\s+${limit_max_qp_rd_atom}$"
            [=[atomic_cap:\s+ATOMIC_HCA \(1\)]=] [=[max_pkeys:\s+1$]=]
-           [=[gid_tbl_len:\s+2$]=] [=[pkey_tbl_len:\s+1$]=] [=[phys_state:\s+LINK_UP \(5\)]=]
+           [=[gid_tbl_len:\s+16$]=] [=[pkey_tbl_len:\s+1$]=] [=[phys_state:\s+LINK_UP \(5\)]=]
            [=[GID\[\s*0\]:\s+::ffff:127\.\d+\.\d+\.\d+, RoCE v2]=]
            [=[GID\[\s*1\]:\s+::ffff:127\.\d+\.\d+\.\d+, RoCE v2]=])
 

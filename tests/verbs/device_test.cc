@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <vector>
 #include <string>
@@ -87,7 +88,7 @@ TEST(PortAttributes, ActiveEthernetWithTheGidTable) {
   EXPECT_EQ(p.phys_state, 5);  // LinkUp
   EXPECT_EQ(p.link_layer, IBV_LINK_LAYER_ETHERNET);
   EXPECT_EQ(p.max_mtu, IBV_MTU_4096);
-  EXPECT_EQ(p.gid_tbl_len, 2);
+  EXPECT_EQ(p.gid_tbl_len, 16);
   EXPECT_EQ(p.pkey_tbl_len, 1);
   EXPECT_EQ(p.lid, 0);
   EXPECT_EQ(p.max_msg_sz, kLimits.max_msg_size);
@@ -121,7 +122,7 @@ TEST(SizeTagged, ExportedQueryPortFillsTheCompatLayout) {
   std::memset(buf, 0xa5, sizeof buf);
   ASSERT_EQ((ibv_query_port)(dev.ctx(), 1, reinterpret_cast<_compat_ibv_port_attr*>(buf)), 0);
   EXPECT_EQ(reinterpret_cast<ibv_port_attr*>(buf)->link_layer, IBV_LINK_LAYER_ETHERNET);
-  EXPECT_EQ(reinterpret_cast<ibv_port_attr*>(buf)->gid_tbl_len, 2);
+  EXPECT_EQ(reinterpret_cast<ibv_port_attr*>(buf)->gid_tbl_len, 16);
   for (size_t i = offsetof(ibv_port_attr, port_cap_flags2); i < sizeof buf; ++i) {
     ASSERT_EQ(buf[i], 0xa5) << "byte " << i;
   }
@@ -159,7 +160,10 @@ TEST(Gids, LoopbackTableIsTheIpv4MappedGidTwice) {
   EXPECT_EQ(std::memcmp(g1.raw, mapped_prefix, 12), 0);
   EXPECT_EQ(std::memcmp(g0.raw, g1.raw, 16), 0);
   EXPECT_EQ(g1.raw[12], 127);
-  EXPECT_EQ(ibv_query_gid(dev.ctx(), 1, 2, &g2), -1);
+  std::memset(g2.raw, 0xee, 16);
+  EXPECT_EQ(ibv_query_gid(dev.ctx(), 1, 2, &g2), 0) << "an empty slot reads as zeros";
+  EXPECT_EQ(std::count(std::begin(g2.raw), std::end(g2.raw), 0), 16);
+  EXPECT_EQ(ibv_query_gid(dev.ctx(), 1, 16, &g2), -1) << "beyond gid_tbl_len";
   int type = -1;
   ASSERT_EQ(ibv_query_gid_type(dev.ctx(), 1, 1, &type), 0);
   EXPECT_EQ(type, 1);  // sysfs enum: RoCE v2
@@ -176,7 +180,8 @@ TEST(Gids, QueryGidExAndTable) {
   EXPECT_EQ(e.gid_index, 1u);
   EXPECT_EQ(e.port_num, 1u);
   EXPECT_NE(e.ndev_ifindex, 0u);
-  EXPECT_EQ(ibv_query_gid_ex(dev.ctx(), 1, 7, &e, 0), EINVAL);
+  EXPECT_EQ(ibv_query_gid_ex(dev.ctx(), 1, 7, &e, 0), ENODATA) << "an empty slot";
+  EXPECT_EQ(ibv_query_gid_ex(dev.ctx(), 1, 16, &e, 0), EINVAL) << "beyond gid_tbl_len";
   EXPECT_EQ(ibv_query_gid_ex(dev.ctx(), 1, 0, &e, 1), EOPNOTSUPP);
   ibv_gid_entry table[4]{};
   ASSERT_EQ(ibv_query_gid_table(dev.ctx(), table, 4, 0), 2);
