@@ -102,6 +102,8 @@ void install_memory_fault_handler() {
   uint64_t before = compare;
   if (op == AtomicOp::kCompareSwap) {
     target.compare_exchange_strong(before, swap_add);
+  } else if (op == AtomicOp::kStore) {
+    before = target.exchange(swap_add);
   } else {
     before = target.fetch_add(swap_add);
   }

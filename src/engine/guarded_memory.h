@@ -24,7 +24,7 @@ void install_memory_fault_handler();
 // may have been copied, the rest not.
 [[nodiscard]] bool guarded_copy(void* dst, const void* src, size_t n);
 
-enum class AtomicOp : uint8_t { kCompareSwap, kFetchAdd };
+enum class AtomicOp : uint8_t { kCompareSwap, kFetchAdd, kStore };  // kStore: ATOMIC WRITE
 // IBA 9.4.5 atomics on an 8-byte aligned word; `original` receives the value before
 // the operation. False when the word's page is not mapped (or not writable).
 [[nodiscard]] bool guarded_atomic(AtomicOp op, uint64_t* word, uint64_t compare,

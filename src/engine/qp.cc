@@ -89,6 +89,13 @@ int Qp::check_send_wr(const ibv_send_wr& wr) const {
     case IBV_WR_RDMA_READ:
       if (wr.send_flags & IBV_SEND_INLINE) return EINVAL;
       break;
+    case IBV_WR_ATOMIC_WRITE:
+      // IBA 1.5 9.4.6: RC (and XRC) only; 8 bytes to an 8-aligned address, read
+      // from the one SGE at post time (ibv_wr_atomic_write(3) passes a pointer).
+      if ((type_ != IBV_QPT_RC && type_ != IBV_QPT_XRC_SEND) || wr.num_sge != 1 ||
+          wr.sg_list[0].length != 8 || wr.wr.rdma.remote_addr % 8 != 0)
+        return EINVAL;
+      break;
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
       // IBA 10.8.3.1: one 8-byte local buffer; verbs: remote address 8-aligned.
@@ -130,7 +137,14 @@ void Qp::copy_send_wr(const ibv_send_wr& wr, SendWqe& wqe, uint32_t slot) {
     wqe.length += wr.sg_list[i].length;
   }
   wqe.sgl = SgeList{sges, uint32_t(wr.num_sge)};
-  if (wr.send_flags & IBV_SEND_INLINE) {
+  if (wr.opcode == IBV_WR_ATOMIC_WRITE) {
+    // The 8 bytes live in the WQE itself (as inline data), whatever max_inline_data.
+    if (!guarded_copy(&wqe.swap, reinterpret_cast<const void*>(wr.sg_list[0].addr), 8)) {
+      bump(device_.counters().local_access_unmapped);
+      wqe.status = IBV_WC_LOC_PROT_ERR;
+    }
+    wqe.inline_data = reinterpret_cast<uint8_t*>(&wqe.swap);
+  } else if (wr.send_flags & IBV_SEND_INLINE) {
     // ibv_post_send(3): inline data is read at post time; no lkey is checked.
     uint8_t* dst = &inline_arena_[size_t(slot) * cap_.max_inline_data];
     size_t at = 0;
@@ -228,6 +242,7 @@ ibv_wc Qp::make_send_wc(const SendWqe& wqe, ibv_wc_status status) const {
     case IBV_WR_RDMA_READ: wc.opcode = IBV_WC_RDMA_READ; break;
     case IBV_WR_ATOMIC_CMP_AND_SWP: wc.opcode = IBV_WC_COMP_SWAP; break;
     case IBV_WR_ATOMIC_FETCH_AND_ADD: wc.opcode = IBV_WC_FETCH_ADD; break;
+    case IBV_WR_ATOMIC_WRITE: wc.opcode = IBV_WC_ATOMIC_WRITE; break;
     default: wc.opcode = IBV_WC_SEND; break;
   }
   wc.byte_len = wqe.is_atomic() ? 8 : wqe.length;

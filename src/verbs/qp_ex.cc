@@ -195,6 +195,18 @@ void wr_set_inline_data_list(ibv_qp_ex* qpx, size_t num_buf, const ibv_data_buf*
   });
 }
 
+// ibv_wr_atomic_write(3): the 8 bytes at `atomic_wr` are read now (IBA 1.5 9.4.6).
+void wr_atomic_write(ibv_qp_ex* qpx, uint32_t rkey, uint64_t remote_addr, const void* atomic_wr) {
+  guarded(qpx, [&] {
+    ibv_send_wr& wr = add_wr(qpx, IBV_WR_ATOMIC_WRITE);
+    wr.wr.rdma = {remote_addr, rkey};
+    WrBatch::Entry& e = *current(qpx);
+    const auto* bytes = static_cast<const uint8_t*>(atomic_wr);
+    e.inline_data.assign(bytes, bytes + 8);
+    e.sges.assign(1, ibv_sge{uintptr_t(e.inline_data.data()), 8, 0});
+  });
+}
+
 // ibv_wr_set_ud_addr(3): where a UD WR goes (the AH is read when it is posted).
 void wr_set_ud_addr(ibv_qp_ex* qpx, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {
   WrBatch::Entry* e = current(qpx);
@@ -216,7 +228,6 @@ void wr_bind_mw(ibv_qp_ex* qpx, ibv_mw*, uint32_t, const ibv_mw_bind_info*) { un
 void wr_local_inv(ibv_qp_ex* qpx, uint32_t) { unsupported(qpx); }
 void wr_send_inv(ibv_qp_ex* qpx, uint32_t) { unsupported(qpx); }
 void wr_send_tso(ibv_qp_ex* qpx, void*, uint16_t, uint16_t) { unsupported(qpx); }
-void wr_atomic_write(ibv_qp_ex* qpx, uint32_t, uint64_t, const void*) { unsupported(qpx); }
 
 }  // namespace
 

@@ -69,6 +69,7 @@ enum OpFlag : uint32_t {
   kOpCompareSwap = 1u << 20,
   kOpFetchAdd = 1u << 21,
   kOpConsumesRecv = 1u << 22,  // the responder takes a receive WQE at its last packet
+  kOpAtomicWrite = 1u << 23,   // RDMA ATOMIC WRITE (IBA 1.5, 9.4.6): 8 bytes stored at once
 };
 inline constexpr uint32_t kOpOnly = kOpFirst | kOpLast;
 
@@ -96,7 +97,7 @@ inline constexpr uint8_t kSendFirst = 0x00, kSendMiddle = 0x01, kSendLast = 0x02
                          kReadResponseMiddle = 0x0e, kReadResponseLast = 0x0f,
                          kReadResponseOnly = 0x10, kAcknowledge = 0x11,
                          kAtomicAcknowledge = 0x12, kCompareSwap = 0x13, kFetchAdd = 0x14,
-                         kSendLastInv = 0x16, kSendOnlyInv = 0x17;
+                         kSendLastInv = 0x16, kSendOnlyInv = 0x17, kAtomicWrite = 0x1d;
 
 inline constexpr uint8_t kRcSendFirst = kRc | kSendFirst;
 inline constexpr uint8_t kRcSendMiddle = kRc | kSendMiddle;
@@ -138,7 +139,7 @@ inline constexpr HeaderSet kNone = 0;
 constexpr HeaderSet H(Header h) { return header_bit(h); }
 
 // IBA Table 38: the operations and their headers, transport-independent.
-inline constexpr std::array<OperationShape, 23> kOperations = {{
+inline constexpr std::array<OperationShape, 24> kOperations = {{
     {op::kSendFirst, "SEND_FIRST", kNone, kOpRequest | kOpSend | kOpFirst | kOpPayload},
     {op::kSendMiddle, "SEND_MIDDLE", kNone, kOpRequest | kOpSend | kOpMiddle | kOpPayload},
     {op::kSendLast, "SEND_LAST", kNone,
@@ -181,6 +182,9 @@ inline constexpr std::array<OperationShape, 23> kOperations = {{
      kOpRequest | kOpSend | kOpLast | kOpPayload | kOpInvalidate | kOpConsumesRecv},
     {op::kSendOnlyInv, "SEND_ONLY_WITH_INVALIDATE", H(Header::kIeth),
      kOpRequest | kOpSend | kOpOnly | kOpPayload | kOpInvalidate | kOpConsumesRecv},
+    // IBA 1.5 (9.2 Table 38, 9.4.6): RETH and an 8-byte payload, acknowledged by an ACK.
+    {op::kAtomicWrite, "ATOMIC_WRITE", H(Header::kReth),
+     kOpRequest | kOpAtomicWrite | kOpOnly | kOpPayload},
 }};
 
 struct TransportShape {
@@ -200,7 +204,7 @@ constexpr uint32_t ops_mask(std::initializer_list<uint8_t> ops) {
 }
 
 // IBA Table 39: which operations each transport service has.
-inline constexpr uint32_t kRcOps = 0x00ffffffu & ~(1u << 0x15);
+inline constexpr uint32_t kRcOps = (0x00ffffffu & ~(1u << 0x15)) | (1u << op::kAtomicWrite);
 inline constexpr uint32_t kUcOps = ops_mask({op::kSendFirst, op::kSendMiddle, op::kSendLast,
                                              op::kSendLastImm, op::kSendOnly, op::kSendOnlyImm,
                                              op::kWriteFirst, op::kWriteMiddle, op::kWriteLast,

@@ -224,5 +224,37 @@ TEST_F(RcPairTest, BothDirectionsAtOnce) {
   EXPECT_EQ(poll(b.rcq).size(), 1u);
 }
 
+// IBA 1.5 9.4.6 RDMA ATOMIC WRITE: 8 bytes, read at post time, stored at the
+// target's aligned address as one access, completed by the ACK (IBV_WC_ATOMIC_WRITE).
+TEST_F(RcPairTest, AtomicWriteStoresEightBytesReadAtPost) {
+  store64(a, 0, 0x1122334455667788u);
+  ASSERT_EQ(post(a, IBV_WR_ATOMIC_WRITE, 0, 8, 64, 7), 0);
+  store64(a, 0, 0);  // after the post: the value was taken already
+  pump();
+  auto wcs = poll(a.scq);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wcs[0].opcode, IBV_WC_ATOMIC_WRITE);
+  EXPECT_EQ(load64(b, 64), 0x1122334455667788u);
+  EXPECT_EQ(post(a, IBV_WR_ATOMIC_WRITE, 0, 8, 68, 8), EINVAL) << "unaligned";
+  EXPECT_EQ(post(a, IBV_WR_ATOMIC_WRITE, 0, 4, 64, 9), EINVAL) << "not 8 bytes";
+}
+
+// The target's rights are an RDMA WRITE's: without them, a remote access error.
+TEST_F(RcPairTest, AtomicWriteNeedsRemoteWriteRights) {
+  RcOptions o;
+  o.b_qp_access = IBV_ACCESS_REMOTE_READ;
+  connect(o);
+  ASSERT_EQ(post(a, IBV_WR_ATOMIC_WRITE, 0, 8, 64, 1), 0);
+  pump();
+  auto wcs = poll(a.scq);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_REM_INV_REQ_ERR);
+  RcOptions uc;
+  uc.type = IBV_QPT_UC;
+  connect(uc);
+  EXPECT_EQ(post(a, IBV_WR_ATOMIC_WRITE, 0, 8, 64, 2), EINVAL) << "RC and XRC only";
+}
+
 }  // namespace
 }  // namespace softrdma::engine::testing

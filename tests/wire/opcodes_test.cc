@@ -13,9 +13,11 @@ namespace softrdma::wire {
 namespace {
 
 TEST(OpcodesTest, ExactlyTheRcUcUdXrcOpcodesAreValid) {
-  // RC: 23 operations, UC: 12 (no READ, ATOMIC, ACK, INVALIDATE), UD: 2 SENDs,
-  // XRC: RC's 23.
-  EXPECT_EQ(testing::valid_opcodes().size(), 23u + 12u + 2u + 23u);
+  // RC: 24 operations (IBA 1.5's ATOMIC WRITE among them), UC: 12 (no READ,
+  // ATOMIC, ACK, INVALIDATE), UD: 2 SENDs, XRC: RC's 24.
+  EXPECT_EQ(testing::valid_opcodes().size(), 24u + 12u + 2u + 24u);
+  EXPECT_EQ(kOpcodes[0x1d].name, "RC_ATOMIC_WRITE");
+  EXPECT_FALSE(kOpcodes[0x1c].valid());  // FLUSH: not offered
   EXPECT_FALSE(kOpcodes[0x15].valid());                            // reserved
   EXPECT_FALSE(kOpcodes[op::kXrc | 0x15].valid());
   EXPECT_FALSE(kOpcodes[op::kRd | op::kSendOnly].valid());         // RD: not served
@@ -84,7 +86,7 @@ TEST(OpcodesTest, HeadersAgreeWithMeaning) {
     EXPECT_EQ(i.has(Header::kAtomicAckEth), i.any(kOpAtomicAck));
     EXPECT_EQ(i.has(Header::kDeth), i.any(kOpUd));
     EXPECT_FALSE(i.has(Header::kRdeth));
-    const bool reth = i.any(kOpReadRequest) || (i.any(kOpWrite) && i.any(kOpFirst));
+    const bool reth = i.any(kOpReadRequest | kOpAtomicWrite) || (i.any(kOpWrite) && i.any(kOpFirst));
     EXPECT_EQ(i.has(Header::kReth), reth);
     const bool aeth = i.any(kOpAck | kOpAtomicAck) ||
                       (i.any(kOpReadResponse) && !i.any(kOpMiddle));
@@ -93,7 +95,7 @@ TEST(OpcodesTest, HeadersAgreeWithMeaning) {
     const int position = (i.any(kOpFirst) ? 1 : 0) + (i.any(kOpMiddle) ? 2 : 0) +
                          (i.any(kOpLast) ? 4 : 0);
     EXPECT_TRUE(position == 1 || position == 2 || position == 4 || position == 5);
-    EXPECT_EQ(i.any(kOpPayload), i.any(kOpSend | kOpWrite | kOpReadResponse));
+    EXPECT_EQ(i.any(kOpPayload), i.any(kOpSend | kOpWrite | kOpReadResponse | kOpAtomicWrite));
   }
 }
 

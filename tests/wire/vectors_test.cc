@@ -167,9 +167,12 @@ TEST(VectorsCoverageTest, OpcodeCountsMatchTheManifest) {
       ++seen[std::string(opcode_info(frame.udp_payload[0]).name)];
   EXPECT_EQ(seen, kManifestOpcodeTotals);
   // MANIFEST: "Not captured: none": every opcode of the table occurs, but XRC's,
-  // which Soft-RoCE does not implement (rdma-core 44's rxe has no XRC QPs).
+  // which Soft-RoCE does not implement (rdma-core 44's rxe has no XRC QPs), and
+  // ATOMIC WRITE, which the captures' kernel (6.1) predates.
   std::vector<uint8_t> captured_kinds = testing::valid_opcodes();
-  std::erase_if(captured_kinds, [](uint8_t op) { return opcode_info(op).is(kOpXrc); });
+  std::erase_if(captured_kinds, [](uint8_t op) {
+    return opcode_info(op).any(kOpXrc | kOpAtomicWrite);
+  });
   EXPECT_EQ(seen.size(), captured_kinds.size());
 }
 

@@ -153,6 +153,7 @@ uint8_t Requester::data_opcode(const SendWqe& wqe, uint32_t index) const {
     case IBV_WR_RDMA_WRITE_WITH_IMM: kind = MessageKind::kWriteImm; break;
     case IBV_WR_SEND_WITH_IMM: kind = MessageKind::kSendImm; break;
     case IBV_WR_SEND_WITH_INV: kind = MessageKind::kSendInv; break;
+    case IBV_WR_ATOMIC_WRITE: return conn_.opcode(op::kAtomicWrite);  // one packet
     default: break;  // SEND
   }
   return conn_.opcode(message_operation(kind, index, wqe.npackets));

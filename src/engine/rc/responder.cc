@@ -118,7 +118,8 @@ Responder::Verdict Responder::check_sequence_and_length(PacketView p) const {
   if (!info.any(kOpPayload) && len != 0) return Verdict::kInvalidRequest;
   // IBA 10.2.4.2: the QP's own remote access rights.
   const int allowed = conn_.qp().attr().qp_access_flags;
-  if (info.is(kOpWrite) && !(allowed & IBV_ACCESS_REMOTE_WRITE)) return Verdict::kInvalidRequest;
+  if (info.any(kOpWrite | kOpAtomicWrite) && !(allowed & IBV_ACCESS_REMOTE_WRITE))
+    return Verdict::kInvalidRequest;
   if (info.is(kOpReadRequest) && !(allowed & IBV_ACCESS_REMOTE_READ))
     return Verdict::kInvalidRequest;
   if (info.is(kOpAtomic) && !(allowed & IBV_ACCESS_REMOTE_ATOMIC))
@@ -135,6 +136,7 @@ Responder::Verdict Responder::execute(PacketView p) {
     return Verdict::kInvalidRequest;
   if (info.is(kOpSend)) return do_send(p);
   if (info.is(kOpWrite)) return do_write(p);
+  if (info.is(kOpAtomicWrite)) return do_atomic_write(p);
   if (info.is(kOpReadRequest)) return do_read(p);
   return do_atomic(p);
 }
@@ -403,6 +405,33 @@ Responder::Verdict Responder::do_atomic(PacketView p) {
   r.msn = msn_;
   r.original = original;
   if (!queue_response(r)) return Verdict::kInvalidRequest;
+  epsn_ = psn_add(epsn_, 1);
+  return Verdict::kDone;
+}
+
+// IBA 1.5 9.4.6: RDMA ATOMIC WRITE stores its 8 bytes at an aligned address as one
+// access (no reader sees half of them), with the rights of an RDMA WRITE; an ACK
+// answers it, and a duplicate is only re-acknowledged (on_duplicate).
+Responder::Verdict Responder::do_atomic_write(PacketView p) {
+  const uint64_t va = p.get(reth::kVa);
+  std::span<const uint8_t> data = p.payload();
+  if (va % 8 != 0 || p.get(reth::kDmaLength) != 8 || data.size() != 8)
+    return Verdict::kInvalidRequest;
+  Qp& qp = conn_.qp();
+  {
+    auto access = qp.device().mrs().access();
+    AccessError why;
+    uint8_t* host = access.resolve(uint32_t(p.get(reth::kRkey)), qp.pd(), va, 8,
+                                   IBV_ACCESS_REMOTE_WRITE, why);
+    if (host == nullptr) return Verdict::kRemoteAccess;
+    if (reinterpret_cast<uintptr_t>(host) % 8 != 0) return Verdict::kInvalidRequest;
+    uint64_t value;
+    std::memcpy(&value, data.data(), 8);  // the bytes as they were in the sender's memory
+    uint64_t before;
+    if (!guarded_atomic(AtomicOp::kStore, reinterpret_cast<uint64_t*>(host), 0, value, before))
+      return unmapped();
+  }
+  ++msn_;
   epsn_ = psn_add(epsn_, 1);
   return Verdict::kDone;
 }

@@ -48,6 +48,7 @@ class Responder {
   uint8_t* write_destination();
   Verdict do_read(wire::PacketView p);
   Verdict do_atomic(wire::PacketView p);
+  Verdict do_atomic_write(wire::PacketView p);
   void complete_receive(wire::PacketView p, ibv_wc_opcode opcode, uint32_t byte_len);
   void on_duplicate(wire::PacketView p, Nanos now);
   // A peer's request reached registered memory that is no longer mapped
