@@ -39,6 +39,8 @@ void init_context(Context& ctx, ibv_device* device, int async_fd, int cmd_fd) {
   ctx.vctx.query_port = op_query_port;
   ctx.vctx.query_device_ex = op_query_device_ex;
   ctx.vctx.create_qp_ex = op_create_qp_ex;
+  ctx.vctx.create_cq_ex = op_create_cq_ex;
+  ctx.vctx.query_rt_values = op_query_rt_values;
 }
 
 }  // namespace
