@@ -35,10 +35,10 @@ bool take(Cq* cq) {
 }
 
 // As op_poll_cq (cq.cc): an empty CQ makes progress on the caller's thread, and
-// with SOFTRDMA_PROGRESS=inline every poll does.
-bool take_with_progress(Cq* cq) {
+// with SOFTRDMA_PROGRESS=inline every start of a batch does (`starting`).
+bool take_with_progress(Cq* cq, bool starting) {
   bool got = take(cq);
-  if (got && !cq->inline_progress) return true;
+  if (got && !(starting && cq->inline_progress)) return true;
   const bool worked = cq->node->progress_inline();
   if (!got) got = take(cq);
   // A completed RDMA WRITE hands the engine to the progress thread at once
@@ -58,7 +58,7 @@ int start_poll(ibv_cq_ex* ex, ibv_poll_cq_attr* attr) {
   if (Process::get().stale(cq->ctx)) return EIO;
   CqPollBatch& batch = *cq->batch;
   if (!batch.single_threaded) batch.lock.lock();
-  if (!take_with_progress(cq)) {
+  if (!take_with_progress(cq, true)) {
     if (!batch.single_threaded) batch.lock.unlock();
     return ENOENT;
   }
@@ -67,12 +67,16 @@ int start_poll(ibv_cq_ex* ex, ibv_poll_cq_attr* attr) {
 }
 
 // ibv_next_poll: 0 with the next completion current, or ENOENT; either way the
-// batch stays open until end_poll. No progress is made here: a batch drains what
-// is queued, the next start_poll polls the engine.
+// batch stays open until end_poll. It takes what is queued, as an RNIC
+// provider's next_poll reads the CQ's memory; the progress thread brings the rest
+// (docs/decisions/cq-ex.md). With SOFTRDMA_PROGRESS=inline there is no such thread,
+// and an application that waits in next_poll (pyverbs' poll_cq_ex retries it on
+// ENOENT) would wait forever: there an empty CQ makes progress, as start_poll does.
 int next_poll(ibv_cq_ex* ex) {
   Cq* cq = to_cq(ex);
   if (!cq->batch->open) return EINVAL;
-  return take(cq) ? 0 : ENOENT;
+  const bool got = cq->inline_progress ? take_with_progress(cq, false) : take(cq);
+  return got ? 0 : ENOENT;
 }
 
 // ibv_end_poll. Called after a failed start_poll by some applications (pyverbs'

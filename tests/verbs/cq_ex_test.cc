@@ -274,7 +274,7 @@ TEST(CqEx, ConcurrentBatchesSeeEachCompletionOnce) {
 
 // A batch may post (rc_pingpong posts its next receive and send between
 // start_poll and end_poll): the post runs the engine, which completes into the
-// same CQ without waiting for the batch.
+// same CQ without waiting for the batch, and the batch may take those completions.
 TEST(CqEx, PostingInsideABatchDoesNotWaitForIt) {
   Pair pair(extended());
   ASSERT_NE(pair.a.cqx, nullptr);
@@ -288,10 +288,18 @@ TEST(CqEx, PostingInsideABatchDoesNotWaitForIt) {
                         pair.b.mr->rkey),
               0);
   }
+  // ibv_next_poll retried on ENOENT (pyverbs' poll_cq_ex does) brings the next
+  // completion within the batch: an empty CQ makes progress in next_poll too.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  int ret = ENOENT;
+  while ((ret = ibv_next_poll(pair.a.cqx)) == ENOENT && std::chrono::steady_clock::now() < give_up) {
+  }
+  ASSERT_EQ(ret, 0);
+  EXPECT_EQ(pair.a.cqx->wr_id, 2u);
   ibv_end_poll(pair.a.cqx);
-  const std::vector<ExWc> rest = take_ex(pair.a.cqx, 4);
-  ASSERT_EQ(rest.size(), 4u);
-  for (size_t i = 0; i < rest.size(); ++i) EXPECT_EQ(rest[i].wr_id, 2 + i);
+  const std::vector<ExWc> rest = take_ex(pair.a.cqx, 3);
+  ASSERT_EQ(rest.size(), 3u);
+  for (size_t i = 0; i < rest.size(); ++i) EXPECT_EQ(rest[i].wr_id, 3 + i);
 }
 
 // A field asked for has its accessor; one not asked for has none (as on RDMA NICs,
