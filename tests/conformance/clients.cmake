@@ -48,7 +48,8 @@ else()
            [=[atomic_cap:\s+ATOMIC_HCA \(1\)]=] [=[max_pkeys:\s+1$]=]
            [=[gid_tbl_len:\s+2$]=] [=[pkey_tbl_len:\s+1$]=] [=[phys_state:\s+LINK_UP \(5\)]=]
            [=[GID\[\s*0\]:\s+::ffff:127\.\d+\.\d+\.\d+, RoCE v2]=]
-           [=[GID\[\s*1\]:\s+::ffff:127\.\d+\.\d+\.\d+, RoCE v2]=])
+           [=[GID\[\s*1\]:\s+::ffff:127\.\d+\.\d+\.\d+, RoCE v2]=]
+           [=[completion timestamp_mask:\s+0x7fffffffffffffff$]=] [=[hca_core_clock:\s+1000000kHZ$]=])
 
   # A device that cannot be opened: the address is on no interface (TEST-NET-1),
   # or a setting is malformed. The client reports it, softrdma says why, once.
