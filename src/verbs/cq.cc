@@ -197,6 +197,7 @@ ibv_cq_ex* op_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
     cq->batch->wc_flags = attr->wc_flags;
     cq->batch->single_threaded = (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
                                  (attr->flags & IBV_CREATE_CQ_ATTR_SINGLE_THREADED);
+    cq->ex.comp_mask = 0;  // no optional ibv_cq_ex field is defined
     install_cq_ex_ops(cq->ex, attr->wc_flags);
     cq->ex.cq_context = attr->cq_context;
     if (attr->channel != nullptr) attach_channel(cq, to_channel(attr->channel));
