@@ -5,17 +5,26 @@
 
 namespace softrdma::engine {
 
-Cq::Cq(uint32_t capacity) : ring_(capacity), capacity_(capacity) {}
+Cq::Cq(uint32_t capacity, CqOptions options)
+    : options_(options), ring_(capacity), capacity_(capacity) {}
 
-bool Cq::push(const ibv_wc& wc, bool solicited) {
+Cq::Pushed Cq::push(const ibv_wc& wc, bool solicited, Nanos timestamp) {
   std::function<void()> fire;
+  Pushed pushed = kQueued;
   {
     std::lock_guard lock(mutex_);
     if (count_ == capacity_) {
-      overrun_.store(true, std::memory_order_relaxed);
-      return false;
+      if (!options_.ignore_overrun) {
+        overrun_.store(true, std::memory_order_relaxed);
+        return kLost;
+      }
+      // IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: "CQE always will be written to next
+      // entry" (ibv_create_cq_ex(3)); the next entry of a full ring is the oldest.
+      head_ = (head_ + 1) % capacity_;
+      --count_;
+      pushed = kDisplacedOldest;
     }
-    ring_[(head_ + count_) % capacity_] = wc;
+    ring_[(head_ + count_) % capacity_] = Completion{wc, timestamp};
     ++count_;
     // ibv_req_notify_cq(3): "next" fires on any completion; "solicited" fires on a
     // solicited or an unsuccessful one.
@@ -27,7 +36,7 @@ bool Cq::push(const ibv_wc& wc, bool solicited) {
     }
   }
   if (fire) fire();
-  return true;
+  return pushed;
 }
 
 int Cq::poll(int max, ibv_wc* out) {
@@ -35,19 +44,28 @@ int Cq::poll(int max, ibv_wc* out) {
   std::lock_guard lock(mutex_);
   int n = std::min<int>(max, int(count_));
   for (int i = 0; i < n; ++i) {
-    out[i] = ring_[head_];
+    out[i] = ring_[head_].wc;
     head_ = (head_ + 1) % capacity_;
   }
   count_ -= uint32_t(n);
   return n;
 }
 
+bool Cq::pop(Completion& out) {
+  std::lock_guard lock(mutex_);
+  if (count_ == 0) return false;
+  out = ring_[head_];
+  head_ = (head_ + 1) % capacity_;
+  --count_;
+  return true;
+}
+
 void Cq::remove_qp(uint32_t qpn) {
   std::lock_guard lock(mutex_);
   uint32_t kept = 0;
   for (uint32_t i = 0; i < count_; ++i) {
-    const ibv_wc& wc = ring_[(head_ + i) % capacity_];
-    if (wc.qp_num != qpn) ring_[(head_ + kept++) % capacity_] = wc;
+    const Completion& c = ring_[(head_ + i) % capacity_];
+    if (c.wc.qp_num != qpn) ring_[(head_ + kept++) % capacity_] = c;
   }
   count_ = kept;
 }
@@ -61,7 +79,7 @@ int Cq::resize(uint32_t capacity) {
   std::lock_guard lock(mutex_);
   // ibv_resize_cq(3): at least the unpolled entries; a CQ of no entries is no CQ.
   if (capacity == 0 || capacity < count_) return EINVAL;
-  std::vector<ibv_wc> ring(capacity);
+  std::vector<Completion> ring(capacity);
   for (uint32_t i = 0; i < count_; ++i) ring[i] = ring_[(head_ + i) % capacity_];
   ring_ = std::move(ring);
   capacity_ = capacity;

@@ -1,6 +1,8 @@
 // Completion queue (IBA 11.4.2): a bounded ring of work completions. Producers are
 // the QPs' roles (under their QP lock); consumers poll. Overrun is a CQ error
-// (IBA 11.4.2.1), reported as an async event and counted, never a crash.
+// (IBA 11.4.2.1), reported as an async event and counted, never a crash — unless
+// the CQ was created to ignore overruns (ibv_create_cq_ex(3)
+// IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN).
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -11,16 +13,45 @@
 #include <mutex>
 #include <vector>
 
+#include "engine/clock.h"
+
 namespace softrdma::engine {
+
+// What a CQ is asked for at creation (ibv_create_cq_ex(3)).
+struct CqOptions {
+  // Each completion carries the device clock's time at which it was generated
+  // (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP[_WALLCLOCK]); without it nobody reads
+  // the clock for this CQ.
+  bool timestamps = false;
+  // A completion that finds the ring full takes the oldest one's place: the CQ
+  // never enters error (IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN).
+  bool ignore_overrun = false;
+};
+
+// One entry of the ring: the work completion and when it was generated (device
+// clock, Device::clock(); 0 unless CqOptions::timestamps).
+struct Completion {
+  ibv_wc wc;
+  Nanos timestamp;
+};
 
 class Cq {
  public:
-  explicit Cq(uint32_t capacity);
+  explicit Cq(uint32_t capacity, CqOptions options = {});
 
-  // False when the queue was full: the completion is lost and the CQ is in error.
+  // What became of a pushed completion. kLost is 0: `if (cq.push(...))` reads
+  // "if it was queued".
+  enum Pushed : uint8_t {
+    kLost = 0,         // the ring was full: the completion is lost, the CQ in error
+    kQueued,           // appended
+    kDisplacedOldest,  // full and ignoring overruns: appended, the oldest dropped
+  };
   // `solicited`: the message carried the Solicited Event bit (IBA 9.2.1).
-  bool push(const ibv_wc& wc, bool solicited = false);
+  Pushed push(const ibv_wc& wc, bool solicited = false, Nanos timestamp = 0);
   int poll(int max, ibv_wc* out);
+  // Takes the oldest completion with its timestamp; false when the CQ is empty
+  // (the extended CQ's start_poll/next_poll).
+  bool pop(Completion& out);
   // Removes the completions of QP `qpn` not yet polled, keeping the others' order
   // (a QP returned to Reset, as RDMA NICs' providers clean their CQs then).
   void remove_qp(uint32_t qpn);
@@ -28,6 +59,7 @@ class Cq {
   int resize(uint32_t capacity);
   size_t depth() const;
   bool in_error() const { return overrun_.load(std::memory_order_relaxed); }
+  const CqOptions& options() const { return options_; }
 
   // Completion notification (ibv_req_notify_cq): armed once, fires once.
   void arm(bool solicited_only);
@@ -37,8 +69,9 @@ class Cq {
   std::atomic<uint32_t> users{0};  // QPs bound to this CQ
 
  private:
+  const CqOptions options_;
   mutable std::mutex mutex_;
-  std::vector<ibv_wc> ring_;
+  std::vector<Completion> ring_;
   uint32_t capacity_;
   uint32_t head_ = 0;  // next to poll
   uint32_t count_ = 0;

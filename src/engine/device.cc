@@ -118,7 +118,7 @@ int Device::dereg_mr(Mr* mr) {
   return mrs_.dereg(mr);
 }
 
-Cq* Device::create_cq(int cqe, int& err) {
+Cq* Device::create_cq(int cqe, const CqOptions& options, int& err) {
   if (cqe < 1 || uint32_t(cqe) > config_.limits.max_cqe) {
     err = EINVAL;
     return nullptr;
@@ -128,7 +128,7 @@ Cq* Device::create_cq(int cqe, int& err) {
     err = ENOMEM;
     return nullptr;
   }
-  cqs_.push_back(std::make_unique<Cq>(uint32_t(cqe)));
+  cqs_.push_back(std::make_unique<Cq>(uint32_t(cqe), options));
   return cqs_.back().get();
 }
 
@@ -372,27 +372,38 @@ bool Device::turn(bool receive) {
 // ACK of a received SEND or WRITE with immediate goes before the application can
 // see the message (as an RNIC acknowledges on reception, whatever the process does),
 // so a receiver that exits right after its last poll has already acknowledged.
+// The timestamp is the time of generation, not of visibility: a software device's
+// "completion timestamp" is when its engine wrote the completion, as an RNIC's is
+// when it wrote the CQE (ibv_create_cq_ex(3) IBV_WC_EX_WITH_COMPLETION_TIMESTAMP).
 void Device::complete(Cq& cq, const ibv_wc& wc, bool solicited) {
+  const Nanos timestamp = cq.options().timestamps ? clock_.now() : 0;
   if (staging_) {
-    staged_.push_back({&cq, wc, solicited});
+    staged_.push_back({&cq, wc, solicited, timestamp});
     return;
   }
-  push_completion(cq, wc, solicited);
+  push_completion(cq, wc, solicited, timestamp);
 }
 
 void Device::publish_staged() {
   staging_ = false;
-  for (const StagedCompletion& c : staged_) push_completion(*c.cq, c.wc, c.solicited);
+  for (const StagedCompletion& c : staged_)
+    push_completion(*c.cq, c.wc, c.solicited, c.timestamp);
   staged_.clear();
 }
 
 // IBA 11.4.2.1: a completion that does not fit is lost and the CQ is in error;
-// the first overrun raises IBV_EVENT_CQ_ERR.
-void Device::push_completion(Cq& cq, const ibv_wc& wc, bool solicited) {
+// the first overrun raises IBV_EVENT_CQ_ERR. A CQ that ignores overruns loses its
+// oldest completion instead, silently but counted.
+void Device::push_completion(Cq& cq, const ibv_wc& wc, bool solicited, Nanos timestamp) {
   const bool was_in_error = cq.in_error();
-  if (cq.push(wc, solicited)) return;
-  bump(counters_.cq_overruns);
-  if (!was_in_error) post_async_event(AsyncEvent{IBV_EVENT_CQ_ERR, 0, &cq});
+  switch (cq.push(wc, solicited, timestamp)) {
+    case Cq::kQueued: return;
+    case Cq::kDisplacedOldest: bump(counters_.cq_overruns); return;
+    case Cq::kLost:
+      bump(counters_.cq_overruns);
+      if (!was_in_error) post_async_event(AsyncEvent{IBV_EVENT_CQ_ERR, 0, &cq});
+      return;
+  }
 }
 
 // One receive burst from `from`; the QPs that got packets then send their

@@ -63,7 +63,8 @@ class Device {
     auto engine = hold_engine();
     return mrs_.rereg(mr, pd, addr, length, access);
   }
-  Cq* create_cq(int cqe, int& err);
+  Cq* create_cq(int cqe, int& err) { return create_cq(cqe, CqOptions{}, err); }
+  Cq* create_cq(int cqe, const CqOptions& options, int& err);
   int destroy_cq(Cq* cq);
   // ibv_create_ah(3) / ibv_destroy_ah(3): EINVAL without a GRH (RoCE needs one)
   // or for a source GID index the table lacks.
@@ -114,7 +115,8 @@ class Device {
   // (Protocol::on_tx_ready), a burst per QP and turn.
   void want_tx(Qp& qp);
   // Engine owner: a completion for `cq`. Within a turn it becomes visible only
-  // after the turn's packets left (see turn()); elsewhere at once.
+  // after the turn's packets left (see turn()); elsewhere at once. It is stamped
+  // now, when generated, if the CQ keeps timestamps (CqOptions::timestamps).
   void complete(Cq& cq, const ibv_wc& wc, bool solicited);
   // The engine's owner armed a timer of `qp` for `when`.
   void arm_timer(Qp& qp, Nanos when);
@@ -150,7 +152,7 @@ class Device {
   bool receive(transport::Transport& from, Nanos now);
   bool run_timers(Nanos now);
   void publish_staged();
-  void push_completion(Cq& cq, const ibv_wc& wc, bool solicited);
+  void push_completion(Cq& cq, const ibv_wc& wc, bool solicited, Nanos timestamp);
   uint32_t fresh_qpn();
   int check_qp_init(Pd* pd, const QpInit& init) const;
 
@@ -187,6 +189,7 @@ class Device {
     Cq* cq;
     ibv_wc wc;
     bool solicited;
+    Nanos timestamp;
   };
   bool staging_ = false;  // in a turn: completions wait in staged_ for its flush
   std::vector<StagedCompletion> staged_;

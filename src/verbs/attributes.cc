@@ -88,7 +88,10 @@ void fill_device_attr_ex(Context& ctx, ibv_device_attr_ex& a) {
   fill_device_attr(ctx, a.orig_attr);
   a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
   a.phys_port_cnt_ex = 1;
-  // odp, timestamps, TSO, RSS, packet pacing, tag matching, device memory: none.
+  // Completions carry the device clock's time when asked (ibv_create_cq_ex(3)).
+  a.completion_timestamp_mask = kCompletionTimestampMask;
+  a.hca_core_clock = kDeviceClockKhz;
+  // odp, TSO, RSS, packet pacing, tag matching, device memory: none.
 }
 
 void fill_port_attr(Context& ctx, ibv_port_attr& a) {

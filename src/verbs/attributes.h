@@ -21,6 +21,12 @@ inline constexpr uint32_t kVendorPartId = 0;  // in none of perftest's device ta
 // ones, the rest are empty, as on RoCE devices (whose tables hold addresses added
 // later); docs/decisions/gid-table.md.
 inline constexpr uint32_t kGidTableLength = 16;
+// The device clock is the engine's (engine/clock.h): nanoseconds of
+// CLOCK_MONOTONIC, which completion timestamps (ibv_wc_read_completion_ts) and
+// ibv_query_rt_values_ex's raw clock read. hca_core_clock is in kHz: 1 GHz. The
+// clock is a non-negative int64_t: 63 bits, which wrap after 292 years.
+inline constexpr uint64_t kDeviceClockKhz = 1'000'000;
+inline constexpr uint64_t kCompletionTimestampMask = (uint64_t(1) << 63) - 1;
 
 // The node GUID, derived from the device's address: for IPv4 a.b.c.d the
 // modified EUI-64 of the locally administered MAC 02:00:a:b:c:d

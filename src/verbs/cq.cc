@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <memory>
 
 #include "verbs/objects.h"
@@ -63,8 +64,8 @@ void wait_for_acks(Cq* cq) {
   pthread_mutex_unlock(&cq->ibv.mutex);
 }
 
-Cq* create_cq(Context* ctx, int cqe, int& err) {
-  softrdma::engine::Cq* engine_cq = ctx->device->create_cq(cqe, err);
+Cq* create_cq(Context* ctx, int cqe, const softrdma::engine::CqOptions& options, int& err) {
+  softrdma::engine::Cq* engine_cq = ctx->device->create_cq(cqe, options, err);
   if (engine_cq == nullptr) return nullptr;
   auto* cq = new Cq{};
   cq->cq = engine_cq;
@@ -145,9 +146,65 @@ void free_cq(Cq* cq) {
   delete cq;
 }
 
+// ibv_create_cq_ex(3) asks for what this CQ cannot give: 0 or an errno, as
+// rdma-core answers. Unknown comp_mask bits and wc_flags beyond the API are
+// EOPNOTSUPP (libibverbs' own checks); of the API's fields, those that need what
+// softrdma lacks are EOPNOTSUPP (as rxe refuses what it lacks): CVLAN (VLAN
+// stripping of raw packet QPs), FLOW_TAG (flow steering), TM_INFO (tag matching).
+// Unknown creation flags are EINVAL (mlx5). A parent domain
+// (IBV_CQ_INIT_ATTR_MASK_PD) is EINVAL, as mlx5 answers for a PD that is not one:
+// no parent domain exists yet.
+int check_cq_ex(const ibv_context* context, const ibv_cq_init_attr_ex& attr) {
+  constexpr uint32_t kKnownMask = IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD;
+  constexpr uint64_t kLacking = IBV_WC_EX_WITH_CVLAN | IBV_WC_EX_WITH_FLOW_TAG |
+                                IBV_WC_EX_WITH_TM_INFO;
+  constexpr uint32_t kKnownFlags =
+      IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;
+  if (attr.comp_mask & ~kKnownMask) return EOPNOTSUPP;
+  if (attr.wc_flags & (~uint64_t(IBV_CREATE_CQ_SUP_WC_FLAGS) | kLacking)) return EOPNOTSUPP;
+  if ((attr.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (attr.flags & ~kKnownFlags)) return EINVAL;
+  if (attr.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) return EINVAL;
+  if (attr.comp_vector >= uint32_t(context->num_comp_vectors)) return EINVAL;
+  if (attr.channel != nullptr && attr.channel->context != context) return EINVAL;
+  if (attr.cqe > uint32_t(INT_MAX)) return EINVAL;  // above max_cqe too
+  return 0;
+}
+
+softrdma::engine::CqOptions options_of(const ibv_cq_init_attr_ex& attr) {
+  softrdma::engine::CqOptions options;
+  options.timestamps = (attr.wc_flags & (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
+                                         IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)) != 0;
+  options.ignore_overrun = (attr.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+                           (attr.flags & IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN);
+  return options;
+}
+
 }  // namespace
 
 namespace softrdma::verbs {
+
+// The verbs_context slot behind the inline ibv_create_cq_ex(3). The CQ is an
+// ordinary one as well: ibv_poll_cq, ibv_req_notify_cq, ibv_resize_cq and
+// ibv_destroy_cq take its ibv_cq_ex_to_cq().
+ibv_cq_ex* op_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
+  return guard_ptr([&]() -> ibv_cq_ex* {
+    if (!live(context)) return fail(EIO);
+    if (int err = check_cq_ex(context, *attr)) return fail(err);
+    int err = 0;
+    Cq* cq = create_cq(to_context(context), int(attr->cqe), options_of(*attr), err);
+    if (cq == nullptr) return fail(err);  // 0 or above max_cqe: EINVAL
+    cq->batch = std::make_unique<CqPollBatch>();
+    cq->batch->wc_flags = attr->wc_flags;
+    cq->batch->single_threaded = (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+                                 (attr->flags & IBV_CREATE_CQ_ATTR_SINGLE_THREADED);
+    cq->ex.comp_mask = 0;  // no optional ibv_cq_ex field is defined
+    install_cq_ex_ops(cq->ex, attr->wc_flags);
+    cq->ex.cq_context = attr->cq_context;
+    if (attr->channel != nullptr) attach_channel(cq, to_channel(attr->channel));
+    Process::get().add_cq(cq);
+    return &cq->ex;
+  });
+}
 
 // The fast path. Completions already queued are returned at once; otherwise
 // progress is made on the caller's thread (SOFTRDMA_PROGRESS=inline depends on
@@ -187,7 +244,7 @@ SOFTRDMA_EXPORT ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_co
     if (comp_vector < 0 || comp_vector >= context->num_comp_vectors) return fail(EINVAL);
     if (channel != nullptr && channel->context != context) return fail(EINVAL);
     int err = 0;
-    Cq* cq = create_cq(to_context(context), cqe, err);  // cqe > max_cqe: EINVAL
+    Cq* cq = create_cq(to_context(context), cqe, {}, err);  // cqe > max_cqe: EINVAL
     if (cq == nullptr) return fail(err);
     cq->ibv.cq_context = cq_context;
     if (channel != nullptr) attach_channel(cq, to_channel(channel));

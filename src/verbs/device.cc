@@ -45,6 +45,8 @@ void init_context(Context& ctx, ibv_device* device, int async_fd, int cmd_fd) {
   ctx.vctx.get_srq_num = op_get_srq_num;
   ctx.vctx.open_xrcd = op_open_xrcd;
   ctx.vctx.close_xrcd = op_close_xrcd;
+  ctx.vctx.create_cq_ex = op_create_cq_ex;
+  ctx.vctx.query_rt_values = op_query_rt_values;
 }
 
 }  // namespace

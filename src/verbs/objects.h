@@ -83,8 +83,28 @@ struct CompChannel {
 };
 inline CompChannel* to_channel(ibv_comp_channel* c) { return reinterpret_cast<CompChannel*>(c); }
 
+// The state of an extended CQ's polling batch, ibv_start_poll(3) to ibv_end_poll
+// (cq_ex.cc).
+struct CqPollBatch {
+  uint64_t wc_flags = 0;         // IBV_WC_EX_WITH_* asked at creation
+  bool single_threaded = false;  // IBV_CREATE_CQ_ATTR_SINGLE_THREADED: no lock
+  // Held from a successful start_poll to end_poll, as rdma-core's providers hold
+  // their CQ lock: the current completion is one per CQ, so two threads polling
+  // one CQ take turns. Never taken by the engine, which pushes under the engine
+  // CQ's own lock: a batch may post (and so run the engine) without deadlock.
+  std::mutex lock;
+  bool open = false;                // between a successful start_poll and end_poll
+  engine::Completion current{};     // what the read_* accessors read
+};
+
 struct Cq {
-  ibv_cq ibv;
+  // ibv_cq_ex begins with the fields of ibv_cq (ibv_cq_ex_to_cq() is a cast): a CQ
+  // made by ibv_create_cq_ex is used through both, a plain one only as `ibv`
+  // (rdma-core's verbs_cq is the same union).
+  union {
+    ibv_cq ibv;
+    ibv_cq_ex ex;
+  };
   engine::Cq* cq;
   runtime::Node* node;
   Context* ctx;
@@ -94,8 +114,10 @@ struct Cq {
   // acknowledged as many (ibv_get_cq_event(3)). Guarded by ibv.mutex.
   uint32_t comp_events_delivered = 0;
   uint32_t async_events_delivered = 0;
+  std::unique_ptr<CqPollBatch> batch;  // CQs made by ibv_create_cq_ex
 };
 inline Cq* to_cq(ibv_cq* c) { return reinterpret_cast<Cq*>(c); }
+inline Cq* to_cq(ibv_cq_ex* c) { return reinterpret_cast<Cq*>(c); }
 
 // ibv_create_srq(3) / ibv_create_srq_ex(3).
 struct Srq {

@@ -13,12 +13,14 @@ int op_req_notify_cq(ibv_cq* cq, int solicited_only);
 int op_post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr);
 int op_post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 
-// verbs_context slots (query.cc, qp.cc).
+// verbs_context slots (query.cc, qp.cc, cq.cc).
 int op_query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* attr,
                   size_t attr_len);
 int op_query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input,
                        ibv_device_attr_ex* attr, size_t attr_size);
 ibv_qp* op_create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr);
+ibv_cq_ex* op_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr);
+int op_query_rt_values(ibv_context* context, ibv_values_ex* values);
 
 // SRQs and XRC domains (srq.cc): ibv_context::ops and verbs_context slots.
 int op_post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
@@ -29,5 +31,8 @@ int op_close_xrcd(ibv_xrcd* xrcd);
 
 // Installs the ibv_qp_ex wr_* pointers of an extended QP (qp_ex.cc).
 void install_wr_ops(ibv_qp_ex& qpx);
+// Installs the ibv_cq_ex iterator and the accessors of the fields in `wc_flags`
+// (cq_ex.cc).
+void install_cq_ex_ops(ibv_cq_ex& ex, uint64_t wc_flags);
 
 }  // namespace softrdma::verbs

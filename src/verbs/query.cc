@@ -103,6 +103,25 @@ int op_query_device_ex(ibv_context* context, const ibv_query_device_ex_input* in
   });
 }
 
+// ibv_query_rt_values_ex(3): "the provider has to query this value somehow and
+// mark the queried values in the comp_mask field". The raw clock is the device
+// clock (attributes.h), as a timespec of its nanoseconds; bits beyond
+// IBV_VALUES_MASK_RAW_CLOCK are EINVAL, as mlx5 answers.
+int op_query_rt_values(ibv_context* context, ibv_values_ex* values) {
+  Context* ctx = to_context(context);
+  if (!live(ctx)) return EIO;
+  if (values->comp_mask & ~uint32_t(IBV_VALUES_MASK_RAW_CLOCK)) return EINVAL;
+  uint32_t filled = 0;
+  if (values->comp_mask & IBV_VALUES_MASK_RAW_CLOCK) {
+    const softrdma::engine::Nanos now = ctx->device->clock().now();
+    values->raw_clock.tv_sec = now / 1'000'000'000;
+    values->raw_clock.tv_nsec = now % 1'000'000'000;
+    filled |= IBV_VALUES_MASK_RAW_CLOCK;
+  }
+  values->comp_mask = filled;
+  return 0;
+}
+
 }  // namespace softrdma::verbs
 
 SOFTRDMA_EXPORT int ibv_query_device(ibv_context* context, ibv_device_attr* attr) {

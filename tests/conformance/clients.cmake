@@ -48,7 +48,8 @@ else()
            [=[atomic_cap:\s+ATOMIC_HCA \(1\)]=] [=[max_pkeys:\s+1$]=]
            [=[gid_tbl_len:\s+16$]=] [=[pkey_tbl_len:\s+1$]=] [=[phys_state:\s+LINK_UP \(5\)]=]
            [=[GID\[\s*0\]:\s+::ffff:127\.\d+\.\d+\.\d+, RoCE v2]=]
-           [=[GID\[\s*1\]:\s+::ffff:127\.\d+\.\d+\.\d+, RoCE v2]=])
+           [=[GID\[\s*1\]:\s+::ffff:127\.\d+\.\d+\.\d+, RoCE v2]=]
+           [=[completion timestamp_mask:\s+0x7fffffffffffffff$]=] [=[hca_core_clock:\s+1000000kHZ$]=])
 
   # A device that cannot be opened: the address is on no interface (TEST-NET-1),
   # or a setting is malformed. The client reports it, softrdma says why, once.
@@ -96,20 +97,31 @@ else()
   softrdma_client_test(ibv_rc_pingpong.gid0 PAIR
     COMMAND ${IBV_RC_PINGPONG} -g 0 -s 4096 -n 20
     EXPECT "^163840 bytes in" [=[GID ::ffff:127\.]=] EXPECT_SERVER "^163840 bytes in")
-  # pingpong_tests(PROGRAM size/iters[/-e] ...): a pair per run, each side
-  # printing size * iters * 2 bytes.
+  # pingpong_tests(PROGRAM size/iters[/option...] ...): a pair per run, each side
+  # printing size * iters * 2 bytes; the options are appended to the command and
+  # the test's name. With -t (completion timestamps, ibv_create_cq_ex) each side
+  # also prints what it measured between its receive completions.
   function(pingpong_tests program)
     foreach(spec IN LISTS ARGN)
-      string(REPLACE "/" ";" run "${spec}/")
+      string(REPLACE "/" ";" run "${spec}")
       list(GET run 0 size)
       list(GET run 1 iters)
-      list(GET run 2 events)
+      set(options ${run})
+      list(REMOVE_AT options 0 1)
+      string(JOIN "" suffix ${options})
       math(EXPR bytes "${size} * ${iters} * 2")
-      softrdma_client_test(${program}.s${size}${events} PAIR
-        COMMAND ${program} -g 1 -s ${size} -n ${iters} ${events}
-        EXPECT "^${bytes} bytes in" EXPECT_SERVER "^${bytes} bytes in")
+      set(expect "^${bytes} bytes in")
+      if("-t" IN_LIST options)
+        list(APPEND expect [=[^Average receive completion clock cycles = [0-9.]+$]=])
+      endif()
+      softrdma_client_test(${program}.s${size}${suffix} PAIR
+        COMMAND ${program} -g 1 -s ${size} -n ${iters} ${options}
+        EXPECT ${expect} EXPECT_SERVER ${expect})
     endforeach()
   endfunction()
+  # Completion timestamps (-t: ibv_create_cq_ex, ibv_start_poll/ibv_next_poll,
+  # ibv_wc_read_completion_ts), polling and with completion events.
+  pingpong_tests(ibv_rc_pingpong 4096/20/-t 1048576/5/-t 4096/20/-e/-t)
   # UC (issue 7): the same ping-pong without acknowledgements, polling and with
   # events, one packet and several per message.
   pingpong_tests(ibv_uc_pingpong 1/20 4096/20 4096/20/-e 65536/10)

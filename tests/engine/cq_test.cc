@@ -214,6 +214,123 @@ TEST(CqTest, OverrunRaisesCqErrEvent) {
 }
 
 // ---------------------------------------------------------------------------------
+// Extended CQs (ibv_create_cq_ex(3)): timestamps, ignoring overruns.
+// ---------------------------------------------------------------------------------
+
+// pop() takes completions in order with the timestamp each was pushed with, and
+// says when the CQ is empty.
+TEST(CqTest, PopReturnsCompletionsWithTheirTimestamps) {
+  Cq cq(4, CqOptions{.timestamps = true});
+  ASSERT_TRUE(cq.push(wc(1), false, 100));
+  ASSERT_TRUE(cq.push(wc(2), false, 250));
+  Completion c{};
+  ASSERT_TRUE(cq.pop(c));
+  EXPECT_EQ(c.wc.wr_id, 1u);
+  EXPECT_EQ(c.timestamp, 100);
+  ASSERT_TRUE(cq.push(wc(3), false, 300));
+  ibv_wc out{};
+  ASSERT_EQ(cq.poll(1, &out), 1) << "poll and pop take from one queue";
+  EXPECT_EQ(out.wr_id, 2u);
+  ASSERT_TRUE(cq.pop(c));
+  EXPECT_EQ(c.wc.wr_id, 3u);
+  EXPECT_EQ(c.timestamp, 300);
+  EXPECT_FALSE(cq.pop(c));
+}
+
+// IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: "will not pass to error state if overrun, CQE
+// always will be written to next entry" (ibv_create_cq_ex(3)): a full CQ keeps the
+// newest completions, in order, and is never in error.
+TEST(CqTest, IgnoringOverrunKeepsTheNewestCompletions) {
+  Cq cq(3, CqOptions{.ignore_overrun = true});
+  for (uint64_t i = 0; i < 3; ++i) EXPECT_EQ(cq.push(wc(i)), Cq::kQueued);
+  EXPECT_EQ(cq.push(wc(3)), Cq::kDisplacedOldest);
+  EXPECT_EQ(cq.push(wc(4)), Cq::kDisplacedOldest);
+  EXPECT_FALSE(cq.in_error());
+  EXPECT_EQ(cq.depth(), 3u);
+  EXPECT_EQ(poll_ids(cq, 8), (std::vector<uint64_t>{2, 3, 4}));
+  EXPECT_EQ(cq.push(wc(5)), Cq::kQueued);
+}
+
+// Posts `n` sends to a QP in Error: each completes at once with a flush error
+// (IBA 10.3.1), outside a turn, so it is visible at once.
+void flush_sends(Qp& qp, int n) {
+  std::vector<ibv_send_wr> wrs(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    wrs[size_t(i)].wr_id = uint64_t(i);
+    wrs[size_t(i)].opcode = IBV_WR_SEND;
+    if (i + 1 < n) wrs[size_t(i)].next = &wrs[size_t(i) + 1];
+  }
+  const ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(qp.post_send(wrs.data(), &bad), 0);
+}
+
+class CqDeviceTest : public ::testing::Test {
+ protected:
+  // A QP in Error whose send CQ is made with `options`.
+  Cq* make_qp_in_error(const CqOptions& options, int cqe) {
+    int err = 0;
+    Pd* pd = device_.alloc_pd(err);
+    Cq* cq = device_.create_cq(cqe, options, err);
+    Cq* recv = device_.create_cq(4, err);
+    if (pd == nullptr || cq == nullptr || recv == nullptr) return nullptr;
+    QpInit init;
+    init.send_cq = cq;
+    init.recv_cq = recv;
+    init.cap = ibv_qp_cap{16, 4, 1, 1, 0};
+    qp_ = device_.create_qp(pd, init, err);
+    if (qp_ == nullptr) return nullptr;
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_ERR;
+    if (qp_->modify(attr, IBV_QP_STATE) != 0) return nullptr;
+    return cq;
+  }
+
+  fake::FakeNetwork net_;
+  std::unique_ptr<transport::Transport> transport_ = net_.attach(fake::ipv4_gid(10, 0, 0, 1));
+  ManualClock clock_;
+  Device device_{DeviceConfig{}, *transport_, clock_};
+  Qp* qp_ = nullptr;
+};
+
+// A CQ that keeps timestamps gets the device clock's time at which each completion
+// was generated (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP).
+TEST_F(CqDeviceTest, CompletionsAreStampedWithTheDeviceClock) {
+  Cq* cq = make_qp_in_error(CqOptions{.timestamps = true}, 16);
+  ASSERT_NE(cq, nullptr);
+  clock_.set(5'000);
+  flush_sends(*qp_, 2);
+  clock_.set(7'500);
+  flush_sends(*qp_, 1);
+  std::vector<Nanos> stamps;
+  for (Completion c{}; cq->pop(c);) stamps.push_back(c.timestamp);
+  EXPECT_EQ(stamps, (std::vector<Nanos>{5'000, 5'000, 7'500}));
+}
+
+// A CQ that does not ask for timestamps gets none (the clock is not read for it).
+TEST_F(CqDeviceTest, CompletionsAreNotStampedUnlessAsked) {
+  Cq* cq = make_qp_in_error(CqOptions{}, 16);
+  ASSERT_NE(cq, nullptr);
+  clock_.set(5'000);
+  flush_sends(*qp_, 1);
+  Completion c{};
+  ASSERT_TRUE(cq->pop(c));
+  EXPECT_EQ(c.timestamp, 0);
+}
+
+// A CQ that ignores overruns raises no IBV_EVENT_CQ_ERR and stays usable; the lost
+// completions are still counted.
+TEST_F(CqDeviceTest, IgnoredOverrunRaisesNoEventButIsCounted) {
+  Cq* cq = make_qp_in_error(CqOptions{.ignore_overrun = true}, 2);
+  ASSERT_NE(cq, nullptr);
+  flush_sends(*qp_, 5);
+  EXPECT_FALSE(cq->in_error());
+  EXPECT_EQ(device_.counters().cq_overruns.load(), 3u);
+  AsyncEvent event{};
+  while (device_.next_async_event(event)) EXPECT_NE(event.type, IBV_EVENT_CQ_ERR);
+  EXPECT_EQ(poll_ids(*cq, 8), (std::vector<uint64_t>{3, 4}));
+}
+
+// ---------------------------------------------------------------------------------
 // Notification (ibv_req_notify_cq(3), IBA 11.4.2.2).
 // ---------------------------------------------------------------------------------
 

@@ -71,7 +71,22 @@ void Pair::make_side(Side& side, ibv_context* ctx, const PairOptions& options) {
     side.channel = ibv_create_comp_channel(ctx);
     ASSERT_NE(side.channel, nullptr);
   }
-  side.cq = ibv_create_cq(ctx, options.cqe, &side, side.channel, 0);
+  if (options.extended_cq) {
+    ibv_cq_init_attr_ex attr{};
+    attr.cqe = uint32_t(options.cqe);
+    attr.cq_context = &side;
+    attr.channel = side.channel;
+    attr.wc_flags = options.cq_wc_flags;
+    if (options.cq_flags != 0) {
+      attr.comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS;
+      attr.flags = options.cq_flags;
+    }
+    side.cqx = ibv_create_cq_ex(ctx, &attr);
+    ASSERT_NE(side.cqx, nullptr) << "errno " << errno;
+    side.cq = ibv_cq_ex_to_cq(side.cqx);
+  } else {
+    side.cq = ibv_create_cq(ctx, options.cqe, &side, side.channel, 0);
+  }
   ASSERT_NE(side.cq, nullptr);
   side.buf.assign(options.buffer, 0);
   side.mr = ibv_reg_mr(side.pd, side.buf.data(), side.buf.size(), kAllAccess);

@@ -38,6 +38,7 @@ struct Side {
   ibv_pd* pd = nullptr;
   ibv_comp_channel* channel = nullptr;  // the CQ's, when PairOptions::with_channel
   ibv_cq* cq = nullptr;
+  ibv_cq_ex* cqx = nullptr;  // the same CQ, when PairOptions::extended_cq
   ibv_qp* qp = nullptr;
   std::vector<uint8_t> buf;
   ibv_mr* mr = nullptr;
@@ -49,6 +50,11 @@ struct PairOptions {
   bool two_contexts = false;  // each side on its own ibv_context
   bool extended_qp = false;   // created with ibv_create_qp_ex + send_ops_flags
   bool with_channel = false;  // each CQ reports to a completion channel of its own
+  // Each side's CQ made by ibv_create_cq_ex with these wc_flags, and cq_flags
+  // (under IBV_CQ_INIT_ATTR_MASK_FLAGS) when not 0.
+  bool extended_cq = false;
+  uint64_t cq_wc_flags = 0;
+  uint32_t cq_flags = 0;
   int cqe = 64;
   uint32_t max_send_wr = 16;
   uint32_t max_recv_wr = 16;
