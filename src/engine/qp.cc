@@ -56,12 +56,14 @@ uint32_t Qp::path_mtu_bytes() const {
   return 128u << std::clamp<int>(attr_.path_mtu, IBV_MTU_256, IBV_MTU_4096);
 }
 
-int Qp::check_send_wr(const ibv_send_wr& wr) const {
+int Qp::check_send_wr(const ibv_send_wr& wr, bool by_bind_verb) const {
+  // A C caller may pass any int as the opcode: read it as an int, not as the enum.
+  const int opcode = raw_enum(wr.opcode);
+  if (opcode == IBV_WR_BIND_MW || opcode == IBV_WR_LOCAL_INV)
+    return check_memory_wr(wr, by_bind_verb);
   if (uint32_t(wr.num_sge) > cap_.max_send_sge || wr.num_sge < 0) return EINVAL;
   uint64_t length = 0;
   for (int i = 0; i < wr.num_sge; ++i) length += wr.sg_list[i].length;
-  // A C caller may pass any int as the opcode: read it as an int, not as the enum.
-  const int opcode = raw_enum(wr.opcode);
   // IBA Table 39: UD has SEND (with immediate) only, of one packet, to an AH.
   if (type_ == IBV_QPT_UD && ((opcode != IBV_WR_SEND && opcode != IBV_WR_SEND_WITH_IMM) ||
                               wr.wr.ud.ah == nullptr || length > path_mtu_bytes()))
@@ -88,13 +90,13 @@ int Qp::check_send_wr(const ibv_send_wr& wr) const {
         return EINVAL;
       break;
     default:
-      return EINVAL;  // LOCAL_INV, BIND_MW, TSO ... not supported on RC yet
+      return EINVAL;  // TSO, ATOMIC_WRITE, DRIVER1: not served here
   }
   if (length > device_.limits().max_msg_size) return EINVAL;
   return 0;
 }
 
-void Qp::copy_send_wr(const ibv_send_wr& wr, SendWqe& wqe, uint32_t slot) {
+void Qp::copy_send_wr(const ibv_send_wr& wr, SendWqe& wqe, uint32_t slot, bool by_bind_verb) {
   wqe = SendWqe{};
   wqe.wr_id = wr.wr_id;
   wqe.opcode = wr.opcode;
@@ -116,11 +118,13 @@ void Qp::copy_send_wr(const ibv_send_wr& wr, SendWqe& wqe, uint32_t slot) {
     wqe.rkey = wr.wr.rdma.rkey;
   }
   Sge* sges = &sq_sges_[size_t(slot) * cap_.max_send_sge];
-  for (int i = 0; i < wr.num_sge; ++i) {
+  const int num_sge = wqe.is_local() ? 0 : wr.num_sge;  // a bind's SGEs mean nothing
+  for (int i = 0; i < num_sge; ++i) {
     sges[i] = Sge{wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey};
     wqe.length += wr.sg_list[i].length;
   }
-  wqe.sgl = SgeList{sges, uint32_t(wr.num_sge)};
+  wqe.sgl = SgeList{sges, uint32_t(num_sge)};
+  if (wqe.is_local()) return copy_memory_wr(wr, wqe, by_bind_verb);
   if (wr.send_flags & IBV_SEND_INLINE) {
     // ibv_post_send(3): inline data is read at post time; no lkey is checked.
     uint8_t* dst = &inline_arena_[size_t(slot) * cap_.max_inline_data];
@@ -141,7 +145,7 @@ void Qp::copy_send_wr(const ibv_send_wr& wr, SendWqe& wqe, uint32_t slot) {
 
 // Producer side only: no system call and no engine work under mutex_ (DESIGN.md
 // §5); the doorbell runs the requester now if the engine is free.
-int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
+int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad, bool by_bind_verb) {
   int err = 0;
   {
     std::lock_guard lock(mutex_);
@@ -149,12 +153,12 @@ int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
     // Send work may be posted from RTS on (and in Error, where it is flushed).
     if (s == IBV_QPS_RESET || s == IBV_QPS_INIT || s == IBV_QPS_RTR) err = EINVAL;
     for (; wr != nullptr && err == 0; wr = wr->next) {
-      if ((err = check_send_wr(*wr)) != 0) break;
+      if ((err = check_send_wr(*wr, by_bind_verb)) != 0) break;
       if (sq_.full()) {
         err = ENOMEM;
         break;
       }
-      copy_send_wr(*wr, sq_.push_slot(), sq_.slot(sq_.tail()));
+      copy_send_wr(*wr, sq_.push_slot(), sq_.slot(sq_.tail()), by_bind_verb);
       sq_.publish();
     }
     if (err != 0 && bad != nullptr) *bad = wr;
@@ -216,9 +220,11 @@ ibv_wc Qp::make_send_wc(const SendWqe& wqe, ibv_wc_status status) const {
     case IBV_WR_RDMA_READ: wc.opcode = IBV_WC_RDMA_READ; break;
     case IBV_WR_ATOMIC_CMP_AND_SWP: wc.opcode = IBV_WC_COMP_SWAP; break;
     case IBV_WR_ATOMIC_FETCH_AND_ADD: wc.opcode = IBV_WC_FETCH_ADD; break;
+    case IBV_WR_BIND_MW: wc.opcode = IBV_WC_BIND_MW; break;
+    case IBV_WR_LOCAL_INV: wc.opcode = IBV_WC_LOCAL_INV; break;
     default: wc.opcode = IBV_WC_SEND; break;
   }
-  wc.byte_len = wqe.is_atomic() ? 8 : wqe.length;
+  wc.byte_len = wqe.is_atomic() ? 8 : wqe.is_local() ? 0 : wqe.length;
   return wc;
 }
 

@@ -54,7 +54,8 @@ class Qp {
   ~Qp();
 
   // Verbs entry points; errors are positive errno values as verbs returns them.
-  int post_send(const ibv_send_wr* wr, const ibv_send_wr** bad);
+  // `by_bind_verb`: the list is ibv_bind_mw(3)'s one type 1 bind.
+  int post_send(const ibv_send_wr* wr, const ibv_send_wr** bad, bool by_bind_verb = false);
   int post_recv(const ibv_recv_wr* wr, const ibv_recv_wr** bad);
   int modify(const ibv_qp_attr& attr, int mask);
   // Fills attr and the type/cap/sq_sig_all of init (ibv_query_qp(3)).
@@ -89,9 +90,11 @@ class Qp {
   void serve_doorbell(Nanos now);
 
  private:
-  int check_send_wr(const ibv_send_wr& wr) const;
+  int check_send_wr(const ibv_send_wr& wr, bool by_bind_verb) const;
+  int check_memory_wr(const ibv_send_wr& wr, bool by_bind_verb) const;
+  void copy_memory_wr(const ibv_send_wr& wr, SendWqe& wqe, bool by_bind_verb) const;
   int check_recv_wr(const ibv_recv_wr& wr) const;
-  void copy_send_wr(const ibv_send_wr& wr, SendWqe& wqe, uint32_t slot);
+  void copy_send_wr(const ibv_send_wr& wr, SendWqe& wqe, uint32_t slot, bool by_bind_verb);
   int check_attr(const ibv_qp_attr& attr, int mask) const;
   void apply_attr(const ibv_qp_attr& attr, int mask);
   int check_modify(const ibv_qp_attr& attr, int mask, ibv_qp_state from) const;

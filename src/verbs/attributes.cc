@@ -54,14 +54,17 @@ void fill_device_attr(Context& ctx, ibv_device_attr& a) {
   a.max_qp_wr = clamp_int(lim.max_qp_wr);
   // RNR NAKs are generated (IBA 9.7.5.2.8); cur_qp_state is checked by modify_qp;
   // sys_image_guid is reported.
-  a.device_cap_flags =
-      IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_CURR_QP_STATE_MOD | IBV_DEVICE_SYS_IMAGE_GUID;
+  // Memory windows of type 1 and 2B (bound to a QP, IBA 10.6.7.2.2), not 2A.
+  a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_CURR_QP_STATE_MOD |
+                       IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_MEM_WINDOW |
+                       IBV_DEVICE_MEM_WINDOW_TYPE_2B;
   a.max_sge = clamp_int(lim.max_sge);
   a.max_sge_rd = clamp_int(lim.max_sge);
   a.max_cq = clamp_int(lim.max_cq);
   a.max_cqe = clamp_int(lim.max_cqe);
   a.max_mr = clamp_int(lim.max_mr);
   a.max_pd = clamp_int(lim.max_pd);
+  a.max_mw = clamp_int(lim.max_mw);
   a.max_qp_rd_atom = clamp_int(lim.max_qp_rd_atom);
   a.max_qp_init_rd_atom = clamp_int(lim.max_qp_init_rd_atom);
   // Responder resources are per QP only; the device-wide total is their product.
@@ -70,7 +73,7 @@ void fill_device_attr(Context& ctx, ibv_device_attr& a) {
   // with respect to every other RDMA atomic of this device, across QPs (IBA
   // 10.8.3.6, ATOMIC_HCA), and to the CPU's own atomic instructions on that word.
   a.atomic_cap = IBV_ATOMIC_HCA;
-  // No MWs, AHs (UD), SRQs, multicast yet: reported as 0 until they exist.
+  // AHs (UD), SRQs, multicast: reported as 0 until they exist.
   a.max_pkeys = 1;
   // As Linux Soft-RoCE reports (and librdmacm folds into its timeouts): an upper
   // bound of the time a software responder may take to acknowledge.
@@ -83,7 +86,26 @@ void fill_device_attr_ex(Context& ctx, ibv_device_attr_ex& a) {
   fill_device_attr(ctx, a.orig_attr);
   a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
   a.phys_port_cnt_ex = 1;
-  // odp, timestamps, TSO, RSS, packet pacing, tag matching, device memory: none.
+  fill_odp_caps(a.odp_caps);
+  a.max_dm_size = ctx.device->limits().max_dm_size;  // host memory the device owns (dm.cc)
+  // timestamps, TSO, RSS, packet pacing, tag matching: none.
+}
+
+// On-demand paging (docs/decisions/odp.md): softrdma never pins; every access to
+// registered memory resolves the page when it happens (the guarded copy), so
+// every operation of every transport it serves works on ODP memory, and an
+// implicit MR (the whole address space) is no different. SRQ receives are not
+// claimed: there are no SRQs here yet.
+void fill_odp_caps(ibv_odp_caps& caps) {
+  caps = ibv_odp_caps{};
+  caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
+  caps.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
+                                        IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
+                                        IBV_ODP_SUPPORT_ATOMIC;
+  // IBA Table 39: UC has SEND and RDMA WRITE, UD has SEND.
+  caps.per_transport_caps.uc_odp_caps =
+      IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE;
+  caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV;
 }
 
 void fill_port_attr(Context& ctx, ibv_port_attr& a) {

@@ -19,6 +19,24 @@ int op_query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* attr,
 int op_query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input,
                        ibv_device_attr_ex* attr, size_t attr_size);
 ibv_qp* op_create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr);
+// Memory windows (mw.cc), ibv_context::ops.
+ibv_mw* op_alloc_mw(ibv_pd* pd, ibv_mw_type type);
+int op_dealloc_mw(ibv_mw* mw);
+int op_bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind);
+// Thread and parent domains (domains.cc).
+ibv_td* op_alloc_td(ibv_context* context, ibv_td_init_attr* init_attr);
+int op_dealloc_td(ibv_td* td);
+ibv_pd* op_alloc_parent_domain(ibv_context* context, ibv_parent_domain_init_attr* attr);
+struct Pd;
+int dealloc_parent_domain(Pd* parent);
+// Device memory (dm.cc).
+ibv_dm* op_alloc_dm(ibv_context* context, ibv_alloc_dm_attr* attr);
+int op_free_dm(ibv_dm* dm);
+ibv_mr* op_reg_dm_mr(ibv_pd* pd, ibv_dm* dm, uint64_t dm_offset, size_t length,
+                     unsigned int access);
+// Memory (pd_mr.cc).
+int op_advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,
+                 uint32_t num_sge);
 
 // Installs the ibv_qp_ex wr_* pointers of an extended QP (qp_ex.cc).
 void install_wr_ops(ibv_qp_ex& qpx);

@@ -96,20 +96,29 @@ else()
   softrdma_client_test(ibv_rc_pingpong.gid0 PAIR
     COMMAND ${IBV_RC_PINGPONG} -g 0 -s 4096 -n 20
     EXPECT "^163840 bytes in" [=[GID ::ffff:127\.]=] EXPECT_SERVER "^163840 bytes in")
-  # pingpong_tests(PROGRAM size/iters[/-e] ...): a pair per run, each side
-  # printing size * iters * 2 bytes.
+  # pingpong_tests(PROGRAM size/iters[/option...] ...): a pair per run, each side
+  # printing size * iters * 2 bytes; the options (-e, -o, -P ...) name the test.
   function(pingpong_tests program)
     foreach(spec IN LISTS ARGN)
-      string(REPLACE "/" ";" run "${spec}/")
+      string(REPLACE "/" ";" run "${spec}")
       list(GET run 0 size)
       list(GET run 1 iters)
-      list(GET run 2 events)
+      list(LENGTH run fields)
+      set(options "")
+      if(fields GREATER 2)
+        list(SUBLIST run 2 -1 options)
+      endif()
+      string(REPLACE ";" "" suffix "${options}")
       math(EXPR bytes "${size} * ${iters} * 2")
-      softrdma_client_test(${program}.s${size}${events} PAIR
-        COMMAND ${program} -g 1 -s ${size} -n ${iters} ${events}
+      softrdma_client_test(${program}.s${size}${suffix} PAIR
+        COMMAND ${program} -g 1 -s ${size} -n ${iters} ${options}
         EXPECT "^${bytes} bytes in" EXPECT_SERVER "^${bytes} bytes in")
     endforeach()
   endfunction()
+  # On-demand paging (-o), implicit ODP (-O: one MR for the whole address space),
+  # each with an ibv_advise_mr prefetch (-P), and with completion events.
+  pingpong_tests(ibv_rc_pingpong 4096/20/-o 4096/20/-O 4096/20/-o/-P 4096/20/-O/-P
+                 1048576/5/-o/-P/-e)
   # UC (issue 7): the same ping-pong without acknowledgements, polling and with
   # events, one packet and several per message.
   pingpong_tests(ibv_uc_pingpong 1/20 4096/20 4096/20/-e 65536/10)
