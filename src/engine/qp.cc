@@ -17,6 +17,12 @@
 
 namespace softrdma::engine {
 
+namespace {
+std::pmr::memory_resource* memory_of(const QpInit& init) {
+  return init.memory != nullptr ? init.memory : std::pmr::get_default_resource();
+}
+}  // namespace
+
 Qp::Qp(Device& device, uint32_t qpn, Pd* pd, const QpInit& init)
     : device_(device),
       qpn_(qpn),
@@ -26,11 +32,11 @@ Qp::Qp(Device& device, uint32_t qpn, Pd* pd, const QpInit& init)
       recv_cq_(init.recv_cq),
       sq_sig_all_(init.sq_sig_all),
       cap_(init.cap),
-      sq_(init.cap.max_send_wr),
-      rq_(init.cap.max_recv_wr),
-      sq_sges_(size_t(sq_.slot_count()) * init.cap.max_send_sge),
-      rq_sges_(size_t(rq_.slot_count()) * init.cap.max_recv_sge),
-      inline_arena_(size_t(sq_.slot_count()) * init.cap.max_inline_data) {
+      sq_(init.cap.max_send_wr, memory_of(init)),
+      rq_(init.cap.max_recv_wr, memory_of(init)),
+      sq_sges_(size_t(sq_.slot_count()) * init.cap.max_send_sge, memory_of(init)),
+      rq_sges_(size_t(rq_.slot_count()) * init.cap.max_recv_sge, memory_of(init)),
+      inline_arena_(size_t(sq_.slot_count()) * init.cap.max_inline_data, memory_of(init)) {
   attr_.qp_state = IBV_QPS_RESET;
   attr_.cur_qp_state = IBV_QPS_RESET;
   // UD has no path: its messages may be as long as the port's MTU (IBA 9.8.4).

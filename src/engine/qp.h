@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <memory_resource>
 #include <mutex>
 #include <vector>
 
@@ -46,6 +47,9 @@ struct QpInit {
   Cq* recv_cq = nullptr;
   ibv_qp_cap cap{};
   bool sq_sig_all = false;
+  // Where the work queues (WQEs, their SGEs, inline data) live: a parent domain's
+  // allocator (ibv_alloc_parent_domain(3)), or null for the heap.
+  std::pmr::memory_resource* memory = nullptr;
 };
 
 class Qp {
@@ -121,9 +125,9 @@ class Qp {
   mutable std::mutex mutex_;
   Ring<SendWqe> sq_;
   Ring<RecvWqe> rq_;
-  std::vector<Sge> sq_sges_;           // cap_.max_send_sge per slot
-  std::vector<Sge> rq_sges_;           // cap_.max_recv_sge per slot
-  std::vector<uint8_t> inline_arena_;  // cap_.max_inline_data per slot
+  std::pmr::vector<Sge> sq_sges_;           // cap_.max_send_sge per slot
+  std::pmr::vector<Sge> rq_sges_;           // cap_.max_recv_sge per slot
+  std::pmr::vector<uint8_t> inline_arena_;  // cap_.max_inline_data per slot
   std::unique_ptr<Protocol> protocol_;
 
   // The device's engine bookkeeping (owner: Device; doorbell fields shared with

@@ -1,14 +1,68 @@
 // Thread domains and parent domains (ibv_alloc_td(3), ibv_alloc_parent_domain(3)),
 // as the software constructs they are (docs/decisions/parent-domains.md): a parent
 // domain is its protection domain everywhere a PD is taken (the engine sees the
-// same PD), carrying a thread domain and custom allocators the application gave.
-#include "verbs/objects.h"
+// same PD), carrying a thread domain and custom allocators, which the queues of
+// QPs made with it come from.
+#include "verbs/domains.h"
+
+#include <mutex>
+#include <new>
+#include <unordered_set>
+
 #include "verbs/ops.h"
 #include "verbs/process.h"
 
 using namespace softrdma::verbs;
 
+namespace {
+
+class ParentDomainMemory final : public std::pmr::memory_resource {
+ public:
+  ParentDomainMemory(Pd& domain, uint64_t type) : domain_(domain), type_(type) {}
+
+ private:
+  void* do_allocate(size_t bytes, size_t alignment) override {
+    void* p = domain_.alloc(&domain_.ibv, domain_.pd_context, bytes, alignment, type_);
+    if (p == IBV_ALLOCATOR_USE_DEFAULT) {
+      p = std::pmr::new_delete_resource()->allocate(bytes, alignment);
+      std::lock_guard lock(mutex_);
+      from_heap_.insert(p);
+      return p;
+    }
+    if (p == nullptr) throw std::bad_alloc();
+    return p;
+  }
+
+  void do_deallocate(void* p, size_t bytes, size_t alignment) override {
+    {
+      std::lock_guard lock(mutex_);
+      if (from_heap_.erase(p) != 0) {
+        std::pmr::new_delete_resource()->deallocate(p, bytes, alignment);
+        return;
+      }
+    }
+    domain_.free(&domain_.ibv, domain_.pd_context, p, type_);
+  }
+
+  bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override {
+    return this == &other;
+  }
+
+  Pd& domain_;
+  const uint64_t type_;
+  std::mutex mutex_;  // creation and destruction may run on different threads
+  std::unordered_set<void*> from_heap_;
+};
+
+}  // namespace
+
 namespace softrdma::verbs {
+
+std::unique_ptr<std::pmr::memory_resource> parent_domain_memory(Pd& domain,
+                                                                uint64_t resource_type) {
+  if (domain.alloc == nullptr) return nullptr;
+  return std::make_unique<ParentDomainMemory>(domain, resource_type);
+}
 
 // "If the ibv_td object is specified then any objects created under this thread
 // domain will disable internal locking": softrdma keeps its locking (it is not
@@ -68,9 +122,11 @@ ibv_pd* op_alloc_parent_domain(ibv_context* context, ibv_parent_domain_init_attr
 }
 
 // ibv_dealloc_pd(3) of a parent domain ("ibv_dealloc_pd() will deallocate the
-// parent domain"). Objects created with it hold the protection domain itself
-// (the engine's PD), so they stay valid; the man page asks that they go first.
+// parent domain"): EBUSY while QPs made with it exist ("all resources created with
+// the parent domain should be destroyed prior"), as their queues may be its
+// allocator's memory. MRs hold the protection domain itself (the engine's PD).
 int dealloc_parent_domain(Pd* parent) {
+  if (parent->users.load() != 0) return EBUSY;
   parent->protection->pd->users.fetch_sub(1);
   if (parent->td != nullptr) parent->td->users.fetch_sub(1);
   delete parent;

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <memory_resource>
 #include <mutex>
 #include <new>
 #include <vector>
@@ -80,6 +81,7 @@ struct Pd {
   void* (*alloc)(ibv_pd*, void*, size_t, size_t, uint64_t) = nullptr;
   void (*free)(ibv_pd*, void*, void*, uint64_t) = nullptr;
   void* pd_context = nullptr;
+  std::atomic<uint32_t> users{0};  // QPs (and extended CQs) made with it
 };
 inline Pd* to_pd(ibv_pd* p) { return reinterpret_cast<Pd*>(p); }
 
@@ -147,6 +149,9 @@ struct Qp {
   Context* ctx;
   runtime::Node* node;
   std::unique_ptr<WrBatch> batch;  // set when created with send_ops_flags
+  // Its queues' memory when made with a parent domain that has allocators; outlives
+  // the engine's QP (destroyed first).
+  std::unique_ptr<std::pmr::memory_resource> memory;
   // Async events handed out for this QP (ibv_destroy_qp waits for their acks).
   // Guarded by ex.qp_base.mutex.
   uint32_t async_events_delivered = 0;

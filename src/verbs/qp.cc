@@ -3,6 +3,7 @@
 // engine so far: other types are EOPNOTSUPP.
 #include <memory>
 
+#include "verbs/domains.h"
 #include "verbs/objects.h"
 #include "verbs/ops.h"
 #include "verbs/process.h"
@@ -42,8 +43,12 @@ Qp* create_qp(ibv_pd* pd, ibv_qp_init_attr& attr, int& err) {
   init.cap = attr.cap;
   init.sq_sig_all = attr.sq_sig_all != 0;
   auto qp = std::make_unique<Qp>();
-  qp->qp = ctx->device->create_qp(to_pd(pd)->pd, init, err);
+  Pd& domain = *to_pd(pd);  // a PD or a parent domain (domains.cc)
+  qp->memory = parent_domain_memory(domain, kResourceQpQueues);
+  init.memory = qp->memory.get();
+  qp->qp = ctx->device->create_qp(domain.pd, init, err);
   if (qp->qp == nullptr) return nullptr;
+  domain.users.fetch_add(1);
   attr.cap = init.cap;
   qp->ctx = ctx;
   qp->node = ctx->node;
@@ -199,6 +204,7 @@ SOFTRDMA_EXPORT int ibv_destroy_qp(ibv_qp* ibqp) {
         return err;
       }
     }
+    to_pd(ibqp->pd)->users.fetch_sub(1);
     pthread_cond_destroy(&ibqp->cond);
     pthread_mutex_destroy(&ibqp->mutex);
     delete qp;

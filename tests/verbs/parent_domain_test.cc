@@ -1,6 +1,8 @@
 // Thread and parent domains through the C API (ibv_alloc_td(3),
 // ibv_alloc_parent_domain(3)): a parent domain is usable wherever its PD is.
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "verbs/verbs_fixture.h"
@@ -8,8 +10,81 @@
 namespace softrdma::verbs::testing {
 namespace {
 
-void* never_alloc(ibv_pd*, void*, size_t, size_t, uint64_t) { return IBV_ALLOCATOR_USE_DEFAULT; }
-void never_free(ibv_pd*, void*, void*, uint64_t) {}
+void* use_default_alloc(ibv_pd*, void*, size_t, size_t, uint64_t) { return IBV_ALLOCATOR_USE_DEFAULT; }
+void unexpected_free(ibv_pd*, void*, void*, uint64_t) { ADD_FAILURE() << "freed what it never gave"; }
+
+// An allocator that counts what it hands out and gets back (pd_context points here).
+struct Ledger {
+  ibv_pd* domain = nullptr;
+  int allocated = 0;
+  int freed = 0;
+  bool aligned = true;
+  uint64_t type = 0;
+};
+
+void* counting_alloc(ibv_pd* pd, void* context, size_t size, size_t alignment, uint64_t type) {
+  auto* ledger = static_cast<Ledger*>(context);
+  EXPECT_EQ(pd, ledger->domain);
+  void* p = nullptr;
+  if (posix_memalign(&p, std::max(alignment, sizeof(void*)), size) != 0) return nullptr;
+  std::memset(p, 0, size);  // "the callback makes sure the allocated buffer is ... zeros"
+  ledger->aligned = ledger->aligned && uintptr_t(p) % alignment == 0;
+  ledger->type = type;
+  ++ledger->allocated;
+  return p;
+}
+
+void counting_free(ibv_pd*, void* context, void* ptr, uint64_t) {
+  ++static_cast<Ledger*>(context)->freed;
+  free(ptr);
+}
+
+ibv_qp* make_qp(ibv_pd* pd, ibv_cq* cq) {
+  ibv_qp_init_attr attr{};
+  attr.send_cq = cq;
+  attr.recv_cq = cq;
+  attr.qp_type = IBV_QPT_RC;
+  attr.cap = {4, 4, 1, 1, 0};
+  return ibv_create_qp(pd, &attr);
+}
+
+// A QP made with a parent domain that has allocators takes its queues from them
+// (softrdma's resource type 1) and gives them back when destroyed; the parent
+// domain cannot go while the QP exists. IBV_ALLOCATOR_USE_DEFAULT means the heap.
+TEST(ParentDomain, QpQueuesComeFromItsAllocator) {
+  Device dev;
+  ibv_pd* pd = ibv_alloc_pd(dev.ctx());
+  ibv_cq* cq = ibv_create_cq(dev.ctx(), 8, nullptr, nullptr, 0);
+  Ledger ledger;
+  ibv_parent_domain_init_attr attr{};
+  attr.pd = pd;
+  attr.comp_mask = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
+  attr.alloc = counting_alloc;
+  attr.free = counting_free;
+  attr.pd_context = &ledger;
+  ibv_pd* parent = ibv_alloc_parent_domain(dev.ctx(), &attr);
+  ASSERT_NE(parent, nullptr) << "errno " << errno;
+  ledger.domain = parent;
+  ibv_qp* qp = make_qp(parent, cq);
+  ASSERT_NE(qp, nullptr) << "errno " << errno;
+  EXPECT_GT(ledger.allocated, 0);
+  EXPECT_TRUE(ledger.aligned);
+  EXPECT_EQ(ledger.type, 1u);
+  EXPECT_EQ(ibv_dealloc_pd(parent), EBUSY);
+  EXPECT_EQ(ibv_destroy_qp(qp), 0);
+  EXPECT_EQ(ledger.freed, ledger.allocated);
+  EXPECT_EQ(ibv_dealloc_pd(parent), 0);
+  attr.alloc = use_default_alloc;
+  attr.free = unexpected_free;
+  parent = ibv_alloc_parent_domain(dev.ctx(), &attr);
+  ASSERT_NE(parent, nullptr);
+  qp = make_qp(parent, cq);
+  ASSERT_NE(qp, nullptr);
+  EXPECT_EQ(ibv_destroy_qp(qp), 0);
+  EXPECT_EQ(ibv_dealloc_pd(parent), 0);
+  EXPECT_EQ(ibv_destroy_cq(cq), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+}
 
 // A QP and an MR made with a parent domain (with a thread domain and allocators)
 // carry traffic; the PD and TD stay busy while the parent domain holds them.
@@ -24,8 +99,8 @@ TEST(ParentDomain, StandsInForItsPd) {
   attr.pd = b.pd;
   attr.td = td;
   attr.comp_mask = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
-  attr.alloc = never_alloc;
-  attr.free = never_free;
+  attr.alloc = use_default_alloc;
+  attr.free = unexpected_free;
   attr.pd_context = &cookie;
   ibv_pd* parent = ibv_alloc_parent_domain(b.ctx, &attr);
   ASSERT_NE(parent, nullptr) << "errno " << errno;
@@ -45,12 +120,7 @@ TEST(ParentDomain, StandsInForItsPd) {
   EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
   EXPECT_EQ(std::memcmp(b.buf.data() + 64, "parental", 8), 0);
   // A QP created with the parent domain.
-  ibv_qp_init_attr qp_attr{};
-  qp_attr.send_cq = b.cq;
-  qp_attr.recv_cq = b.cq;
-  qp_attr.qp_type = IBV_QPT_RC;
-  qp_attr.cap = {4, 4, 1, 1, 0};
-  ibv_qp* qp = ibv_create_qp(parent, &qp_attr);
+  ibv_qp* qp = make_qp(parent, b.cq);
   ASSERT_NE(qp, nullptr) << "errno " << errno;
   EXPECT_EQ(qp->pd, parent);
   EXPECT_EQ(ibv_destroy_qp(qp), 0);
@@ -71,7 +141,7 @@ TEST(ParentDomain, RefusesWhatTheManPageForbids) {
   EXPECT_EQ(ibv_alloc_parent_domain(pair.a.ctx, &attr), nullptr);
   EXPECT_EQ(errno, EINVAL);
   attr.comp_mask = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS;
-  attr.alloc = never_alloc;
+  attr.alloc = use_default_alloc;
   EXPECT_EQ(ibv_alloc_parent_domain(pair.a.ctx, &attr), nullptr);
   EXPECT_EQ(errno, EINVAL);
   attr.comp_mask = 0;
