@@ -193,7 +193,11 @@ const Mr* MrTable::Access::find(uint32_t key) const {
 
 uint8_t* MrTable::Access::resolve(uint32_t key, const Pd* pd, uint64_t va, uint64_t len,
                                   int need, AccessError& why) const {
-  const Mr* mr = find(key);
+  return resolve_in(find(key), pd, va, len, need, why);
+}
+
+uint8_t* MrTable::Access::resolve_in(const Mr* mr, const Pd* pd, uint64_t va, uint64_t len,
+                                     int need, AccessError& why) {
   if (mr == nullptr) {
     why = AccessError::kBadKey;
     return nullptr;

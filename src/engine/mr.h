@@ -87,6 +87,9 @@ class MrTable {
 
    private:
     friend class MrTable;
+    // `mr` (null: no such key) checked for `pd`, the rights `need`, and the range.
+    static uint8_t* resolve_in(const Mr* mr, const Pd* pd, uint64_t va, uint64_t len, int need,
+                               AccessError& why);
     std::shared_lock<std::shared_mutex> lock_;
     const MrTable* table_ = nullptr;
   };

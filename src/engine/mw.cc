@@ -155,7 +155,7 @@ bool MrTable::invalidate(uint32_t rkey, const Pd* qp_pd, uint32_t qpn, bool remo
 // through.
 uint8_t* MrTable::Access::resolve_remote(uint32_t rkey, const Pd* pd, uint32_t qpn, uint64_t va,
                                          uint64_t len, int need, AccessError& why) const {
-  if (table_->by_key_.contains(rkey)) return resolve(rkey, pd, va, len, need, why);
+  if (const Mr* mr = find(rkey)) return resolve_in(mr, pd, va, len, need, why);
   const Mw* mw = table_->window_of(rkey);
   why = AccessError::kBadKey;
   if (mw == nullptr || mw->rkey != rkey || !mw->bound) return nullptr;

@@ -109,6 +109,8 @@ void Qp::copy_send_wr(const ibv_send_wr& wr, SendWqe& wqe, uint32_t slot, bool b
   wqe.flags = wr.send_flags;
   wqe.imm_data = wr.imm_data;
   if (wr.opcode == IBV_WR_SEND_WITH_INV) wqe.invalidate_rkey = wr.invalidate_rkey;
+  // A bind or local invalidation carries no data: its SGEs mean nothing.
+  if (wqe.is_local()) return copy_memory_wr(wr, wqe, by_bind_verb);
   if (type_ == IBV_QPT_UD) {
     const Ah& ah = *Ah::from(wr.wr.ud.ah);
     wqe.ud = UdAddress{ah.dgid, wr.wr.ud.remote_qpn & wire::kPsnMask, wr.wr.ud.remote_qkey,
@@ -124,13 +126,11 @@ void Qp::copy_send_wr(const ibv_send_wr& wr, SendWqe& wqe, uint32_t slot, bool b
     wqe.rkey = wr.wr.rdma.rkey;
   }
   Sge* sges = &sq_sges_[size_t(slot) * cap_.max_send_sge];
-  const int num_sge = wqe.is_local() ? 0 : wr.num_sge;  // a bind's SGEs mean nothing
-  for (int i = 0; i < num_sge; ++i) {
+  for (int i = 0; i < wr.num_sge; ++i) {
     sges[i] = Sge{wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey};
     wqe.length += wr.sg_list[i].length;
   }
-  wqe.sgl = SgeList{sges, uint32_t(num_sge)};
-  if (wqe.is_local()) return copy_memory_wr(wr, wqe, by_bind_verb);
+  wqe.sgl = SgeList{sges, uint32_t(wr.num_sge)};
   if (wr.send_flags & IBV_SEND_INLINE) {
     // ibv_post_send(3): inline data is read at post time; no lkey is checked.
     uint8_t* dst = &inline_arena_[size_t(slot) * cap_.max_inline_data];
@@ -230,7 +230,7 @@ ibv_wc Qp::make_send_wc(const SendWqe& wqe, ibv_wc_status status) const {
     case IBV_WR_LOCAL_INV: wc.opcode = IBV_WC_LOCAL_INV; break;
     default: wc.opcode = IBV_WC_SEND; break;
   }
-  wc.byte_len = wqe.is_atomic() ? 8 : wqe.is_local() ? 0 : wqe.length;
+  wc.byte_len = wqe.is_atomic() ? 8 : wqe.length;
   return wc;
 }
 
