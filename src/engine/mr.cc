@@ -149,6 +149,9 @@ int MrTable::rereg(Mr* mr, Pd* pd, void* addr, uint64_t length, int access) {
   if (int err = check(addr, length, access); err != 0) return err;
   std::unique_lock lock(mutex_);
   if (!live_.contains(mr)) return EINVAL;
+  // A bound window's range and PD were checked against the MR as it is (IBA
+  // C10-74..76): it must be unbound first, as for ibv_dereg_mr.
+  if (mr->windows != 0) return EBUSY;
   if (pd != mr->pd) {
     mr->pd->users.fetch_sub(1);
     pd->users.fetch_add(1);

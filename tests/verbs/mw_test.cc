@@ -274,12 +274,17 @@ TEST_F(MwTest, LocalInvalidateOfAnMrKeyFails) {
 }
 
 // ibv_alloc_mw(3): "ibv_dereg_mr() fails if any memory window is still bound to
-// this MR"; ibv_dealloc_mw unbinds, and the R_Key reaches nothing after.
+// this MR" (and so does ibv_rereg_mr); ibv_dealloc_mw unbinds, and the R_Key
+// reaches nothing after.
 TEST_F(MwTest, BoundWindowHoldsItsMrUntilDeallocated) {
   ibv_mw* mw = alloc(IBV_MW_TYPE_2);
   const uint32_t rkey = bind_type2(mw, info(0, 64, IBV_ACCESS_REMOTE_WRITE));
   ASSERT_EQ(b_send_completion().status, IBV_WC_SUCCESS);
   EXPECT_EQ(ibv_dereg_mr(mr_), EBUSY);
+  errno = 0;
+  EXPECT_EQ(ibv_rereg_mr(mr_, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, kAllAccess),
+            IBV_REREG_MR_ERR_INPUT);
+  EXPECT_EQ(errno, EBUSY);
   ASSERT_EQ(ibv_dealloc_mw(mw), 0);
   windows_.clear();
   EXPECT_EQ(write(pair_.b.addr(0), rkey), IBV_WC_REM_ACCESS_ERR);
