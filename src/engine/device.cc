@@ -100,7 +100,7 @@ int Device::dealloc_pd(Pd* pd) {
 }
 
 Mr* Device::reg_mr(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access, int& err) {
-  if (length > config_.limits.max_mr_size) {
+  if (length > config_.limits.max_mr_size && !is_implicit(addr, length, access)) {
     err = EINVAL;
     return nullptr;
   }
@@ -116,6 +116,22 @@ Mr* Device::reg_mr(Pd* pd, void* addr, uint64_t length, uint64_t iova, int acces
 int Device::dereg_mr(Mr* mr) {
   auto engine = hold_engine();
   return mrs_.dereg(mr);
+}
+
+Mw* Device::alloc_mw(Pd* pd, ibv_mw_type type, int& err) {
+  if (mrs_.window_count() >= config_.limits.max_mw) {
+    err = ENOMEM;
+    return nullptr;
+  }
+  return mrs_.alloc_mw(pd, type, err);
+}
+
+bool Device::reserve_device_memory(uint64_t bytes) {
+  uint64_t used = dm_bytes_.load();
+  do {
+    if (bytes > config_.limits.max_dm_size - used) return false;
+  } while (!dm_bytes_.compare_exchange_weak(used, used + bytes));
+  return true;
 }
 
 Cq* Device::create_cq(int cqe, const CqOptions& options, int& err) {

@@ -63,6 +63,16 @@ class Device {
     auto engine = hold_engine();
     return mrs_.rereg(mr, pd, addr, length, access);
   }
+  // ibv_alloc_mw(3) / ibv_dealloc_mw(3); dealloc waits for the engine, as dereg_mr.
+  Mw* alloc_mw(Pd* pd, ibv_mw_type type, int& err);
+  int dealloc_mw(Mw* mw) {
+    auto engine = hold_engine();
+    return mrs_.dealloc_mw(mw);
+  }
+  // ibv_alloc_dm(3): device memory is host memory the device owns; what is
+  // allocated is bounded by limits().max_dm_size. False when it would exceed it.
+  bool reserve_device_memory(uint64_t bytes);
+  void release_device_memory(uint64_t bytes) { dm_bytes_.fetch_sub(bytes); }
   Cq* create_cq(int cqe, int& err) { return create_cq(cqe, CqOptions{}, err); }
   Cq* create_cq(int cqe, const CqOptions& options, int& err);
   int destroy_cq(Cq* cq);
@@ -97,6 +107,14 @@ class Device {
   void ring_doorbell(Qp& qp);
   // Packets a QP with queued output may produce per turn (a TxBatch's worth).
   static constexpr uint32_t kTxBurstPerQp = TxBatch::kBurst;
+  // Waits for the engine and serves the work posted so far (a turn without
+  // receiving): what that work completes at once (UD and UC sends, flushes) is
+  // visible on return, as an RNIC has processed the doorbells rung before a
+  // command (cold paths: ibv_resize_cq checks the CQ's depth against it).
+  void settle() {
+    auto engine = hold_engine();
+    turn(false);
+  }
   // Waits for the engine and keeps it (cold paths: create, modify, destroy).
   std::unique_lock<std::mutex> hold_engine() { return std::unique_lock(engine_mutex_); }
 
@@ -134,6 +152,8 @@ class Device {
   void add_transport(transport::Transport& extra);
   const Clock& clock() const { return clock_; }
   const MrTable& mrs() const { return mrs_; }
+  // The engine's owner binds and invalidates memory windows through it.
+  MrTable& mrs() { return mrs_; }
   EngineCounters& counters() { return counters_; }
   const std::vector<Gid>& gids() const { return gids_; }
   uint16_t pkey() const { return 0xffff; }  // IBA 10.9.1.2: the default P_Key
@@ -165,6 +185,7 @@ class Device {
   EngineCounters own_counters_;  // unless config_.counters says where they live
   EngineCounters& counters_;
   MrTable mrs_;
+  std::atomic<uint64_t> dm_bytes_{0};  // device memory allocated (ibv_alloc_dm)
 
   std::mutex objects_mutex_;  // PD and CQ lists: cold paths only
   std::vector<std::unique_ptr<Pd>> pds_;

@@ -33,6 +33,11 @@ struct DeviceLimits {
   uint32_t max_pd = 16384;
   uint32_t max_mr = 1 << 20;
   uint64_t max_mr_size = uint64_t(1) << 40;
+  // Memory windows: each takes a 24-bit index of the key space (engine/mw.h).
+  uint32_t max_mw = 1 << 16;
+  // Device memory (ibv_alloc_dm(3)): host memory the device owns, as much as a
+  // RoCE NIC's on-chip memory offers (256 KiB), so programs sized for one run here.
+  uint64_t max_dm_size = 256 * 1024;
   uint32_t max_qp_rd_atom = 128;       // responder: max_dest_rd_atomic
   uint32_t max_qp_init_rd_atom = 128;  // requester: max_rd_atomic
   uint32_t max_msg_size = kMaxMessageBytes;

@@ -73,7 +73,7 @@ uint32_t MrTable::fresh_key() {
   for (;;) {
     uint32_t key = 0;
     if (getrandom(&key, sizeof key, 0) != sizeof key) key = uint32_t(key_rng_());
-    if (key != 0 && !by_key_.contains(key)) return key;
+    if (key != 0 && !key_in_use(key)) return key;
   }
 }
 
@@ -81,7 +81,9 @@ uint32_t MrTable::fresh_key() {
 int MrTable::check(void* addr, uint64_t length, int access) {
   // IBA 10.6.3.1 / ibv_reg_mr(3): remote write or atomic without local write is EINVAL.
   if ((access & kRemoteNeedsLocalWrite) && !(access & IBV_ACCESS_LOCAL_WRITE)) return EINVAL;
-  if ((access & ~kKnownAccess) != 0 || (addr == nullptr && length != 0)) return EINVAL;
+  if ((access & ~kKnownAccess) != 0) return EINVAL;
+  if (is_implicit(addr, length, access)) return 0;
+  if (addr == nullptr && length != 0) return EINVAL;
   // The host range must not wrap past the end of the address space (as the kernel's
   // ib_umem_get refuses addr + length < addr): translate() would wrap too.
   if (length > std::numeric_limits<uintptr_t>::max() - reinterpret_cast<uintptr_t>(addr))
@@ -91,6 +93,10 @@ int MrTable::check(void* addr, uint64_t length, int access) {
   // the progress thread when a peer writes there.
   // Likewise memory registered for writing must be writable (FOLL_WRITE in the
   // kernel): a remote WRITE into a read-only page would fault.
+  // On-demand paging (docs/decisions/odp.md): the pages are looked at when they are
+  // accessed, not now; an access to a page that is not there then fails as an ODP
+  // NIC's unresolvable page fault does (the guarded copy, memory-faults.md).
+  if (access & IBV_ACCESS_ON_DEMAND) return 0;
   const bool written = (access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                                   IBV_ACCESS_REMOTE_ATOMIC)) != 0;
   const uintptr_t begin = reinterpret_cast<uintptr_t>(addr);
@@ -107,6 +113,11 @@ Mr* MrTable::reg(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access,
   mr->addr = static_cast<uint8_t*>(addr);
   mr->iova = (access & IBV_ACCESS_ZERO_BASED) ? 0 : iova;
   mr->length = length;
+  // Implicit ODP: the whole address space, addressed by its virtual addresses.
+  if (is_implicit(addr, length, access)) {
+    mr->iova = 0;
+    mr->length = std::numeric_limits<uint64_t>::max();
+  }
   mr->access = access;
   std::unique_lock lock(mutex_);
   mr->key = fresh_key();
@@ -123,6 +134,7 @@ int MrTable::dereg(Mr* mr) {
   if (!live_.contains(mr)) return EINVAL;
   auto it = by_key_.find(mr->key);
   if (it == by_key_.end() || it->second.get() != mr) return EINVAL;
+  if (mr->windows != 0) return EBUSY;  // ibv_alloc_mw(3): windows are still bound to it
   mr->pd->users.fetch_sub(1);
   live_.erase(mr);
   by_key_.erase(it);
@@ -137,6 +149,9 @@ int MrTable::rereg(Mr* mr, Pd* pd, void* addr, uint64_t length, int access) {
   if (int err = check(addr, length, access); err != 0) return err;
   std::unique_lock lock(mutex_);
   if (!live_.contains(mr)) return EINVAL;
+  // A bound window's range and PD were checked against the MR as it is (IBA
+  // C10-74..76): it must be unbound first, as for ibv_dereg_mr.
+  if (mr->windows != 0) return EBUSY;
   if (pd != mr->pd) {
     mr->pd->users.fetch_sub(1);
     pd->users.fetch_add(1);
@@ -151,6 +166,21 @@ int MrTable::rereg(Mr* mr, Pd* pd, void* addr, uint64_t length, int access) {
   if (access & IBV_ACCESS_ZERO_BASED) mr->iova = 0;
   mr->access = access;
   generation_.fetch_add(1, std::memory_order_release);
+  return 0;
+}
+
+// Nothing is fetched: the memory is the host's and is never pinned or mirrored,
+// so every access resolves its page when it happens (docs/decisions/odp.md).
+int MrTable::check_prefetch(uint32_t lkey, const Pd* pd, uint64_t addr, uint64_t length,
+                            bool write) const {
+  std::shared_lock lock(mutex_);
+  auto it = by_key_.find(lkey);
+  if (it == by_key_.end()) return EFAULT;  // "one of the lkeys ... is invalid"
+  const Mr& mr = *it->second;
+  if (mr.pd != pd) return EPERM;  // "a valid lkey outside the caller's security scope"
+  if (!(mr.access & IBV_ACCESS_ON_DEMAND)) return EINVAL;  // prefetch is for ODP MRs
+  if (write && !(mr.access & IBV_ACCESS_LOCAL_WRITE)) return EPERM;
+  if (mr.translate(addr, length) == nullptr) return EFAULT;  // out of the MR's bounds
   return 0;
 }
 
@@ -172,7 +202,11 @@ const Mr* MrTable::Access::find(uint32_t key) const {
 
 uint8_t* MrTable::Access::resolve(uint32_t key, const Pd* pd, uint64_t va, uint64_t len,
                                   int need, AccessError& why) const {
-  const Mr* mr = find(key);
+  return resolve_in(find(key), pd, va, len, need, why);
+}
+
+uint8_t* MrTable::Access::resolve_in(const Mr* mr, const Pd* pd, uint64_t va, uint64_t len,
+                                     int need, AccessError& why) {
   if (mr == nullptr) {
     why = AccessError::kBadKey;
     return nullptr;

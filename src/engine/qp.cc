@@ -17,6 +17,12 @@
 
 namespace softrdma::engine {
 
+namespace {
+std::pmr::memory_resource* memory_of(const QpInit& init) {
+  return init.memory != nullptr ? init.memory : std::pmr::get_default_resource();
+}
+}  // namespace
+
 Qp::Qp(Device& device, uint32_t qpn, Pd* pd, const QpInit& init)
     : device_(device),
       qpn_(qpn),
@@ -28,11 +34,11 @@ Qp::Qp(Device& device, uint32_t qpn, Pd* pd, const QpInit& init)
       xrcd_(init.xrcd),
       sq_sig_all_(init.sq_sig_all),
       cap_(init.cap),
-      sq_(init.cap.max_send_wr),
-      rq_(init.cap.max_recv_wr),
-      sq_sges_(size_t(sq_.slot_count()) * init.cap.max_send_sge),
-      rq_sges_(size_t(rq_.slot_count()) * init.cap.max_recv_sge),
-      inline_arena_(size_t(sq_.slot_count()) * init.cap.max_inline_data) {
+      sq_(init.cap.max_send_wr, memory_of(init)),
+      rq_(init.cap.max_recv_wr, memory_of(init)),
+      sq_sges_(size_t(sq_.slot_count()) * init.cap.max_send_sge, memory_of(init)),
+      rq_sges_(size_t(rq_.slot_count()) * init.cap.max_recv_sge, memory_of(init)),
+      inline_arena_(size_t(sq_.slot_count()) * init.cap.max_inline_data, memory_of(init)) {
   attr_.qp_state = IBV_QPS_RESET;
   attr_.cur_qp_state = IBV_QPS_RESET;
   // UD has no path: its messages may be as long as the port's MTU (IBA 9.8.4).
@@ -64,12 +70,14 @@ uint32_t Qp::path_mtu_bytes() const {
   return 128u << std::clamp<int>(attr_.path_mtu, IBV_MTU_256, IBV_MTU_4096);
 }
 
-int Qp::check_send_wr(const ibv_send_wr& wr) const {
+int Qp::check_send_wr(const ibv_send_wr& wr, bool by_bind_verb) const {
+  // A C caller may pass any int as the opcode: read it as an int, not as the enum.
+  const int opcode = raw_enum(wr.opcode);
+  if (opcode == IBV_WR_BIND_MW || opcode == IBV_WR_LOCAL_INV)
+    return check_memory_wr(wr, by_bind_verb);
   if (uint32_t(wr.num_sge) > cap_.max_send_sge || wr.num_sge < 0) return EINVAL;
   uint64_t length = 0;
   for (int i = 0; i < wr.num_sge; ++i) length += wr.sg_list[i].length;
-  // A C caller may pass any int as the opcode: read it as an int, not as the enum.
-  const int opcode = raw_enum(wr.opcode);
   // IBA Table 39: UD has SEND (with immediate) only, of one packet, to an AH.
   if (type_ == IBV_QPT_UD && ((opcode != IBV_WR_SEND && opcode != IBV_WR_SEND_WITH_IMM) ||
                               wr.wr.ud.ah == nullptr || length > path_mtu_bytes()))
@@ -103,13 +111,13 @@ int Qp::check_send_wr(const ibv_send_wr& wr) const {
         return EINVAL;
       break;
     default:
-      return EINVAL;  // LOCAL_INV, BIND_MW, TSO ... not supported on RC yet
+      return EINVAL;  // TSO, ATOMIC_WRITE, DRIVER1: not served here
   }
   if (length > device_.limits().max_msg_size) return EINVAL;
   return 0;
 }
 
-void Qp::copy_send_wr(const ibv_send_wr& wr, SendWqe& wqe, uint32_t slot) {
+void Qp::copy_send_wr(const ibv_send_wr& wr, SendWqe& wqe, uint32_t slot, bool by_bind_verb) {
   wqe = SendWqe{};
   wqe.wr_id = wr.wr_id;
   wqe.opcode = wr.opcode;
@@ -117,6 +125,8 @@ void Qp::copy_send_wr(const ibv_send_wr& wr, SendWqe& wqe, uint32_t slot) {
   wqe.imm_data = wr.imm_data;
   if (wr.opcode == IBV_WR_SEND_WITH_INV) wqe.invalidate_rkey = wr.invalidate_rkey;
   if (type_ == IBV_QPT_XRC_SEND) wqe.xrc_srqn = wr.qp_type.xrc.remote_srqn & wire::kPsnMask;
+  // A bind or local invalidation carries no data: its SGEs mean nothing.
+  if (wqe.is_local()) return copy_memory_wr(wr, wqe, by_bind_verb);
   if (type_ == IBV_QPT_UD) {
     const Ah& ah = *Ah::from(wr.wr.ud.ah);
     wqe.ud = UdAddress{ah.dgid, wr.wr.ud.remote_qpn & wire::kPsnMask, wr.wr.ud.remote_qkey,
@@ -164,7 +174,7 @@ void Qp::copy_send_wr(const ibv_send_wr& wr, SendWqe& wqe, uint32_t slot) {
 
 // Producer side only: no system call and no engine work under mutex_ (DESIGN.md
 // §5); the doorbell runs the requester now if the engine is free.
-int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
+int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad, bool by_bind_verb) {
   int err = 0;
   {
     std::lock_guard lock(mutex_);
@@ -173,12 +183,12 @@ int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
     if (s == IBV_QPS_RESET || s == IBV_QPS_INIT || s == IBV_QPS_RTR) err = EINVAL;
     if (type_ == IBV_QPT_XRC_RECV) err = EINVAL;  // IBA A14: no send queue
     for (; wr != nullptr && err == 0; wr = wr->next) {
-      if ((err = check_send_wr(*wr)) != 0) break;
+      if ((err = check_send_wr(*wr, by_bind_verb)) != 0) break;
       if (sq_.full()) {
         err = ENOMEM;
         break;
       }
-      copy_send_wr(*wr, sq_.push_slot(), sq_.slot(sq_.tail()));
+      copy_send_wr(*wr, sq_.push_slot(), sq_.slot(sq_.tail()), by_bind_verb);
       sq_.publish();
     }
     if (err != 0 && bad != nullptr) *bad = wr;
@@ -243,6 +253,8 @@ ibv_wc Qp::make_send_wc(const SendWqe& wqe, ibv_wc_status status) const {
     case IBV_WR_ATOMIC_CMP_AND_SWP: wc.opcode = IBV_WC_COMP_SWAP; break;
     case IBV_WR_ATOMIC_FETCH_AND_ADD: wc.opcode = IBV_WC_FETCH_ADD; break;
     case IBV_WR_ATOMIC_WRITE: wc.opcode = IBV_WC_ATOMIC_WRITE; break;
+    case IBV_WR_BIND_MW: wc.opcode = IBV_WC_BIND_MW; break;
+    case IBV_WR_LOCAL_INV: wc.opcode = IBV_WC_LOCAL_INV; break;
     default: wc.opcode = IBV_WC_SEND; break;
   }
   wc.byte_len = wqe.is_atomic() ? 8 : wqe.length;

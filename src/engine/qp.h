@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <memory_resource>
 #include <mutex>
 #include <vector>
 
@@ -51,6 +52,9 @@ struct QpInit {
   bool sq_sig_all = false;
   Srq* srq = nullptr;    // receives from this SRQ instead of a queue of its own
   Xrcd* xrcd = nullptr;  // XRC receive QP: its domain (it has no PD, CQs or SRQ)
+  // Where the work queues (WQEs, their SGEs, inline data) live: a parent domain's
+  // allocator (ibv_alloc_parent_domain(3)), or null for the heap.
+  std::pmr::memory_resource* memory = nullptr;
 };
 
 class Qp {
@@ -59,7 +63,8 @@ class Qp {
   ~Qp();
 
   // Verbs entry points; errors are positive errno values as verbs returns them.
-  int post_send(const ibv_send_wr* wr, const ibv_send_wr** bad);
+  // `by_bind_verb`: the list is ibv_bind_mw(3)'s one type 1 bind.
+  int post_send(const ibv_send_wr* wr, const ibv_send_wr** bad, bool by_bind_verb = false);
   int post_recv(const ibv_recv_wr* wr, const ibv_recv_wr** bad);
   int modify(const ibv_qp_attr& attr, int mask);
   // Fills attr and the type/cap/sq_sig_all of init (ibv_query_qp(3)).
@@ -110,9 +115,11 @@ class Qp {
   void serve_doorbell(Nanos now);
 
  private:
-  int check_send_wr(const ibv_send_wr& wr) const;
+  int check_send_wr(const ibv_send_wr& wr, bool by_bind_verb) const;
+  int check_memory_wr(const ibv_send_wr& wr, bool by_bind_verb) const;
+  void copy_memory_wr(const ibv_send_wr& wr, SendWqe& wqe, bool by_bind_verb) const;
   int check_recv_wr(const ibv_recv_wr& wr) const;
-  void copy_send_wr(const ibv_send_wr& wr, SendWqe& wqe, uint32_t slot);
+  void copy_send_wr(const ibv_send_wr& wr, SendWqe& wqe, uint32_t slot, bool by_bind_verb);
   int check_attr(const ibv_qp_attr& attr, int mask) const;
   void apply_attr(const ibv_qp_attr& attr, int mask);
   int check_modify(const ibv_qp_attr& attr, int mask, ibv_qp_state from) const;
@@ -146,9 +153,9 @@ class Qp {
   mutable std::mutex mutex_;
   Ring<SendWqe> sq_;
   Ring<RecvWqe> rq_;
-  std::vector<Sge> sq_sges_;           // cap_.max_send_sge per slot
-  std::vector<Sge> rq_sges_;           // cap_.max_recv_sge per slot
-  std::vector<uint8_t> inline_arena_;  // cap_.max_inline_data per slot
+  std::pmr::vector<Sge> sq_sges_;           // cap_.max_send_sge per slot
+  std::pmr::vector<Sge> rq_sges_;           // cap_.max_recv_sge per slot
+  std::pmr::vector<uint8_t> inline_arena_;  // cap_.max_inline_data per slot
   std::unique_ptr<Protocol> protocol_;
 
   // The device's engine bookkeeping (owner: Device; doorbell fields shared with

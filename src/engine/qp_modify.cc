@@ -115,9 +115,12 @@ int Qp::check_attr(const ibv_qp_attr& a, int mask) const {
   if ((mask & kRnrRetry) && a.rnr_retry > 7) return EINVAL;
   if ((mask & kMinRnr) && a.min_rnr_timer > 31) return EINVAL;
   if ((mask & kDestQpn) && a.dest_qp_num > wire::kPsnMask) return EINVAL;
+  // IBV_ACCESS_ON_DEMAND says nothing about a QP, but programs written for ODP pass
+  // their MRs' flags here (pyverbs' test_odp does); the kernel and its providers
+  // ignore it, and so does softrdma (the QP keeps only the remote rights it reads).
   constexpr unsigned kRemoteRights =
       IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
-      IBV_ACCESS_LOCAL_WRITE;
+      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND;
   if ((mask & kAccess) && (a.qp_access_flags & ~kRemoteRights)) return EINVAL;
   return 0;
 }

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <bit>
 #include <cstdint>
+#include <memory_resource>
 #include <vector>
 
 namespace softrdma::engine {
@@ -21,8 +22,10 @@ namespace softrdma::engine {
 template <typename T>
 class Ring {
  public:
-  explicit Ring(uint32_t capacity = 0)
-      : slots_(std::bit_ceil(std::max<uint32_t>(capacity, 1))), capacity_(capacity) {}
+  // `memory`: where the slots live (a parent domain's allocator, verbs/domains.cc).
+  explicit Ring(uint32_t capacity = 0,
+                std::pmr::memory_resource* memory = std::pmr::get_default_resource())
+      : slots_(std::bit_ceil(std::max<uint32_t>(capacity, 1)), memory), capacity_(capacity) {}
 
   uint32_t capacity() const { return capacity_; }
   uint32_t size() const { return tail() - head(); }
@@ -60,7 +63,7 @@ class Ring {
   }
 
  private:
-  std::vector<T> slots_;
+  std::pmr::vector<T> slots_;
   uint32_t capacity_;
   std::atomic<uint32_t> head_{0};  // written by the consumer only
   std::atomic<uint32_t> tail_{0};  // written by the producer only

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/mw.h"
 #include "wire/ip_udp.h"
 
 namespace softrdma::engine {
@@ -45,7 +46,7 @@ struct SendWqe {
   ibv_wr_opcode opcode = IBV_WR_SEND;
   unsigned flags = 0;           // IBV_SEND_*
   uint32_t imm_data = 0;        // network byte order, as verbs hands it over
-  uint32_t invalidate_rkey = 0;
+  uint32_t invalidate_rkey = 0;  // SEND_WITH_INV, LOCAL_INV
   uint64_t remote_addr = 0;
   uint32_t rkey = 0;
   uint64_t compare_add = 0;
@@ -55,6 +56,7 @@ struct SendWqe {
   uint32_t xrc_srqn = 0;           // XRC send QP: the remote XRC SRQ (XRCETH)
   uint8_t* inline_data = nullptr;  // IBV_SEND_INLINE: copied here at post time
   uint32_t length = 0;             // total message bytes
+  MwBind bind;                     // IBV_WR_BIND_MW
 
   // Requester state (IBA 9.7.4).
   SendState state = SendState::kQueued;
@@ -71,6 +73,9 @@ struct SendWqe {
     return opcode == IBV_WR_ATOMIC_CMP_AND_SWP || opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
   }
   bool needs_response() const { return is_read() || is_atomic(); }
+  // Executed by the send queue itself, never on the wire (IBA 10.6.7.2, 10.8.2.?):
+  // no PSN, complete once every WQE before it has.
+  bool is_local() const { return opcode == IBV_WR_BIND_MW || opcode == IBV_WR_LOCAL_INV; }
   uint32_t last_psn() const;
 };
 

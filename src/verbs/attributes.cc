@@ -54,15 +54,18 @@ void fill_device_attr(Context& ctx, ibv_device_attr& a) {
   a.max_qp_wr = clamp_int(lim.max_qp_wr);
   // RNR NAKs are generated (IBA 9.7.5.2.8); cur_qp_state is checked by modify_qp;
   // sys_image_guid is reported; XRC domains, SRQs and QPs exist (IBA A14). SRQs
-  // cannot be resized (no IBV_DEVICE_SRQ_RESIZE).
+  // cannot be resized (no IBV_DEVICE_SRQ_RESIZE). Memory windows of type 1 and 2B
+  // (bound to a QP, IBA 10.6.7.2.2), not 2A.
   a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_CURR_QP_STATE_MOD |
-                       IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_XRC;
+                       IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_XRC | IBV_DEVICE_MEM_WINDOW |
+                       IBV_DEVICE_MEM_WINDOW_TYPE_2B;
   a.max_sge = clamp_int(lim.max_sge);
   a.max_sge_rd = clamp_int(lim.max_sge);
   a.max_cq = clamp_int(lim.max_cq);
   a.max_cqe = clamp_int(lim.max_cqe);
   a.max_mr = clamp_int(lim.max_mr);
   a.max_pd = clamp_int(lim.max_pd);
+  a.max_mw = clamp_int(lim.max_mw);
   a.max_qp_rd_atom = clamp_int(lim.max_qp_rd_atom);
   a.max_qp_init_rd_atom = clamp_int(lim.max_qp_init_rd_atom);
   // Responder resources are per QP only; the device-wide total is their product.
@@ -91,7 +94,27 @@ void fill_device_attr_ex(Context& ctx, ibv_device_attr_ex& a) {
   // Completions carry the device clock's time when asked (ibv_create_cq_ex(3)).
   a.completion_timestamp_mask = kCompletionTimestampMask;
   a.hca_core_clock = kDeviceClockKhz;
-  // odp, TSO, RSS, packet pacing, tag matching, device memory: none.
+  fill_odp_caps(a.odp_caps);
+  a.xrc_odp_caps = a.odp_caps.per_transport_caps.rc_odp_caps;  // XRC: RC's operations
+  a.max_dm_size = ctx.device->limits().max_dm_size;  // host memory the device owns (dm.cc)
+  // TSO, RSS, packet pacing, tag matching: none.
+}
+
+// On-demand paging (docs/decisions/odp.md): softrdma never pins; every access to
+// registered memory resolves the page when it happens (the guarded copy), so
+// every operation of every transport it serves works on ODP memory, and an
+// implicit MR (the whole address space) is no different, and so are receives
+// taken from an SRQ (RC's and XRC's).
+void fill_odp_caps(ibv_odp_caps& caps) {
+  caps = ibv_odp_caps{};
+  caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
+  caps.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
+                                        IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
+                                        IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
+  // IBA Table 39: UC has SEND and RDMA WRITE, UD has SEND.
+  caps.per_transport_caps.uc_odp_caps =
+      IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE;
+  caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV;
 }
 
 void fill_port_attr(Context& ctx, ibv_port_attr& a) {

@@ -35,6 +35,7 @@ __be64 guid_of(const std::vector<transport::Gid>& gids);
 
 void fill_device_attr(Context& ctx, ibv_device_attr& attr);
 void fill_device_attr_ex(Context& ctx, ibv_device_attr_ex& attr);
+void fill_odp_caps(ibv_odp_caps& caps);
 void fill_port_attr(Context& ctx, ibv_port_attr& attr);
 
 }  // namespace softrdma::verbs

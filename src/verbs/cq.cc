@@ -151,9 +151,10 @@ void free_cq(Cq* cq) {
 // EOPNOTSUPP (libibverbs' own checks); of the API's fields, those that need what
 // softrdma lacks are EOPNOTSUPP (as rxe refuses what it lacks): CVLAN (VLAN
 // stripping of raw packet QPs), FLOW_TAG (flow steering), TM_INFO (tag matching).
-// Unknown creation flags are EINVAL (mlx5). A parent domain
-// (IBV_CQ_INIT_ATTR_MASK_PD) is EINVAL, as mlx5 answers for a PD that is not one:
-// no parent domain exists yet.
+// Unknown creation flags are EINVAL (mlx5). IBV_CQ_INIT_ATTR_MASK_PD must name a
+// parent domain of this context (ibv_alloc_parent_domain(3)); a plain PD is
+// EINVAL, as mlx5 answers. The CQ's ring stays the engine's own: the parent
+// domain's allocator serves QP queues (docs/decisions/parent-domains.md).
 int check_cq_ex(const ibv_context* context, const ibv_cq_init_attr_ex& attr) {
   constexpr uint32_t kKnownMask = IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD;
   constexpr uint64_t kLacking = IBV_WC_EX_WITH_CVLAN | IBV_WC_EX_WITH_FLOW_TAG |
@@ -163,7 +164,10 @@ int check_cq_ex(const ibv_context* context, const ibv_cq_init_attr_ex& attr) {
   if (attr.comp_mask & ~kKnownMask) return EOPNOTSUPP;
   if (attr.wc_flags & (~uint64_t(IBV_CREATE_CQ_SUP_WC_FLAGS) | kLacking)) return EOPNOTSUPP;
   if ((attr.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (attr.flags & ~kKnownFlags)) return EINVAL;
-  if (attr.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) return EINVAL;
+  if ((attr.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) &&
+      (attr.parent_domain == nullptr || attr.parent_domain->context != context ||
+       to_pd(attr.parent_domain)->protection == nullptr))
+    return EINVAL;
   if (attr.comp_vector >= uint32_t(context->num_comp_vectors)) return EINVAL;
   if (attr.channel != nullptr && attr.channel->context != context) return EINVAL;
   if (attr.cqe > uint32_t(INT_MAX)) return EINVAL;  // above max_cqe too
@@ -201,6 +205,10 @@ ibv_cq_ex* op_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
     install_cq_ex_ops(cq->ex, attr->wc_flags);
     cq->ex.cq_context = attr->cq_context;
     if (attr->channel != nullptr) attach_channel(cq, to_channel(attr->channel));
+    if (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) {
+      cq->parent_domain = to_pd(attr->parent_domain);
+      cq->parent_domain->users.fetch_add(1);  // deallocating it is EBUSY meanwhile
+    }
     Process::get().add_cq(cq);
     return &cq->ex;
   });
@@ -263,6 +271,7 @@ SOFTRDMA_EXPORT int ibv_destroy_cq(ibv_cq* ibcq) {
       drop_pending(cq);
       wait_for_acks(cq);
     }
+    if (cq->parent_domain != nullptr) cq->parent_domain->users.fetch_sub(1);
     free_cq(cq);
     return 0;
   });
@@ -274,6 +283,7 @@ SOFTRDMA_EXPORT int ibv_resize_cq(ibv_cq* ibcq, int cqe) {
     Cq* cq = to_cq(ibcq);
     if (!live(ibcq->context)) return EIO;
     if (cqe < 1 || uint32_t(cqe) > cq->ctx->device->limits().max_cqe) return EINVAL;
+    cq->ctx->device->settle();  // completions of work already posted count
     if (int err = cq->cq->resize(uint32_t(cqe))) return err;
     ibcq->cqe = int(cq->cq->capacity());
     return 0;

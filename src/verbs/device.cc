@@ -30,6 +30,9 @@ void init_context(Context& ctx, ibv_device* device, int async_fd, int cmd_fd) {
   c.ops.post_send = op_post_send;
   c.ops.post_recv = op_post_recv;
   c.ops.post_srq_recv = op_post_srq_recv;
+  c.ops.alloc_mw = op_alloc_mw;
+  c.ops.dealloc_mw = op_dealloc_mw;
+  c.ops.bind_mw = op_bind_mw;
   // A real descriptor, as applications and pyverbs dup it (issue 7); there is no
   // kernel object behind it, so ibv_import_device on it answers EOPNOTSUPP.
   c.cmd_fd = cmd_fd;
@@ -47,6 +50,13 @@ void init_context(Context& ctx, ibv_device* device, int async_fd, int cmd_fd) {
   ctx.vctx.close_xrcd = op_close_xrcd;
   ctx.vctx.create_cq_ex = op_create_cq_ex;
   ctx.vctx.query_rt_values = op_query_rt_values;
+  ctx.vctx.advise_mr = op_advise_mr;
+  ctx.vctx.alloc_td = op_alloc_td;
+  ctx.vctx.dealloc_td = op_dealloc_td;
+  ctx.vctx.alloc_parent_domain = op_alloc_parent_domain;
+  ctx.vctx.alloc_dm = op_alloc_dm;
+  ctx.vctx.free_dm = op_free_dm;
+  ctx.vctx.reg_dm_mr = op_reg_dm_mr;
 }
 
 }  // namespace

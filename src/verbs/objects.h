@@ -9,11 +9,13 @@
 
 #include <infiniband/verbs.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <memory_resource>
 #include <mutex>
 #include <new>
 #include <vector>
@@ -60,15 +62,43 @@ inline Context* to_context(ibv_context* c) {
 }
 #pragma GCC diagnostic pop
 
+// ibv_alloc_td(3): a thread domain. softrdma's objects lock the same way with or
+// without one (docs/decisions/parent-domains.md); it is counted, so that it is not
+// deallocated under a parent domain.
+struct Td {
+  ibv_td ibv;
+  std::atomic<uint32_t> users{0};
+};
+inline Td* to_td(ibv_td* t) { return reinterpret_cast<Td*>(t); }
+
 struct Pd {
   ibv_pd ibv;
-  engine::Pd* pd;
+  engine::Pd* pd;  // a parent domain: its protection domain's engine PD
+  // ibv_alloc_parent_domain(3): "completely interchangeable with the struct ibv_pd
+  // used to create it". Null for a protection domain.
+  Pd* protection = nullptr;
+  Td* td = nullptr;
+  void* (*alloc)(ibv_pd*, void*, size_t, size_t, uint64_t) = nullptr;
+  void (*free)(ibv_pd*, void*, void*, uint64_t) = nullptr;
+  void* pd_context = nullptr;
+  std::atomic<uint32_t> users{0};  // QPs (and extended CQs) made with it
 };
 inline Pd* to_pd(ibv_pd* p) { return reinterpret_cast<Pd*>(p); }
+
+// ibv_alloc_dm(3): device memory, host memory the device owns (dm.cc).
+struct Dm {
+  ibv_dm ibv;
+  uint8_t* memory = nullptr;
+  size_t length = 0;
+  size_t reserved = 0;              // bytes charged to the device's max_dm_size
+  std::atomic<uint32_t> mrs{0};     // MRs registered on it: ibv_free_dm is EBUSY
+};
+inline Dm* to_dm(ibv_dm* d) { return reinterpret_cast<Dm*>(d); }
 
 struct Mr {
   ibv_mr ibv;  // lkey == rkey == the engine's random key
   engine::Mr* mr;
+  Dm* dm = nullptr;  // ibv_reg_dm_mr(3)
 };
 inline Mr* to_mr(ibv_mr* m) { return reinterpret_cast<Mr*>(m); }
 
@@ -115,6 +145,7 @@ struct Cq {
   uint32_t comp_events_delivered = 0;
   uint32_t async_events_delivered = 0;
   std::unique_ptr<CqPollBatch> batch;  // CQs made by ibv_create_cq_ex
+  Pd* parent_domain = nullptr;         // ibv_create_cq_ex's, if one was given
 };
 inline Cq* to_cq(ibv_cq* c) { return reinterpret_cast<Cq*>(c); }
 inline Cq* to_cq(ibv_cq_ex* c) { return reinterpret_cast<Cq*>(c); }
@@ -159,6 +190,9 @@ struct Qp {
   Context* ctx;
   runtime::Node* node;
   std::unique_ptr<WrBatch> batch;  // set when created with send_ops_flags
+  // Its queues' memory when made with a parent domain that has allocators; outlives
+  // the engine's QP (destroyed first).
+  std::unique_ptr<std::pmr::memory_resource> memory;
   // Async events handed out for this QP (ibv_destroy_qp waits for their acks).
   // Guarded by ex.qp_base.mutex.
   uint32_t async_events_delivered = 0;

@@ -28,6 +28,24 @@ ibv_srq* op_create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr);
 int op_get_srq_num(ibv_srq* srq, uint32_t* srq_num);
 ibv_xrcd* op_open_xrcd(ibv_context* context, ibv_xrcd_init_attr* attr);
 int op_close_xrcd(ibv_xrcd* xrcd);
+// Memory windows (mw.cc), ibv_context::ops.
+ibv_mw* op_alloc_mw(ibv_pd* pd, ibv_mw_type type);
+int op_dealloc_mw(ibv_mw* mw);
+int op_bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind);
+// Thread and parent domains (domains.cc).
+ibv_td* op_alloc_td(ibv_context* context, ibv_td_init_attr* init_attr);
+int op_dealloc_td(ibv_td* td);
+ibv_pd* op_alloc_parent_domain(ibv_context* context, ibv_parent_domain_init_attr* attr);
+struct Pd;
+int dealloc_parent_domain(Pd* parent);
+// Device memory (dm.cc).
+ibv_dm* op_alloc_dm(ibv_context* context, ibv_alloc_dm_attr* attr);
+int op_free_dm(ibv_dm* dm);
+ibv_mr* op_reg_dm_mr(ibv_pd* pd, ibv_dm* dm, uint64_t dm_offset, size_t length,
+                     unsigned int access);
+// Memory (pd_mr.cc).
+int op_advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,
+                 uint32_t num_sge);
 
 // Installs the ibv_qp_ex wr_* pointers of an extended QP (qp_ex.cc).
 void install_wr_ops(ibv_qp_ex& qpx);

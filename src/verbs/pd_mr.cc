@@ -3,9 +3,11 @@
 #include <memory>
 
 #include "verbs/objects.h"
+#include "verbs/ops.h"
 #include "verbs/process.h"
 
 #undef ibv_reg_mr
+#undef ibv_reg_mr_iova
 
 using namespace softrdma::verbs;
 
@@ -52,6 +54,7 @@ SOFTRDMA_EXPORT ibv_pd* ibv_alloc_pd(ibv_context* context) {
 // ibv_dealloc_pd(3): EBUSY while MRs or QPs still use it.
 SOFTRDMA_EXPORT int ibv_dealloc_pd(ibv_pd* pd) {
   return guard_errno([&] {
+    if (to_pd(pd)->protection != nullptr) return dealloc_parent_domain(to_pd(pd));
     if (live(pd->context)) {
       if (int err = to_context(pd->context)->device->dealloc_pd(to_pd(pd)->pd)) return err;
     }
@@ -76,6 +79,7 @@ SOFTRDMA_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
     if (live(mr->context)) {
       if (int err = to_context(mr->context)->device->dereg_mr(to_mr(mr)->mr)) return err;
     }
+    if (to_mr(mr)->dm != nullptr) to_mr(mr)->dm->mrs.fetch_sub(1);
     delete to_mr(mr);
     return 0;
   });
@@ -97,6 +101,7 @@ SOFTRDMA_EXPORT int ibv_rereg_mr(ibv_mr* ibv, int flags, ibv_pd* pd, void* addr,
       return EINVAL;
     if (!live(ibv->context)) return EIO;
     Mr& mr = *to_mr(ibv);
+    if (translation && mr.dm != nullptr) return EINVAL;  // device memory stays where it is
     ibv_pd* new_pd = (flags & IBV_REREG_MR_CHANGE_PD) ? pd : ibv->pd;
     void* new_addr = translation ? addr : ibv->addr;
     const size_t new_length = translation ? length : ibv->length;
@@ -115,6 +120,41 @@ SOFTRDMA_EXPORT int ibv_rereg_mr(ibv_mr* ibv, int flags, ibv_pd* pd, void* addr,
   errno = refused;
   return IBV_REREG_MR_ERR_INPUT;
 }
+
+// ibv_reg_mr_iova(3): peers (and local SGEs) address the MR by `iova`.
+SOFTRDMA_EXPORT ibv_mr* ibv_reg_mr_iova(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
+                                        int access) {
+  return guard_ptr([&] { return reg_mr(pd, addr, length, iova, unsigned(access)); });
+}
+
+namespace softrdma::verbs {
+
+// ibv_advise_mr(3), the verbs_context slot. Every advice is a prefetch, and there
+// is nothing to fetch (docs/decisions/odp.md); the arguments are checked as the
+// man page says all the same, so a program's mistakes show here as on hardware.
+int op_advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,
+                 uint32_t num_sge) {
+  return guard_errno([&] {
+    if (pd == nullptr || sg_list == nullptr || num_sge == 0) return EINVAL;
+    if ((flags & ~uint32_t(IBV_ADVISE_MR_FLAG_FLUSH)) != 0) return EINVAL;
+    const int raw_advice = softrdma::engine::raw_enum(advice);
+    if (raw_advice != IBV_ADVISE_MR_ADVICE_PREFETCH &&
+        raw_advice != IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE &&
+        raw_advice != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT)
+      return EOPNOTSUPP;  // ENOTSUP: "the advise operation isn't supported"
+    if (!live(pd->context)) return EIO;
+    const auto& mrs = to_context(pd->context)->device->mrs();
+    const bool write = raw_advice == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE;
+    for (uint32_t i = 0; i < num_sge; ++i) {
+      const ibv_sge& sge = sg_list[i];
+      if (int err = mrs.check_prefetch(sge.lkey, to_pd(pd)->pd, sge.addr, sge.length, write))
+        return err;
+    }
+    return 0;
+  });
+}
+
+}  // namespace softrdma::verbs
 
 // dma-buf memory belongs to a device driver; a software RNIC cannot reach it.
 SOFTRDMA_EXPORT ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* /*pd*/, uint64_t /*offset*/, size_t /*length*/,

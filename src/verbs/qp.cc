@@ -3,6 +3,7 @@
 // engine so far: other types are EOPNOTSUPP.
 #include <memory>
 
+#include "verbs/domains.h"
 #include "verbs/objects.h"
 #include "verbs/ops.h"
 #include "verbs/process.h"
@@ -17,10 +18,13 @@ constexpr uint64_t kSupportedSendOps =
     IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
     IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
     IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
-    IBV_QP_EX_WITH_ATOMIC_WRITE;
-// IBA Table 39: of those, UC has SEND and RDMA WRITE, UD has SEND.
+    IBV_QP_EX_WITH_ATOMIC_WRITE | IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV |
+    IBV_QP_EX_WITH_SEND_WITH_INV;
+// IBA Table 39: of those, UC has SEND and RDMA WRITE, UD has SEND; UC also the send
+// queue's memory operations (ibv_bind_mw(3): "UC, RC or XRC_SEND").
 constexpr uint64_t kUcSendOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
-                                IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+                                IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
+                                IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV;
 constexpr uint64_t kUdSendOps = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
 
 uint64_t send_ops_of(ibv_qp_type type) {
@@ -65,8 +69,15 @@ Qp* create_qp(ibv_context* context, ibv_pd* pd, ibv_qp_init_attr_ex& attr, int& 
   softrdma::engine::QpInit init;
   if ((err = resolve_objects(context, attr, init)) != 0) return nullptr;
   auto qp = std::make_unique<Qp>();
-  qp->qp = ctx->device->create_qp(pd != nullptr ? to_pd(pd)->pd : nullptr, init, err);
+  // A PD or a parent domain (domains.cc); none for an XRC receive QP.
+  Pd* domain = pd != nullptr ? to_pd(pd) : nullptr;
+  if (domain != nullptr) {
+    qp->memory = parent_domain_memory(*domain, kResourceQpQueues);
+    init.memory = qp->memory.get();
+  }
+  qp->qp = ctx->device->create_qp(domain != nullptr ? domain->pd : nullptr, init, err);
   if (qp->qp == nullptr) return nullptr;
+  if (domain != nullptr) domain->users.fetch_add(1);
   attr.cap = init.cap;
   qp->ctx = ctx;
   qp->node = ctx->node;
@@ -234,6 +245,7 @@ SOFTRDMA_EXPORT int ibv_destroy_qp(ibv_qp* ibqp) {
         return err;
       }
     }
+    if (ibqp->pd != nullptr) to_pd(ibqp->pd)->users.fetch_sub(1);
     pthread_cond_destroy(&ibqp->cond);
     pthread_mutex_destroy(&ibqp->mutex);
     delete qp;

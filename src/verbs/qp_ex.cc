@@ -223,10 +223,27 @@ void wr_set_xrc_srqn(ibv_qp_ex* qpx, uint32_t remote_srqn) {
   e->wr.qp_type.xrc.remote_srqn = remote_srqn;
 }
 
-// Builders of services RC has no use for here yet: the batch fails.
-void wr_bind_mw(ibv_qp_ex* qpx, ibv_mw*, uint32_t, const ibv_mw_bind_info*) { unsupported(qpx); }
-void wr_local_inv(ibv_qp_ex* qpx, uint32_t) { unsupported(qpx); }
-void wr_send_inv(ibv_qp_ex* qpx, uint32_t) { unsupported(qpx); }
+// ibv_wr_bind_mw: a type 2 window (a type 1 one is bound by ibv_bind_mw(3) only,
+// which the engine checks when the batch is posted).
+void wr_bind_mw(ibv_qp_ex* qpx, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* info) {
+  guarded(qpx, [&] {
+    ibv_send_wr& wr = add_wr(qpx, IBV_WR_BIND_MW);
+    if (mw == nullptr || info == nullptr) return set_error(qpx, EINVAL);
+    wr.bind_mw.mw = mw;
+    wr.bind_mw.rkey = rkey;
+    wr.bind_mw.bind_info = *info;
+  });
+}
+
+void wr_local_inv(ibv_qp_ex* qpx, uint32_t invalidate_rkey) {
+  guarded(qpx, [&] { add_wr(qpx, IBV_WR_LOCAL_INV).invalidate_rkey = invalidate_rkey; });
+}
+
+void wr_send_inv(ibv_qp_ex* qpx, uint32_t invalidate_rkey) {
+  guarded(qpx, [&] { add_wr(qpx, IBV_WR_SEND_WITH_INV).invalidate_rkey = invalidate_rkey; });
+}
+
+// Builders of services not offered here: the batch fails.
 void wr_send_tso(ibv_qp_ex* qpx, void*, uint16_t, uint16_t) { unsupported(qpx); }
 
 }  // namespace

@@ -98,9 +98,10 @@ else()
     COMMAND ${IBV_RC_PINGPONG} -g 0 -s 4096 -n 20
     EXPECT "^163840 bytes in" [=[GID ::ffff:127\.]=] EXPECT_SERVER "^163840 bytes in")
   # pingpong_tests(PROGRAM size/iters[/option...] ...): a pair per run, each side
-  # printing size * iters * 2 bytes; the options are appended to the command and
-  # the test's name. With -t (completion timestamps, ibv_create_cq_ex) each side
-  # also prints what it measured between its receive completions.
+  # printing size * iters * 2 bytes; the options (-e, -o, -P, -t ...) are appended
+  # to the command and name the test. With -t (completion timestamps,
+  # ibv_create_cq_ex) each side also prints what it measured between its receive
+  # completions.
   function(pingpong_tests program)
     foreach(spec IN LISTS ARGN)
       string(REPLACE "/" ";" run "${spec}")
@@ -122,6 +123,10 @@ else()
   # Completion timestamps (-t: ibv_create_cq_ex, ibv_start_poll/ibv_next_poll,
   # ibv_wc_read_completion_ts), polling and with completion events.
   pingpong_tests(ibv_rc_pingpong 4096/20/-t 1048576/5/-t 4096/20/-e/-t)
+  # On-demand paging (-o), implicit ODP (-O: one MR for the whole address space),
+  # each with an ibv_advise_mr prefetch (-P), and with completion events.
+  pingpong_tests(ibv_rc_pingpong 4096/20/-o 4096/20/-O 4096/20/-o/-P 4096/20/-O/-P
+                 1048576/5/-o/-P/-e)
   # UC (issue 7): the same ping-pong without acknowledgements, polling and with
   # events, one packet and several per message.
   pingpong_tests(ibv_uc_pingpong 1/20 4096/20 4096/20/-e 65536/10)

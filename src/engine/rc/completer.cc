@@ -35,6 +35,7 @@ void Completer::restart_timer(Nanos now) {
 
 void Completer::on_sent(Nanos now) {
   if (!conn_.acknowledged()) return complete_unacknowledged();
+  complete_local_heads();
   if (deadline_ == kNever && outstanding()) restart_timer(now);
 }
 
@@ -46,6 +47,14 @@ void Completer::complete_unacknowledged() {
     una_psn_ = psn_add(sq.front().last_psn(), 1);
     complete_head(IBV_WC_SUCCESS);
   }
+}
+
+// A bind or local invalidation (executed when the requester reached it) completes as
+// soon as it is the oldest WQE: nothing on the wire answers it.
+void Completer::complete_local_heads() {
+  Ring<SendWqe>& sq = conn_.qp().sq();
+  while (!sq.empty() && sq.front().is_local() && sq.front().state == SendState::kSent)
+    complete_head(IBV_WC_SUCCESS);
 }
 
 void Completer::on_response(PacketView packet, Nanos now) {
@@ -83,6 +92,10 @@ bool Completer::acknowledge_through(uint32_t psn, Nanos now) {
   bool lost_response = false;
   while (!sq.empty() && sq.front().state != SendState::kQueued) {
     SendWqe& w = sq.front();
+    if (w.is_local()) {  // executed already; every WQE before it has completed
+      complete_head(IBV_WC_SUCCESS);
+      continue;
+    }
     if (w.needs_response()) {
       // IBA 9.7.5.2.3: responses come in PSN order, so an ACK at or beyond the
       // response still awaited means that response was lost: ask again from there.

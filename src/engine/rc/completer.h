@@ -32,6 +32,7 @@ class Completer {
 
  private:
   void complete_unacknowledged();
+  void complete_local_heads();
   void on_ack(wire::PacketView packet, Nanos now);
   void on_read_response(wire::PacketView packet, Nanos now);
   void on_atomic_ack(wire::PacketView packet, Nanos now);

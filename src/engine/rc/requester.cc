@@ -94,6 +94,7 @@ bool Requester::check_local_sges(const SendWqe& wqe) const {
 // Assigns the WQE its PSNs (IBA 9.7.4.1.1: one per request packet; a READ takes
 // one per response packet) after checking its local buffers.
 bool Requester::start(SendWqe& wqe, Nanos now) {
+  if (wqe.is_local()) return execute_local(wqe, now);
   if (wqe.status != IBV_WC_SUCCESS || !check_local_sges(wqe)) {
     // IBA 10.8.3.1 / ibv_poll_cq(3): local protection error, QP to Error.
     wqe.status = IBV_WC_LOC_PROT_ERR;

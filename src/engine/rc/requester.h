@@ -43,6 +43,8 @@ class Requester {
  private:
   bool may_start(const SendWqe& wqe) const;
   bool start(SendWqe& wqe, Nanos now);
+  // Binds and local invalidations (requester_local.cc): executed here, in queue order.
+  bool execute_local(SendWqe& wqe, Nanos now);
   bool check_local_sges(const SendWqe& wqe) const;
   void count_send(uint32_t psn, uint32_t psns);
   bool send_packets(SendWqe& wqe);

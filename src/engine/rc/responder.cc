@@ -164,7 +164,10 @@ Responder::Verdict Responder::do_send(PacketView p) {
   recv_offset_ += data.size();
   message_ = Message::kSend;
   epsn_ = psn_add(epsn_, 1);
-  if (info.is(kOpLast)) complete_receive(p, IBV_WC_RECV, uint32_t(recv_offset_));
+  if (info.is(kOpLast)) {
+    if (Verdict v = invalidate_for_send(p); v != Verdict::kDone) return v;
+    complete_receive(p, IBV_WC_RECV, uint32_t(recv_offset_));
+  }
   return Verdict::kDone;
 }
 
@@ -212,8 +215,8 @@ uint8_t* Responder::write_destination() {
     AccessError why;
     write_generation_ = mrs.generation();
     write_host_at_ = placed;
-    write_host_ = mrs.access().resolve(write_rkey_, qp.pd(), write_va_, write_remaining_,
-                                       IBV_ACCESS_REMOTE_WRITE, why);
+    write_host_ = mrs.access().resolve_remote(write_rkey_, qp.pd(), qp.qpn(), write_va_,
+                                              write_remaining_, IBV_ACCESS_REMOTE_WRITE, why);
     if (write_host_ == nullptr) return nullptr;
   }
   return write_host_ + (placed - write_host_at_);
@@ -252,8 +255,8 @@ Responder::Verdict Responder::do_read(PacketView p) {
   r.generation = qp.device().mrs().generation();
   if (len > 0) {
     AccessError why;
-    r.host = qp.device().mrs().access().resolve(rkey, qp.pd(), va, len,
-                                                IBV_ACCESS_REMOTE_READ, why);
+    r.host = qp.device().mrs().access().resolve_remote(rkey, qp.pd(), qp.qpn(), va, len,
+                                                       IBV_ACCESS_REMOTE_READ, why);
     if (r.host == nullptr) return Verdict::kRemoteAccess;
   }
   ++msn_;
@@ -348,10 +351,10 @@ std::optional<uint32_t> Responder::send_read_packets(Response& r, uint32_t budge
     AccessError why;
     const uint8_t* src = chunk == 0         ? nullptr
                          : r.host != nullptr ? r.host + uint64_t(i) * mtu
-                                             : mrs.access().resolve(r.rkey, qp.pd(),
-                                                                    r.va + uint64_t(i) * mtu,
-                                                                    chunk, IBV_ACCESS_REMOTE_READ,
-                                                                    why);
+                                             : mrs.access().resolve_remote(
+                                                   r.rkey, qp.pd(), qp.qpn(),
+                                                   r.va + uint64_t(i) * mtu, chunk,
+                                                   IBV_ACCESS_REMOTE_READ, why);
     if (chunk != 0 && src == nullptr) {  // revoked mid-READ: the requester retries
       r.sent = n;
       return produced;
@@ -384,8 +387,8 @@ Responder::Verdict Responder::do_atomic(PacketView p) {
   {
     auto access = qp.device().mrs().access();
     AccessError why;
-    uint8_t* host = access.resolve(uint32_t(p.get(atomic_eth::kRkey)), qp.pd(), va, 8,
-                                   IBV_ACCESS_REMOTE_ATOMIC, why);
+    uint8_t* host = access.resolve_remote(uint32_t(p.get(atomic_eth::kRkey)), qp.pd(),
+                                          qp.qpn(), va, 8, IBV_ACCESS_REMOTE_ATOMIC, why);
     if (host == nullptr) return Verdict::kRemoteAccess;
     // The VA is aligned, but an MR registered with another IOVA may map it to an
     // unaligned host address: no atomic is possible there.

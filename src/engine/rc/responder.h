@@ -50,6 +50,8 @@ class Responder {
   Verdict do_atomic(wire::PacketView p);
   Verdict do_atomic_write(wire::PacketView p);
   void complete_receive(wire::PacketView p, ibv_wc_opcode opcode, uint32_t byte_len);
+  // SEND with Invalidate (responder_invalidate.cc): frees the window its IETH names.
+  Verdict invalidate_for_send(wire::PacketView p);
   void on_duplicate(wire::PacketView p, Nanos now);
   // A peer's request reached registered memory that is no longer mapped
   // (docs/decisions/memory-faults.md).
