@@ -272,7 +272,9 @@ TEST_P(VethPairGidIndex, SendBothWays) {
   Endpoint eb = make_endpoint(b->device());
   ASSERT_TRUE(ea.qp && eb.qp);
   // Index 0 is the IPv6 link-local address: the traffic below goes over IPv6.
-  if (index == 0) ASSERT_FALSE(wire::gid_is_ipv4(a->device().gids()[0]));
+  if (index == 0) {
+    ASSERT_FALSE(wire::gid_is_ipv4(a->device().gids()[0]));
+  }
   connect(ea.qp, b->device().gids()[index], eb.qp->qpn(), index);
   connect(eb.qp, a->device().gids()[index], ea.qp->qpn(), index);
   for (auto [from, to] : {std::pair{&ea, &eb}, std::pair{&eb, &ea}}) {
