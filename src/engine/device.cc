@@ -48,11 +48,11 @@ uint32_t initial_qpn() {
 Device::Device(DeviceConfig config, transport::Transport& transport, const Clock& clock)
     : config_(std::move(config)),
       transport_(transport),
+      receivers_{&transport},
       clock_(clock),
       gids_(make_gid_table(transport.local_gids())),
       counters_(config_.counters != nullptr ? *config_.counters : own_counters_),
       next_qpn_(initial_qpn()),
-      receivers_{&transport},
       tx_(std::make_unique<TxBatch>(counters_)) {
   // Before any peer can reach registered memory (docs/decisions/memory-faults.md).
   install_memory_fault_handler();
