@@ -210,23 +210,33 @@ softrdma_client_test(ucx_info_lists_softrdma OWN_ENVIRONMENT
 # Without the view UCX finds no device file and offers no IB transport.
 softrdma_client_test(ucx_info_without_sysfs_view OWN_ENVIRONMENT
   COMMAND $<TARGET_FILE:softrdma> run --no-sysfs-view -- ${UCX_INFO} -d
-  EXPECT [=[Memory domain: tcp]=])
+  EXPECT [=[Memory domain: tcp]=] [=[\A(?![\s\S]*Memory domain: softrdma0)]=])
 
 # ucx_perftest server and client (-p port, the client names 127.0.0.1) on one
 # transport: UCP tag matching latency and bandwidth, RMA put and get (which UCP
-# emulates over active messages on UD), small and large messages. UCX 1.13's
-# ud_verbs takes a RoCE packet's IP version from wc.sl, where only mlx5 puts it:
-# UCX_UD_VERBS_ETH_DGID_CHECK=n, as on Soft-RoCE (docs/decisions/ucx.md).
+# emulates over active messages on UD), small and large messages; and in event
+# mode (-E sleep: the worker sleeps on completion events between messages). UCX
+# 1.13's ud_verbs takes a RoCE packet's IP version from wc.sl, where only mlx5 puts
+# it: UCX_UD_VERBS_ETH_DGID_CHECK=n, as on Soft-RoCE (docs/decisions/ucx.md).
 function(ucx_perftest_tests tls)
   set(prefix ucx_perftest.${tls})
   foreach(run "tag_lat;8;1000" "tag_bw;8;1000" "ucp_put_bw;8;1000" "ucp_get;8;1000"
-              "tag_lat;65536;100" "tag_bw;1048576;20" "ucp_put_bw;1048576;20" "ucp_get;1048576;20")
+              "tag_lat;65536;100" "tag_bw;1048576;20" "ucp_put_bw;1048576;20" "ucp_get;1048576;20"
+              "tag_lat;8;500;sleep" "tag_bw;4096;500;sleep")
     list(GET run 0 test)
     list(GET run 1 size)
     list(GET run 2 iters)
-    softrdma_client_test(${prefix}.${test}.s${size} PAIR OWN_ENVIRONMENT TIMEOUT 120
+    set(name ${prefix}.${test}.s${size})
+    set(mode "")
+    list(LENGTH run fields)
+    if(fields GREATER 3)
+      list(GET run 3 wait)
+      set(name ${name}.events)
+      set(mode -E ${wait})
+    endif()
+    softrdma_client_test(${name} PAIR OWN_ENVIRONMENT TIMEOUT 120
       ENV UCX_TLS=${tls} UCX_NET_DEVICES=softrdma0:1 UCX_UD_VERBS_ETH_DGID_CHECK=n
-      COMMAND $<TARGET_FILE:softrdma> run -- ${UCX_PERFTEST} -t ${test} -s ${size} -n ${iters}
+      COMMAND $<TARGET_FILE:softrdma> run -- ${UCX_PERFTEST} -t ${test} -s ${size} -n ${iters} ${mode}
       EXPECT "^Final:\\s+${iters}\\s")
   endforeach()
 endfunction()
@@ -236,6 +246,6 @@ ucx_perftest_tests(ud_verbs)
 # and disabled (ctest lists them as "Not Run (Disabled)") until then.
 ucx_perftest_tests(rc_verbs)
 foreach(t tag_lat.s8 tag_bw.s8 ucp_put_bw.s8 ucp_get.s8 tag_lat.s65536 tag_bw.s1048576
-          ucp_put_bw.s1048576 ucp_get.s1048576)
+          ucp_put_bw.s1048576 ucp_get.s1048576 tag_lat.s8.events tag_bw.s4096.events)
   set_tests_properties(conformance.ucx_perftest.rc_verbs.${t} PROPERTIES DISABLED TRUE)
 endforeach()
