@@ -4,6 +4,8 @@
 Runs, interleaved and repeated (median, min-max of the rounds):
   softrdma   Debian's perftest through `softrdma run` (latency, bandwidth, 8 B rate)
   UCX tcp    ucx_perftest with UCX_TLS=tcp
+  UCX ud     ucx_perftest with UCX_TLS=ud_verbs on softrdma0, through `softrdma run`
+             (docs/decisions/ucx.md)
   libfabric  fi_pingpong with the tcp provider (FI_EP_MSG, and FI_EP_RDM)
   floors     bench/udp_floor: UDP ping-pong, UDP streams (sendto, sendmmsg, GSO+GRO)
 and prints each softrdma figure as a ratio to its peers and floor, with CPU seconds
@@ -104,26 +106,32 @@ class Bench:
         row, _ = self.perftest("ib_write_bw", 8, ["--post_list=32"], 2048 if self.quick else 200000)
         self.add(label, float(row[4]))  # MsgRate, Mpps
 
-    # --- UCX over TCP ---
-    def ucx(self, test, size, iters):
+    # --- UCX over TCP, and over softrdma (ud_verbs) ---
+    def ucx(self, test, size, iters, tls="tcp"):
         port = next_port()
-        env = {"UCX_TLS": "tcp"}
+        env = {"UCX_TLS": tls}
         server = ["ucx_perftest", "-p", str(port)]
-        client = ["ucx_perftest", "127.0.0.1", "-p", str(port), "-t", test, "-s", str(size),
-                  "-n", str(iters)]
+        if tls != "tcp":
+            # On softrdma0, each process in `softrdma run`'s sysfs view; UCX 1.13's
+            # ud_verbs needs its GRH check off (docs/decisions/ucx.md).
+            env.update(UCX_NET_DEVICES="softrdma0:1", UCX_UD_VERBS_ETH_DGID_CHECK="n")
+            server = [self.softrdma, "run", "--"] + server
+        client = server + ["127.0.0.1", "-t", test, "-s", str(size), "-n", str(iters)]
         out, _, cpu = timed_pair(server, client, env)
         final = [l.split() for l in out.splitlines() if l.startswith("Final:")]
         if not final:
             raise RuntimeError("ucx_perftest %s failed:\n%s" % (test, out[-2000:]))
         return final[-1], cpu
 
-    def ucx_latency(self, test, label):
-        row, _ = self.ucx(test, 8, 2000 if self.quick else 20000)
+    def ucx_latency(self, test, label, tls="tcp"):
+        row, _ = self.ucx(test, 8, 2000 if self.quick else 20000, tls)
         self.add(label, float(row[2]))  # 50th percentile, usec (one way)
 
-    def ucx_bandwidth(self, test, size, label):
+    def ucx_bandwidth(self, test, size, label, tls="tcp"):
         iters = 500 if self.quick else max(200, min(100000, (512 << 20) // size))
-        row, cpu = self.ucx(test, size, iters)
+        if tls != "tcp":
+            iters = min(iters, 2000)  # about 2 GiB at 1 MiB: UD moves ~0.3-0.5 GB/s here
+        row, cpu = self.ucx(test, size, iters, tls)
         gbps = float(row[6]) * 8 * 1.048576 / 1000  # overall MB/s (MiB) -> Gb/s
         moved = size * iters / 1e9
         self.add(label, gbps, cpu / moved)
@@ -196,6 +204,7 @@ def cases(b):
         lambda: b.ucx_latency("ucp_put_lat", "UCX tcp ucp_put_lat 8 B"),
         lambda: b.ucx_latency("tag_lat", "UCX tcp tag_lat 8 B"),
         lambda: b.ucx_rate("UCX tcp ucp_put_bw 8 B rate, M/s"),
+        lambda: b.ucx_latency("tag_lat", "UCX ud_verbs on softrdma tag_lat 8 B", "ud_verbs"),
         lambda: b.fabric("msg", 8, 2000 if b.quick else 20000, "libfabric tcp fi_pingpong msg 8 B", "usec"),
         lambda: b.fabric("rdm", 8, 2000 if b.quick else 20000, "libfabric tcp fi_pingpong rdm 8 B", "usec"),
         lambda: b.udp_pingpong(),
@@ -212,6 +221,8 @@ def cases(b):
         for test in ("ucp_put_bw", "ucp_get", "tag_bw"):
             label = "UCX tcp %s %s" % (test, human(size))
             out.append(lambda test=test, size=size, label=label: b.ucx_bandwidth(test, size, label))
+        label = "UCX ud_verbs on softrdma tag_bw %s" % human(size)
+        out.append(lambda size=size, label=label: b.ucx_bandwidth("tag_bw", size, label, "ud_verbs"))
         out.append(lambda size=size: b.fabric("msg", size, 200 if b.quick else 2000,
                                               "libfabric tcp fi_pingpong msg %s" % human(size), "gbps"))
     return out

@@ -16,6 +16,7 @@ LAT = [
     ("softrdma ib_write_lat 8 B", "UCX tcp ucp_put_lat 8 B", 0.5),
     ("softrdma ib_send_lat 8 B", "libfabric tcp fi_pingpong msg 8 B", None),
     ("softrdma ib_atomic_lat 8 B", "floor UDP RTT", None),
+    ("UCX ud_verbs on softrdma tag_lat 8 B", "UCX tcp tag_lat 8 B", None),
 ]
 BW = [
     ("softrdma ib_write_bw 1 MiB 1 QP", "floor UDP 4 KiB gso", 0.5),
@@ -26,6 +27,7 @@ BW = [
     ("softrdma ib_send_bw 1 MiB 1 QP", "UCX tcp tag_bw 1 MiB", 3.0),
     ("softrdma ib_send_bw 1 MiB 1 QP", "libfabric tcp fi_pingpong msg 1 MiB", None),
     ("softrdma 8 B WRITE rate (post list 32), M/s", "UCX tcp ucp_put_bw 8 B rate, M/s", 3.0),
+    ("UCX ud_verbs on softrdma tag_bw 1 MiB", "UCX tcp tag_bw 1 MiB", None),
 ]
 
 

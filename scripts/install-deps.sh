@@ -21,10 +21,11 @@ packages=(
   # Test: real clients and tools the conformance and capture tests start
   tshark
   ibverbs-utils perftest rdmacm-utils python3-pyverbs
+  ucx-utils libucx0                   # ucx_info, ucx_perftest: UCX on softrdma0 (and bench/compare.sh)
   iproute2 procps
   ethtool                             # KernelFacts.GsoSegments...: segmentation offload off on a veth
   # Benchmark (bench/compare.sh): the peers and the plots
-  ucx-utils libfabric-bin python3-matplotlib
+  libfabric-bin python3-matplotlib
 )
 
 missing=()

@@ -1,8 +1,12 @@
 // softrdma: the command that runs verbs programs on softrdma and says what it is.
 //
-//   softrdma run [--] CMD ARGS...   runs CMD with the build tree's lib/ (softrdma's
+//   softrdma run [--no-sysfs-view] [--] CMD ARGS...
+//                                   runs CMD with the build tree's lib/ (softrdma's
 //                                   libibverbs.so.1 and the vendor stubs) first on
-//                                   LD_LIBRARY_PATH. Nothing is installed anywhere.
+//                                   LD_LIBRARY_PATH, in a sysfs and /dev view that
+//                                   describes the device (tools/run/mount_view.h;
+//                                   off with the flag or SOFTRDMA_SYSFS_VIEW=off).
+//                                   Nothing is installed anywhere.
 //   softrdma status                 the device, its addresses (GIDs), every setting
 //                                   in force, then every softrdma process of the
 //                                   host with its device, QPs and live counters
@@ -17,8 +21,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 
+#include "run/device_query.h"
+#include "run/mount_view.h"
+#include "run/sysfs_files.h"
 #include "runtime/node.h"
 #include "runtime/settings.h"
 #include "runtime/status_segment.h"
@@ -29,8 +37,9 @@ namespace fs = std::filesystem;
 
 int usage(FILE* out) {
   std::fprintf(out,
-               "usage: softrdma run [--] CMD [ARGS...]   run a verbs program on softrdma\n"
-               "       softrdma status                   device, addresses, settings, counters\n"
+               "usage: softrdma run [--no-sysfs-view] [--] CMD [ARGS...]\n"
+               "                                  run a verbs program on softrdma\n"
+               "       softrdma status            device, addresses, settings, counters\n"
                "Settings are environment variables (docs/configuration.md).\n");
   return out == stdout ? 0 : 2;
 }
@@ -54,9 +63,36 @@ void prepend(const char* variable, const std::string& value, char separator) {
   setenv(variable, v.c_str(), 1);
 }
 
+// The sysfs and /dev view of the device (docs/decisions/ucx.md), unless turned
+// off; where it cannot be made, one line says why and the program runs without it.
+void offer_sysfs_view(const fs::path& lib, bool wanted) {
+  std::string error;
+  const std::optional<bool> setting = softrdma::runtime::Settings::sysfs_view_from_environment(error);
+  if (setting && (!*setting || !wanted)) return;
+  if (setting) {
+    const auto device = softrdma::tools::query_device(lib / "libibverbs.so.1", error);
+    if (device && softrdma::tools::enter_view(softrdma::tools::class_files(*device),
+                                              device->dev_name, error))
+      return;
+  }
+  std::fprintf(stderr,
+               "softrdma: running without the sysfs view (%s); SOFTRDMA_SYSFS_VIEW in "
+               "docs/configuration.md\n",
+               error.c_str());
+}
+
 int run(int argc, char** argv) {
   int first = 0;
-  if (first < argc && std::strcmp(argv[first], "--") == 0) ++first;
+  bool view = true;
+  while (first < argc) {
+    if (std::strcmp(argv[first], "--no-sysfs-view") == 0) {
+      view = false;
+      ++first;
+      continue;
+    }
+    if (std::strcmp(argv[first], "--") == 0) ++first;
+    break;
+  }
   if (first >= argc) return usage(stderr);
   const fs::path lib = library_dir();
   if (!fs::exists(lib / "libibverbs.so.1")) {
@@ -70,6 +106,7 @@ int run(int argc, char** argv) {
   // process, which an ordinary (unsanitized) program does not arrange.
   prepend("LD_PRELOAD", SOFTRDMA_ASAN_RUNTIME, ' ');
 #endif
+  offer_sysfs_view(lib, view);
   execvp(argv[first], argv + first);
   std::fprintf(stderr, "softrdma: cannot run %s: %s\n", argv[first], std::strerror(errno));
   return 127;

@@ -88,10 +88,24 @@ int Cq::resize(uint32_t capacity) {
 }
 
 void Cq::arm(bool solicited_only) {
-  std::lock_guard lock(mutex_);
-  // IBA 11.4.2.2 (C11-31, C11-32): a pending "next completion" request is not
-  // narrowed by a later "solicited only" one; the other way round widens it.
-  if (armed_ != Armed::kNext) armed_ = solicited_only ? Armed::kSolicited : Armed::kNext;
+  std::function<void()> fire;
+  {
+    std::lock_guard lock(mutex_);
+    // IBA 11.4.2.2 (C11-31, C11-32): a pending "next completion" request is not
+    // narrowed by a later "solicited only" one; the other way round widens it.
+    if (armed_ != Armed::kNext) armed_ = solicited_only ? Armed::kSolicited : Armed::kNext;
+    // A "next completion" request made while completions wait unpolled fires at
+    // once, as on mlx4/mlx5 (their arm doorbell carries the consumer index, and an
+    // entry past it raises the event). Programs that poll, arm and sleep without
+    // polling again rely on it: UCX's ud_verbs does, and here a poll of one CQ runs
+    // the engine and may fill another (docs/decisions/ucx.md). Programs that arm
+    // and then poll see at most one event more than completions.
+    if (armed_ == Armed::kNext && count_ > 0 && notify_) {
+      armed_ = Armed::kNo;
+      fire = notify_;
+    }
+  }
+  if (fire) fire();
 }
 
 }  // namespace softrdma::engine

@@ -61,7 +61,8 @@ class Cq {
   bool in_error() const { return overrun_.load(std::memory_order_relaxed); }
   const CqOptions& options() const { return options_; }
 
-  // Completion notification (ibv_req_notify_cq): armed once, fires once.
+  // Completion notification (ibv_req_notify_cq): armed once, fires once; a
+  // request for the next completion fires at once if completions wait unpolled.
   void arm(bool solicited_only);
   // Called (outside the CQ lock) when an armed notification fires.
   void set_notify(std::function<void()> fn) { notify_ = std::move(fn); }

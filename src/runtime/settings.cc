@@ -31,6 +31,15 @@ std::string Settings::device_name_from_environment() {
   return v != nullptr ? v : Settings{}.device_name;
 }
 
+std::optional<bool> Settings::sysfs_view_from_environment(std::string& error) {
+  const char* v = env("SOFTRDMA_SYSFS_VIEW");
+  if (v == nullptr) return Settings{}.sysfs_view;
+  const std::string mode(v);
+  if (mode == "on" || mode == "off") return mode == "on";
+  error = "SOFTRDMA_SYSFS_VIEW must be \"on\" or \"off\", not \"" + mode + "\"";
+  return std::nullopt;
+}
+
 bool Settings::device_name_usable() { return device_name_from_environment().size() < 64; }
 
 std::optional<Settings> Settings::from_environment(std::string& error) {
@@ -52,6 +61,9 @@ std::optional<Settings> Settings::from_environment(std::string& error) {
             std::to_string(engine::kMaxWindowPackets) + ", not \"" + v + "\"";
     return std::nullopt;
   }
+  const std::optional<bool> view = sysfs_view_from_environment(error);
+  if (!view) return std::nullopt;
+  s.sysfs_view = *view;
   if (s.device_name.size() >= 64) {
     error = "SOFTRDMA_DEVICE is longer than a verbs device name may be (63 bytes)";
     return std::nullopt;
@@ -67,6 +79,7 @@ std::vector<std::pair<std::string, std::string>> Settings::describe() const {
       {"SOFTRDMA_FAULTS", faults.empty() ? "(off)" : faults},
       {"SOFTRDMA_PROGRESS", progress_thread ? "thread" : "inline"},
       {"SOFTRDMA_WINDOW", std::to_string(max_unacked_packets)},
+      {"SOFTRDMA_SYSFS_VIEW", sysfs_view ? "on" : "off"},
   };
 }
 

@@ -30,8 +30,13 @@ struct Settings {
   bool progress_thread = true;
   // SOFTRDMA_WINDOW: most unacknowledged packets per QP (1..4096).
   uint32_t max_unacked_packets = 64;
+  // SOFTRDMA_SYSFS_VIEW: "on" (default) or "off": whether `softrdma run` shows the
+  // program a sysfs and /dev view describing the device (tools/run/).
+  bool sysfs_view = true;
 
   static std::optional<Settings> from_environment(std::string& error);
+  // SOFTRDMA_SYSFS_VIEW alone (`softrdma run` reads it whatever the others say).
+  static std::optional<bool> sysfs_view_from_environment(std::string& error);
   // (variable, value in force) for `softrdma status`.
   std::vector<std::pair<std::string, std::string>> describe() const;
 };

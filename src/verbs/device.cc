@@ -1,11 +1,13 @@
 // The device list and contexts: ibv_get_device_list(3), ibv_open_device(3),
 // ibv_fork_init(3) and their companions.
+#include <fcntl.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <memory>
+#include <string>
 
 #include "verbs/attributes.h"
 #include "verbs/objects.h"
@@ -170,11 +172,31 @@ SOFTRDMA_EXPORT ibv_context* ibv_import_device(int cmd_fd) {
   });
 }
 
-// rdma-core reads device properties from sysfs; softrdma's device has no sysfs
-// directory, and every question is answered by a query verb instead
-// (ibv_devinfo only asks for the optional "board_id").
-SOFTRDMA_EXPORT int ibv_read_sysfs_file(const char* /*dir*/, const char* /*file*/,
-                                        char* /*buf*/, size_t /*size*/) {
-  errno = ENOENT;
-  return -1;
+// ibv_read_sysfs_file: rdma-core's helper that reads dir/file (ibv_devinfo asks
+// for the optional "board_id" under ibdev_path, the system librdmacm for ABI
+// versions). softrdma's device has sysfs files only inside `softrdma run`'s view
+// (tools/run/mount_view.h); elsewhere the file is missing (-1, ENOENT), as for
+// any absent file. Returns the bytes read without a trailing newline, NUL-terminated;
+// contents that fill the buffer without one cannot be terminated: -1.
+SOFTRDMA_EXPORT int ibv_read_sysfs_file(const char* dir, const char* file, char* buf,
+                                        size_t size) {
+  return guard_minus1([&] {
+    if (dir == nullptr || file == nullptr || buf == nullptr) return errno = EINVAL, -1;
+    const std::string path = std::string(dir) + "/" + file;
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;  // errno from open
+    ssize_t len = read(fd, buf, size);
+    const int read_errno = errno;
+    close(fd);
+    if (len < 0) return errno = read_errno, -1;
+    if (len == 0) return 0;
+    if (buf[len - 1] == '\n') {
+      buf[--len] = '\0';
+    } else if (size_t(len) < size) {
+      buf[len] = '\0';
+    } else {
+      return errno = EOVERFLOW, -1;
+    }
+    return int(len);
+  });
 }

@@ -234,3 +234,60 @@ endif()
 add_test(NAME conformance.pyverbs_suite
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/pyverbs_suite.py ${pyverbs_args})
 set_tests_properties(conformance.pyverbs_suite PROPERTIES TIMEOUT 1300 LABELS conformance)
+# UCX (Debian's ucx-utils and libucx0, UCX 1.13) on softrdma0, each process under
+# `softrdma run` and its sysfs view (docs/decisions/ucx.md). LD_BIND_NOW: UCX's
+# libuct_ib links libmlx5.so.1, and every symbol it imports must resolve in the stub.
+find_program(UCX_INFO ucx_info)
+find_program(UCX_PERFTEST ucx_perftest)
+if(NOT UCX_INFO OR NOT UCX_PERFTEST)
+  message(FATAL_ERROR "ucx-utils is not installed (scripts/install-deps.sh installs it; "
+                      "-DSOFTRDMA_CONFORMANCE=OFF builds without the conformance tests)")
+endif()
+softrdma_client_test(ucx_info_lists_softrdma OWN_ENVIRONMENT
+  ENV LD_BIND_NOW=1
+  COMMAND $<TARGET_FILE:softrdma> run -- ${UCX_INFO} -d
+  EXPECT [=[Memory domain: softrdma0\n#\s+Component: ib]=]
+         [=[Transport: ud_verbs\n#\s+Device: softrdma0:1]=]
+         [=[Transport: rc_verbs\n#\s+Device: softrdma0:1]=])
+# Without the view UCX finds no device file and offers no IB transport.
+softrdma_client_test(ucx_info_without_sysfs_view OWN_ENVIRONMENT
+  COMMAND $<TARGET_FILE:softrdma> run --no-sysfs-view -- ${UCX_INFO} -d
+  EXPECT [=[Memory domain: tcp]=] [=[\A(?![\s\S]*Memory domain: softrdma0)]=])
+
+# ucx_perftest server and client (-p port, the client names 127.0.0.1) on one
+# transport: UCP tag matching latency and bandwidth, RMA put and get (which UCP
+# emulates over active messages on UD), small and large messages; and in event
+# mode (-E sleep: the worker sleeps on completion events between messages). UCX
+# 1.13's ud_verbs takes a RoCE packet's IP version from wc.sl, where only mlx5 puts
+# it: UCX_UD_VERBS_ETH_DGID_CHECK=n, as on Soft-RoCE (docs/decisions/ucx.md).
+function(ucx_perftest_tests tls)
+  set(prefix ucx_perftest.${tls})
+  # rc_verbs connects through an auxiliary transport (UCX's wireup: "no auxiliary
+  # transport" otherwise): ud_verbs, as UCX's own "rc" alias pairs them.
+  set(tls_list ${tls})
+  if(tls STREQUAL "rc_verbs")
+    set(tls_list "rc_verbs,ud_verbs")
+  endif()
+  foreach(run "tag_lat;8;1000" "tag_bw;8;1000" "ucp_put_bw;8;1000" "ucp_get;8;1000"
+              "tag_lat;65536;100" "tag_bw;1048576;20" "ucp_put_bw;1048576;20" "ucp_get;1048576;20"
+              "tag_lat;8;500;sleep" "tag_bw;4096;500;sleep")
+    list(GET run 0 test)
+    list(GET run 1 size)
+    list(GET run 2 iters)
+    set(name ${prefix}.${test}.s${size})
+    set(mode "")
+    list(LENGTH run fields)
+    if(fields GREATER 3)
+      list(GET run 3 wait)
+      set(name ${name}.events)
+      set(mode -E ${wait})
+    endif()
+    softrdma_client_test(${name} PAIR OWN_ENVIRONMENT TIMEOUT 120
+      ENV UCX_TLS=${tls_list} UCX_NET_DEVICES=softrdma0:1 UCX_UD_VERBS_ETH_DGID_CHECK=n
+      COMMAND $<TARGET_FILE:softrdma> run -- ${UCX_PERFTEST} -t ${test} -s ${size} -n ${iters} ${mode}
+      EXPECT "^Final:\\s+${iters}\\s")
+  endforeach()
+endfunction()
+ucx_perftest_tests(ud_verbs)
+# rc_verbs: RC QPs receiving from a shared receive queue (docs/decisions/srq.md).
+ucx_perftest_tests(rc_verbs)

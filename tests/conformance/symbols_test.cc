@@ -56,11 +56,16 @@ std::string read_text(const fs::path& path) {
 }
 
 // Every "(NODE) symbol" line of every import list whose node starts with
-// node_prefix ("MLX5_", "EFA_", "IBVERBS_").
+// node_prefix ("MLX5_", "EFA_", "IBVERBS_"): the measured clients
+// (abi-imports/) and what is exported beyond them (abi-extra/), as
+// scripts/gen-version-script.py reads them.
 std::set<Versioned> imports_for(const std::string& node_prefix) {
   std::set<Versioned> found;
   const std::regex line_re(R"(^\((\S+)\)\s+(\S+)\s*$)");
-  for (const auto& entry : fs::directory_iterator(kImportsDir)) {
+  std::vector<fs::directory_entry> lists;
+  for (const fs::path& dir : {kImportsDir, kImportsDir.parent_path() / "abi-extra"})
+    for (const auto& entry : fs::directory_iterator(dir)) lists.push_back(entry);
+  for (const auto& entry : lists) {
     if (entry.path().extension() != ".txt") continue;
     std::ifstream in(entry.path());
     std::string line;
@@ -236,6 +241,9 @@ TEST(VendorStubBehaviour, EveryStubAnswersNotSupported) {
       EXPECT_EQ(reinterpret_cast<int (*)()>(sym)(), EOPNOTSUPP);
     } else if (kind == "FD") {
       EXPECT_EQ(reinterpret_cast<int (*)()>(sym)(), -1);
+      EXPECT_EQ(errno, EOPNOTSUPP);
+    } else if (kind == "SSIZE") {
+      EXPECT_EQ(reinterpret_cast<ssize_t (*)()>(sym)(), -1);
       EXPECT_EQ(errno, EOPNOTSUPP);
     } else if (kind == "BOOL") {
       EXPECT_FALSE(reinterpret_cast<bool (*)()>(sym)());

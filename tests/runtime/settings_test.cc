@@ -15,7 +15,8 @@ class SettingsTest : public ::testing::Test {
  protected:
   static constexpr const char* kNames[] = {"SOFTRDMA_DEVICE", "SOFTRDMA_ADDR",
                                            "SOFTRDMA_PCAP",   "SOFTRDMA_FAULTS",
-                                           "SOFTRDMA_PROGRESS", "SOFTRDMA_WINDOW"};
+                                           "SOFTRDMA_PROGRESS", "SOFTRDMA_WINDOW",
+                                           "SOFTRDMA_SYSFS_VIEW"};
   void SetUp() override { clear(); }
   void TearDown() override { clear(); }
   static void clear() {
@@ -34,6 +35,7 @@ TEST_F(SettingsTest, DefaultsWhenNothingIsSet) {
   EXPECT_TRUE(s->faults.empty());
   EXPECT_TRUE(s->progress_thread);
   EXPECT_EQ(s->max_unacked_packets, 64u);
+  EXPECT_TRUE(s->sysfs_view);
 }
 
 // Each variable lands in its field; describe() shows the values in force.
@@ -44,6 +46,7 @@ TEST_F(SettingsTest, EveryVariableIsRead) {
   setenv("SOFTRDMA_FAULTS", "loss=0.1", 1);
   setenv("SOFTRDMA_PROGRESS", "inline", 1);
   setenv("SOFTRDMA_WINDOW", "256", 1);
+  setenv("SOFTRDMA_SYSFS_VIEW", "off", 1);
   std::string error;
   auto s = Settings::from_environment(error);
   ASSERT_TRUE(s.has_value()) << error;
@@ -53,6 +56,7 @@ TEST_F(SettingsTest, EveryVariableIsRead) {
   EXPECT_EQ(s->faults, "loss=0.1");
   EXPECT_FALSE(s->progress_thread);
   EXPECT_EQ(s->max_unacked_packets, 256u);
+  EXPECT_FALSE(s->sysfs_view);
   bool saw_window = false;
   for (const auto& [name, value] : s->describe()) {
     if (name == "SOFTRDMA_WINDOW") saw_window = value == "256";
@@ -65,6 +69,7 @@ TEST_F(SettingsTest, MalformedValuesAreRefusedByName) {
   const std::pair<const char*, const char*> bad[] = {
       {"SOFTRDMA_PROGRESS", "sometimes"}, {"SOFTRDMA_WINDOW", "0"},
       {"SOFTRDMA_WINDOW", "4097"},        {"SOFTRDMA_WINDOW", "12x"},
+      {"SOFTRDMA_SYSFS_VIEW", "yes"},
       {"SOFTRDMA_DEVICE", "a-name-that-is-far-too-long-for-a-verbs-device-name-of-64-bytes-xx"}};
   for (const auto& [name, value] : bad) {
     clear();

@@ -6,6 +6,8 @@
 
 #include <cerrno>
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 #include <string>
@@ -16,6 +18,8 @@
 // rdma-core's private GID-type query (ibv_devinfo imports it); not in the headers.
 extern "C" int ibv_query_gid_type(ibv_context* context, uint8_t port_num, unsigned int index,
                                   int* type);
+// rdma-core's sysfs helper (in <infiniband/driver.h>, which is not installed).
+extern "C" int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t size);
 
 namespace softrdma::verbs::testing {
 namespace {
@@ -279,6 +283,29 @@ TEST(Strings, AsRdmaCorePrintsThem) {
   EXPECT_EQ(ibv_rate_to_mbps(IBV_RATE_100_GBPS), 103125);
   EXPECT_EQ(mbps_to_ibv_rate(103125), IBV_RATE_100_GBPS);
   EXPECT_EQ(ibv_rate_to_mult(IBV_RATE_14_GBPS), -1);
+}
+
+// ibv_read_sysfs_file reads dir/file as rdma-core's does: the trailing newline
+// dropped, NUL-terminated; a missing file is -1 with ENOENT; contents that fill
+// the buffer without a newline cannot be terminated: -1.
+TEST(Sysfs, ReadSysfsFileReadsTheFile) {
+  char dir[] = "/tmp/softrdma-sysfs-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/node_type";
+  FILE* f = std::fopen(path.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs("1: CA\n", f);
+  std::fclose(f);
+  char buf[16];
+  EXPECT_EQ(ibv_read_sysfs_file(dir, "node_type", buf, sizeof buf), 5);
+  EXPECT_STREQ(buf, "1: CA");
+  char tight[5];  // "1: CA" without its newline fills it: cannot be terminated
+  EXPECT_EQ(ibv_read_sysfs_file(dir, "node_type", tight, sizeof tight), -1);
+  errno = 0;
+  EXPECT_EQ(ibv_read_sysfs_file(dir, "board_id", buf, sizeof buf), -1);
+  EXPECT_EQ(errno, ENOENT);
+  unlink(path.c_str());
+  rmdir(dir);
 }
 
 TEST(Fork, InitIsUnneeded) {

@@ -166,6 +166,31 @@ TEST_P(RcTraffic, InlineSendCopiesAtPostTime) {
   EXPECT_STREQ(reinterpret_cast<char*>(b.buf.data()), "inline payload");
 }
 
+// UCX's rc_verbs flushes and checks a connection with a zero-length inline RDMA
+// WRITE: no SGE, remote address 0, rkey 0 (uct_rc_verbs_ep_post_flush). A
+// zero-length operation need not carry a valid address or R_Key (IBA C9-88): it
+// completes, and the QPs stay in RTS.
+TEST_P(RcTraffic, ZeroLengthInlineWriteWithoutKeyCompletes) {
+  Side& a = pair_.a;
+  ibv_send_wr wr{};
+  wr.wr_id = 77;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(a.qp, &wr, &bad), 0);
+  auto done = poll_n(a.cq, 1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(done[0].wr_id, 77u);
+  EXPECT_EQ(done[0].opcode, IBV_WC_RDMA_WRITE);
+  for (ibv_qp* qp : {a.qp, pair_.b.qp}) {
+    ibv_qp_attr attr{};
+    ibv_qp_init_attr init{};
+    ASSERT_EQ(ibv_query_qp(qp, &attr, IBV_QP_STATE, &init), 0);
+    EXPECT_EQ(attr.qp_state, IBV_QPS_RTS);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Contexts, RcTraffic, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "TwoContexts" : "OneContext"; });
 

@@ -4,11 +4,13 @@
 #include <infiniband/efadv.h>
 #include <infiniband/mlx5dv.h>
 
+#include <sys/types.h>
+
 #include <type_traits>
 
 namespace {
 
-enum class StubKind { kPTR, kINT, kFD, kBOOL, kVOID };
+enum class StubKind { kPTR, kINT, kFD, kSSIZE, kBOOL, kVOID };
 
 template <class F>
 struct ReturnOf;
@@ -26,6 +28,8 @@ constexpr bool returns(StubKind kind) {
     case StubKind::kINT:
     case StubKind::kFD:
       return std::is_same_v<R, int>;
+    case StubKind::kSSIZE:
+      return std::is_same_v<R, ssize_t>;
     case StubKind::kBOOL:
       return std::is_same_v<R, bool>;
     case StubKind::kVOID:

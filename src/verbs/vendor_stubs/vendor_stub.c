@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 /* Create/alloc/open calls: NULL with errno, as verbs create calls do. */
 #define SOFTRDMA_STUB_PTR(name) \
@@ -27,6 +28,9 @@
 /* A file descriptor result: -1 with errno, never a number that looks like an fd. */
 #define SOFTRDMA_STUB_FD(name) \
   int name(void) { errno = EOPNOTSUPP; return -1; }
+/* A byte count (mlx5dv_devx_get_event): -1 with errno, as read(2) fails. */
+#define SOFTRDMA_STUB_SSIZE(name) \
+  ssize_t name(void) { errno = EOPNOTSUPP; return -1; }
 /* *_is_supported queries: no. */
 #define SOFTRDMA_STUB_BOOL(name) \
   bool name(void) { return false; }
