@@ -2,17 +2,19 @@
 // (UC, UD, SRQ): each receive completion is matched with the peer's plan for the
 // QP (which messages consume a receive WQE, in order) and checked: status, opcode,
 // qp_num, src_qp, byte_len, immediate data, every byte of the message, that the
-// bytes past it are still poison, and on UD the GRH's addresses (ud.md: 40 bytes
-// at the start of the buffer).
+// bytes past it are still poison (not on UC, arrivals.cc), and on UD the GRH's
+// addresses (ud.md: 40 bytes at the start of the buffer).
 //
 // SRQ (reliable): the completion must be the next message of the QP's plan.
 // UC, UD: messages may be lost, so the completion is the first message from the
 // next expected one on whose length, immediate data and bytes it agrees; those
 // it skipped are lost. A marker (0-byte SEND with immediate, lane.h) closes a
 // round: every message the peer had posted before it and that has not arrived is
-// lost. On UD a datagram may still come after its round was closed (reordered):
-// it is then counted late (received, not lost); one that arrives twice is a
-// duplicate (UD has no sequence numbers), checked but not counted twice.
+// lost. A message may still come after a later one or after its round was closed
+// (reordered: UD has no order, and a UC responder starts a new message at any
+// FIRST or ONLY packet whatever its PSN, uc.md): it is then counted late
+// (received, no longer lost); one that arrives twice (a duplicated packet) is a
+// duplicate, checked but not counted twice.
 #pragma once
 
 #include <infiniband/verbs.h>
