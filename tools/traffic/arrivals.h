@@ -58,6 +58,11 @@ class Arrivals {
   // bits) consuming messages: those not arrived are lost. False for a repeated
   // marker of a round already closed.
   bool close_round(uint32_t round, uint32_t consumed_low);
+  // The marker says the peer posted all the messages of the phase.
+  bool is_last_round(uint32_t consumed_low) const {
+    return (expected_.size() & MarkerTag::kConsumedMask) == consumed_low &&
+           expected_.size() - next_ <= MarkerTag::kConsumedMask;
+  }
   bool done() const { return resolved_ == expected_.size(); }
   std::string describe() const;
 

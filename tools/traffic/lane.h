@@ -74,8 +74,9 @@ class Lane {
   // A check request, once an epoch is complete; the lane waits for its reply.
   std::optional<CheckRequest> take_check();
   void on_check_reply(const CheckReply& reply);
-  // UC, UD: the peer saw the marker of `round` (the low bits, MarkerTag).
-  void on_round_done(uint32_t round);
+  // UC, UD: the peer saw the marker of `round` (the low bits, MarkerTag). The
+  // phase's time runs to here: only now is the round's delivery known.
+  void on_round_done(uint32_t round, int64_t now);
 
   bool done() const { return state_ == State::kDone; }
   const OpTable& stats() const { return stats_; }

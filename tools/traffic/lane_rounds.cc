@@ -73,10 +73,11 @@ void Lane::on_marker_completion(const ibv_wc& wc) {
   --markers_outstanding_;
 }
 
-void Lane::on_round_done(uint32_t round) {
+void Lane::on_round_done(uint32_t round, int64_t now) {
   // Answers to a repeated marker of an earlier round are ignored.
   if (state_ != State::kMarking || round != (round_ & MarkerTag::kRoundMask)) return;
   ++round_;
+  last_completion_ns_ = now;
   // Markers repeated this round may still arrive in the next one and take a WQE
   // each: the next round leaves room for them.
   const uint32_t surplus = markers_this_round_ > 0 ? markers_this_round_ - 1 : 0;

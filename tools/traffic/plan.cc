@@ -228,6 +228,8 @@ std::vector<PhaseSpec> restrict_to_transport(std::vector<PhaseSpec> phases,
                                              const PhaseListOptions& o) {
   std::vector<PhaseSpec> out;
   for (PhaseSpec& p : phases) {
+    // UD caps sizes at the MTU: two phases may then be the same (SEND/64KiB and
+    // SEND/8MiB both become 4 KiB): the first, with more messages, stays.
     uint32_t left = 0;
     for (Op op : kAllOps) {
       if (!transport_allows(o.transport, op)) p.weight[op_index(op)] = 0;
@@ -238,7 +240,10 @@ std::vector<PhaseSpec> restrict_to_transport(std::vector<PhaseSpec> phases,
       p.max_size = std::min(p.max_size, o.mtu);
       p.min_size = std::min(p.min_size, p.max_size);
     }
-    out.push_back(std::move(p));
+    const bool repeated = std::any_of(out.begin(), out.end(), [&](const PhaseSpec& q) {
+      return q.label == p.label && q.weight == p.weight && q.max_size == p.max_size;
+    });
+    if (!repeated) out.push_back(std::move(p));
   }
   return out;
 }

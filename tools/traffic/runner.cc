@@ -17,9 +17,9 @@ namespace softrdma::traffic {
 namespace {
 
 constexpr int kPollBatch = 32;
-// UD: a round closes once no datagram arrived for this long after its marker (a
-// reordered one is held back at most 1 ms, fault_settings.h); one that still
-// comes later is counted late, not lost (arrivals.h).
+// UD: a phase's last round closes once no datagram arrived for this long after
+// its marker (a reordered one is held back at most 1 ms, fault_settings.h); one
+// that still comes later in the phase is counted late, not lost (arrivals.h).
 constexpr int64_t kUdQuietNs = 50'000'000;
 
 }  // namespace
@@ -165,7 +165,10 @@ void Node::on_receive(const ibv_wc& wc, uint32_t q, int64_t now) {
   const std::optional<MarkerTag> marker = s.arrivals->on_completion(wc, pool, slot);
   if (wc.status == IBV_WC_SUCCESS) pool.repost(slot, wc.byte_len);
   if (!marker) return;
-  if (config_.transport == Transport::kUd) {
+  // UD, the phase's last round: datagrams reordered behind the marker must not
+  // spill into the next phase, so it closes once receives were quiet a while.
+  // Earlier rounds close at once (a datagram still behind is counted late).
+  if (config_.transport == Transport::kUd && s.arrivals->is_last_round(marker->consumed)) {
     pending_closes_.push_back(PendingClose{q, *marker});
   } else if (s.arrivals->close_round(marker->round, marker->consumed)) {
     Encoder e;
@@ -174,7 +177,7 @@ void Node::on_receive(const ibv_wc& wc, uint32_t q, int64_t now) {
   }
 }
 
-// UD: the rounds whose markers arrived, once nothing arrived for a while.
+// UD: the last rounds whose markers arrived, once nothing arrived for a while.
 bool Node::close_rounds(int64_t now) {
   if (pending_closes_.empty() || now - last_receive_ns_ < kUdQuietNs) return false;
   for (const PendingClose& p : pending_closes_) {
@@ -222,7 +225,7 @@ void Node::handle_frame(const Frame& f) {
       Decoder d(f.payload);
       const uint32_t phase = d.u32(), qp = d.u32(), round = d.u32();
       if (!d.ok() || qp >= config_.qps) return errors_.fatal("bad round-done message");
-      if (phase == current_phase_) qps_[qp].lane->on_round_done(round);
+      if (phase == current_phase_) qps_[qp].lane->on_round_done(round, now_ns());
       return;
     }
     case MsgType::kFail: {
