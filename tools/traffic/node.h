@@ -101,6 +101,7 @@ class Node {
   void teardown();
 
   // runner.cc: the phases.
+  void start_phase(uint32_t phase);  // plans, receive WQEs, tell the peer
   bool run_phase(uint32_t phase);
   bool step(uint32_t phase, int64_t now);
   bool poll_cqs(int64_t now);

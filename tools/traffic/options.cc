@@ -41,6 +41,10 @@ void add_traffic_options(CLI::App& app, RunOptions& o) {
       ->check(CLI::Range(0.0, 0.99));
   app.add_option("--faults", o.faults, "full SOFTRDMA_FAULTS settings (docs/configuration.md)");
   app.add_option("--pcap", o.pcap, "capture the client's packets (both directions) to FILE");
+}
+
+// What the phases are made of.
+void add_plan_options(CLI::App& app, RunOptions& o) {
   app.add_option("--mode", o.mode, "demo: every op at a few sizes, then a mix; test: mixes")
       ->check(CLI::IsMember({"demo", "test"}))
       ->capture_default_str();
@@ -71,6 +75,10 @@ void add_traffic_options(CLI::App& app, RunOptions& o) {
   app.add_option("--mtu", o.mtu, "path MTU")
       ->check(CLI::IsMember({256, 512, 1024, 2048, 4096}))
       ->capture_default_str();
+}
+
+// Pacing, limits, output and the checks' own test.
+void add_run_options(CLI::App& app, RunOptions& o) {
   app.add_option("--ack-timeout", o.ack_timeout, "RC local ACK timeout 4.096us*2^N")
       ->check(CLI::Range(1, 31))
       ->capture_default_str();
@@ -113,6 +121,8 @@ void add_node_options(CLI::App& app, RunOptions& o) {
 bool parse_options(int argc, char** argv, RunOptions& o, int& exit_status) {
   CLI::App app(kDescription, "softrdma-demo");
   add_traffic_options(app, o);
+  add_plan_options(app, o);
+  add_run_options(app, o);
   add_node_options(app, o);
   try {
     app.parse(argc, argv);

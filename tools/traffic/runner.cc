@@ -40,7 +40,7 @@ uint64_t Node::slot_value(uint32_t qp) const {
                          __ATOMIC_ACQUIRE);
 }
 
-bool Node::run_phase(uint32_t phase) {
+void Node::start_phase(uint32_t phase) {
   const PhaseSpec& spec = config_.phases[phase];
   const Role peer = peer_of(config_.role);
   for (uint32_t q = 0; q < config_.qps; ++q) {
@@ -62,6 +62,10 @@ bool Node::run_phase(uint32_t phase) {
   Encoder start_msg;
   start_msg.u32(phase);
   oob_->send(MsgType::kPhaseStart, start_msg);
+}
+
+bool Node::run_phase(uint32_t phase) {
+  start_phase(phase);
   const Verified before = verified_;
   last_progress_ns_ = now_ns();
   phase_done_sent_ = false;
