@@ -45,8 +45,9 @@ std::optional<MarkerTag> Arrivals::on_completion(const ibv_wc& wc, const SlotPoo
     setup_.errors->fatal(at + ": completion status " + std::to_string(wc.status));
     return std::nullopt;
   }
-  if (wc.src_qp != setup_.peer_qpn)
-    setup_.errors->add(at + ": src_qp " + std::to_string(wc.src_qp));
+  if (wc.qp_num != setup_.qp_num || wc.src_qp != setup_.peer_qpn)
+    setup_.errors->add(at + ": qp_num " + std::to_string(wc.qp_num) + " src_qp " +
+                       std::to_string(wc.src_qp));
   const uint32_t header = setup_.transport == Transport::kUd ? kGrhBytes : 0;
   if (header != 0) {
     if ((wc.wc_flags & IBV_WC_GRH) == 0 || wc.byte_len < header) {
