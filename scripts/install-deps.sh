@@ -13,7 +13,8 @@ packages=(
   libisal-dev                         # crc32_gzip_refl(): the ICRC's CRC-32 (carry-less multiply)
   zlib1g-dev                          # crc32(): the reference CRC-32 for tests and tools
   libdeflate-dev                      # bench/crc_bench: the CRC-32 libraries compared
-  libibverbs-dev librdmacm-dev        # verbs/rdma_cm headers (never their libraries)
+  libibverbs-dev librdmacm-dev        # verbs/rdma_cm headers (the library never links theirs)
+  libcli11-dev                        # CLI11: the traffic tool's command-line options
   libgtest-dev libgmock-dev googletest
   libbenchmark-dev
   clang libclang-rt-14-dev            # libFuzzer (-fsanitize=fuzzer) for the parser

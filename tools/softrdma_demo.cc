@@ -1,11 +1,14 @@
-// softrdma-demo: the README's main job. Two processes exchange data over RoCEv2 on
-// UDP loopback with every RC operation (SEND, SEND with immediate, RDMA WRITE, RDMA
-// WRITE with immediate, RDMA READ, atomic compare-and-swap and fetch-and-add),
+// softrdma-demo: the README's main job, an ordinary verbs program (it includes only
+// <infiniband/verbs.h> and links libibverbs). Two processes exchange data over
+// RoCEv2 on UDP loopback with every operation of the transport (RC: SEND, SEND with
+// immediate, RDMA WRITE, RDMA WRITE with immediate, RDMA READ, atomic
+// compare-and-swap and fetch-and-add; UC, UD, and RC on an SRQ: what those offer),
 // check every byte and every completion, and the table says what moved and how fast.
 //
 // Without --role it is the launcher: it starts itself twice (server and client)
-// and prints the table. With --role it is one of those two processes (the traffic
-// engine in tools/traffic/).
+// through `softrdma run`, so both run on softrdma's drop-in libibverbs with the
+// fault and capture settings in their environment, and prints the table. With
+// --role it is one of those two processes (tools/traffic/).
 #include <cstdio>
 #include <string>
 
@@ -20,11 +23,12 @@ using namespace softrdma::traffic;
 
 void print_header(const RunOptions& o, const std::vector<PhaseSpec>& phases) {
   const std::string faults = fault_settings_for(o, Role::kClient);
+  const std::string transport(transport_name(o.transport));
   std::printf(
-      "softrdma-demo: 2 processes, RoCEv2 over UDP loopback, %u RC QPs each, seed %llu, "
-      "path MTU %u\n",
-      o.qps, (unsigned long long)o.seed, o.mtu);
-  std::printf("faults (each process's transmit side): %s\n",
+      "softrdma-demo: 2 processes, verbs on softrdma (RoCEv2 over UDP loopback), %u %s QPs "
+      "each, seed %llu, path MTU %u\n",
+      o.qps, transport.c_str(), (unsigned long long)o.seed, o.mtu);
+  std::printf("faults (SOFTRDMA_FAULTS of each process, transmit side): %s\n",
               faults.empty() ? "none" : faults.c_str());
   if (!o.pcap.empty())
     std::printf("capture: %s (the client's packets, both directions)\n", o.pcap.c_str());
@@ -40,9 +44,13 @@ void print_verification(const NodeReport& s, const NodeReport& c) {
   v.merge(c.verified);
   std::printf(
       "\nverified: %llu work completions, %llu bytes compared byte for byte, "
-      "%llu ranges with matching CRC-32 in both processes, %llu atomic values\n",
+      "%llu ranges with matching CRC-32 in both processes, %llu atomic values\n"
+      "data messages: %llu sent, %llu arrived intact, %llu lost (never arrived; UC, UD), "
+      "%llu late, %llu duplicates\n",
       (unsigned long long)v.completions, (unsigned long long)v.bytes_compared,
-      (unsigned long long)v.crc_matches, (unsigned long long)v.atomics);
+      (unsigned long long)v.crc_matches, (unsigned long long)v.atomics,
+      (unsigned long long)v.sent, (unsigned long long)v.received, (unsigned long long)v.lost,
+      (unsigned long long)v.late, (unsigned long long)v.duplicates);
   for (const auto* r : {&s, &c}) {
     const char* who = r == &s ? "server" : "client";
     auto get = [&](const char* k) {
@@ -50,17 +58,32 @@ void print_verification(const NodeReport& s, const NodeReport& c) {
       return (unsigned long long)(it == r->totals.end() ? 0 : it->second);
     };
     std::printf(
-        "%s: %llu packets sent, %llu retransmitted (%llu timeouts, %llu NAKs received), "
-        "fault injector dropped %llu / duplicated %llu / reordered %llu, errors %llu\n",
-        who, get("tx_packets"), get("retransmitted_packets"), get("retransmit_timeouts"),
-        get("seq_naks_received"), get("faults.tx_dropped"), get("faults.tx_duplicated"),
-        get("faults.tx_reordered"), (unsigned long long)r->errors);
+        "%s (engine counters from `softrdma status`): %llu packets sent, %llu received, %llu "
+        "retransmitted (%llu timeouts, %llu NAKs received), %llu duplicate requests, UC "
+        "messages dropped %llu, errors %llu\n",
+        who, get("tx_packets"), get("rx_packets"), get("retransmitted_packets"),
+        get("retransmit_timeouts"), get("seq_naks_received"), get("duplicate_requests"),
+        get("uc_messages_dropped"), (unsigned long long)r->errors);
   }
+}
+
+// The command line of one node: `softrdma run -- <this program> <options> --role=R`,
+// and its environment: the library's fault settings (the seed differs per role)
+// and, for the client, the capture file (it sees both directions).
+ChildSpec node_spec(const RunOptions& o, Role role) {
+  ChildSpec c;
+  c.argv = {softrdma_command(o), "run", "--", self_path()};
+  for (std::string& a : to_node_args(o)) c.argv.push_back(std::move(a));
+  c.argv.push_back("--role=" + std::string(role_name(role)));
+  c.env.emplace_back("SOFTRDMA_FAULTS", fault_settings_for(o, role));
+  c.env.emplace_back("SOFTRDMA_PCAP", role == Role::kClient ? o.pcap : "");
+  return c;
 }
 
 int run_launcher(const RunOptions& o) {
   print_header(o, phases_for(o));
-  const PairResult r = launch_pair(self_path(), o.forwarded, o.time_limit_s);
+  const PairResult r =
+      launch_pair(node_spec(o, Role::kServer), node_spec(o, Role::kClient), o.time_limit_s);
   if (!r.error.empty()) {
     std::fprintf(stderr, "softrdma-demo: %s\n", r.error.c_str());
     return 2;
@@ -83,7 +106,7 @@ int run_launcher(const RunOptions& o) {
       std::printf("%s process: exit code %d%s\n", c == &r.server ? "server" : "client",
                   c->exit_code, c->signal ? (", signal " + std::to_string(c->signal)).c_str() : "");
   }
-  std::printf("%s\n", summary_line(server, client, pass).c_str());
+  std::printf("%s\n", summary_line(server, client, pass, transport_name(o.transport)).c_str());
   return pass ? 0 : 1;
 }
 
@@ -91,15 +114,8 @@ int run_launcher(const RunOptions& o) {
 
 int main(int argc, char** argv) {
   RunOptions o;
-  std::string error;
-  if (argc > 1 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
-    std::fputs(usage(argv[0]).c_str(), stdout);
-    return 0;
-  }
-  if (!parse_options(argc, argv, o, error)) {
-    std::fprintf(stderr, "softrdma-demo: %s\n%s", error.c_str(), usage(argv[0]).c_str());
-    return 2;
-  }
+  int exit_status = 0;
+  if (!parse_options(argc, argv, o, exit_status)) return exit_status;
   if (o.role) {
     Node node(node_config(o, *o.role));
     return node.run();

@@ -1,6 +1,8 @@
-// Unit tests of the traffic engine's own pieces (tools/traffic): the arena that
-// hands out buffers, scatter/gather splits, generated contents, plans, and the
-// cross-process check messages. The two-process runs rely on every one of them.
+// Unit tests of the traffic tool's own pieces (tools/traffic): the arena that
+// hands out buffers, scatter/gather splits, generated contents, plans and what
+// each transport may carry, the cross-process check messages (with UC's lost
+// ranges), the markers that end a round, and the report. The two-process runs
+// rely on every one of them.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +13,7 @@
 #include "traffic/buffers.h"
 #include "traffic/checks.h"
 #include "traffic/content.h"
+#include "traffic/marker.h"
 #include "traffic/plan.h"
 #include "traffic/report.h"
 
@@ -152,19 +155,82 @@ TEST(Checks, RoundTripAndTargetFindsWrongBytes) {
   EXPECT_FALSE(decode(cut, decoded));
 }
 
+// UC: a WRITE range whose packets are each whole or untouched poison was lost on
+// the way; one with a packet that is neither is wrong, not lost.
+TEST(Checks, UcRangeOfWholeOrUntouchedPacketsIsLost) {
+  const LandingPoison poison{123, 256};
+  std::vector<uint8_t> landing(4096);
+  fill_content(poison.key, 0, landing);
+  fill_content(9, 0, {landing.data(), 512});  // packets 0 and 1 of 4 arrived
+  fill_content(10, 0, {landing.data() + 1024, 1024});  // a whole message
+  fill_content(11, 0, {landing.data() + 2048, 256});   // packet 0 arrived...
+  landing[2048 + 256 + 3] ^= 1;                        // ...packet 1 is neither
+  const CheckRequest req{0, 0, 0,
+                         {{CheckKind::kWrite, 0, 0, 1024, 9, 0},
+                          {CheckKind::kWrite, 1, 1024, 1024, 10, 0},
+                          {CheckKind::kWrite, 2, 2048, 1024, 11, 0}}};
+  const CheckReply reply = answer_check(req, landing, {}, 0, &poison);
+  EXPECT_TRUE(reply.results[0].lost);
+  EXPECT_FALSE(reply.results[1].lost);
+  EXPECT_EQ(reply.results[1].mismatch, ~uint64_t(0));
+  EXPECT_FALSE(reply.results[2].lost);
+  EXPECT_NE(reply.results[2].mismatch, ~uint64_t(0));
+  // Without the poison (RC) an incomplete range is an error, never lost.
+  EXPECT_FALSE(answer_check(req, landing, {}, 0).results[0].lost);
+  CheckReply back;
+  ASSERT_TRUE(decode(encode(reply).data(), back));
+  EXPECT_TRUE(back.results[0].lost);
+}
+
+// UC has no READ or atomics, UD only SENDs no longer than the MTU; a phase left
+// with no op is dropped, and forced max-size messages use only what remains.
+TEST(Plan, PhasesKeepOnlyWhatTheTransportOffers) {
+  PhaseListOptions o;
+  o.transport = Transport::kUd;
+  o.mtu = 1024;
+  const auto ud = restrict_to_transport(demo_phases(o), o);
+  ASSERT_FALSE(ud.empty());
+  for (const PhaseSpec& p : ud) {
+    EXPECT_LE(p.max_size, 1024u) << p.label;
+    for (Op op : kAllOps) {
+      if (p.weight[op_index(op)] != 0) {
+        EXPECT_TRUE(transport_allows(Transport::kUd, op));
+      }
+    }
+  }
+  o.transport = Transport::kUc;
+  const auto uc = restrict_to_transport(test_phases(o), o);
+  ASSERT_EQ(uc.size(), 2u);
+  for (const Message& m : make_plan(uc[0], 3, 0, Role::kClient, 0, 9u << 20))
+    EXPECT_TRUE(transport_allows(Transport::kUc, m.op)) << op_info(m.op).name;
+  EXPECT_EQ(transport_from_name("srq"), Transport::kSrq);
+  EXPECT_FALSE(transport_from_name("xrc"));
+}
+
+TEST(Marker, TagSurvivesTheImmediateData) {
+  const MarkerTag tag{17, 4097, 70001};
+  const MarkerTag back = MarkerTag::from_imm(tag.imm());
+  EXPECT_EQ(back.phase, 17u & MarkerTag::kPhaseMask);
+  EXPECT_EQ(back.round, 4097u & MarkerTag::kRoundMask);
+  EXPECT_EQ(back.consumed, 70001u & MarkerTag::kConsumedMask);
+}
+
 TEST(Report, LinesParseIntoTheSummary) {
   const std::vector<std::string> lines = {
       "phase index=0 role=client label=mix ns=1000",
       "op index=0 role=client op=READ messages=3 bytes=300 latency_ns=30 max_length=200",
-      "totals role=client retransmitted_packets=5 faults.tx_dropped=2",
-      "final role=client errors=0 completions=3 bytes_compared=300 crc_matches=3 atomics=0"};
+      "totals role=client retransmitted_packets=5 uc_messages_dropped=2",
+      "final role=client errors=0 completions=3 bytes_compared=300 crc_matches=3 atomics=0 "
+      "sent=9 received=7 lost=2 late=1 duplicates=0"};
   const NodeReport client = parse_report(lines);
   const NodeReport server = parse_report({});
   ASSERT_TRUE(client.has_final);
   EXPECT_EQ(client.phases.at(0).ops[op_index(Op::kRead)].max_length, 200u);
-  const std::string s = summary_line(server, client, true);
-  EXPECT_NE(s.find("status=PASS"), std::string::npos);
+  const std::string s = summary_line(server, client, true, "uc");
+  EXPECT_NE(s.find("status=PASS transport=uc"), std::string::npos);
   EXPECT_NE(s.find("retransmitted=5"), std::string::npos);
+  EXPECT_NE(s.find("uc_messages_dropped=2"), std::string::npos);
+  EXPECT_NE(s.find("sent=9 received=7 lost=2 late=1"), std::string::npos);
   EXPECT_NE(s.find("max_READ=200"), std::string::npos);
 }
 

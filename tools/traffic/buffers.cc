@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-#include "engine/device.h"
+#include <infiniband/verbs.h>
 
 namespace softrdma::traffic {
 
@@ -15,11 +15,9 @@ Region::Region(Region&& o) noexcept { *this = std::move(o); }
 Region& Region::operator=(Region&& o) noexcept {
   if (this != &o) {
     release();
-    device_ = o.device_;
     mr_ = o.mr_;
     data_ = o.data_;
     size_ = o.size_;
-    o.device_ = nullptr;
     o.mr_ = nullptr;
     o.data_ = nullptr;
     o.size_ = 0;
@@ -28,16 +26,17 @@ Region& Region::operator=(Region&& o) noexcept {
 }
 
 void Region::release() {
-  if (mr_ != nullptr) device_->dereg_mr(mr_);
+  if (mr_ != nullptr) ibv_dereg_mr(mr_);
   if (data_ != nullptr) munmap(data_, size_);
   mr_ = nullptr;
   data_ = nullptr;
 }
 
-uint32_t Region::key() const { return mr_ != nullptr ? mr_->key : 0; }
+uint32_t Region::key() const { return mr_ != nullptr ? mr_->lkey : 0; }
 
-Region Region::allocate(engine::Device& device, engine::Pd* pd, uint64_t bytes, int access,
-                        std::string& error) {
+uint32_t Region::rkey() const { return mr_ != nullptr ? mr_->rkey : 0; }
+
+Region Region::allocate(ibv_pd* pd, uint64_t bytes, int access, std::string& error) {
   Region r;
   bytes = (bytes + 4095) & ~uint64_t(4095);
   // Anonymous mappings: untouched pages cost nothing, so regions sized for the
@@ -47,13 +46,11 @@ Region Region::allocate(engine::Device& device, engine::Pd* pd, uint64_t bytes, 
     error = "mmap of " + std::to_string(bytes) + " bytes: " + std::strerror(errno);
     return r;
   }
-  r.device_ = &device;
   r.data_ = static_cast<uint8_t*>(p);
   r.size_ = bytes;
-  int err = 0;
-  r.mr_ = device.reg_mr(pd, p, bytes, reinterpret_cast<uint64_t>(p), access, err);
+  r.mr_ = ibv_reg_mr(pd, p, bytes, access);
   if (r.mr_ == nullptr) {
-    error = "reg_mr of " + std::to_string(bytes) + " bytes: " + std::strerror(err);
+    error = "ibv_reg_mr of " + std::to_string(bytes) + " bytes: " + std::strerror(errno);
     r.release();
   }
   return r;

@@ -10,15 +10,12 @@
 #include <span>
 #include <string>
 
-namespace softrdma::engine {
-class Device;
-class Pd;
-struct Mr;
-}  // namespace softrdma::engine
+struct ibv_mr;
+struct ibv_pd;
 
 namespace softrdma::traffic {
 
-// A page-aligned allocation registered with the device (deregistered on destruction).
+// A page-aligned allocation registered with ibv_reg_mr (deregistered on destruction).
 class Region {
  public:
   Region() = default;
@@ -27,13 +24,13 @@ class Region {
   Region& operator=(Region&&) noexcept;
 
   // Null-equivalent (empty) Region and a message in `error` on failure.
-  static Region allocate(engine::Device& device, engine::Pd* pd, uint64_t bytes, int access,
-                         std::string& error);
+  static Region allocate(ibv_pd* pd, uint64_t bytes, int access, std::string& error);
 
   uint8_t* data() const { return data_; }
   uint64_t size() const { return size_; }
   uint64_t addr() const { return reinterpret_cast<uint64_t>(data_); }
-  uint32_t key() const;
+  uint32_t key() const;   // lkey, for local scatter/gather entries
+  uint32_t rkey() const;  // for the peer's one-sided operations
   std::span<uint8_t> span(uint64_t offset, uint64_t length) const {
     return {data_ + offset, length};
   }
@@ -41,8 +38,7 @@ class Region {
 
  private:
   void release();
-  engine::Device* device_ = nullptr;
-  engine::Mr* mr_ = nullptr;
+  ibv_mr* mr_ = nullptr;
   uint8_t* data_ = nullptr;
   uint64_t size_ = 0;
 };

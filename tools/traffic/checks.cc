@@ -1,5 +1,7 @@
 #include "traffic/checks.h"
 
+#include <algorithm>
+
 #include "traffic/content.h"
 
 namespace softrdma::traffic {
@@ -15,7 +17,7 @@ Encoder encode(const CheckRequest& r) {
 Encoder encode(const CheckReply& r) {
   Encoder e;
   e.u32(r.phase).u32(r.qp).u32(r.epoch).u64(r.atomic_slot).u32(uint32_t(r.results.size()));
-  for (const CheckResult& c : r.results) e.u32(c.crc).u64(c.mismatch);
+  for (const CheckResult& c : r.results) e.u32(c.crc).u64(c.mismatch).u8(c.lost ? 1 : 0);
   return e;
 }
 
@@ -50,12 +52,31 @@ bool decode(std::span<const uint8_t> payload, CheckReply& out) {
   for (CheckResult& c : out.results) {
     c.crc = d.u32();
     c.mismatch = d.u64();
+    c.lost = d.u8() != 0;
   }
   return d.ok() && d.at_end();
 }
 
+namespace {
+
+// Every packet of the WRITE at `bytes` (landing offset `offset`) is either the
+// message's contents or the poison, untouched: the message was lost on the way
+// (UC drops the rest of a message once a packet is missing, uc.md).
+bool lost_whole_packets(const CheckItem& item, std::span<const uint8_t> bytes,
+                        const LandingPoison& poison) {
+  for (uint64_t at = 0; at < bytes.size(); at += poison.packet_bytes) {
+    const auto packet = bytes.subspan(at, std::min<uint64_t>(poison.packet_bytes, bytes.size() - at));
+    if (first_mismatch(item.key, item.key_offset + at, packet) == kNoMismatch) continue;
+    if (first_mismatch(poison.key, item.offset + at, packet) != kNoMismatch) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 CheckReply answer_check(const CheckRequest& request, std::span<const uint8_t> landing,
-                        std::span<const uint8_t> exposed, uint64_t atomic_slot) {
+                        std::span<const uint8_t> exposed, uint64_t atomic_slot,
+                        const LandingPoison* poison) {
   CheckReply reply;
   reply.phase = request.phase;
   reply.qp = request.qp;
@@ -70,6 +91,8 @@ CheckReply answer_check(const CheckRequest& request, std::span<const uint8_t> la
       const size_t bad = first_mismatch(item.key, item.key_offset, bytes);
       r.mismatch = bad == kNoMismatch ? ~uint64_t(0) : uint64_t(bad);
       r.crc = crc32_of(bytes);
+      if (bad != kNoMismatch && poison != nullptr && item.kind == CheckKind::kWrite)
+        r.lost = lost_whole_packets(item, bytes, *poison);
     }
     reply.results.push_back(r);
   }

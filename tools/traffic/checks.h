@@ -38,6 +38,17 @@ struct CheckRequest {
 struct CheckResult {
   uint32_t crc = 0;
   uint64_t mismatch = 0;  // offset of the first wrong byte, or ~0 when all match
+  // UC only: the range is not complete, but each of its packets either arrived
+  // whole or left the landing region's poison untouched (a message lost on the way).
+  bool lost = false;
+};
+
+// UC landing regions: before any WRITE, the target fills its landing region with
+// contents of `key` (the poison), so a packet that never arrived is recognisable.
+// A UC WRITE is cut into `packet_bytes` (path MTU) packets from its first byte.
+struct LandingPoison {
+  uint64_t key = 0;
+  uint32_t packet_bytes = 4096;
 };
 
 struct CheckReply {
@@ -55,7 +66,10 @@ bool decode(std::span<const uint8_t> payload, CheckReply& out);
 
 // The target's side: checks and hashes the ranges of `landing` / `exposed`.
 // Ranges outside the regions are answered with mismatch 0 and crc 0 (they fail).
+// With `poison` (UC), an incomplete WRITE range whose every packet is either whole
+// or untouched poison is answered `lost`; the caller re-poisons the ranges after.
 CheckReply answer_check(const CheckRequest& request, std::span<const uint8_t> landing,
-                        std::span<const uint8_t> exposed, uint64_t atomic_slot);
+                        std::span<const uint8_t> exposed, uint64_t atomic_slot,
+                        const LandingPoison* poison = nullptr);
 
 }  // namespace softrdma::traffic

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "engine/qp.h"
 #include "traffic/content.h"
 
 namespace softrdma::traffic {
@@ -36,6 +35,8 @@ const char* Lane::to_string(State s) {
       return "issuing";
     case State::kDraining:
       return "draining";
+    case State::kMarking:
+      return "marking-round";
     case State::kCheckReady:
       return "check-ready";
     case State::kAwaitingReply:
@@ -55,6 +56,11 @@ void Lane::start_phase(uint32_t phase, std::vector<Message> plan, uint32_t depth
   first_post_ns_ = 0;
   last_completion_ns_ = 0;
   unsignaled_run_ = 0;
+  consumed_posted_ = 0;
+  round_consumed_ = 0;
+  round_ = 0;
+  round_budget_ = std::max<uint32_t>(setup_.round_budget, 1);
+  markers_this_round_ = 0;
   state_ = State::kIssuing;
   advance();
 }
@@ -77,14 +83,21 @@ bool Lane::must_signal(const Message& m, uint64_t landing_after, size_t items_af
   if (!m.unsignaled) return true;
   if (unsignaled_run_ + 1 >= std::min<uint32_t>(depth_, 4)) return true;
   if (next_ + 1 >= plan_.size()) return true;
-  return epoch_full_for(plan_[next_ + 1], landing_after, items_after);
+  const uint32_t consumed_after = round_consumed_ + (op_info(m.op).consumes_recv ? 1 : 0);
+  return epoch_full_for(plan_[next_ + 1], landing_after, items_after) ||
+         ends_round(plan_[next_ + 1], consumed_after);
 }
 
 bool Lane::pump(int64_t now) {
+  if (state_ == State::kMarking) {
+    post_marker(now);
+    return false;  // a repeated marker is no progress (the stall watchdog)
+  }
   bool posted = false;
   while (state_ == State::kIssuing && next_ < plan_.size() && outstanding_.size() < depth_) {
     const Message& m = plan_[next_];
-    if (epoch_full_for(m, landing_used_, items_.size() + outstanding_.size())) {
+    if (epoch_full_for(m, landing_used_, items_.size() + outstanding_.size()) ||
+        ends_round(m, round_consumed_)) {
       state_ = State::kDraining;
       break;
     }
@@ -165,11 +178,20 @@ bool Lane::post(const Message& m, int64_t now) {
   wr.opcode = info.wr_opcode;
   wr.send_flags = (o.signaled ? IBV_SEND_SIGNALED : 0) | (m.inline_data ? IBV_SEND_INLINE : 0);
   if (info.imm) wr.imm_data = htonl(m.imm);
+  if (setup_.transport == Transport::kUd) {
+    wr.wr.ud.ah = setup_.ah;
+    wr.wr.ud.remote_qpn = setup_.remote_qpn;
+    wr.wr.ud.remote_qkey = setup_.remote_qkey;
+  }
   o.posted_ns = now;
-  const ibv_send_wr* bad = nullptr;
-  if (const int rc = setup_.qp->post_send(&wr, &bad); rc != 0) {
-    setup_.errors->fatal(where(m) + ": post_send failed: " + std::strerror(rc));
+  ibv_send_wr* bad = nullptr;
+  if (const int rc = ibv_post_send(setup_.qp, &wr, &bad); rc != 0) {
+    setup_.errors->fatal(where(m) + ": ibv_post_send failed: " + std::strerror(rc));
     return false;
+  }
+  if (info.consumes_recv) {
+    ++consumed_posted_;
+    ++round_consumed_;
   }
   unsignaled_run_ = o.signaled ? 0 : unsignaled_run_ + 1;
   if (first_post_ns_ == 0) first_post_ns_ = now;
@@ -192,12 +214,13 @@ void Lane::check_wc(const ibv_wc& wc, const Outstanding& o) {
   if (wc.byte_len != want_len)
     setup_.errors->add(where(m) + ": completion byte_len " + std::to_string(wc.byte_len) +
                        ", expected " + std::to_string(want_len));
-  if (wc.qp_num != setup_.qp->qpn())
+  if (wc.qp_num != setup_.qp->qp_num)
     setup_.errors->add(where(m) + ": completion qp_num " + std::to_string(wc.qp_num));
 }
 
 void Lane::on_completion(const ibv_wc& wc, int64_t now) {
   ++setup_.verified->completions;
+  if ((wc.wr_id & kMarkerWrId) != 0) return on_marker_completion(wc);
   // Completions come in posting order; unsignaled WRs before this one completed
   // with it.
   while (!outstanding_.empty() && !outstanding_.front().signaled &&
@@ -250,6 +273,7 @@ void Lane::finish(const Outstanding& o, int64_t now) {
   const Message& m = *o.msg;
   const OpInfo& info = op_info(m.op);
   stats_[op_index(m.op)].add(m.length, now - o.posted_ns);
+  if (info.lands || info.consumes_recv) ++setup_.verified->sent;
   last_completion_ns_ = now;
   uint8_t* buf = setup_.local->data() + o.local_offset;
   if (info.reads) {
@@ -275,7 +299,9 @@ void Lane::finish(const Outstanding& o, int64_t now) {
 void Lane::advance() {
   if (state_ == State::kIssuing && next_ == plan_.size()) state_ = State::kDraining;
   if (state_ == State::kDraining && outstanding_.empty()) {
-    if (!items_.empty() || atomics_unchecked_) {
+    if (is_unreliable(setup_.transport)) {
+      after_drain();
+    } else if (!items_.empty() || atomics_unchecked_) {
       state_ = State::kCheckReady;
     } else {
       state_ = next_ == plan_.size() ? State::kDone : State::kIssuing;
@@ -303,6 +329,15 @@ void Lane::on_check_reply(const CheckReply& reply) {
     const std::string what = at + " msg " + std::to_string(item.message) +
                              (item.kind == CheckKind::kWrite ? " WRITE " : " READ ") +
                              std::to_string(item.length) + " B";
+    const bool plain_write = item.kind == CheckKind::kWrite &&
+                             plan_[item.message].op == Op::kWrite;
+    if (r.lost) {
+      // UC: lost on the way, every packet whole or never written (checks.h). A
+      // WRITE with immediate is counted by the receiver (it had no completion).
+      if (plain_write) ++setup_.verified->lost;
+      continue;
+    }
+    if (plain_write) ++setup_.verified->received;
     if (r.mismatch != ~uint64_t(0))
       setup_.errors->add(what + ": target's bytes wrong from byte " + std::to_string(r.mismatch));
     if (r.crc != crcs_[i]) {
@@ -328,7 +363,7 @@ void Lane::on_check_reply(const CheckReply& reply) {
 
 std::string Lane::describe(int64_t now) const {
   std::string s = "qp " + std::to_string(setup_.qp_index) + " (qpn " +
-                  std::to_string(setup_.qp->qpn()) + "): " + to_string(state_) + ", posted " +
+                  std::to_string(setup_.qp->qp_num) + "): " + to_string(state_) + ", posted " +
                   std::to_string(next_) + "/" + std::to_string(plan_.size()) + ", outstanding " +
                   std::to_string(outstanding_.size()) + ", epoch " + std::to_string(epoch_);
   if (!outstanding_.empty()) {

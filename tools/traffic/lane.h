@@ -8,6 +8,16 @@
 // nothing is overwritten before it is checked. When the next WRITE does not fit, the
 // lane stops posting, waits for its outstanding work, has the target check the
 // epoch, and starts again at offset 0.
+//
+// Rounds (UC, UD: nothing acknowledges, a send completion says only that the
+// message left): the lane posts at most `round_budget` messages that consume a
+// receive WQE, drains its send queue, then posts a marker (a 0-byte SEND with
+// immediate naming how many such messages it posted) and repeats it, backing
+// off, until the peer says over the out-of-band channel that the marker arrived.
+// Messages are delivered in order on a UC QP, so by then each earlier message
+// either arrived or never will; the peer's receive WQEs are reposted before it
+// answers, so the next round cannot find none. An epoch ends with a round
+// (docs/decisions/traffic-tool.md).
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -20,12 +30,9 @@
 
 #include "traffic/buffers.h"
 #include "traffic/checks.h"
+#include "traffic/marker.h"
 #include "traffic/plan.h"
 #include "traffic/stats.h"
-
-namespace softrdma::engine {
-class Qp;
-}
 
 namespace softrdma::traffic {
 
@@ -36,7 +43,12 @@ struct RemoteMemory {
 };
 
 struct LaneSetup {
-  engine::Qp* qp = nullptr;
+  ibv_qp* qp = nullptr;
+  Transport transport = Transport::kRc;
+  ibv_ah* ah = nullptr;         // UD: the peer's address
+  uint32_t remote_qpn = 0;      // UD: the peer's QP
+  uint32_t remote_qkey = 0;     // UD
+  uint32_t round_budget = 0;    // UC, UD: WQE-consuming messages per round (peer's window)
   uint32_t qp_index = 0;
   Region* local = nullptr;    // source / destination buffers (a FIFO arena over it)
   RemoteMemory landing;       // the peer's landing region for this QP
@@ -62,6 +74,9 @@ class Lane {
   // A check request, once an epoch is complete; the lane waits for its reply.
   std::optional<CheckRequest> take_check();
   void on_check_reply(const CheckReply& reply);
+  // UC, UD: the peer saw the marker of `round` (the low bits, MarkerTag). The
+  // phase's time runs to here: only now is the round's delivery known.
+  void on_round_done(uint32_t round, int64_t now);
 
   bool done() const { return state_ == State::kDone; }
   const OpTable& stats() const { return stats_; }
@@ -70,7 +85,14 @@ class Lane {
   std::string describe(int64_t now) const;
 
  private:
-  enum class State : uint8_t { kIssuing, kDraining, kCheckReady, kAwaitingReply, kDone };
+  enum class State : uint8_t {
+    kIssuing,
+    kDraining,
+    kMarking,  // UC, UD: the round's marker is out, repeated until the peer saw it
+    kCheckReady,
+    kAwaitingReply,
+    kDone
+  };
   static const char* to_string(State s);
 
   struct Outstanding {
@@ -86,6 +108,10 @@ class Lane {
   bool epoch_full_for(const Message& m, uint64_t landing_used, size_t items) const;
   bool must_signal(const Message& m, uint64_t landing_after, size_t items_after) const;
   bool post(const Message& m, int64_t now);
+  bool post_marker(int64_t now);
+  bool ends_round(const Message& m, uint32_t round_consumed) const;
+  void on_marker_completion(const ibv_wc& wc);
+  void after_drain();
   void prepare_local(const Message& m, Outstanding& o, uint8_t* buf);
   void set_remote(const Message& m, Outstanding& o, ibv_send_wr& wr);
   void check_wc(const ibv_wc& wc, const Outstanding& o);
@@ -111,6 +137,15 @@ class Lane {
   uint64_t landing_used_ = 0;
   std::vector<CheckItem> items_;
   std::vector<uint32_t> crcs_;  // the requester's CRC of each item
+
+  // Rounds (UC, UD).
+  uint32_t consumed_posted_ = 0;  // WQE-consuming messages posted this phase
+  uint32_t round_consumed_ = 0;   // of which in this round
+  uint32_t round_ = 0;            // rounds of this phase so far
+  uint32_t round_budget_ = 0;     // this round's allowance
+  uint32_t markers_this_round_ = 0;
+  uint32_t markers_outstanding_ = 0;
+  int64_t next_marker_ns_ = 0;
 
   OpTable stats_{};
   bool read_spoiled_ = false;

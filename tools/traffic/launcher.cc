@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 
 namespace softrdma::traffic {
@@ -24,22 +25,26 @@ struct Child {
 };
 
 // In the child: stdout to the pipe, the socketpair end kept open across exec.
-[[noreturn]] void exec_child(const std::string& program, std::vector<std::string> args, int out_w,
-                             int oob_fd) {
+[[noreturn]] void exec_child(ChildSpec spec, int out_w, int oob_fd) {
   dup2(out_w, STDOUT_FILENO);
   fcntl(oob_fd, F_SETFD, 0);  // clear FD_CLOEXEC: the node inherits it
-  args.push_back("--oob-fd=" + std::to_string(oob_fd));
+  for (const auto& [name, value] : spec.env) {
+    if (value.empty()) {
+      unsetenv(name.c_str());
+    } else {
+      setenv(name.c_str(), value.c_str(), 1);
+    }
+  }
+  spec.argv.push_back("--oob-fd=" + std::to_string(oob_fd));
   std::vector<char*> argv;
-  argv.push_back(const_cast<char*>(program.c_str()));
-  for (std::string& a : args) argv.push_back(a.data());
+  for (std::string& a : spec.argv) argv.push_back(a.data());
   argv.push_back(nullptr);
-  execv(program.c_str(), argv.data());
-  std::fprintf(stderr, "exec %s: %s\n", program.c_str(), std::strerror(errno));
+  execv(argv[0], argv.data());
+  std::fprintf(stderr, "exec %s: %s\n", argv[0], std::strerror(errno));
   _exit(127);
 }
 
-bool start_child(Child& c, const std::string& program, std::vector<std::string> args, int oob_fd,
-                 std::string& error) {
+bool start_child(Child& c, const ChildSpec& spec, int oob_fd, std::string& error) {
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
     error = std::string("pipe: ") + std::strerror(errno);
@@ -50,7 +55,7 @@ bool start_child(Child& c, const std::string& program, std::vector<std::string> 
     error = std::string("fork: ") + std::strerror(errno);
     return false;
   }
-  if (c.pid == 0) exec_child(program, std::move(args), pipe_fds[1], oob_fd);
+  if (c.pid == 0) exec_child(spec, pipe_fds[1], oob_fd);
   close(pipe_fds[1]);
   c.out_fd = pipe_fds[0];
   return true;
@@ -94,7 +99,7 @@ std::string self_path() {
   return std::string(buf, size_t(n));
 }
 
-PairResult launch_pair(const std::string& program, const std::vector<std::string>& args,
+PairResult launch_pair(const ChildSpec& server_spec, const ChildSpec& client_spec,
                        int time_limit_s) {
   PairResult r;
   int sv[2];
@@ -103,11 +108,8 @@ PairResult launch_pair(const std::string& program, const std::vector<std::string
     return r;
   }
   Child server, client;
-  std::vector<std::string> server_args = args, client_args = args;
-  server_args.push_back("--role=server");
-  client_args.push_back("--role=client");
-  const bool started = start_child(server, program, server_args, sv[0], r.error) &&
-                       start_child(client, program, client_args, sv[1], r.error);
+  const bool started = start_child(server, server_spec, sv[0], r.error) &&
+                       start_child(client, client_spec, sv[1], r.error);
   close(sv[0]);
   close(sv[1]);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(time_limit_s);

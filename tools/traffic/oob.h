@@ -22,6 +22,7 @@ enum class MsgType : uint8_t {
   kPhaseDone = 5,   // my requests of this phase are all complete and verified
   kFail = 6,        // I stop: a fatal error (text)
   kPhaseStart = 7,  // my receive WQEs of this phase are posted: send
+  kRoundDone = 8,   // UC, UD: your marker of this round arrived (lane.h)
 };
 
 // Little-endian encoder / decoder of message payloads.

@@ -1,159 +1,154 @@
 #include "traffic/options.h"
 
-#include <cstdlib>
+#include <CLI/CLI.hpp>
+
+#include <filesystem>
 #include <sstream>
 
-#include "transport/fake/fault_settings.h"
+#include "traffic/launcher.h"
 
 namespace softrdma::traffic {
 
 namespace {
 
-bool to_u64(const std::string& s, uint64_t& out) {
-  char* end = nullptr;
-  errno = 0;
-  out = std::strtoull(s.c_str(), &end, 0);
-  return !s.empty() && end != nullptr && *end == '\0' && errno == 0;
+const char* const kDescription =
+    "Runs two processes (server and client) that exchange data over verbs (softrdma's\n"
+    "RoCEv2 on UDP loopback when run through `softrdma run`) with every operation of the\n"
+    "transport, checks every byte and completion, and prints a table. By hand, in two\n"
+    "shells: --role=server --listen=PORT / --role=client --connect=HOST:PORT (with the same\n"
+    "other options), each under `softrdma run --`.";
+
+std::string op_list(const std::vector<Op>& ops) {
+  std::string s;
+  for (Op op : ops) s += (s.empty() ? "" : ",") + std::string(op_info(op).name);
+  return s;
 }
 
-bool to_double(const std::string& s, double& out) {
-  char* end = nullptr;
-  out = std::strtod(s.c_str(), &end);
-  return !s.empty() && end != nullptr && *end == '\0';
+void add_traffic_options(CLI::App& app, RunOptions& o) {
+  app.add_option_function<std::string>(
+         "--transport",
+         [&o](const std::string& v) { o.transport = *transport_from_name(v); },
+         "rc (all ops), uc (SEND, SEND_IMM, WRITE, WRITE_IMM; lost messages counted), "
+         "ud (SEND, SEND_IMM up to the MTU), srq (RC on one shared receive queue)")
+      ->check(CLI::IsMember({"rc", "uc", "ud", "srq"}))
+      ->default_str("rc");
+  app.add_option("--seed", o.seed, "traffic plan and contents")->capture_default_str();
+  app.add_option("--qps", o.qps, "QPs per process")->check(CLI::Range(1, 64))->capture_default_str();
+  app.add_option("--loss", o.loss, "fault injection: loss on each process's transmit side")
+      ->check(CLI::Range(0.0, 0.99));
+  app.add_option("--dup", o.dup, "fault injection: duplication")->check(CLI::Range(0.0, 0.99));
+  app.add_option("--reorder", o.reorder, "fault injection: reordering")
+      ->check(CLI::Range(0.0, 0.99));
+  app.add_option("--faults", o.faults, "full SOFTRDMA_FAULTS settings (docs/configuration.md)");
+  app.add_option("--pcap", o.pcap, "capture the client's packets (both directions) to FILE");
 }
 
-template <typename T>
-bool to_uint(const std::string& s, T& out, uint64_t lo, uint64_t hi) {
-  uint64_t v = 0;
-  if (!to_u64(s, v) || v < lo || v > hi) return false;
-  out = T(v);
-  return true;
+// What the phases are made of.
+void add_plan_options(CLI::App& app, RunOptions& o) {
+  app.add_option("--mode", o.mode, "demo: every op at a few sizes, then a mix; test: mixes")
+      ->check(CLI::IsMember({"demo", "test"}))
+      ->capture_default_str();
+  app.add_option_function<std::string>(
+         "--ops",
+         [&o](const std::string& list) {
+           std::istringstream in(list);
+           for (std::string name; std::getline(in, name, ',');) {
+             const std::optional<Op> op = op_from_name(name);
+             if (!op) throw CLI::ValidationError("--ops", "unknown op " + name);
+             o.ops.push_back(*op);
+           }
+         },
+         "one custom mixed phase of these ops: SEND SEND_IMM WRITE WRITE_IMM READ CMP_SWAP "
+         "FETCH_ADD");
+  app.add_option("--messages", o.messages, "messages per QP for --ops")
+      ->check(CLI::Range(1u, 1u << 24))
+      ->capture_default_str();
+  app.add_option("--scale", o.scale, "multiply message counts")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--max-size", o.max_size, "largest message, bytes")
+      ->check(CLI::Range(8u, 1u << 30))
+      ->capture_default_str();
+  app.add_option("--depth", o.depth, "work requests outstanding per QP")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("--mtu", o.mtu, "path MTU")
+      ->check(CLI::IsMember({256, 512, 1024, 2048, 4096}))
+      ->capture_default_str();
 }
 
-bool parse_ops(const std::string& list, std::vector<Op>& out) {
-  std::istringstream in(list);
-  std::string name;
-  while (std::getline(in, name, ',')) {
-    const std::optional<Op> op = op_from_name(name);
-    if (!op) return false;
-    out.push_back(*op);
-  }
-  return !out.empty();
+// Pacing, limits, output and the checks' own test.
+void add_run_options(CLI::App& app, RunOptions& o) {
+  app.add_option("--ack-timeout", o.ack_timeout, "RC local ACK timeout 4.096us*2^N")
+      ->check(CLI::Range(1, 31))
+      ->capture_default_str();
+  app.add_option("--time-limit", o.time_limit_s, "stop the run after S seconds")
+      ->check(CLI::Range(1, 86400))
+      ->capture_default_str();
+  app.add_option("--stall-timeout", o.stall_timeout_s,
+                 "a node gives up after S seconds without progress")
+      ->check(CLI::Range(1, 86400))
+      ->capture_default_str();
+  app.add_flag("-v,--verbose", o.verbose, "echo the nodes' result lines");
+  app.add_flag("--inject-data-errors", o.inject_data_errors,
+               "each process spoils one received SEND, READ result and WRITE target range "
+               "before checking it: the run must fail");
+  app.add_option("--softrdma", o.softrdma,
+                 "the softrdma command (runs the nodes, reports their engine counters); "
+                 "default: the one beside this program");
 }
 
-bool parse_connect(const std::string& v, RunOptions& o) {
-  const size_t colon = v.rfind(':');
-  if (colon == std::string::npos) return false;
-  o.host = v.substr(0, colon);
-  return to_uint(v.substr(colon + 1), o.port, 1, 65535);
-}
-
-// One --key=value option. False: not valid.
-bool apply(const std::string& key, const std::string& v, RunOptions& o) {
-  if (key == "seed") return to_u64(v, o.seed);
-  if (key == "qps") return to_uint(v, o.qps, 1, 64);
-  if (key == "loss") return to_double(v, o.loss) && o.loss >= 0 && o.loss < 1;
-  if (key == "dup") return to_double(v, o.dup) && o.dup >= 0 && o.dup < 1;
-  if (key == "reorder") return to_double(v, o.reorder) && o.reorder >= 0 && o.reorder < 1;
-  if (key == "faults") {
-    o.faults = v;
-    return true;
-  }
-  if (key == "pcap") {
-    o.pcap = v;
-    return !v.empty();
-  }
-  if (key == "mode") {
-    o.mode = v;
-    return v == "demo" || v == "test";
-  }
-  if (key == "scale") return to_double(v, o.scale) && o.scale > 0;
-  if (key == "max-size") return to_uint(v, o.max_size, 8, 1u << 30);
-  if (key == "depth") return to_uint(v, o.depth, 1, 64);
-  if (key == "mtu") return to_uint(v, o.mtu, 256, 4096) && (o.mtu & (o.mtu - 1)) == 0;
-  if (key == "ack-timeout") return to_uint(v, o.ack_timeout, 1, 31);
-  if (key == "ops") return parse_ops(v, o.ops);
-  if (key == "messages") return to_uint(v, o.messages, 1, 1u << 24);
-  if (key == "time-limit") return to_uint(v, o.time_limit_s, 1, 86400);
-  if (key == "stall-timeout") return to_uint(v, o.stall_timeout_s, 1, 86400);
-  if (key == "role") {
-    if (v != "server" && v != "client") return false;
-    o.role = v == "server" ? Role::kServer : Role::kClient;
-    return true;
-  }
-  if (key == "oob-fd") return to_uint(v, o.oob_fd, 0, 1 << 20);
-  if (key == "listen") return to_uint(v, o.port, 1, 65535);
-  if (key == "connect") return parse_connect(v, o);
-  return false;
+void add_node_options(CLI::App& app, RunOptions& o) {
+  app.add_option_function<std::string>(
+         "--role", [&o](const std::string& v) { o.role = v == "server" ? Role::kServer : Role::kClient; },
+         "run one node: server or client")
+      ->check(CLI::IsMember({"server", "client"}));
+  app.add_option("--oob-fd", o.oob_fd, "the out-of-band socket (from the launcher)");
+  app.add_option("--listen", o.port, "server: TCP port for the out-of-band channel");
+  app.add_option_function<std::string>(
+      "--connect",
+      [&o](const std::string& v) {
+        const size_t colon = v.rfind(':');
+        if (colon == std::string::npos) throw CLI::ValidationError("--connect", "HOST:PORT");
+        o.host = v.substr(0, colon);
+        o.port = uint16_t(std::stoul(v.substr(colon + 1)));
+      },
+      "client: HOST:PORT of the server's out-of-band channel");
 }
 
 }  // namespace
 
-bool parse_options(int argc, char** argv, RunOptions& o, std::string& error) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--verbose" || arg == "-v" || arg == "--inject-data-errors") {
-      (arg == "--inject-data-errors" ? o.inject_data_errors : o.verbose) = true;
-      o.forwarded.push_back(arg);
-      continue;
-    }
-    if (arg.rfind("--", 0) != 0 || arg.find('=') == std::string::npos) {
-      error = "unknown argument: " + arg;
-      return false;
-    }
-    const size_t eq = arg.find('=');
-    const std::string key = arg.substr(2, eq - 2);
-    if (!apply(key, arg.substr(eq + 1), o)) {
-      error = "bad option: " + arg;
-      return false;
-    }
-    if (key != "role" && key != "oob-fd" && key != "listen" && key != "connect")
-      o.forwarded.push_back(arg);
-  }
-  if (!o.faults.empty() && !transport::FaultSettings::parse(o.faults, error)) {
-    error = "--faults: " + error;
+bool parse_options(int argc, char** argv, RunOptions& o, int& exit_status) {
+  CLI::App app(kDescription, "softrdma-demo");
+  add_traffic_options(app, o);
+  add_plan_options(app, o);
+  add_run_options(app, o);
+  add_node_options(app, o);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    exit_status = app.exit(e);
     return false;
   }
   if (o.role && o.oob_fd < 0 && o.port == 0) {
-    error = "a node needs --oob-fd, --listen=PORT (server) or --connect=HOST:PORT (client)";
+    std::fprintf(stderr,
+                 "a node needs --oob-fd, --listen=PORT (server) or --connect=HOST:PORT (client)\n");
+    exit_status = 2;
     return false;
   }
   return true;
 }
 
-std::string usage(const char* program) {
-  std::ostringstream u;
-  u << "usage: " << program << " [options]\n"
-    << "Runs two processes (server and client) that exchange data over RoCEv2 on UDP loopback\n"
-    << "with every RC operation, checks every byte and completion, and prints a table.\n"
-    << "  --seed=N          traffic plan and contents (default 1)\n"
-    << "  --qps=N           RC QPs per process (default 4)\n"
-    << "  --loss=P --dup=P --reorder=P   fault injection on each process's transmit side\n"
-    << "  --faults=SPEC     full fault settings (loss=,dup=,reorder=,delay_us=,corrupt=,...)\n"
-    << "  --pcap=FILE       capture the client's packets (both directions) to FILE\n"
-    << "  --mode=demo|test  demo: every op at a few sizes, then a random mix (default)\n"
-    << "                    test: random mixes, 1 B to --max-size, both directions\n"
-    << "  --ops=SEND,READ,...  --messages=N   one custom mixed phase of these ops\n"
-    << "  --scale=X         multiply message counts (default 1)\n"
-    << "  --max-size=BYTES  largest message (default 8388608)\n"
-    << "  --depth=N         work requests outstanding per QP (default 8)\n"
-    << "  --mtu=BYTES       path MTU 256..4096 (default 4096)\n"
-    << "  --ack-timeout=N   QP local ACK timeout 4.096us*2^N (default 14)\n"
-    << "  --time-limit=S    stop the run after S seconds (default 300)\n"
-    << "  --stall-timeout=S a node gives up after S seconds without progress (default 30)\n"
-    << "  --verbose         echo the nodes' result lines\n"
-    << "  --inject-data-errors  each process spoils one received SEND, READ result and\n"
-    << "                    WRITE target range before checking it: the run must fail\n"
-    << "By hand, in two shells: --role=server --listen=PORT / --role=client --connect=HOST:PORT\n"
-    << "(with the same other options).\n"
-    << "Ops: SEND SEND_IMM WRITE WRITE_IMM READ CMP_SWAP FETCH_ADD\n";
-  return u.str();
-}
-
 std::vector<PhaseSpec> phases_for(const RunOptions& o) {
-  const PhaseListOptions p{o.max_size, o.scale, o.depth};
-  if (!o.ops.empty()) return custom_phases(p, o.ops, o.messages);
-  return o.mode == "test" ? test_phases(p) : demo_phases(p);
+  PhaseListOptions p{o.max_size, o.scale, o.depth, o.transport, o.mtu};
+  if (o.transport == Transport::kUd) p.max_size = std::min(p.max_size, o.mtu);
+  std::vector<PhaseSpec> phases;
+  if (!o.ops.empty()) {
+    phases = custom_phases(p, o.ops, o.messages);
+  } else {
+    phases = o.mode == "test" ? test_phases(p) : demo_phases(p);
+  }
+  return restrict_to_transport(std::move(phases), p);
 }
 
 std::string fault_settings_for(const RunOptions& o, Role role) {
@@ -168,20 +163,46 @@ std::string fault_settings_for(const RunOptions& o, Role role) {
   return s.str();
 }
 
+std::vector<std::string> to_node_args(const RunOptions& o) {
+  std::ostringstream scale;
+  scale << o.scale;
+  std::vector<std::string> a = {
+      "--transport=" + std::string(transport_name(o.transport)),
+      "--seed=" + std::to_string(o.seed),
+      "--qps=" + std::to_string(o.qps),
+      "--mode=" + o.mode,
+      "--scale=" + scale.str(),
+      "--max-size=" + std::to_string(o.max_size),
+      "--depth=" + std::to_string(o.depth),
+      "--mtu=" + std::to_string(o.mtu),
+      "--ack-timeout=" + std::to_string(o.ack_timeout),
+      "--messages=" + std::to_string(o.messages),
+      "--stall-timeout=" + std::to_string(o.stall_timeout_s),
+      "--softrdma=" + softrdma_command(o)};
+  if (!o.ops.empty()) a.push_back("--ops=" + op_list(o.ops));
+  if (o.inject_data_errors) a.push_back("--inject-data-errors");
+  return a;
+}
+
+std::string softrdma_command(const RunOptions& o) {
+  if (!o.softrdma.empty()) return o.softrdma;
+  return (std::filesystem::path(self_path()).parent_path() / "softrdma").string();
+}
+
 NodeConfig node_config(const RunOptions& o, Role role) {
   NodeConfig c;
   c.role = role;
+  c.transport = o.transport;
   c.seed = o.seed;
   c.qps = o.qps;
   c.mtu = o.mtu;
   c.ack_timeout = uint8_t(o.ack_timeout);
-  c.faults = fault_settings_for(o, role);
-  if (role == Role::kClient) c.pcap = o.pcap;
   c.phases = phases_for(o);
   c.oob_fd = o.oob_fd;
   c.oob_port = o.port;
   c.oob_host = o.host;
   c.stall_timeout_ms = o.stall_timeout_s * 1000;
+  c.status_tool = softrdma_command(o);
   c.inject_data_errors = o.inject_data_errors;
   return c;
 }

@@ -1,5 +1,6 @@
-// Command-line options of a traffic run, shared by the launching process and the
-// two node processes it starts (they get the same arguments plus their role).
+// Command-line options of a traffic run (CLI11), shared by the launching process
+// and the two node processes it starts (they get the run's options again, from
+// to_node_args, plus their role).
 #pragma once
 
 #include <cstdint>
@@ -13,10 +14,11 @@
 namespace softrdma::traffic {
 
 struct RunOptions {
+  Transport transport = Transport::kRc;
   uint64_t seed = 1;
   uint32_t qps = 4;
   double loss = 0, dup = 0, reorder = 0;  // fault injection, each process's transmit side
-  std::string faults;                     // full fault_settings.h text (overrides the three)
+  std::string faults;                     // full SOFTRDMA_FAULTS text (overrides the three)
   std::string pcap;                       // capture file, written by the client process
   std::string mode = "demo";              // demo | test
   double scale = 1.0;                     // multiplies message counts
@@ -30,21 +32,26 @@ struct RunOptions {
   int stall_timeout_s = 30;
   bool verbose = false;
   bool inject_data_errors = false;  // spoil data before checking it (tests the checks)
+  std::string softrdma;             // the `softrdma` command (run, status); "" beside us
   // A node process (started by the launcher, or by hand with --listen/--connect).
   std::optional<Role> role;
   int oob_fd = -1;
   uint16_t port = 0;
   std::string host = "127.0.0.1";
-  // What both node processes get: every argument but the node-only ones.
-  std::vector<std::string> forwarded;
 };
 
-bool parse_options(int argc, char** argv, RunOptions& o, std::string& error);
-std::string usage(const char* program);
+// True: parsed. False: the program stops with `exit_status` (0 after --help; 2
+// after a message for a bad option).
+bool parse_options(int argc, char** argv, RunOptions& o, int& exit_status);
 
 std::vector<PhaseSpec> phases_for(const RunOptions& o);
-// The fault settings of one process: "" for none. The seed differs per role.
+// The SOFTRDMA_FAULTS of one process: "" for none. The seed differs per role.
 std::string fault_settings_for(const RunOptions& o, Role role);
+// What both node processes get: the run's options without the launcher-only ones
+// (faults and capture reach them as the library's environment settings).
+std::vector<std::string> to_node_args(const RunOptions& o);
 NodeConfig node_config(const RunOptions& o, Role role);
+// The `softrdma` command: --softrdma, else the one beside this program.
+std::string softrdma_command(const RunOptions& o);
 
 }  // namespace softrdma::traffic

@@ -58,6 +58,7 @@ bool forced_op(const PhaseSpec& spec, Role issuer, uint32_t qp, uint32_t i, Op& 
   if (!spec.force_max || issuer != Role::kClient || qp != 0) return false;
   constexpr uint32_t kForced = 5;  // SEND, SEND_IMM, WRITE, WRITE_IMM, READ
   for (uint32_t k = 0; k < kForced; ++k) {
+    if (spec.weight[op_index(kAllOps[k])] == 0) continue;  // the transport lacks it
     if (i == k * spec.messages / kForced) {
       op = kAllOps[k];
       return true;
@@ -95,6 +96,39 @@ std::optional<Op> op_from_name(std::string_view name) {
   for (Op op : kAllOps)
     if (op_info(op).name == name) return op;
   return std::nullopt;
+}
+
+std::string_view transport_name(Transport t) {
+  switch (t) {
+    case Transport::kRc:
+      return "rc";
+    case Transport::kUc:
+      return "uc";
+    case Transport::kUd:
+      return "ud";
+    case Transport::kSrq:
+      return "srq";
+  }
+  return "?";
+}
+
+std::optional<Transport> transport_from_name(std::string_view name) {
+  for (Transport t : {Transport::kRc, Transport::kUc, Transport::kUd, Transport::kSrq})
+    if (transport_name(t) == name) return t;
+  return std::nullopt;
+}
+
+bool transport_allows(Transport t, Op op) {
+  switch (t) {
+    case Transport::kRc:
+    case Transport::kSrq:
+      return true;
+    case Transport::kUc:
+      return op == Op::kSend || op == Op::kSendImm || op == Op::kWrite || op == Op::kWriteImm;
+    case Transport::kUd:
+      return op == Op::kSend || op == Op::kSendImm;
+  }
+  return false;
 }
 
 std::string_view role_name(Role r) { return r == Role::kServer ? "server" : "client"; }
@@ -188,6 +222,30 @@ std::vector<PhaseSpec> custom_phases(const PhaseListOptions& o, const std::vecto
   s.weight.fill(0);
   for (Op op : ops) s.weight[op_index(op)] = 1;
   return {s};
+}
+
+std::vector<PhaseSpec> restrict_to_transport(std::vector<PhaseSpec> phases,
+                                             const PhaseListOptions& o) {
+  std::vector<PhaseSpec> out;
+  for (PhaseSpec& p : phases) {
+    // UD caps sizes at the MTU: two phases may then be the same (SEND/64KiB and
+    // SEND/8MiB both become 4 KiB): the first, with more messages, stays.
+    uint32_t left = 0;
+    for (Op op : kAllOps) {
+      if (!transport_allows(o.transport, op)) p.weight[op_index(op)] = 0;
+      left += p.weight[op_index(op)];
+    }
+    if (left == 0) continue;
+    if (o.transport == Transport::kUd) {
+      p.max_size = std::min(p.max_size, o.mtu);
+      p.min_size = std::min(p.min_size, p.max_size);
+    }
+    const bool repeated = std::any_of(out.begin(), out.end(), [&](const PhaseSpec& q) {
+      return q.label == p.label && q.weight == p.weight && q.max_size == p.max_size;
+    });
+    if (!repeated) out.push_back(std::move(p));
+  }
+  return out;
 }
 
 std::string size_label(uint64_t bytes) {

@@ -36,6 +36,18 @@ const OpInfo& op_info(Op op);
 std::optional<Op> op_from_name(std::string_view name);
 inline size_t op_index(Op op) { return static_cast<size_t>(op); }
 
+// The QP transport a run uses (IBA 9.8: reliable and unreliable connections,
+// unreliable datagrams; SRQ: RC QPs whose receive WQEs come from one shared
+// receive queue, IBA 10.2.9).
+enum class Transport : uint8_t { kRc, kUc, kUd, kSrq };
+std::string_view transport_name(Transport t);
+std::optional<Transport> transport_from_name(std::string_view name);
+// What the transport offers (IBA Table 39): UC has no READ nor atomics, UD only
+// SEND and SEND with immediate.
+bool transport_allows(Transport t, Op op);
+// UC and UD: nothing is retransmitted; a lost message is gone and counted.
+inline bool is_unreliable(Transport t) { return t == Transport::kUc || t == Transport::kUd; }
+
 enum class Role : uint8_t { kServer = 0, kClient = 1 };
 inline Role peer_of(Role r) { return r == Role::kServer ? Role::kClient : Role::kServer; }
 std::string_view role_name(Role r);
@@ -103,12 +115,19 @@ struct PhaseListOptions {
   uint32_t max_size = 8u << 20;
   double scale = 1.0;
   uint32_t depth = 8;
+  Transport transport = Transport::kRc;
+  uint32_t mtu = 4096;  // UD: no message is longer than the path MTU
 };
 std::vector<PhaseSpec> demo_phases(const PhaseListOptions& o);
 std::vector<PhaseSpec> test_phases(const PhaseListOptions& o);
 // "SEND" ops in a custom run: one mixed phase of exactly these ops.
 std::vector<PhaseSpec> custom_phases(const PhaseListOptions& o, const std::vector<Op>& ops,
                                      uint32_t messages);
+
+// The phases with the ops the transport lacks taken out (phases left with none are
+// dropped) and, for UD, message sizes capped at the path MTU.
+std::vector<PhaseSpec> restrict_to_transport(std::vector<PhaseSpec> phases,
+                                             const PhaseListOptions& o);
 
 std::string size_label(uint64_t bytes);  // "64B", "64KiB", "8MiB", "1.5MiB"
 

@@ -4,7 +4,6 @@
 
 #include <cstring>
 
-#include "engine/qp.h"
 #include "traffic/content.h"
 
 namespace softrdma::traffic {
@@ -80,9 +79,9 @@ bool Receiver::post(const Message& m) {
   wr.wr_id = m.index;
   wr.sg_list = sge;
   wr.num_sge = int(p.sgl.count);
-  const ibv_recv_wr* bad = nullptr;
-  if (const int rc = setup_.qp->post_recv(&wr, &bad); rc != 0) {
-    setup_.errors->fatal(where(m) + ": post_recv failed: " + std::strerror(rc));
+  ibv_recv_wr* bad = nullptr;
+  if (const int rc = ibv_post_recv(setup_.qp, &wr, &bad); rc != 0) {
+    setup_.errors->fatal(where(m) + ": ibv_post_recv failed: " + std::strerror(rc));
     if (data) arena_.free_oldest();
     return false;
   }
@@ -105,7 +104,7 @@ void Receiver::check_wc(const ibv_wc& wc, const Message& m) {
     setup_.errors->add(where(m) + ": imm_data " + std::to_string(ntohl(wc.imm_data)) +
                        ", expected " + std::to_string(m.imm));
   }
-  if (wc.qp_num != setup_.qp->qpn() || wc.src_qp != setup_.peer_qpn)
+  if (wc.qp_num != setup_.qp->qp_num || wc.src_qp != setup_.peer_qpn)
     setup_.errors->add(where(m) + ": qp_num " + std::to_string(wc.qp_num) + " src_qp " +
                        std::to_string(wc.src_qp));
 }
@@ -159,6 +158,7 @@ void Receiver::on_completion(const ibv_wc& wc) {
     arena_.free_oldest();
   }
   received_.add(m.length, 0);
+  ++setup_.verified->received;
   ++completed_;
 }
 

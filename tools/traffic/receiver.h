@@ -17,14 +17,10 @@
 #include "traffic/plan.h"
 #include "traffic/stats.h"
 
-namespace softrdma::engine {
-class Qp;
-}
-
 namespace softrdma::traffic {
 
 struct ReceiverSetup {
-  engine::Qp* qp = nullptr;
+  ibv_qp* qp = nullptr;
   uint32_t qp_index = 0;
   uint32_t peer_qpn = 0;      // what wc.src_qp must say
   Region* buffers = nullptr;  // receive buffers (a FIFO arena over it)

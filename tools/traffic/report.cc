@@ -88,6 +88,11 @@ NodeReport parse_report(const std::vector<std::string>& lines) {
       r.verified.bytes_compared = field_u64(f, "bytes_compared");
       r.verified.crc_matches = field_u64(f, "crc_matches");
       r.verified.atomics = field_u64(f, "atomics");
+      r.verified.sent = field_u64(f, "sent");
+      r.verified.received = field_u64(f, "received");
+      r.verified.lost = field_u64(f, "lost");
+      r.verified.late = field_u64(f, "late");
+      r.verified.duplicates = field_u64(f, "duplicates");
     }
   }
   return r;
@@ -121,23 +126,26 @@ void print_final_lines(std::FILE* out, const std::string& role, uint64_t errors,
     if (val != 0) std::fprintf(out, " %s=%llu", k.c_str(), (unsigned long long)val);
   std::fprintf(out,
                "\nfinal role=%s errors=%llu completions=%llu bytes_compared=%llu "
-               "crc_matches=%llu atomics=%llu\n",
+               "crc_matches=%llu atomics=%llu sent=%llu received=%llu lost=%llu late=%llu "
+               "duplicates=%llu\n",
                role.c_str(), (unsigned long long)errors, (unsigned long long)v.completions,
                (unsigned long long)v.bytes_compared, (unsigned long long)v.crc_matches,
-               (unsigned long long)v.atomics);
+               (unsigned long long)v.atomics, (unsigned long long)v.sent,
+               (unsigned long long)v.received, (unsigned long long)v.lost,
+               (unsigned long long)v.late, (unsigned long long)v.duplicates);
   std::fflush(out);
 }
 
 void print_table(std::FILE* out, const NodeReport& server, const NodeReport& client) {
   std::fprintf(out, "%-18s %-10s %8s %14s %10s %11s  %s\n", "phase", "operation", "messages",
-               "bytes", "MB/s", "avg lat us", "retransmitted / dropped packets");
+               "bytes", "MB/s", "avg lat us", "data messages lost / sent");
   for (const auto& [index, cp] : client.phases) {
     const auto sit = server.phases.find(index);
     const PhaseRecord* sp = sit == server.phases.end() ? nullptr : &sit->second;
     const int64_t ns = std::max(cp.ns, sp ? sp->ns : 0);
-    const std::string extra =
-        std::to_string(phase_counter(server, client, index, "retransmitted_packets")) + " / " +
-        std::to_string(phase_counter(server, client, index, "faults.tx_dropped"));
+    const std::string extra = std::to_string(phase_counter(server, client, index, "lost")) +
+                              " / " +
+                              std::to_string(phase_counter(server, client, index, "sent"));
     OpStats total;
     int rows = 0;
     for (Op op : kAllOps) {
@@ -153,7 +161,8 @@ void print_table(std::FILE* out, const NodeReport& server, const NodeReport& cli
   }
 }
 
-std::string summary_line(const NodeReport& server, const NodeReport& client, bool pass) {
+std::string summary_line(const NodeReport& server, const NodeReport& client, bool pass,
+                         std::string_view transport) {
   Verified v = server.verified;
   v.merge(client.verified);
   const OpTable ops = total_ops(server, client);
@@ -163,7 +172,7 @@ std::string summary_line(const NodeReport& server, const NodeReport& client, boo
     return counter(server.totals, k) + counter(client.totals, k);
   };
   std::ostringstream o;
-  o << "summary status=" << (pass ? "PASS" : "FAIL") << " errors=" << server.errors + client.errors
+  o << "summary status=" << (pass ? "PASS" : "FAIL") << " transport=" << transport << " errors=" << server.errors + client.errors
     << " completions=" << v.completions << " bytes_compared=" << v.bytes_compared
     << " crc_matches=" << v.crc_matches << " atomics=" << v.atomics << " messages=" << all.messages
     << " bytes=" << all.bytes << " retransmitted=" << both("retransmitted_packets")
@@ -171,10 +180,12 @@ std::string summary_line(const NodeReport& server, const NodeReport& client, boo
     << " retry_streak_max="
     << std::max(counter(server.totals, "retry_streak_max"),
                 counter(client.totals, "retry_streak_max"))
-    << " dropped=" << both("faults.tx_dropped")
-    << " duplicated=" << both("faults.tx_duplicated")
-    << " reordered=" << both("faults.tx_reordered")
-    << " bad_icrc=" << both("transport.rx_bad_icrc");
+    << " duplicate_requests=" << both("duplicate_requests")
+    << " seq_naks=" << both("seq_naks_sent") << " uc_messages_dropped="
+    << both("uc_messages_dropped") << " ud_no_receive_wqe=" << both("ud_no_receive_wqe")
+    << " rx_malformed=" << both("rx_malformed") << " sent=" << v.sent
+    << " received=" << v.received << " lost=" << v.lost << " late=" << v.late
+    << " duplicates=" << v.duplicates;
   for (Op op : kAllOps) {
     const OpStats& s = ops[op_index(op)];
     o << " msgs_" << op_info(op).name << "=" << s.messages << " max_" << op_info(op).name << "="

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "traffic/stats.h"
@@ -43,10 +44,12 @@ void print_final_lines(std::FILE* out, const std::string& role, uint64_t errors,
                        const Verified& verified, const std::map<std::string, uint64_t>& totals);
 
 // Launcher side: the table, the verification and counter summary, and the
-// `summary` line: status=PASS|FAIL errors= completions= bytes_compared=
-// crc_matches= atomics= messages= bytes= retransmitted= dropped= and for every op
-// msgs_<OP>= and max_<OP>= (largest message).
+// `summary` line: status=PASS|FAIL transport= errors= completions= bytes_compared=
+// crc_matches= atomics= messages= bytes=, engine counters of both processes
+// (retransmitted= ...), the data messages sent= received= lost= late= duplicates=,
+// and for every op msgs_<OP>= and max_<OP>= (largest message).
 void print_table(std::FILE* out, const NodeReport& server, const NodeReport& client);
-std::string summary_line(const NodeReport& server, const NodeReport& client, bool pass);
+std::string summary_line(const NodeReport& server, const NodeReport& client, bool pass,
+                         std::string_view transport);
 
 }  // namespace softrdma::traffic

@@ -7,15 +7,20 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "engine/qp.h"
+#include "traffic/content.h"
 #include "traffic/node.h"
 #include "traffic/report.h"
+#include "traffic/status.h"
 
 namespace softrdma::traffic {
 
 namespace {
 
 constexpr int kPollBatch = 32;
+// UD: a phase's last round closes once no datagram arrived for this long after
+// its marker (a reordered one is held back at most 1 ms, fault_settings.h); one
+// that still comes later in the phase is counted late, not lost (arrivals.h).
+constexpr int64_t kUdQuietNs = 50'000'000;
 
 }  // namespace
 
@@ -24,7 +29,9 @@ bool Node::lanes_done() const {
 }
 
 bool Node::receivers_done() const {
-  return std::all_of(qps_.begin(), qps_.end(), [](const QpSlot& s) { return s.receiver->done(); });
+  return pending_closes_.empty() && std::all_of(qps_.begin(), qps_.end(), [](const QpSlot& s) {
+           return s.receiver ? s.receiver->done() : s.arrivals->done();
+         });
 }
 
 uint64_t Node::slot_value(uint32_t qp) const {
@@ -33,7 +40,7 @@ uint64_t Node::slot_value(uint32_t qp) const {
                          __ATOMIC_ACQUIRE);
 }
 
-bool Node::run_phase(uint32_t phase) {
+void Node::start_phase(uint32_t phase) {
   const PhaseSpec& spec = config_.phases[phase];
   const Role peer = peer_of(config_.role);
   for (uint32_t q = 0; q < config_.qps; ++q) {
@@ -41,15 +48,25 @@ bool Node::run_phase(uint32_t phase) {
     s.lane->start_phase(phase,
                         make_plan(spec, config_.seed, phase, config_.role, q, peer_.exposed.length),
                         spec.depth);
-    s.receiver->start_phase(phase, make_plan(spec, config_.seed, phase, peer, q, exposed_.size()));
+    const std::vector<Message> peer_plan =
+        make_plan(spec, config_.seed, phase, peer, q, exposed_.size());
+    if (s.receiver) s.receiver->start_phase(phase, peer_plan);
+    if (s.arrivals) s.arrivals->start_phase(phase, peer_plan);
   }
+  current_phase_ = phase;
   // Receive WQEs first, then tell the peer to go: SENDs that find no receive WQE
-  // are refused with RNR NAKs and resent, which costs the whole window.
-  for (QpSlot& s : qps_) s.receiver->pump();
+  // are refused with RNR NAKs and resent, which costs the whole window (and on
+  // UC, UD are dropped). Slot pools are always full (slot_pool.h).
+  for (QpSlot& s : qps_)
+    if (s.receiver) s.receiver->pump();
   Encoder start_msg;
   start_msg.u32(phase);
   oob_->send(MsgType::kPhaseStart, start_msg);
-  const std::map<std::string, uint64_t> before = fabric_->counters();
+}
+
+bool Node::run_phase(uint32_t phase) {
+  start_phase(phase);
+  const Verified before = verified_;
   last_progress_ns_ = now_ns();
   phase_done_sent_ = false;
   while (!errors_.is_fatal()) {
@@ -69,7 +86,7 @@ bool Node::run_phase(uint32_t phase) {
       errors_.fatal("no progress for " + std::to_string(config_.stall_timeout_ms) + " ms");
       break;
     }
-    wait_for_events(100);
+    wait_for_events(now);
   }
   // The phase's time: from this node's first post to its last send completion.
   int64_t first = 0, end = 0;
@@ -95,9 +112,10 @@ bool Node::step(uint32_t phase, int64_t now) {
   bool worked = false;
   for (QpSlot& s : qps_) {
     if (peer_phases_started_ > phase) worked |= s.lane->pump(now);
-    worked |= s.receiver->pump();
+    if (s.receiver) worked |= s.receiver->pump();
   }
   worked |= poll_cqs(now);
+  worked |= close_rounds(now);
   for (QpSlot& s : qps_) {
     if (std::optional<CheckRequest> r = s.lane->take_check()) {
       oob_->send(MsgType::kCheck, encode(*r));
@@ -118,10 +136,10 @@ bool Node::step(uint32_t phase, int64_t now) {
 bool Node::poll_cqs(int64_t now) {
   bool any = false;
   ibv_wc wc[kPollBatch];
-  for (engine::Cq* cq : {&fabric_->send_cq(), &fabric_->recv_cq()}) {
-    const bool send = cq == &fabric_->send_cq();
+  for (ibv_cq* cq : {fabric_->send_cq(), fabric_->recv_cq()}) {
+    const bool send = cq == fabric_->send_cq();
     int n;
-    while ((n = cq->poll(kPollBatch, wc)) > 0) {
+    while ((n = ibv_poll_cq(cq, kPollBatch, wc)) > 0) {
       any = true;
       for (int i = 0; i < n && !errors_.is_fatal(); ++i) {
         auto it = index_of_qpn_.find(wc[i].qp_num);
@@ -129,16 +147,51 @@ bool Node::poll_cqs(int64_t now) {
           errors_.fatal("completion for unknown qp_num " + std::to_string(wc[i].qp_num));
           break;
         }
-        QpSlot& s = qps_[it->second];
         if (send) {
-          s.lane->on_completion(wc[i], now);
+          qps_[it->second].lane->on_completion(wc[i], now);
         } else {
-          s.receiver->on_completion(wc[i]);
+          on_receive(wc[i], it->second, now);
         }
       }
     }
+    if (n < 0) errors_.fatal("ibv_poll_cq failed");
   }
   return any;
+}
+
+void Node::on_receive(const ibv_wc& wc, uint32_t q, int64_t now) {
+  QpSlot& s = qps_[q];
+  if (s.receiver) return s.receiver->on_completion(wc);
+  SlotPool& pool = s.pool ? *s.pool : *shared_pool_;
+  const uint32_t slot = uint32_t(wc.wr_id);
+  if (slot >= pool.slots()) return errors_.fatal("receive completion of no slot");
+  last_receive_ns_ = now;
+  const std::optional<MarkerTag> marker = s.arrivals->on_completion(wc, pool, slot);
+  if (wc.status == IBV_WC_SUCCESS) pool.repost(slot, wc.byte_len);
+  if (!marker) return;
+  // UD, the phase's last round: datagrams reordered behind the marker must not
+  // spill into the next phase, so it closes once receives were quiet a while.
+  // Earlier rounds close at once (a datagram still behind is counted late).
+  if (config_.transport == Transport::kUd && s.arrivals->is_last_round(marker->consumed)) {
+    pending_closes_.push_back(PendingClose{q, *marker});
+  } else if (s.arrivals->close_round(marker->round, marker->consumed)) {
+    Encoder e;
+    e.u32(current_phase_).u32(q).u32(marker->round);
+    oob_->send(MsgType::kRoundDone, e);
+  }
+}
+
+// UD: the last rounds whose markers arrived, once nothing arrived for a while.
+bool Node::close_rounds(int64_t now) {
+  if (pending_closes_.empty() || now - last_receive_ns_ < kUdQuietNs) return false;
+  for (const PendingClose& p : pending_closes_) {
+    if (!qps_[p.qp].arrivals->close_round(p.tag.round, p.tag.consumed)) continue;
+    Encoder e;
+    e.u32(current_phase_).u32(p.qp).u32(p.tag.round);
+    oob_->send(MsgType::kRoundDone, e);
+  }
+  pending_closes_.clear();
+  return true;
 }
 
 bool Node::handle_oob() {
@@ -172,6 +225,13 @@ void Node::handle_frame(const Frame& f) {
     case MsgType::kPhaseDone:
       ++peer_phases_done_;
       return;
+    case MsgType::kRoundDone: {
+      Decoder d(f.payload);
+      const uint32_t phase = d.u32(), qp = d.u32(), round = d.u32();
+      if (!d.ok() || qp >= config_.qps) return errors_.fatal("bad round-done message");
+      if (phase == current_phase_) qps_[qp].lane->on_round_done(round, now_ns());
+      return;
+    }
     case MsgType::kFail: {
       Decoder d(f.payload);
       return errors_.fatal("the peer stopped: " + d.str());
@@ -194,18 +254,27 @@ void Node::answer_check(const CheckRequest& r) {
       break;
     }
   }
-  const CheckReply reply =
-      ::softrdma::traffic::answer_check(r, {s.landing.data(), s.landing.size()},
-                                        {exposed_.data(), exposed_.size()}, slot_value(r.qp));
+  const bool uc = config_.transport == Transport::kUc;
+  const LandingPoison poison{landing_poison_key(r.qp), config_.mtu};
+  const CheckReply reply = ::softrdma::traffic::answer_check(
+      r, {s.landing.data(), s.landing.size()}, {exposed_.data(), exposed_.size()},
+      slot_value(r.qp), uc ? &poison : nullptr);
   for (const CheckItem& item : r.items) verified_.bytes_compared += item.length;
+  if (uc) {  // the next epoch's lost packets must find poison again
+    for (const CheckItem& item : r.items)
+      if (item.kind == CheckKind::kWrite && item.offset + item.length <= s.landing.size())
+        fill_content(poison.key, item.offset, {s.landing.data() + item.offset, item.length});
+  }
   oob_->send(MsgType::kCheckReply, encode(reply));
 }
 
-void Node::wait_for_events(int timeout_ms) {
+void Node::wait_for_events(int64_t now) {
   // Arm, then look once more: a completion between the last poll and the arm
-  // would otherwise not wake us.
-  fabric_->arm_notify();
-  if (fabric_->send_cq().depth() > 0 || fabric_->recv_cq().depth() > 0) return;
+  // would otherwise not wake us (ibv_req_notify_cq(3)).
+  if (!fabric_->arm_notify()) return errors_.fatal("ibv_req_notify_cq failed");
+  if (poll_cqs(now)) return;
+  // Unreliable lanes repeat markers and close rounds on timers of their own.
+  const int timeout_ms = is_unreliable(config_.transport) ? 10 : 100;
   pollfd fds[2] = {{fabric_->notify_fd(), POLLIN, 0},
                    {oob_->fd(), short(POLLIN | (oob_->wants_write() ? POLLOUT : 0)), 0}};
   poll(fds, 2, timeout_ms);
@@ -217,10 +286,8 @@ void Node::dump_state(int64_t now) {
                std::string(role_name(config_.role)).c_str(), peer_phases_done_);
   for (const QpSlot& s : qps_) {
     std::fprintf(stderr, "  %s\n  %s\n", s.lane->describe(now).c_str(),
-                 s.receiver->describe().c_str());
+                 s.receiver ? s.receiver->describe().c_str() : s.arrivals->describe().c_str());
   }
-  for (const auto& [name, value] : fabric_->counters())
-    if (value != 0) std::fprintf(stderr, "  %s=%llu\n", name.c_str(), (unsigned long long)value);
 }
 
 int Node::run() {
@@ -236,29 +303,36 @@ int Node::run() {
     }
     return 2;
   }
-  std::fprintf(stderr, "[%s] %s, %u QPs\n", role.c_str(), fabric_->describe().c_str(), config_.qps);
+  std::fprintf(stderr, "[%s] %s, %u %s QPs\n", role.c_str(), fabric_->describe().c_str(),
+               config_.qps, std::string(transport_name(config_.transport)).c_str());
   for (uint32_t p = 0; p < config_.phases.size(); ++p)
     if (!run_phase(p)) break;
   print_final();
   return errors_.count() == 0 ? 0 : 1;
 }
 
-void Node::print_phase(uint32_t phase, int64_t ns, const std::map<std::string, uint64_t>& before) {
+void Node::print_phase(uint32_t phase, int64_t ns, const Verified& before) {
   PhaseRecord r;
   r.label = config_.phases[phase].label;
   r.ns = ns;
   for (const QpSlot& s : qps_)
     for (size_t k = 0; k < kOpCount; ++k) r.ops[k].merge(s.lane->stats()[k]);
-  for (const auto& [name, value] : fabric_->counters()) {
-    auto it = before.find(name);
-    r.counters[name] = value - (it == before.end() ? 0 : it->second);
-  }
+  r.counters["sent"] = verified_.sent - before.sent;
+  r.counters["lost"] = verified_.lost - before.lost;
   print_phase_lines(stdout, std::string(role_name(config_.role)), phase, r);
 }
 
 void Node::print_final() {
+  std::map<std::string, uint64_t> totals;
+  if (!config_.status_tool.empty()) {
+    std::string error;
+    totals = engine_counters_from_status(config_.status_tool, error);
+    if (!error.empty())
+      std::fprintf(stderr, "[%s] no engine counters: %s\n",
+                   std::string(role_name(config_.role)).c_str(), error.c_str());
+  }
   print_final_lines(stdout, std::string(role_name(config_.role)), errors_.count(), verified_,
-                    fabric_->counters());
+                    totals);
 }
 
 }  // namespace softrdma::traffic

@@ -36,11 +36,24 @@ struct Verified {
   uint64_t bytes_compared = 0;  // bytes compared with regenerated contents
   uint64_t crc_matches = 0;     // ranges whose CRCs the two processes agreed on
   uint64_t atomics = 0;         // atomic results and slot values matched with the model
+  // Messages that deliver data (SEND, SEND with immediate, RDMA WRITE (with
+  // immediate)): posted and completed by the requester, arrived intact at the
+  // target, and (UC, UD only) resolved as never arrived. sent == received + lost.
+  uint64_t sent = 0;
+  uint64_t received = 0;
+  uint64_t lost = 0;
+  uint64_t late = 0;        // UD: arrived after its round was closed (counted received)
+  uint64_t duplicates = 0;  // UD: arrived a second time (checked, not counted received)
   void merge(const Verified& o) {
     completions += o.completions;
     bytes_compared += o.bytes_compared;
     crc_matches += o.crc_matches;
     atomics += o.atomics;
+    sent += o.sent;
+    received += o.received;
+    lost += o.lost;
+    late += o.late;
+    duplicates += o.duplicates;
   }
 };
 
