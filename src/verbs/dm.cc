@@ -61,7 +61,10 @@ ibv_dm* op_alloc_dm(ibv_context* context, ibv_alloc_dm_attr* attr) {
     if (attr == nullptr || attr->length == 0 || attr->comp_mask != 0 ||
         attr->log_align_req > kMaxLogAlign)
       return fail(EINVAL);
-    if (!live(context)) return fail(EIO);
+    // No live() check: device memory is host memory of this process, counted by an
+    // atomic of the device, so a forked child may allocate it on its parent's
+    // context (the kernel's contexts allow it; pyverbs'
+    // test_multi_process_alloc_dm). An MR on it still needs a live context.
     softrdma::engine::Device& device = *to_context(context)->device;
     const size_t align = std::max<size_t>(kMinAlign, size_t(1) << attr->log_align_req);
     const size_t reserved = (attr->length + align - 1) / align * align;
@@ -90,7 +93,7 @@ int op_free_dm(ibv_dm* ibdm) {
   return guard_errno([&] {
     Dm* dm = to_dm(ibdm);
     if (dm->mrs.load() != 0) return EBUSY;
-    if (live(ibdm->context)) to_context(ibdm->context)->device->release_device_memory(dm->reserved);
+    to_context(ibdm->context)->device->release_device_memory(dm->reserved);  // as alloc
     std::free(dm->memory);
     delete dm;
     return 0;

@@ -114,7 +114,8 @@ TEST(AsyncEvents, RemoteAccessErrorRaisesQpAccessError) {
 
 // After fork() the child may not use the parent's objects (they fail, without
 // touching the parent's engine) but may open the device anew, with an address
-// of its own; the parent goes on undisturbed.
+// of its own; the parent goes on undisturbed. What needs no engine works on the
+// parent's context, as on a kernel's: its attributes, device memory (host memory).
 TEST(Fork, ChildOpensItsOwnDeviceAndParentGoesOn) {
   Pair pair;
   ibv_gid parent_gid{};
@@ -124,6 +125,12 @@ TEST(Fork, ChildOpensItsOwnDeviceAndParentGoesOn) {
   if (pid == 0) {
     int code = 0;
     if (ibv_alloc_pd(pair.a.ctx) != nullptr || errno != EIO) code |= 1;
+    ibv_device_attr attr{};
+    if (ibv_query_device(pair.a.ctx, &attr) != 0 || attr.phys_port_cnt != 1) code |= 8;
+    ibv_alloc_dm_attr dm_attr{};
+    dm_attr.length = 4096;
+    ibv_dm* dm = ibv_alloc_dm(pair.a.ctx, &dm_attr);
+    if (dm == nullptr || ibv_free_dm(dm) != 0) code |= 16;
     Device dev;
     ibv_gid child_gid{};
     if (dev.ctx() == nullptr || ibv_query_gid(dev.ctx(), 1, 1, &child_gid) != 0) code |= 2;
