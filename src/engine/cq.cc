@@ -34,6 +34,8 @@ Cq::Pushed Cq::push(const ibv_wc& wc, bool solicited, Nanos timestamp) {
       armed_ = Armed::kNo;
       fire = notify_;
     }
+    unannounced_ = !fire;
+    if (fire) fired_since_poll_ = true;
   }
   if (fire) fire();
   return pushed;
@@ -43,6 +45,8 @@ int Cq::poll(int max, ibv_wc* out) {
   if (max <= 0) return 0;  // ibv_poll_cq(3): nothing asked, nothing taken
   std::lock_guard lock(mutex_);
   int n = std::min<int>(max, int(count_));
+  unannounced_ = false;  // the application has looked at what is queued
+  fired_since_poll_ = false;
   for (int i = 0; i < n; ++i) {
     out[i] = ring_[head_].wc;
     head_ = (head_ + 1) % capacity_;
@@ -53,6 +57,8 @@ int Cq::poll(int max, ibv_wc* out) {
 
 bool Cq::pop(Completion& out) {
   std::lock_guard lock(mutex_);
+  unannounced_ = false;
+  fired_since_poll_ = false;
   if (count_ == 0) return false;
   out = ring_[head_];
   head_ = (head_ + 1) % capacity_;
@@ -94,13 +100,17 @@ void Cq::arm(bool solicited_only) {
     // IBA 11.4.2.2 (C11-31, C11-32): a pending "next completion" request is not
     // narrowed by a later "solicited only" one; the other way round widens it.
     if (armed_ != Armed::kNext) armed_ = solicited_only ? Armed::kSolicited : Armed::kNext;
-    // A "next completion" request made while completions wait unpolled fires at
-    // once, as on mlx4/mlx5 (their arm doorbell carries the consumer index, and an
-    // entry past it raises the event). Programs that poll, arm and sleep without
-    // polling again rely on it: UCX's ud_verbs does, and here a poll of one CQ runs
-    // the engine and may fill another (docs/decisions/ucx.md). Programs that arm
-    // and then poll see at most one event more than completions.
-    if (armed_ == Armed::kNext && count_ > 0 && notify_) {
+    // A "next completion" request made after a poll, while completions wait that
+    // came since and no event announced, fires at once, as on mlx4/mlx5 (their arm
+    // doorbell carries the consumer index). Programs that poll, arm and sleep
+    // rely on it: UCX's ud_verbs does, and here a poll of one CQ runs the engine
+    // and may fill another (docs/decisions/ucx.md). A program woken by an event
+    // re-arms and then polls (ibv_rc_pingpong -e -t, which takes an event with
+    // nothing to poll for an error): its request waits for a new completion.
+    if (armed_ == Armed::kNext && count_ > 0 && unannounced_ && !fired_since_poll_ &&
+        notify_) {
+      unannounced_ = false;
+      fired_since_poll_ = true;
       armed_ = Armed::kNo;
       fire = notify_;
     }

@@ -79,6 +79,9 @@ class Cq {
   std::atomic<bool> overrun_{false};
   enum class Armed : uint8_t { kNo, kNext, kSolicited };
   Armed armed_ = Armed::kNo;
+  // Completions came that no notification announced and no poll has seen since.
+  bool unannounced_ = false;
+  bool fired_since_poll_ = false;  // a notification fired since the last poll
   std::function<void()> notify_;
 };
 

@@ -384,6 +384,32 @@ TEST_F(CqNotifyTest, NextFiresAtOnceWhenCompletionsWait) {
   EXPECT_EQ(fired_, 2);
 }
 
+// A completion an event announced does not fire again when the program re-arms
+// before polling it (ibv_rc_pingpong -e -t: an event with nothing to poll is its
+// error); one that came unannounced after the event does.
+TEST_F(CqNotifyTest, AnAnnouncedCompletionDoesNotFireAgain) {
+  cq_.arm(false);
+  ASSERT_TRUE(cq_.push(wc(1)));
+  EXPECT_EQ(fired_, 1);
+  cq_.arm(false);
+  EXPECT_EQ(fired_, 1) << "completion 1 was announced";
+  ibv_wc out[4];
+  ASSERT_EQ(cq_.poll(4, out), 1);
+  ASSERT_TRUE(cq_.push(wc(2)));
+  EXPECT_EQ(fired_, 2) << "armed: the next completion fires";
+  ASSERT_TRUE(cq_.push(wc(3)));  // unarmed, after the event: a woken program polls next
+  cq_.arm(false);
+  EXPECT_EQ(fired_, 2) << "woken by an event, the program re-arms and then polls";
+  ASSERT_EQ(cq_.poll(4, out), 2);
+  ASSERT_TRUE(cq_.push(wc(4)));  // armed: fires
+  EXPECT_EQ(fired_, 3);
+  ASSERT_EQ(cq_.poll(4, out), 1);
+  cq_.arm(true);                 // solicited only: nothing
+  ASSERT_TRUE(cq_.push(wc(5)));  // not solicited: no event, unannounced
+  cq_.arm(false);
+  EXPECT_EQ(fired_, 4) << "after a poll, a completion no event announced fires the request";
+}
+
 // A solicited-only request still waits for a new solicited or unsuccessful
 // completion, whatever waits unpolled.
 TEST_F(CqNotifyTest, SolicitedOnlyWaitsForANewCompletion) {
