@@ -131,8 +131,11 @@ Srq* Device::create_srq(Pd* pd, SrqInit& init, int& err) {
 
 int Device::destroy_srq(Srq* srq) {
   auto engine = hold_engine();
-  auto it = srq != nullptr ? srqs_.find(srq->srqn()) : srqs_.end();
-  if (it == srqs_.end() || it->second.get() != srq) return EINVAL;
+  // Found by address, never by reading it: a stale handle is EINVAL, not a read
+  // of freed memory (cold path; an SRQ is shared by many QPs, there are few).
+  auto it = std::find_if(srqs_.begin(), srqs_.end(),
+                         [&](const auto& entry) { return entry.second.get() == srq; });
+  if (it == srqs_.end()) return EINVAL;
   if (srq->users.load() != 0) return EBUSY;
   // An XRC receive QP may hold one of its WQEs in a message still arriving: that
   // message can no longer complete anywhere.
