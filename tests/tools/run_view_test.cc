@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -26,10 +27,12 @@ struct Outcome {
   std::string output;  // stdout and stderr together
 };
 
-// Runs `softrdma run ARGS...` in a child; `prepare` runs in the child before exec.
+// Runs `softrdma run ARGS...` (the build tree's, or `tool`) in a child; `prepare`
+// runs in the child before exec.
 Outcome run_tool(const std::vector<std::string>& args,
-                 const std::function<void()>& prepare = [] {}) {
-  std::vector<std::string> argv = {SOFTRDMA_TOOL, "run"};
+                 const std::function<void()>& prepare = [] {},
+                 const std::string& tool = SOFTRDMA_TOOL) {
+  std::vector<std::string> argv = {tool, "run"};
   argv.insert(argv.end(), args.begin(), args.end());
   int out[2];
   if (pipe2(out, O_CLOEXEC) != 0) return {};
@@ -95,19 +98,42 @@ TEST(SysfsView, AgreesWithTheDevicesVerbs) {
   EXPECT_NE(r.output.find("PASS"), std::string::npos) << r.output;
 }
 
+// build/tools/softrdma and build/lib copied to a fresh directory every user may
+// read and search (the tool finds lib/ beside its own directory); its path.
+std::string readable_copy_of_tool() {
+  namespace fs = std::filesystem;
+  char templ[] = "/tmp/softrdma-run-XXXXXX";
+  if (mkdtemp(templ) == nullptr) return {};
+  const fs::path root = templ;
+  const fs::path built = fs::path(SOFTRDMA_TOOL);
+  std::error_code ec;
+  fs::create_directory(root / "tools", ec);
+  fs::copy(built, root / "tools" / built.filename(), ec);
+  fs::copy(built.parent_path().parent_path() / "lib", root / "lib", fs::copy_options::recursive, ec);
+  if (ec) return {};
+  for (const fs::path& dir : {root, root / "tools", root / "lib"})
+    fs::permissions(dir, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                             fs::perms::others_read | fs::perms::others_exec, ec);
+  return ec ? std::string() : (root / "tools" / built.filename()).string();
+}
+
 // Without privileges the view comes from a user namespace: the program runs as
 // the same uid and gid, and still sees the device's files.
 TEST(SysfsView, AnUnprivilegedUserKeepsItsIdentity) {
   const uid_t uid = geteuid() == 0 ? 65534 : geteuid();
   const gid_t gid = geteuid() == 0 ? 65534 : getegid();
+  // As root, the test becomes nobody, who may not reach the build tree (a checkout
+  // under /root): it runs a copy of the tool and its lib/ that anyone can read.
+  const std::string tool = geteuid() == 0 ? readable_copy_of_tool() : SOFTRDMA_TOOL;
+  ASSERT_FALSE(tool.empty());
   const Outcome r = run_tool({"--", "/bin/sh", "-c", std::string("id -u; id -g; ") + kHasView},
                              [&] {
                                if (geteuid() != 0) return;
                                if (setgroups(0, nullptr) != 0 || setgid(gid) != 0 ||
                                    setuid(uid) != 0)
                                  _exit(124);
-                             });
-  if (r.status == 126) GTEST_SKIP() << "uid " << uid << " cannot run the build tree's tool";
+                             }, tool);
+  if (tool != SOFTRDMA_TOOL) std::filesystem::remove_all(std::filesystem::path(tool).parent_path().parent_path());
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(r.output, std::to_string(uid) + "\n" + std::to_string(gid) + "\nRoCE v2\n");
 }
