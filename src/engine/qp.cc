@@ -222,15 +222,7 @@ int Qp::post_recv(const ibv_recv_wr* wr, const ibv_recv_wr** bad) {
       break;
     }
     const uint32_t slot = rq_.slot(rq_.tail());
-    RecvWqe& wqe = rq_.push_slot();
-    wqe = RecvWqe{};
-    wqe.wr_id = wr->wr_id;
-    Sge* sges = &rq_sges_[size_t(slot) * cap_.max_recv_sge];
-    for (int i = 0; i < wr->num_sge; ++i) {
-      sges[i] = Sge{wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey};
-      wqe.length += wr->sg_list[i].length;
-    }
-    wqe.sgl = SgeList{sges, uint32_t(wr->num_sge)};
+    copy_recv_wr(*wr, rq_.push_slot(), &rq_sges_[size_t(slot) * cap_.max_recv_sge]);
     rq_.publish();
   }
   if (err != 0 && bad != nullptr) *bad = wr;
@@ -300,8 +292,10 @@ bool Qp::select_xrc_srq(uint32_t srqn) {
 }
 
 void Qp::forget_recv_from(const Srq& srq) {
-  if (held_from_ == &srq) held_.held = false;
-  if (held_from_ == &srq) held_from_ = nullptr;
+  if (held_from_ == &srq) {
+    held_.held = false;
+    held_from_ = nullptr;
+  }
   if (xrcd_ != nullptr && srq_ == &srq) srq_ = nullptr;
 }
 

@@ -44,15 +44,7 @@ int Srq::post_recv(const ibv_recv_wr* wr, const ibv_recv_wr** bad) {
       break;
     }
     const uint32_t slot = ring_.slot(ring_.tail());
-    RecvWqe& wqe = ring_.push_slot();
-    wqe = RecvWqe{};
-    wqe.wr_id = wr->wr_id;
-    Sge* sges = &sges_[size_t(slot) * max_sge_];
-    for (int i = 0; i < wr->num_sge; ++i) {
-      sges[i] = Sge{wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey};
-      wqe.length += wr->sg_list[i].length;
-    }
-    wqe.sgl = SgeList{sges, uint32_t(wr->num_sge)};
+    copy_recv_wr(*wr, ring_.push_slot(), &sges_[size_t(slot) * max_sge_]);
     ring_.publish();
   }
   if (err != 0 && bad != nullptr) *bad = wr;

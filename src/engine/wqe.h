@@ -86,4 +86,8 @@ struct RecvWqe {
   ibv_wc_status status = IBV_WC_SUCCESS;  // set when a message fails while using it
 };
 
+// A posted receive WR as a receive queue or an SRQ keeps it (ibv_post_recv(3),
+// ibv_post_srq_recv(3)): its SGEs copied into `sges`, the queue slot's arena.
+void copy_recv_wr(const ibv_recv_wr& wr, RecvWqe& wqe, Sge* sges);
+
 }  // namespace softrdma::engine
