@@ -81,7 +81,7 @@ struct Pd {
   void* (*alloc)(ibv_pd*, void*, size_t, size_t, uint64_t) = nullptr;
   void (*free)(ibv_pd*, void*, void*, uint64_t) = nullptr;
   void* pd_context = nullptr;
-  std::atomic<uint32_t> users{0};  // QPs (and extended CQs) made with it
+  std::atomic<uint32_t> users{0};  // QPs and extended CQs made with a parent domain
 };
 inline Pd* to_pd(ibv_pd* p) { return reinterpret_cast<Pd*>(p); }
 
@@ -196,6 +196,10 @@ struct Qp {
   // Async events handed out for this QP (ibv_destroy_qp waits for their acks).
   // Guarded by ex.qp_base.mutex.
   uint32_t async_events_delivered = 0;
+  // The parent domain it was made with, which cannot be deallocated meanwhile
+  // (EBUSY). A plain PD is not held: an imported one may be unimported first, as
+  // with rdma-core, so a QP never reads its `pd` after creation.
+  Pd* parent_domain = nullptr;
 
   ibv_qp* ibv() { return &ex.qp_base; }
 };

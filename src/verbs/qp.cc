@@ -77,7 +77,10 @@ Qp* create_qp(ibv_context* context, ibv_pd* pd, ibv_qp_init_attr_ex& attr, int& 
   }
   qp->qp = ctx->device->create_qp(domain != nullptr ? domain->pd : nullptr, init, err);
   if (qp->qp == nullptr) return nullptr;
-  if (domain != nullptr) domain->users.fetch_add(1);
+  if (domain != nullptr && domain->protection != nullptr) {
+    qp->parent_domain = domain;
+    domain->users.fetch_add(1);
+  }
   attr.cap = init.cap;
   qp->ctx = ctx;
   qp->node = ctx->node;
@@ -245,7 +248,7 @@ SOFTRDMA_EXPORT int ibv_destroy_qp(ibv_qp* ibqp) {
         return err;
       }
     }
-    if (ibqp->pd != nullptr) to_pd(ibqp->pd)->users.fetch_sub(1);
+    if (qp->parent_domain != nullptr) qp->parent_domain->users.fetch_sub(1);
     pthread_cond_destroy(&ibqp->cond);
     pthread_mutex_destroy(&ibqp->mutex);
     delete qp;
