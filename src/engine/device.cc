@@ -218,7 +218,11 @@ Qp* Device::create_qp(Pd* pd, QpInit& init, int& err) {
     err = ENOMEM;
     return nullptr;
   }
-  const uint32_t qpn = fresh_qpn();
+  if (init.gsi && (init.type != IBV_QPT_UD || qps_.contains(kGsiQpn))) {
+    err = init.type != IBV_QPT_UD ? EINVAL : EBUSY;
+    return nullptr;
+  }
+  const uint32_t qpn = init.gsi ? kGsiQpn : fresh_qpn();
   auto qp = std::make_unique<Qp>(*this, qpn, pd, init);
   Qp* raw = qp.get();
   qps_.emplace(qpn, std::move(qp));

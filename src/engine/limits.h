@@ -11,6 +11,10 @@ struct EngineCounters;
 
 // Largest requester window a setting may ask for (SOFTRDMA_WINDOW).
 inline constexpr uint32_t kMaxWindowPackets = 4096;
+// QP1, the General Services Interface (IBA 13.5.1), and its well-known Q_Key
+// (IBA 13.5: the GSI's is 0x80010000): where Communication Manager MADs go.
+inline constexpr uint32_t kGsiQpn = 1;
+inline constexpr uint32_t kGsiQkey = 0x80010000;
 // 1 GiB, as RoCE NICs report (IBA allows up to 2^31).
 inline constexpr uint32_t kMaxMessageBytes = 1u << 30;
 // IBA 9.7.1: PSNs compare within half their space, so a requester's unacknowledged

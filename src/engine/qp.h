@@ -55,6 +55,9 @@ struct QpInit {
   // Where the work queues (WQEs, their SGEs, inline data) live: a parent domain's
   // allocator (ibv_alloc_parent_domain(3)), or null for the heap.
   std::pmr::memory_resource* memory = nullptr;
+  // QP1, the General Services Interface (IBA 13.5.1): a UD QP with QPN 1, one per
+  // device, where Communication Manager MADs arrive (librdmacm's agent).
+  bool gsi = false;
 };
 
 class Qp {

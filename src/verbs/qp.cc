@@ -62,12 +62,14 @@ int resolve_objects(ibv_context* context, const ibv_qp_init_attr_ex& attr,
 // or caps beyond the device's; EOPNOTSUPP for a type the engine lacks.
 // attr.cap is updated to what the QP really has. `pd` is null for an XRC
 // receive QP, which lives in its XRC domain.
-Qp* create_qp(ibv_context* context, ibv_pd* pd, ibv_qp_init_attr_ex& attr, int& err) {
+Qp* create_qp(ibv_context* context, ibv_pd* pd, ibv_qp_init_attr_ex& attr, int& err,
+              bool gsi = false) {
   if (!live(context)) return err = EIO, nullptr;
   if (pd != nullptr && pd->context != context) return err = EINVAL, nullptr;
   Context* ctx = to_context(context);
   softrdma::engine::QpInit init;
   if ((err = resolve_objects(context, attr, init)) != 0) return nullptr;
+  init.gsi = gsi;
   auto qp = std::make_unique<Qp>();
   // A PD or a parent domain (domains.cc); none for an XRC receive QP.
   Pd* domain = pd != nullptr ? to_pd(pd) : nullptr;
@@ -188,7 +190,9 @@ int op_post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
 
 }  // namespace softrdma::verbs
 
-SOFTRDMA_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
+namespace {
+
+ibv_qp* create_qp_from_basic_attr(ibv_pd* pd, ibv_qp_init_attr* attr, bool gsi) {
   return guard_ptr([&]() -> ibv_qp* {
     if (attr == nullptr || pd == nullptr) return fail(EINVAL);
     ibv_qp_init_attr_ex ex{};
@@ -202,11 +206,25 @@ SOFTRDMA_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
     ex.comp_mask = IBV_QP_INIT_ATTR_PD;
     ex.pd = pd;
     int err = 0;
-    Qp* qp = create_qp(pd->context, pd, ex, err);
+    Qp* qp = create_qp(pd->context, pd, ex, err, gsi);
     if (qp == nullptr) return fail(err);
     attr->cap = ex.cap;
     return qp->ibv();
   });
+}
+
+}  // namespace
+
+SOFTRDMA_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
+  return create_qp_from_basic_attr(pd, attr, false);
+}
+
+// softrdma's own: QP1 of the device (a UD QP, EBUSY if the process has one),
+// for softrdma's librdmacm, whose CM agent sends and receives Communication
+// Manager MADs there as RoCEv2 peers expect (docs/decisions/rdma-cm.md). Not
+// part of rdma-core's ABI: exported at node SOFTRDMA_PRIVATE_1.
+SOFTRDMA_EXPORT ibv_qp* softrdma_create_gsi_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
+  return create_qp_from_basic_attr(pd, attr, true);
 }
 
 // ibv_modify_qp(3): the engine applies the state table of IBA 10.3 / the man

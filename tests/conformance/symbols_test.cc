@@ -63,7 +63,8 @@ std::set<Versioned> imports_for(const std::string& node_prefix) {
   std::set<Versioned> found;
   const std::regex line_re(R"(^\((\S+)\)\s+(\S+)\s*$)");
   std::vector<fs::directory_entry> lists;
-  for (const fs::path& dir : {kImportsDir, kImportsDir.parent_path() / "abi-extra"})
+  for (const fs::path& dir : {kImportsDir, kImportsDir.parent_path() / "abi-extra",
+                              kSourceDir / "src/rdmacm/abi-extra"})
     for (const auto& entry : fs::directory_iterator(dir)) lists.push_back(entry);
   for (const auto& entry : lists) {
     if (entry.path().extension() != ".txt") continue;
@@ -257,16 +258,16 @@ TEST(VendorStubBehaviour, EveryStubAnswersNotSupported) {
 
 // --- libibverbs version script ---------------------------------------------
 
-// Every ibv_* symbol a client imports is listed in libibverbs.map at its node,
-// and no symbol sits at two nodes.
-TEST(VerbsVersionScript, ListsEveryImportedSymbolAtItsNode) {
-  const auto nodes = parse_version_script(kSourceDir / "src/verbs/libibverbs.map");
+// Every symbol a client imports (with node_prefix) is listed in the map at its
+// node, and no symbol sits at two nodes.
+void expect_map_lists_imports(const fs::path& map, const std::string& node_prefix) {
+  const auto nodes = parse_version_script(map);
   ASSERT_FALSE(nodes.empty());
-  const std::set<Versioned> imported = imports_for("IBVERBS_");
+  const std::set<Versioned> imported = imports_for(node_prefix);
   ASSERT_FALSE(imported.empty());
   for (const auto& [node, symbol] : imported) {
     auto it = nodes.find(node);
-    ASSERT_NE(it, nodes.end()) << "node " << node << " missing from libibverbs.map";
+    ASSERT_NE(it, nodes.end()) << "node " << node << " missing from " << map;
     EXPECT_TRUE(it->second.symbols.count(symbol)) << symbol << " not listed at " << node;
   }
   std::map<std::string, std::string> node_of;
@@ -279,26 +280,27 @@ TEST(VerbsVersionScript, ListsEveryImportedSymbolAtItsNode) {
   }
 }
 
-// The map's nodes and their inheritance are those of rdma-core 44's library.
-TEST(VerbsVersionScript, NodesMatchTheRealLibrary) {
-  const fs::path real = system_library("libibverbs.so.1");
-  if (real.empty()) GTEST_SKIP() << "no system libibverbs.so.1 to compare with";
+// The map's nodes and their inheritance are those of rdma-core 44's library,
+// beside softrdma's own private node (SOFTRDMA_PRIVATE_1: what softrdma's
+// librdmacm calls in its libibverbs).
+void expect_nodes_of_real_library(const fs::path& map, const std::string& soname) {
+  const fs::path real = system_library(soname);
+  if (real.empty()) GTEST_SKIP() << "no system " << soname << " to compare with";
   std::map<std::string, std::string> from_map;
-  for (const auto& [node, contents] : parse_version_script(kSourceDir / "src/verbs/libibverbs.map")) {
-    from_map[node] = contents.parent;
-  }
+  for (const auto& [node, contents] : parse_version_script(map)) from_map[node] = contents.parent;
+  from_map.erase("SOFTRDMA_PRIVATE_1");
   const auto expected = version_nodes(real);
   ASSERT_GT(expected.size(), 1u) << "could not read the version nodes of " << real;
   EXPECT_EQ(from_map, expected);
 }
 
-// softrdma's libibverbs.so.1 exports exactly what libibverbs.map lists, each
-// symbol defined at its node. Skips until the library is built into lib/.
-TEST(VerbsLibrary, ExportsExactlyTheVersionScript) {
-  const fs::path lib = kLibDir / "libibverbs.so.1";
+// The built library exports exactly what its map lists, each symbol defined at
+// its node. Skips until the library is built into lib/.
+void expect_exports_exactly_the_map(const fs::path& map, const std::string& soname) {
+  const fs::path lib = kLibDir / soname;
   if (!fs::exists(lib)) GTEST_SKIP() << lib << " not built yet";
   std::set<Versioned> listed;
-  for (const auto& [node, contents] : parse_version_script(kSourceDir / "src/verbs/libibverbs.map")) {
+  for (const auto& [node, contents] : parse_version_script(map)) {
     for (const std::string& symbol : contents.symbols) {
       if (symbol != "local") listed.emplace(node, symbol);
     }
@@ -311,6 +313,30 @@ TEST(VerbsLibrary, ExportsExactlyTheVersionScript) {
   for (const auto& [node, symbol] : exported) {
     EXPECT_TRUE(listed.count({node, symbol})) << symbol << "@" << node << " exported but not in the map";
   }
+}
+
+const fs::path kVerbsMap = kSourceDir / "src/verbs/libibverbs.map";
+const fs::path kRdmacmMap = kSourceDir / "src/rdmacm/librdmacm.map";
+
+TEST(VerbsVersionScript, ListsEveryImportedSymbolAtItsNode) {
+  expect_map_lists_imports(kVerbsMap, "IBVERBS_");
+}
+TEST(VerbsVersionScript, NodesMatchTheRealLibrary) {
+  expect_nodes_of_real_library(kVerbsMap, "libibverbs.so.1");
+}
+TEST(VerbsLibrary, ExportsExactlyTheVersionScript) {
+  expect_exports_exactly_the_map(kVerbsMap, "libibverbs.so.1");
+}
+// librdmacm: what rping, ucmatose, udaddy, rdma_server/rdma_client, perftest and
+// pyverbs import, and everything Debian's librdmacm.so.1 exports.
+TEST(RdmacmVersionScript, ListsEveryImportedSymbolAtItsNode) {
+  expect_map_lists_imports(kRdmacmMap, "RDMACM_");
+}
+TEST(RdmacmVersionScript, NodesMatchTheRealLibrary) {
+  expect_nodes_of_real_library(kRdmacmMap, "librdmacm.so.1");
+}
+TEST(RdmacmLibrary, ExportsExactlyTheVersionScript) {
+  expect_exports_exactly_the_map(kRdmacmMap, "librdmacm.so.1");
 }
 
 // The in-repository copy of the import lists is the measured one in shared/

@@ -206,3 +206,38 @@ TEST(VerbsUd, ExtendedQpAddressesEachWrItBuilds) {
 
 }  // namespace
 }  // namespace softrdma::verbs::testing
+
+// softrdma's own export for its librdmacm: QP1 of the device, a UD QP with QPN 1
+// (IBA 13.5.1); one per device (EBUSY), UD only (EINVAL).
+extern "C" ibv_qp* softrdma_create_gsi_qp(ibv_pd* pd, ibv_qp_init_attr* attr);
+
+namespace softrdma::verbs::testing {
+namespace {
+
+TEST(VerbsGsi, QpOneOncePerDevice) {
+  Pair pair;
+  ibv_qp_init_attr attr{};
+  attr.send_cq = attr.recv_cq = pair.a.cq;
+  attr.qp_type = IBV_QPT_RC;
+  attr.cap.max_send_wr = attr.cap.max_recv_wr = 4;
+  attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+  EXPECT_EQ(softrdma_create_gsi_qp(pair.a.pd, &attr), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  attr.qp_type = IBV_QPT_UD;
+  ibv_qp* gsi = softrdma_create_gsi_qp(pair.a.pd, &attr);
+  ASSERT_NE(gsi, nullptr) << errno;
+  EXPECT_EQ(gsi->qp_num, 1u);
+  EXPECT_EQ(softrdma_create_gsi_qp(pair.a.pd, &attr), nullptr);
+  EXPECT_EQ(errno, EBUSY);
+  ibv_qp* ordinary = ibv_create_qp(pair.a.pd, &attr);
+  ASSERT_NE(ordinary, nullptr);
+  EXPECT_GT(ordinary->qp_num, 1u);
+  EXPECT_EQ(ibv_destroy_qp(ordinary), 0);
+  EXPECT_EQ(ibv_destroy_qp(gsi), 0);
+  gsi = softrdma_create_gsi_qp(pair.a.pd, &attr);  // free again once destroyed
+  ASSERT_NE(gsi, nullptr);
+  EXPECT_EQ(ibv_destroy_qp(gsi), 0);
+}
+
+}  // namespace
+}  // namespace softrdma::verbs::testing

@@ -1,0 +1,96 @@
+#include "rdmacm/agent.h"
+
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "rdmacm/address.h"
+
+namespace softrdma::rdmacm {
+
+Agent& Agent::get() {
+  // Never destroyed: the thread may still be inside epoll_wait at exit.
+  static Agent* agent = new Agent;
+  return *agent;
+}
+
+Agent::Agent() : epoll_fd_(epoll_create1(EPOLL_CLOEXEC)) {
+  thread_ = std::thread([this] { run(); });
+  thread_.detach();
+}
+
+ibv_context* Agent::context() {
+  std::lock_guard lock(mutex_);
+  if (context_ != nullptr) return context_;
+  int count = 0;
+  ibv_device** devices = ibv_get_device_list(&count);
+  if (devices == nullptr) return nullptr;
+  if (count > 0) context_ = ibv_open_device(devices[0]);
+  ibv_free_device_list(devices);
+  if (context_ == nullptr && errno == 0) errno = ENODEV;
+  return context_;
+}
+
+ibv_pd* Agent::default_pd() {
+  ibv_context* device = context();
+  std::lock_guard lock(mutex_);
+  if (default_pd_ == nullptr && device != nullptr) default_pd_ = ibv_alloc_pd(device);
+  return default_pd_;
+}
+
+void Agent::watch_reservation(int fd) {
+  {
+    std::lock_guard lock(mutex_);
+    reservations_.insert(fd);
+  }
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.fd = fd;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event);
+}
+
+void Agent::forget_reservation(int fd) {
+  // Under the lock, so that the thread never accepts on a number being reused.
+  std::lock_guard lock(mutex_);
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  reservations_.erase(fd);
+  close(fd);
+}
+
+// A reservation's socket is readable: accept the connection and wait for its
+// request (the asker writes right after connecting). A connection is readable:
+// answer it (or see the asker gone) and close.
+void Agent::serve(int fd) {
+  std::unique_lock lock(mutex_);
+  ibv_context* context = context_;
+  if (!reservations_.contains(fd)) {
+    lock.unlock();
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+    if (context != nullptr)
+      answer_gid_request(fd, context);
+    else
+      close(fd);
+    return;
+  }
+  for (;;) {
+    int connection = accept4(fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (connection < 0) return;
+    epoll_event event{};
+    event.events = EPOLLIN | EPOLLRDHUP;
+    event.data.fd = connection;
+    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, connection, &event) != 0) close(connection);
+  }
+}
+
+void Agent::run() {
+  epoll_event events[16];
+  for (;;) {
+    int n = epoll_wait(epoll_fd_, events, 16, -1);
+    if (n < 0 && errno != EINTR) return;
+    for (int i = 0; i < n; ++i) serve(events[i].data.fd);
+  }
+}
+
+}  // namespace softrdma::rdmacm

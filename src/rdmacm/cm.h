@@ -1,0 +1,110 @@
+// softrdma's librdmacm.so.1 (issue 8; docs/decisions/rdma-cm.md): the objects
+// behind rdma_cma.h's public structs, and the one way out of an exported call.
+//
+// Each public struct (rdma_event_channel, rdma_cm_id, rdma_cm_event) is the first
+// member of the object that owns it, so the pointer an application holds leads
+// to the object without a lookup, as in rdma-core.
+#pragma once
+
+#include <rdma/rdma_cma.h>
+
+#include <cerrno>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <new>
+
+#define SOFTRDMA_CM_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace softrdma::rdmacm {
+
+struct CmId;
+
+// An event handed to the application: rdma_cm_event plus the private data it
+// points at (IBA 12.6: at most 224 bytes, a DREP/RTU's), freed by rdma_ack_cm_event.
+struct Event {
+  rdma_cm_event ibv{};
+  uint8_t private_data[224]{};
+};
+
+// rdma_create_event_channel(3): `fd` is the read end of a pipe that holds one
+// byte per queued event, so the application may poll it, make it non-blocking
+// (rdma_get_cm_event then answers EAGAIN) and block in read as with the kernel's
+// rdma_cm device.
+struct EventChannel {
+  rdma_event_channel ibv{};
+  int write_fd = -1;
+  std::mutex mutex;
+  std::deque<Event*> queue;  // guarded by mutex
+  int ids = 0;               // ids created on it (destroy is EBUSY meanwhile)
+};
+
+enum class IdState {
+  kIdle,           // created
+  kAddrBound,      // rdma_bind_addr or rdma_resolve_addr gave it a source address
+  kAddrResolved,   // rdma_resolve_addr: the destination's GID is known
+  kRouteResolved,  // rdma_resolve_route
+  kListening,      // rdma_listen
+};
+
+// What an rdma_cm_id is.
+struct CmId {
+  rdma_cm_id ibv{};
+  EventChannel* channel = nullptr;
+  // rdma_create_id with no channel: calls that would queue an event wait for it
+  // instead (rdma_create_ep(3), "synchronous operation").
+  bool synchronous = false;
+  IdState state = IdState::kIdle;
+  // The host-wide reservation of its source port (address.cc), or -1.
+  int port_reservation = -1;
+  int backlog = 0;
+  int sgid_index = 0;     // the local GID the route uses
+  ibv_sa_path_rec path{};
+  // The channel of a synchronous id, owned by it.
+  EventChannel* own_channel = nullptr;
+  // Events queued or handed out and not yet acknowledged (rdma_destroy_id(3)
+  // waits for them). Guarded by the channel's mutex.
+  int events_outstanding = 0;
+  std::condition_variable events_acked;
+};
+
+inline CmId* to_id(rdma_cm_id* id) { return reinterpret_cast<CmId*>(id); }
+inline EventChannel* to_channel(rdma_event_channel* c) {
+  return reinterpret_cast<EventChannel*>(c);
+}
+
+// librdmacm's convention (rdma_cm(7)): -1 with errno.
+inline int fail(int err) {
+  errno = err;
+  return -1;
+}
+
+// Runs `body` (returning 0 or a positive errno) and converts to the -1/errno
+// convention; no exception crosses the C ABI (DESIGN.md §1).
+template <typename Body>
+int guard(Body&& body) noexcept {
+  try {
+    int err = body();
+    return err == 0 ? 0 : fail(err);
+  } catch (const std::bad_alloc&) {
+    return fail(ENOMEM);
+  } catch (...) {
+    return fail(EIO);
+  }
+}
+
+// channel.cc: queue an event for `id` on its channel (the id's outstanding count
+// grows; rdma_ack_cm_event shrinks it). Returns the event so a caller may fill
+// the parameters before it is queued by `post`.
+Event* new_event(CmId& id, rdma_cm_event_type type, int status);
+void post(CmId& id, Event* event);
+// Takes `count` queued events' bytes out of the channel's pipe, for events
+// dropped without being read (rdma_destroy_id).
+void consume_tokens(EventChannel& channel, int count);
+
+// A synchronous id (no channel) waits for its event right away: 0, or the
+// event's failure as an errno (rdma_create_ep(3)).
+int complete_synchronously(CmId& id);
+
+}  // namespace softrdma::rdmacm

@@ -1,0 +1,198 @@
+// rdma_cm ids and their local addresses: rdma_create_id(3), rdma_destroy_id(3),
+// rdma_bind_addr(3), rdma_listen(3), rdma_get_src_port(3), rdma_get_dst_port(3),
+// rdma_migrate_id(3), rdma_set_option(3), rdma_get_devices(3).
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "rdmacm/address.h"
+#include "rdmacm/agent.h"
+#include "rdmacm/cm.h"
+
+using namespace softrdma::rdmacm;
+
+namespace {
+
+bool known_port_space(rdma_port_space ps) {
+  return ps == RDMA_PS_TCP || ps == RDMA_PS_UDP || ps == RDMA_PS_IB || ps == RDMA_PS_IPOIB;
+}
+
+// rdma_create_id(3): "RDMA_PS_UDP - provides unreliable, connectionless QP
+// communication ... RDMA_PS_TCP - provides reliable, connection-oriented QP
+// communication"; RDMA_PS_IPOIB is UD too, RDMA_PS_IB is RC by default.
+ibv_qp_type qp_type_of(rdma_port_space ps) {
+  return ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB ? IBV_QPT_UD : IBV_QPT_RC;
+}
+
+int attach(CmId& id, rdma_event_channel* channel) {
+  if (channel == nullptr) {
+    id.synchronous = true;
+    id.own_channel = to_channel(rdma_create_event_channel());
+    if (id.own_channel == nullptr) return errno;
+    channel = &id.own_channel->ibv;
+  }
+  id.channel = to_channel(channel);
+  id.ibv.channel = id.synchronous ? nullptr : channel;
+  std::lock_guard lock(id.channel->mutex);
+  ++id.channel->ids;
+  return 0;
+}
+
+void detach(CmId& id) {
+  {
+    std::unique_lock lock(id.channel->mutex);
+    // rdma_destroy_id(3): "the user must call rdma_ack_cm_event ... before
+    // destroying"; it waits for outstanding events, as rdma-core does. Events
+    // still queued (never taken) are dropped here.
+    auto& queue = id.channel->queue;
+    int dropped = 0;
+    for (auto it = queue.begin(); it != queue.end();) {
+      if ((*it)->ibv.id == &id.ibv) {
+        delete *it;
+        it = queue.erase(it);
+        --id.events_outstanding;
+        ++dropped;
+      } else {
+        ++it;
+      }
+    }
+    consume_tokens(*id.channel, dropped);
+    id.events_acked.wait(lock, [&] { return id.events_outstanding == 0; });
+    --id.channel->ids;
+  }
+  if (id.own_channel != nullptr) rdma_destroy_event_channel(&id.own_channel->ibv);
+}
+
+}  // namespace
+
+namespace softrdma::rdmacm {
+
+// Gives an id its source address and reserves its port host-wide (address.h).
+int bind_id(CmId& id, const sockaddr* addr) {
+  if (id.state != IdState::kIdle) return EINVAL;
+  auto address = IpEndpoint::from(addr);
+  if (!address) return addr == nullptr ? EINVAL : EAFNOSUPPORT;
+  if (!is_local(*address)) return EADDRNOTAVAIL;
+  ibv_context* context = Agent::get().context();
+  if (context == nullptr) return ENODEV;
+  int fd = reserve_port(id.ibv.ps, *address);
+  if (fd < 0) return errno;
+  id.port_reservation = fd;
+  Agent::get().watch_reservation(fd);
+  std::memcpy(&id.ibv.route.addr.src_storage, &address->storage, address->length());
+  id.ibv.verbs = context;
+  id.ibv.port_num = 1;
+  id.state = IdState::kAddrBound;
+  return 0;
+}
+
+}  // namespace softrdma::rdmacm
+
+SOFTRDMA_CM_EXPORT int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** out,
+                                      void* context, rdma_port_space ps) {
+  return guard([&] {
+    if (out == nullptr || !known_port_space(ps)) return EINVAL;
+    auto id = std::make_unique<CmId>();
+    id->ibv.context = context;
+    id->ibv.ps = ps;
+    id->ibv.qp_type = qp_type_of(ps);
+    if (int err = attach(*id, channel)) return err;
+    *out = &id.release()->ibv;
+    return 0;
+  });
+}
+
+SOFTRDMA_CM_EXPORT int rdma_destroy_id(rdma_cm_id* ibv) {
+  return guard([&] {
+    if (ibv == nullptr) return EINVAL;
+    CmId* id = to_id(ibv);
+    if (id->port_reservation >= 0) Agent::get().forget_reservation(id->port_reservation);
+    detach(*id);
+    delete id;
+    return 0;
+  });
+}
+
+SOFTRDMA_CM_EXPORT int rdma_bind_addr(rdma_cm_id* ibv, sockaddr* addr) {
+  return guard([&] { return ibv == nullptr ? EINVAL : bind_id(*to_id(ibv), addr); });
+}
+
+// rdma_listen(3): an id not bound yet listens on the IPv4 wildcard with an
+// ephemeral port, as the kernel binds it.
+SOFTRDMA_CM_EXPORT int rdma_listen(rdma_cm_id* ibv, int backlog) {
+  return guard([&] {
+    if (ibv == nullptr) return EINVAL;
+    CmId& id = *to_id(ibv);
+    if (id.state == IdState::kIdle) {
+      sockaddr_in any{};
+      any.sin_family = AF_INET;
+      if (int err = bind_id(id, reinterpret_cast<sockaddr*>(&any))) return err;
+    }
+    if (id.state != IdState::kAddrBound) return EINVAL;
+    id.backlog = backlog > 0 ? backlog : 1024;
+    id.state = IdState::kListening;
+    return 0;
+  });
+}
+
+SOFTRDMA_CM_EXPORT __be16 rdma_get_src_port(rdma_cm_id* id) {
+  if (id == nullptr) return 0;
+  auto address = IpEndpoint::from(&id->route.addr.src_addr);
+  return address ? htons(address->port()) : 0;
+}
+
+SOFTRDMA_CM_EXPORT __be16 rdma_get_dst_port(rdma_cm_id* id) {
+  if (id == nullptr) return 0;
+  auto address = IpEndpoint::from(&id->route.addr.dst_addr);
+  return address ? htons(address->port()) : 0;
+}
+
+// rdma_migrate_id(3): moves the id (and its future events) to another channel;
+// it waits until the id's events on the old channel are acknowledged.
+SOFTRDMA_CM_EXPORT int rdma_migrate_id(rdma_cm_id* ibv, rdma_event_channel* channel) {
+  return guard([&] {
+    if (ibv == nullptr) return EINVAL;
+    CmId& id = *to_id(ibv);
+    if (id.synchronous && channel == nullptr) return 0;
+    CmId moved_from;  // the old attachment, released like a destroyed id's
+    moved_from.channel = id.channel;
+    moved_from.own_channel = id.own_channel;
+    {
+      std::unique_lock lock(id.channel->mutex);
+      id.events_acked.wait(lock, [&] { return id.events_outstanding == 0; });
+    }
+    id.synchronous = false;
+    id.own_channel = nullptr;
+    if (int err = attach(id, channel)) return err;
+    detach(moved_from);
+    return 0;
+  });
+}
+
+// rdma_set_option(3): the options softrdma honours. RDMA_OPTION_ID_TOS and
+// RDMA_OPTION_ID_REUSEADDR are accepted (the TOS is not yet the packets' IP TOS);
+// the others are for InfiniBand paths or specific devices.
+SOFTRDMA_CM_EXPORT int rdma_set_option(rdma_cm_id* ibv, int level, int optname, void* optval,
+                                       size_t optlen) {
+  return guard([&] {
+    if (ibv == nullptr || optval == nullptr) return EINVAL;
+    if (level != RDMA_OPTION_ID) return ENOSYS;
+    switch (optname) {
+      case RDMA_OPTION_ID_TOS: return optlen == sizeof(uint8_t) ? 0 : EINVAL;
+      case RDMA_OPTION_ID_REUSEADDR:
+      case RDMA_OPTION_ID_AFONLY: return optlen == sizeof(int) ? 0 : EINVAL;
+      default: return ENOSYS;
+    }
+  });
+}
+
+SOFTRDMA_CM_EXPORT ibv_context** rdma_get_devices(int* num_devices) {
+  ibv_context* context = Agent::get().context();
+  auto** list = static_cast<ibv_context**>(calloc(2, sizeof(ibv_context*)));
+  if (list == nullptr) return nullptr;
+  list[0] = context;
+  if (num_devices != nullptr) *num_devices = context != nullptr ? 1 : 0;
+  return list;
+}
+
+SOFTRDMA_CM_EXPORT void rdma_free_devices(ibv_context** list) { free(list); }

@@ -1,0 +1,154 @@
+// rdma_create_qp(3), rdma_create_qp_ex(3), rdma_destroy_qp(3),
+// rdma_init_qp_attr(3): a QP made for an id and brought to the state the man
+// pages promise — a connected type to INIT (the connection moves it on), a UD QP
+// to RTS with rdma_cm's UDP Q_Key.
+#include <algorithm>
+#include <cstring>
+
+#include "rdmacm/agent.h"
+#include "rdmacm/cm.h"
+
+using namespace softrdma::rdmacm;
+
+namespace {
+
+// RDMA_UDP_QKEY of rdma_cma.h: the Q_Key of RDMA_PS_UDP ids.
+constexpr uint32_t kUdpQkey = 0x01234567;
+
+// rdma_init_qp_attr(3) for INIT: port 1, the default P_Key's index, and the
+// remote rights a connection's responder needs (the kernel grants REMOTE_WRITE,
+// and READ/ATOMIC by the responder resources, which rdma_cm asks for at the
+// maximum).
+int init_attributes(const CmId& id, ibv_qp_attr& attr, int& mask) {
+  attr = ibv_qp_attr{};
+  attr.qp_state = IBV_QPS_INIT;
+  attr.port_num = id.ibv.port_num != 0 ? id.ibv.port_num : 1;
+  attr.pkey_index = 0;
+  mask = IBV_QP_STATE | IBV_QP_PORT | IBV_QP_PKEY_INDEX;
+  if (id.ibv.qp_type == IBV_QPT_UD) {
+    attr.qkey = kUdpQkey;
+    mask |= IBV_QP_QKEY;
+  } else {
+    attr.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                           IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+    mask |= IBV_QP_ACCESS_FLAGS;
+  }
+  return 0;
+}
+
+int bring_up(CmId& id, ibv_qp* qp) {
+  ibv_qp_attr attr;
+  int mask;
+  init_attributes(id, attr, mask);
+  if (int err = ibv_modify_qp(qp, &attr, mask)) return err;
+  if (qp->qp_type != IBV_QPT_UD) return 0;
+  attr = ibv_qp_attr{};
+  attr.qp_state = IBV_QPS_RTR;
+  if (int err = ibv_modify_qp(qp, &attr, IBV_QP_STATE)) return err;
+  attr.qp_state = IBV_QPS_RTS;
+  attr.sq_psn = 0;
+  return ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_SQ_PSN);
+}
+
+// rdma_create_qp(3): "If send or receive completion queues are not specified,
+// the rdma_cm will allocate them", each with a completion channel.
+int make_cqs(CmId& id, ibv_qp_init_attr_ex& attr) {
+  ibv_context* context = id.ibv.verbs;
+  if (attr.send_cq == nullptr) {
+    id.ibv.send_cq_channel = ibv_create_comp_channel(context);
+    if (id.ibv.send_cq_channel == nullptr) return errno;
+    id.ibv.send_cq = ibv_create_cq(context, int(std::max(attr.cap.max_send_wr, 1u)), &id.ibv,
+                                   id.ibv.send_cq_channel, 0);
+    if (id.ibv.send_cq == nullptr) return errno;
+    attr.send_cq = id.ibv.send_cq;
+  }
+  if (attr.recv_cq == nullptr) {
+    id.ibv.recv_cq_channel = ibv_create_comp_channel(context);
+    if (id.ibv.recv_cq_channel == nullptr) return errno;
+    id.ibv.recv_cq = ibv_create_cq(context, int(std::max(attr.cap.max_recv_wr, 1u)), &id.ibv,
+                                   id.ibv.recv_cq_channel, 0);
+    if (id.ibv.recv_cq == nullptr) return errno;
+    attr.recv_cq = id.ibv.recv_cq;
+  }
+  return 0;
+}
+
+void destroy_cqs(CmId& id) {
+  if (id.ibv.send_cq != nullptr) ibv_destroy_cq(id.ibv.send_cq);
+  if (id.ibv.send_cq_channel != nullptr) ibv_destroy_comp_channel(id.ibv.send_cq_channel);
+  if (id.ibv.recv_cq != nullptr) ibv_destroy_cq(id.ibv.recv_cq);
+  if (id.ibv.recv_cq_channel != nullptr) ibv_destroy_comp_channel(id.ibv.recv_cq_channel);
+  id.ibv.send_cq = id.ibv.recv_cq = nullptr;
+  id.ibv.send_cq_channel = id.ibv.recv_cq_channel = nullptr;
+}
+
+int create_qp(CmId& id, ibv_qp_init_attr_ex& attr) {
+  if (id.ibv.verbs == nullptr || id.ibv.qp != nullptr) return EINVAL;  // not bound, or has one
+  if (!(attr.comp_mask & IBV_QP_INIT_ATTR_PD) || attr.pd == nullptr) {
+    attr.pd = id.ibv.pd != nullptr ? id.ibv.pd : Agent::get().default_pd();
+    if (attr.pd == nullptr) return ENOMEM;
+    attr.comp_mask |= IBV_QP_INIT_ATTR_PD;
+  }
+  if (attr.pd->context != id.ibv.verbs) return EINVAL;
+  if (attr.qp_type != id.ibv.qp_type) return EINVAL;  // the port space fixes it
+  if (int err = make_cqs(id, attr)) {
+    destroy_cqs(id);
+    return err;
+  }
+  ibv_qp* qp = ibv_create_qp_ex(id.ibv.verbs, &attr);
+  if (qp == nullptr) {
+    int err = errno;
+    destroy_cqs(id);
+    return err;
+  }
+  if (int err = bring_up(id, qp)) {
+    ibv_destroy_qp(qp);
+    destroy_cqs(id);
+    return err;
+  }
+  id.ibv.qp = qp;
+  id.ibv.pd = attr.pd;
+  return 0;
+}
+
+}  // namespace
+
+SOFTRDMA_CM_EXPORT int rdma_create_qp_ex(rdma_cm_id* ibv, ibv_qp_init_attr_ex* attr) {
+  return guard([&] {
+    if (ibv == nullptr || attr == nullptr) return EINVAL;
+    return create_qp(*to_id(ibv), *attr);
+  });
+}
+
+SOFTRDMA_CM_EXPORT int rdma_create_qp(rdma_cm_id* ibv, ibv_pd* pd, ibv_qp_init_attr* attr) {
+  return guard([&] {
+    if (ibv == nullptr || attr == nullptr) return EINVAL;
+    ibv_qp_init_attr_ex ex{};
+    std::memcpy(&ex, attr, sizeof *attr);  // ibv_qp_init_attr is ex's prefix
+    ex.comp_mask = pd != nullptr ? IBV_QP_INIT_ATTR_PD : 0;
+    ex.pd = pd;
+    if (int err = create_qp(*to_id(ibv), ex)) return err;
+    attr->send_cq = ex.send_cq;
+    attr->recv_cq = ex.recv_cq;
+    attr->cap = ex.cap;
+    return 0;
+  });
+}
+
+SOFTRDMA_CM_EXPORT void rdma_destroy_qp(rdma_cm_id* ibv) {
+  if (ibv == nullptr || ibv->qp == nullptr) return;
+  ibv_destroy_qp(ibv->qp);
+  ibv->qp = nullptr;
+  destroy_cqs(*to_id(ibv));
+}
+
+// rdma_init_qp_attr(3): the attributes for the QP's next state. INIT is known
+// from the id; RTR and RTS come from the connection's REQ/REP (not yet).
+SOFTRDMA_CM_EXPORT int rdma_init_qp_attr(rdma_cm_id* ibv, ibv_qp_attr* qp_attr,
+                                         int* qp_attr_mask) {
+  return guard([&] {
+    if (ibv == nullptr || qp_attr == nullptr || qp_attr_mask == nullptr) return EINVAL;
+    if (qp_attr->qp_state != IBV_QPS_INIT) return ENOSYS;
+    return init_attributes(*to_id(ibv), *qp_attr, *qp_attr_mask);
+  });
+}
