@@ -44,7 +44,8 @@ namespace softrdma::engine {
   X(peer_access_unmapped)   /* a peer's request met munmap'ed registered memory */ \
   X(local_access_unmapped)  /* this side's own buffers were munmap'ed */ \
   X(memory_operations_refused) /* a bind or local invalidation refused */ \
-  X(remote_invalidations_refused) /* a SEND with Invalidate's R_Key refused */
+  X(remote_invalidations_refused) /* a SEND with Invalidate's R_Key refused */ \
+  X(rx_mcast_no_group)      /* DestQP 0xFFFFFF to a group no QP is attached to */
 
 struct EngineCounters {
 #define SOFTRDMA_DECLARE_COUNTER(name) std::atomic<uint64_t> name{0};

@@ -59,6 +59,7 @@ Device::Device(DeviceConfig config, transport::Transport& transport, const Clock
 }
 
 transport::Transport& Device::route(const Gid& dst) {
+  if (wire::gid_is_multicast(dst)) return transport_;  // the others carry no groups
   for (transport::Transport* t : extra_)
     if (t->reaches(dst)) return *t;
   return transport_;
@@ -263,6 +264,7 @@ int Device::destroy_qp(Qp* qp) {
   if (!live_qps_.contains(qp)) return EINVAL;
   auto it = qps_.find(qp->qpn());
   if (it == qps_.end() || it->second.get() != qp) return EINVAL;
+  if (attached_anywhere(qp)) return EBUSY;
   live_qps_.erase(qp);
   // A doorbell of this QP may still be queued (rung by a post that raced with
   // destroy, which verbs forbids but must not crash): serve them all first.
@@ -298,6 +300,10 @@ void Device::dispatch(const transport::RxPacket& rx, Nanos now) {
     bump(counters_.rx_malformed);
     return;
   }
+  if (packet.dest_qp() == wire::kMulticastQpn) {
+    dispatch_multicast(packet, rx, now);
+    return;
+  }
   auto it = qps_.find(packet.dest_qp());
   if (it == qps_.end()) {
     bump(counters_.rx_unknown_qp);
@@ -316,9 +322,40 @@ void Device::dispatch(const transport::RxPacket& rx, Nanos now) {
   bump(counters_.rx_packets);
   bump(qp.counters().rx_packets);
   qp.protocol().on_packet(packet, rx, now);
+  mark_touched(qp);
+}
+
+void Device::mark_touched(Qp& qp) {
   if (!qp.touched_) {
     qp.touched_ = true;
     touched_.push_back(&qp);
+  }
+}
+
+// IBA 10.5.2 / A17.4.5.1: DestQP 0xFFFFFF and a multicast destination address: a
+// copy for every QP attached to the group (rx.dst, the IP destination), each
+// checked as a UD QP checks a packet (state, Q_Key) and taking its own receive WQE.
+// 0xFFFFFF to a unicast address names no QP.
+void Device::dispatch_multicast(const wire::PacketView& packet, const transport::RxPacket& rx,
+                                Nanos now) {
+  auto it = wire::gid_is_multicast(rx.dst) ? mcast_groups_.find(rx.dst) : mcast_groups_.end();
+  if (it == mcast_groups_.end()) {
+    bump(wire::gid_is_multicast(rx.dst) ? counters_.rx_mcast_no_group : counters_.rx_unknown_qp);
+    return;
+  }
+  if (!packet.info().is(transport_flag_of(IBV_QPT_UD))) {
+    bump(counters_.rx_wrong_transport);
+    return;
+  }
+  if (!pkey_matches(uint16_t(packet.get(wire::bth::kPkey)), pkey())) {
+    bump(counters_.rx_bad_pkey);
+    return;
+  }
+  for (Qp* qp : it->second) {  // a QP's receive never attaches or detaches
+    bump(counters_.rx_packets);
+    bump(qp->counters().rx_packets);
+    qp->protocol().on_packet(packet, rx, now);
+    mark_touched(*qp);
   }
 }
 

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -99,6 +100,16 @@ class Device {
   Pd* find_pd(uint32_t handle);
   Mr* find_mr(uint32_t key) { return mrs_.find(key); }
 
+  // ibv_attach_mcast(3) / ibv_detach_mcast(3), IBA 11.3.1-2 (multicast.md): a UD
+  // QP joins group `group` (a multicast GID), and the device's transport the IP
+  // group with the first QP. Attaching twice is no error and one copy still
+  // arrives; EINVAL for a QP that is not UD, a GID that is not multicast, a
+  // detach of a group the QP is not attached to, or a group full (max_mcast_qp_attach,
+  // max_total_mcast_qp_attach, as rxe); ENOMEM beyond max_mcast_grp groups; the
+  // transport's errno when it cannot join.
+  int attach_mcast(Qp* qp, const Gid& group);
+  int detach_mcast(Qp* qp, const Gid& group);
+
   // One turn of the engine unless another thread is running it: doorbells, one
   // receive burst, due timers. True when anything happened.
   bool progress();
@@ -169,6 +180,12 @@ class Device {
   bool serve_doorbells(Nanos now);
   bool serve_busy(Nanos now);
   void dispatch(const transport::RxPacket& rx, Nanos now);
+  void dispatch_multicast(const wire::PacketView& packet, const transport::RxPacket& rx,
+                          Nanos now);
+  void mark_touched(Qp& qp);
+  // Engine held. ibv_destroy_qp(3) of a QP still attached to a group is EBUSY, as
+  // the kernel answers it (uverbs_free_qp: the user detaches first).
+  bool attached_anywhere(const Qp* qp) const;
   bool receive(transport::Transport& from, Nanos now);
   bool run_timers(Nanos now);
   void publish_staged();
@@ -201,6 +218,9 @@ class Device {
   uint32_t next_srqn_ = 1;
   std::unordered_map<uint32_t, std::unique_ptr<Qp>> qps_;
   std::unordered_set<const Qp*> live_qps_;  // the QPs of qps_, for destroy's check
+  // Multicast groups and their attached UD QPs, in the order attached.
+  std::map<Gid, std::vector<Qp*>> mcast_groups_;
+  size_t mcast_attachments_ = 0;
   uint32_t next_qpn_;
   std::unique_ptr<TxBatch> tx_;
   std::vector<Qp*> touched_;  // QPs that got packets this burst (ACKs to coalesce)

@@ -46,6 +46,12 @@ struct DeviceLimits {
   uint32_t max_qp_init_rd_atom = 128;  // requester: max_rd_atomic
   uint32_t max_msg_size = kMaxMessageBytes;
   uint32_t max_path_mtu_bytes = 4096;
+  // Multicast (docs/decisions/multicast.md): each group a device joins costs a
+  // socket of the UDP transport (one fd), so groups are counted; QPs per group as
+  // rxe's default (RXE_MAX_MCAST_QP_ATTACH).
+  uint32_t max_mcast_grp = 64;
+  uint32_t max_mcast_qp_attach = 56;
+  uint32_t max_total_mcast_qp_attach = 64 * 56;
 };
 
 struct DeviceConfig {

@@ -5,6 +5,7 @@
 // covers those headers (wire/icrc.h) and so is computed and checked here.
 #pragma once
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -121,6 +122,17 @@ class Transport {
   // The UDP port RoCEv2 packets are sent to and received on (IANA 4791; a test or a
   // user may configure another). The ICRC covers it.
   virtual uint16_t udp_port() const { return wire::kRoceUdpPort; }
+
+  // Multicast (docs/decisions/multicast.md): from join_group until leave_group,
+  // packets sent to the multicast address `group` (wire::gid_is_multicast) by
+  // anyone on the network, this host's own transports included, arrive in
+  // rx_burst with RxPacket::dst == group. Sending to a group needs no join: a
+  // TxPacket's dst may be a group. Joining a group joined already is a no-op; 0 or
+  // an errno (EOPNOTSUPP: this transport cannot reach that kind of group). Cold
+  // path: called with the engine held, never concurrently with rx_burst.
+  virtual int join_group(const Gid& /*group*/) { return EOPNOTSUPP; }
+  // Stops receiving `group`; 0, or ENOENT when it was not joined.
+  virtual int leave_group(const Gid& /*group*/) { return ENOENT; }
 };
 
 }  // namespace softrdma::transport

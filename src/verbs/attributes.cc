@@ -78,7 +78,10 @@ void fill_device_attr(Context& ctx, ibv_device_attr& a) {
   a.max_srq = clamp_int(lim.max_srq);
   a.max_srq_wr = clamp_int(lim.max_srq_wr);
   a.max_srq_sge = clamp_int(lim.max_srq_sge);
-  // No multicast yet: reported as 0 until it exists.
+  // UD multicast (docs/decisions/multicast.md), within the limits the engine enforces.
+  a.max_mcast_grp = clamp_int(lim.max_mcast_grp);
+  a.max_mcast_qp_attach = clamp_int(lim.max_mcast_qp_attach);
+  a.max_total_mcast_qp_attach = clamp_int(lim.max_total_mcast_qp_attach);
   a.max_pkeys = 1;
   // As Linux Soft-RoCE reports (and librdmacm folds into its timeouts): an upper
   // bound of the time a software responder may take to acknowledge.

@@ -1,6 +1,7 @@
 // Queue pairs (ibv_create_qp(3), ibv_create_qp_ex(3), ibv_modify_qp(3),
 // ibv_query_qp(3), ibv_post_send(3), ibv_post_recv(3)). RC, UC and UD exist in the
 // engine so far: other types are EOPNOTSUPP.
+#include <algorithm>
 #include <memory>
 
 #include "verbs/domains.h"
@@ -292,10 +293,25 @@ SOFTRDMA_EXPORT int ibv_query_qp_data_in_order(ibv_qp* /*qp*/, ibv_wr_opcode /*o
 SOFTRDMA_EXPORT int ibv_query_ece(ibv_qp* /*qp*/, ibv_ece* /*ece*/) { return EOPNOTSUPP; }
 SOFTRDMA_EXPORT int ibv_set_ece(ibv_qp* /*qp*/, ibv_ece* /*ece*/) { return EOPNOTSUPP; }
 
-// Multicast is a UD service; there is no UD yet.
-SOFTRDMA_EXPORT int ibv_attach_mcast(ibv_qp* /*qp*/, const ibv_gid* /*gid*/, uint16_t /*lid*/) {
-  return EOPNOTSUPP;
+// ibv_attach_mcast(3) / ibv_detach_mcast(3) (docs/decisions/multicast.md). RoCE
+// has no multicast LIDs (IBA A17.4.5.1: the LRH is gone): `lid` is ignored, as
+// rxe ignores it; the GID names the group.
+namespace {
+int change_mcast(ibv_qp* ibqp, const ibv_gid* gid, bool attach) {
+  return guard_errno([&] {
+    if (ibqp == nullptr || gid == nullptr || !live(ibqp->context)) return EINVAL;
+    Qp* qp = to_qp(ibqp);
+    softrdma::engine::Gid group;
+    std::copy(std::begin(gid->raw), std::end(gid->raw), group.begin());
+    softrdma::engine::Device& device = *qp->ctx->device;
+    return attach ? device.attach_mcast(qp->qp, group) : device.detach_mcast(qp->qp, group);
+  });
 }
-SOFTRDMA_EXPORT int ibv_detach_mcast(ibv_qp* /*qp*/, const ibv_gid* /*gid*/, uint16_t /*lid*/) {
-  return EOPNOTSUPP;
+}  // namespace
+
+SOFTRDMA_EXPORT int ibv_attach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t /*lid*/) {
+  return change_mcast(qp, gid, true);
+}
+SOFTRDMA_EXPORT int ibv_detach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t /*lid*/) {
+  return change_mcast(qp, gid, false);
 }

@@ -69,6 +69,11 @@ bool gid_is_ipv4(const Gid& gid) {
   return gid[10] == 0xff && gid[11] == 0xff;
 }
 
+bool gid_is_multicast(const Gid& gid) {
+  if (gid_is_ipv4(gid)) return (gid[12] & 0xf0) == 0xe0;
+  return gid[0] == 0xff;
+}
+
 Gid gid_from_ipv4(uint32_t ipv4_host_order) {
   Gid gid{};
   gid[10] = 0xff;

@@ -19,6 +19,11 @@ using Gid = std::array<uint8_t, 16>;
 bool gid_is_ipv4(const Gid& gid);
 Gid gid_from_ipv4(uint32_t ipv4_host_order);
 uint32_t gid_to_ipv4(const Gid& gid);  // host order
+// A multicast GID (IBA A17.4.5.1 / rdma_is_multicast_addr): an IPv6 multicast
+// address (ff00::/8) or an IPv4-mapped IPv4 multicast address (::ffff:224.0.0.0/4).
+bool gid_is_multicast(const Gid& gid);
+// BTH DestQP of a multicast packet (IBA 9.6.1.1, 10.5.2.1: the "permissive" QPN).
+inline constexpr uint32_t kMulticastQpn = 0xffffff;
 
 // Everything of the IP and UDP headers that the ICRC covers and a receiving socket
 // may or may not reveal.

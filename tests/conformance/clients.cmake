@@ -204,6 +204,22 @@ foreach(tool ib_send_bw ib_send_lat)
     COMMAND ${tool} -c UD -a -n 5 -x 1
     EXPECT [=[^\s*2\s+\d+\s]=] [=[Connection type\s+:\s+UD]=])
 endforeach()
+# UD multicast (-g, docs/decisions/multicast.md): the server's QP attaches with
+# ibv_attach_mcast (perftest asks a subnet manager only on InfiniBand), the client
+# sends to the group with DestQP 0xFFFFFF; ib_send_lat attaches both sides. The
+# group (-M, 16 decimal bytes) is IPv4-mapped: perftest's default MGID ff01::...
+# is IPv6, which the loopback interface does not carry. One group per tool and
+# per port base, so builds testing at once never share one.
+math(EXPR mcast_hi "(${SOFTRDMA_CONFORMANCE_PORT_BASE} >> 8) & 255")
+math(EXPR mcast_lo "${SOFTRDMA_CONFORMANCE_PORT_BASE} & 255")
+set(mcast_index 1)
+foreach(tool ib_send_bw ib_send_lat)
+  set(mgid "0:0:0:0:0:0:0:0:0:0:255:255:239:${mcast_hi}:${mcast_lo}:${mcast_index}")
+  softrdma_client_test(${tool}.ud_multicast PAIR
+    COMMAND ${tool} -g -M ${mgid} -n 200
+    EXPECT [=[^\s*\d+\s+200\s]=] [=[MGID: (00:){10}255:255:239:]=])
+  math(EXPR mcast_index "${mcast_index} + 1")
+endforeach()
 # Atomics have one size (8 B).
 foreach(kind CMP_AND_SWAP FETCH_AND_ADD)
   string(TOLOWER ${kind} lower)

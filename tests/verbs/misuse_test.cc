@@ -334,8 +334,6 @@ TEST_F(Misuse, MissingFeaturesAreEopnotsupp) {
   ASSERT_NE(qp, nullptr);
   ibv_ece ece{};
   EXPECT_EQ(ibv_query_ece(qp, &ece), EOPNOTSUPP);
-  ibv_gid gid{};
-  EXPECT_EQ(ibv_attach_mcast(qp, &gid, 0), EOPNOTSUPP);
   EXPECT_EQ(ibv_query_qp_data_in_order(qp, IBV_WR_RDMA_WRITE, 0), 0);
   EXPECT_EQ(ibv_destroy_qp(qp), 0);
   ibv_cq_init_attr_ex cq_ex{};  // no VLANs: cq_ex_errors_test.cc has the others

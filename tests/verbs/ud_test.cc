@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <unistd.h>
 
 #include "verbs/verbs_fixture.h"
 
@@ -202,6 +203,102 @@ TEST(VerbsUd, ExtendedQpAddressesEachWrItBuilds) {
   EXPECT_EQ(errno, EOPNOTSUPP);
   EXPECT_EQ(ibv_destroy_cq(cq), 0);
   EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+}
+
+// A multicast GID of this test process's own (::ffff:239.x.y.z): test processes
+// running at once on this host never share a group.
+ibv_gid own_group(uint8_t salt) {
+  ibv_gid gid{};
+  gid.raw[10] = gid.raw[11] = 0xff;
+  gid.raw[12] = 239;
+  gid.raw[13] = uint8_t(getpid() >> 8);
+  gid.raw[14] = uint8_t(getpid());
+  gid.raw[15] = salt;
+  return gid;
+}
+
+// ibv_attach_mcast(3) through real IP multicast on loopback: two attached QPs each
+// get the datagram a third QP sends to the group (DestQP 0xFFFFFF, an AH with the
+// group's GID), with the group as the GRH's destination.
+TEST(VerbsMulticast, EveryAttachedQpGetsTheMessageSentToTheGroup) {
+  Device dev;
+  UdSide first, second, sender;
+  first.make(dev.ctx());
+  second.make(dev.ctx());
+  sender.make(dev.ctx());
+  const ibv_gid group = own_group(1);
+  ASSERT_EQ(ibv_attach_mcast(first.qp, &group, 0), 0);
+  ASSERT_EQ(ibv_attach_mcast(second.qp, &group, 0), 0);
+  for (UdSide* side : {&first, &second})
+    ASSERT_EQ(post_recv(side->qp, {uint64_t(uintptr_t(side->buf.data())), 4096, side->mr->lkey}, 1), 0);
+  ibv_ah_attr attr{};
+  attr.is_global = 1;
+  attr.port_num = 1;
+  attr.grh.sgid_index = 1;
+  attr.grh.dgid = group;
+  ibv_ah* to_group = ibv_create_ah(sender.pd, &attr);
+  ASSERT_NE(to_group, nullptr) << errno;
+  std::memcpy(&sender.buf[0], "all", 3);
+  ASSERT_EQ(sender.send(to_group, 0xffffff, 0, 3, 2), 0);
+  for (UdSide* side : {&first, &second}) {
+    auto got = poll_n(side->cq, 1);
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(got[0].status, IBV_WC_SUCCESS);
+    EXPECT_EQ(got[0].byte_len, kGrh + 3);
+    EXPECT_EQ(got[0].src_qp, sender.qp->qp_num);
+    EXPECT_TRUE(got[0].wc_flags & IBV_WC_GRH);
+    EXPECT_EQ(std::memcmp(&side->buf[kGrh], "all", 3), 0);
+    EXPECT_EQ(std::memcmp(&side->buf[20 + 16], &group.raw[12], 4), 0) << "GRH: the group";
+  }
+  EXPECT_EQ(poll_n(sender.cq, 1).size(), 1u) << "the send's completion, and no copy";
+  EXPECT_EQ(ibv_destroy_ah(to_group), 0);
+  EXPECT_EQ(ibv_detach_mcast(first.qp, &group, 0), 0);
+  EXPECT_EQ(ibv_detach_mcast(second.qp, &group, 0), 0);
+  first.destroy();
+  second.destroy();
+  sender.destroy();
+}
+
+// The kernel's answers (ib_attach_mcast, uverbs, rxe): EINVAL for a GID that is
+// not multicast, a QP that is not UD, a group the QP is not attached to; a second
+// attach is no error; EBUSY to destroy a QP still attached. Limits as reported.
+TEST(VerbsMulticast, MisuseGetsTheKernelsErrno) {
+  Device dev;
+  UdSide ud;
+  ud.make(dev.ctx());
+  const ibv_gid group = own_group(2);
+  ibv_gid unicast{};
+  ASSERT_EQ(ibv_query_gid(dev.ctx(), 1, 1, &unicast), 0);
+  EXPECT_EQ(ibv_attach_mcast(ud.qp, &unicast, 0), EINVAL);
+  EXPECT_EQ(ibv_attach_mcast(ud.qp, nullptr, 0), EINVAL);
+  EXPECT_EQ(ibv_detach_mcast(ud.qp, &group, 0), EINVAL) << "not attached";
+  ibv_gid v6{};
+  v6.raw[0] = 0xff;
+  v6.raw[1] = 0x0e;
+  v6.raw[15] = 1;
+  EXPECT_EQ(ibv_attach_mcast(ud.qp, &v6, 0), EOPNOTSUPP)
+      << "an IPv6 group from a loopback IPv4 address: lo carries no IPv6 multicast";
+  ASSERT_EQ(ibv_attach_mcast(ud.qp, &group, 0), 0);
+  EXPECT_EQ(ibv_attach_mcast(ud.qp, &group, 0), 0);
+  EXPECT_EQ(ibv_destroy_qp(ud.qp), EBUSY);
+  EXPECT_EQ(ibv_detach_mcast(ud.qp, &group, 0), 0);
+  EXPECT_EQ(ibv_detach_mcast(ud.qp, &group, 0), EINVAL);
+
+  ibv_qp_init_attr init{};
+  init.send_cq = init.recv_cq = ud.cq;
+  init.qp_type = IBV_QPT_RC;
+  init.cap = {4, 4, 1, 1, 0};
+  ibv_qp* rc = ibv_create_qp(ud.pd, &init);
+  ASSERT_NE(rc, nullptr);
+  EXPECT_EQ(ibv_attach_mcast(rc, &group, 0), EINVAL) << "UD only";
+  EXPECT_EQ(ibv_destroy_qp(rc), 0);
+
+  ibv_device_attr attr{};
+  ASSERT_EQ(ibv_query_device(dev.ctx(), &attr), 0);
+  EXPECT_GT(attr.max_mcast_grp, 0);
+  EXPECT_GT(attr.max_mcast_qp_attach, 0);
+  EXPECT_GE(attr.max_total_mcast_qp_attach, attr.max_mcast_qp_attach);
+  ud.destroy();
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cerrno>
 #include <cstdio>
 
 #include "wire/icrc.h"
@@ -94,7 +95,13 @@ std::unique_ptr<FakeTransport> FakeNetwork::attach(const Gid& gid) {
 
 void FakeNetwork::detach(const Gid& gid) {
   std::lock_guard lock(mutex_);
-  endpoints_.erase(gid);
+  auto it = endpoints_.find(gid);
+  if (it == endpoints_.end()) return;
+  for (auto group = groups_.begin(); group != groups_.end();) {
+    group->second.erase(it->second);
+    group = group->second.empty() ? groups_.erase(group) : std::next(group);
+  }
+  endpoints_.erase(it);
 }
 
 void FakeNetwork::add_rule(PacketMatcher matcher, Fate fate, size_t count) {
@@ -196,7 +203,7 @@ void FakeNetwork::send_locked(FakePacket packet) {
   packet.sequence = next_sequence_++;
   ++stats_.sent;
   packet.fate = decide_locked(packet);
-  if (packet.fate != Fate::kDropped && endpoints_.count(packet.dst) == 0)
+  if (packet.fate != Fate::kDropped && receivers_locked(packet.dst).empty())
     packet.fate = Fate::kUndeliverable;
   sent_log_.push_back(packet);
   switch (packet.fate) {
@@ -221,14 +228,26 @@ void FakeNetwork::send_locked(FakePacket packet) {
   }
 }
 
+std::vector<FakeTransport*> FakeNetwork::receivers_locked(const Gid& dst) const {
+  if (wire::gid_is_multicast(dst)) {
+    auto it = groups_.find(dst);
+    if (it == groups_.end()) return {};
+    return {it->second.begin(), it->second.end()};
+  }
+  auto it = endpoints_.find(dst);
+  if (it == endpoints_.end()) return {};
+  return {it->second};
+}
+
 void FakeNetwork::deliver_locked(FakePacket packet) {
-  auto it = endpoints_.find(packet.dst);
-  if (it == endpoints_.end()) {
+  const std::vector<FakeTransport*> receivers = receivers_locked(packet.dst);
+  if (receivers.empty()) {
     ++stats_.undeliverable;  // its receiver went away while it was held
     return;
   }
   ++stats_.delivered;
-  it->second->enqueue_locked(std::move(packet));
+  for (size_t i = 0; i + 1 < receivers.size(); ++i) receivers[i]->enqueue_locked(packet);
+  receivers.back()->enqueue_locked(std::move(packet));
 }
 
 // ---- FakeTransport ----
@@ -307,6 +326,21 @@ std::string FakeTransport::describe() const {
     std::snprintf(text, sizeof text, "fake gid ...%02x%02x", g[14], g[15]);
   }
   return text;
+}
+
+int FakeTransport::join_group(const Gid& group) {
+  if (!wire::gid_is_multicast(group)) return EINVAL;
+  std::lock_guard lock(network_.mutex_);
+  network_.groups_[group].insert(this);
+  return 0;
+}
+
+int FakeTransport::leave_group(const Gid& group) {
+  std::lock_guard lock(network_.mutex_);
+  auto it = network_.groups_.find(group);
+  if (it == network_.groups_.end() || it->second.erase(this) == 0) return ENOENT;
+  if (it->second.empty()) network_.groups_.erase(it);
+  return 0;
 }
 
 size_t FakeTransport::queued() const {

@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -129,9 +130,14 @@ class FakeNetwork {
   Fate decide_locked(const FakePacket& packet);
   void deliver_locked(FakePacket packet);
   void detach(const Gid& gid);
+  // The receivers of a packet to `dst`: its endpoint, or a group's members.
+  std::vector<FakeTransport*> receivers_locked(const Gid& dst) const;
 
   mutable std::mutex mutex_;
   std::map<Gid, FakeTransport*> endpoints_;
+  // Multicast groups and the transports that joined each (as IP multicast with
+  // IP_MULTICAST_LOOP: a member that sends to its group gets a copy too).
+  std::map<Gid, std::set<FakeTransport*>> groups_;
   std::vector<Rule> rules_;
   std::vector<FakePacket> held_;
   std::vector<FakePacket> sent_log_;
@@ -152,6 +158,8 @@ class FakeTransport final : public Transport {
   Gid local_gid() const override { return gid_; }
   TransportCounters counters() const override;
   std::string describe() const override;
+  int join_group(const Gid& group) override;
+  int leave_group(const Gid& group) override;
 
   size_t queued() const;  // packets waiting for rx_burst
 

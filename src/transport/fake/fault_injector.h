@@ -79,6 +79,8 @@ class FaultInjector final : public Transport {
   TransportCounters counters() const override;
   std::string describe() const override;
   uint16_t udp_port() const override { return inner_->udp_port(); }
+  int join_group(const Gid& group) override { return inner_->join_group(group); }
+  int leave_group(const Gid& group) override { return inner_->leave_group(group); }
 
  private:
   struct Decision {

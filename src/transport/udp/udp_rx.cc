@@ -66,16 +66,17 @@ size_t UdpTransport::rx_burst(std::span<RxPacket> packets) {
   RxRing& ring = *rx_;
   if (packets.empty()) return 0;
   if (ring.next == ring.received) {
-    // Two sockets when the link-local address is served (gid-table.md): each
-    // refill fills the ring from one of them, the first tried in turn.
+    // Several sockets when the link-local address is served (gid-table.md) or
+    // groups are joined (multicast.md): each refill fills the ring from one of
+    // them, the first tried moving on each time so that none starves the others.
     bool got = false;
-    if (link_local_fd_ < 0) {
+    const size_t count = rx_fds_.size();
+    if (count <= 1) {
       got = refill(rx_fd_, packets.size());
     } else {
-      link_local_first_ = !link_local_first_;
-      const int first = link_local_first_ ? link_local_fd_ : rx_fd_;
-      const int second = link_local_first_ ? rx_fd_ : link_local_fd_;
-      got = refill(first, packets.size()) || refill(second, packets.size());
+      rx_next_ = (rx_next_ + 1) % count;
+      for (size_t i = 0; i < count && !got; ++i)
+        got = refill(rx_fds_[(rx_next_ + i) % count], packets.size());
     }
     if (!got) return 0;
   }

@@ -8,6 +8,11 @@
 #include <cstring>
 #include <unistd.h>
 
+// linux/in6.h has it; glibc's netinet/in.h (2.36) does not.
+#ifndef IPV6_MULTICAST_ALL
+#define IPV6_MULTICAST_ALL 29
+#endif
+
 namespace softrdma::transport::udp {
 
 std::optional<Gid> parse_address(const std::string& text) {
@@ -124,6 +129,77 @@ bool find_link_local(uint32_t ipv4, Gid& link_local, uint32_t& ifindex) {
   }
   freeifaddrs(list);
   return found;
+}
+
+uint32_t interface_of(const Gid& gid) {
+  const bool v4 = wire::gid_is_ipv4(gid);
+  const bool loopback = v4 ? (wire::gid_to_ipv4(gid) >> 24) == 127
+                           : gid == Gid{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return 0;
+  uint32_t index = 0;
+  for (ifaddrs* it = list; it != nullptr && index == 0; it = it->ifa_next) {
+    if (it->ifa_addr == nullptr) continue;
+    bool match = false;
+    if (loopback) {
+      match = (it->ifa_flags & IFF_LOOPBACK) != 0;
+    } else if (v4 && it->ifa_addr->sa_family == AF_INET) {
+      const auto* in = reinterpret_cast<const sockaddr_in*>(it->ifa_addr);
+      match = ntohl(in->sin_addr.s_addr) == wire::gid_to_ipv4(gid);
+    } else if (!v4 && it->ifa_addr->sa_family == AF_INET6) {
+      const auto* in6 = reinterpret_cast<const sockaddr_in6*>(it->ifa_addr);
+      match = std::memcmp(in6->sin6_addr.s6_addr, gid.data(), gid.size()) == 0;
+    }
+    if (match) index = if_nametoindex(it->ifa_name);
+  }
+  freeifaddrs(list);
+  return index;
+}
+
+void set_multicast_interface(int fd, bool ipv6, uint32_t ifindex) {
+  int on = 1;
+  if (ipv6) {
+    int index = int(ifindex);
+    setsockopt(fd, IPPROTO_IPV6, IPV6_MULTICAST_IF, &index, sizeof index);
+    setsockopt(fd, IPPROTO_IPV6, IPV6_MULTICAST_LOOP, &on, sizeof on);
+    return;
+  }
+  ip_mreqn request{};
+  request.imr_ifindex = int(ifindex);
+  setsockopt(fd, IPPROTO_IP, IP_MULTICAST_IF, &request, sizeof request);
+  setsockopt(fd, IPPROTO_IP, IP_MULTICAST_LOOP, &on, sizeof on);
+}
+
+// SO_REUSEADDR is safe here, unlike on the unicast socket: a datagram to a group
+// is delivered to every socket bound to it (the kernel clones it for each,
+// __udp4_lib_mcast_deliver), never balanced between them, and only members get
+// it (IP_MULTICAST_ALL off: not even a group joined by another socket).
+int open_group_socket(const Gid& group, uint16_t port, uint32_t ifindex) {
+  const bool ipv6 = !wire::gid_is_ipv4(group);
+  const int fd = open_udp_socket(ipv6);
+  if (fd < 0) return fd;
+  int on = 1, off = 0;
+  int rc = setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+  if (rc == 0) rc = bind_socket(fd, group, port, ipv6 ? ifindex : 0) == 0 ? 0 : -1;
+  if (rc == 0 && ipv6) {
+    ipv6_mreq request{};
+    std::memcpy(request.ipv6mr_multiaddr.s6_addr, group.data(), group.size());
+    request.ipv6mr_interface = ifindex;
+    rc = setsockopt(fd, IPPROTO_IPV6, IPV6_JOIN_GROUP, &request, sizeof request);
+    if (rc == 0) setsockopt(fd, IPPROTO_IPV6, IPV6_MULTICAST_ALL, &off, sizeof off);
+  } else if (rc == 0) {
+    ip_mreqn request{};
+    request.imr_multiaddr.s_addr = htonl(wire::gid_to_ipv4(group));
+    request.imr_ifindex = int(ifindex);
+    rc = setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &request, sizeof request);
+    if (rc == 0) setsockopt(fd, IPPROTO_IP, IP_MULTICAST_ALL, &off, sizeof off);
+  }
+  if (rc != 0) {
+    const int error = errno;
+    close(fd);
+    return -error;
+  }
+  return fd;
 }
 
 int set_receive_buffer(int fd, int bytes) {

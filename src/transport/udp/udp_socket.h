@@ -48,6 +48,20 @@ bool find_link_local(uint32_t ipv4, Gid& link_local, uint32_t& ifindex);
 
 inline bool is_link_local(const Gid& gid) { return gid[0] == 0xfe && (gid[1] & 0xc0) == 0x80; }
 
+// The index of the interface that holds `gid` (a 127/8 address or ::1: the
+// loopback interface, which holds all of 127/8); 0 when none does.
+uint32_t interface_of(const Gid& gid);
+
+// Multicast sent from `fd` leaves through interface `ifindex` and is looped back to
+// this host's own members (IP_MULTICAST_IF / IPV6_MULTICAST_IF, *_MULTICAST_LOOP).
+void set_multicast_interface(int fd, bool ipv6, uint32_t ifindex);
+
+// A socket that receives what is sent to multicast `group`:`port` on interface
+// `ifindex` (docs/decisions/multicast.md): bound to the group address with
+// SO_REUSEADDR, so that every process of the host that joined gets its own copy,
+// and a member of the group on that interface. Returns the fd or -errno.
+int open_group_socket(const Gid& group, uint16_t port, uint32_t ifindex);
+
 // Sets the receive buffer, SO_RCVBUFFORCE first (needs CAP_NET_ADMIN, ignores
 // net.core.rmem_max), then SO_RCVBUF. Returns the size the kernel reports (Linux
 // doubles the request to account for its bookkeeping).

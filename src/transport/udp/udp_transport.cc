@@ -147,9 +147,24 @@ UdpTransport::UdpTransport(const UdpConfig& config, int fd, Gid gid)
   if (ipv6_) udp::accept_zero_udp_checksum(fd);
   // docs/decisions/gso-gro.md: a run of segments of one flow arrives as one datagram.
   gro_ = udp::enable_gro(fd);
+  multicast_ifindex_ = udp::interface_of(gid);
+  udp::set_multicast_interface(fd, ipv6_, multicast_ifindex_);
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  watch(fd);
+}
+
+// A receive socket more: read by rx_burst, and in rx_fd()'s epoll set.
+void UdpTransport::watch(int fd) {
+  rx_fds_.push_back(fd);
+  if (epoll_fd_ < 0) return;
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.fd = fd;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event);
 }
 
 UdpTransport::~UdpTransport() {
+  for (const Group& group : groups_) close(group.fd);
   for (int fd : owned_port_fds_) close(fd);
   if (epoll_fd_ >= 0) close(epoll_fd_);
   if (link_local_fd_ >= 0) close(link_local_fd_);
@@ -166,9 +181,7 @@ void UdpTransport::serve_link_local() {
   if (!udp::find_link_local(wire::gid_to_ipv4(local_gid_), gid, ifindex)) return;
   const int fd = udp::open_udp_socket(true);
   if (fd < 0) return;
-  const int epoll = epoll_create1(EPOLL_CLOEXEC);
-  if (epoll < 0 || udp::bind_socket(fd, gid, port_, ifindex) != 0) {
-    if (epoll >= 0) close(epoll);
+  if (udp::bind_socket(fd, gid, port_, ifindex) != 0) {
     close(fd);
     return;
   }
@@ -177,16 +190,11 @@ void UdpTransport::serve_link_local() {
   udp::enable_packet_info(fd, true);
   udp::accept_zero_udp_checksum(fd);
   udp::enable_gro(fd);
-  for (int watched : {rx_fd_, fd}) {
-    epoll_event event{};
-    event.events = EPOLLIN;
-    event.data.fd = watched;
-    epoll_ctl(epoll, EPOLL_CTL_ADD, watched, &event);
-  }
+  udp::set_multicast_interface(fd, true, ifindex);
   link_local_fd_ = fd;
   link_local_gid_ = gid;
   link_local_ifindex_ = ifindex;
-  epoll_fd_ = epoll;
+  watch(fd);
 }
 
 std::vector<Gid> UdpTransport::local_gids() const {
@@ -196,7 +204,7 @@ std::vector<Gid> UdpTransport::local_gids() const {
 
 bool UdpTransport::sendable(const Gid& dst) const {
   if (wire::gid_is_ipv4(dst) != ipv6_) return true;
-  return link_local_fd_ >= 0 && udp::is_link_local(dst);
+  return link_local_fd_ >= 0 && (udp::is_link_local(dst) || wire::gid_is_multicast(dst));
 }
 
 int UdpTransport::socket_for(const TxPacket& packet) {
@@ -232,6 +240,7 @@ int UdpTransport::open_source_port_socket(uint16_t src_port) {
       int small = 4096;
       setsockopt(candidate, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
       udp::set_send_buffer(candidate, config_.sndbuf_bytes);
+      udp::set_multicast_interface(candidate, ipv6_, multicast_ifindex_);
       owned_port_fds_.push_back(candidate);
       fd = candidate;
     } else if (candidate >= 0) {

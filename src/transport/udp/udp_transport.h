@@ -61,13 +61,21 @@ class UdpTransport final : public Transport {
 
   size_t tx_burst(std::span<TxPacket> packets) override;
   size_t rx_burst(std::span<RxPacket> packets) override;
-  // With a link-local socket too: an epoll fd over both receive sockets.
+  // An epoll fd over every receive socket (the unicast one, the link-local one,
+  // one per multicast group joined): a group joined later is in it too.
   int rx_fd() const override { return epoll_fd_ >= 0 ? epoll_fd_ : rx_fd_; }
   Gid local_gid() const override { return local_gid_; }
   std::vector<Gid> local_gids() const override;
   TransportCounters counters() const override;
   std::string describe() const override;
   uint16_t udp_port() const override { return port_; }
+  // docs/decisions/multicast.md: a socket bound to the group, a member on the
+  // interface of the local address. EOPNOTSUPP for a group of the other IP family
+  // than this transport sends (an IPv6 group needs an IPv6 address or the served
+  // link-local one: the loopback interface carries no IPv6 multicast).
+  int join_group(const Gid& group) override;
+  int leave_group(const Gid& group) override;
+  size_t groups_joined() const { return groups_.size(); }
 
   int effective_rcvbuf_bytes() const { return rcvbuf_bytes_; }
   size_t source_port_sockets() const;
@@ -93,6 +101,9 @@ class UdpTransport final : public Transport {
   size_t send_run(int fd, TxBatch& batch);
   bool refill(int fd, size_t wanted);
   bool open_datagram();
+  void watch(int fd);
+  // The IP family a packet to `dst` leaves with, and so a group's, is served.
+  bool serves_family_of(const Gid& dst) const;
   size_t collect_received(std::span<RxPacket> packets);
   bool check_received_icrc(RxPacket& packet);
 
@@ -108,8 +119,19 @@ class UdpTransport final : public Transport {
   int link_local_fd_ = -1;
   Gid link_local_gid_{};
   uint32_t link_local_ifindex_ = 0;
-  int epoll_fd_ = -1;  // over rx_fd_ and link_local_fd_, when the latter exists
-  bool link_local_first_ = false;  // which socket a refill tries first (alternates)
+  int epoll_fd_ = -1;  // over rx_fds_
+  // Every receive socket: rx_fd_, then link_local_fd_, then the groups' (in order
+  // joined). A refill starts at rx_next_ and moves it on, so none starves.
+  std::vector<int> rx_fds_;
+  size_t rx_next_ = 0;
+  // The interface multicast leaves through and groups are joined on: the one of
+  // the local address (docs/decisions/multicast.md); 0 when none was found.
+  uint32_t multicast_ifindex_ = 0;
+  struct Group {
+    Gid gid;
+    int fd;
+  };
+  std::vector<Group> groups_;  // joined and left with the engine held (cold path)
 
   std::unique_ptr<RxRing> rx_;
 
