@@ -1,6 +1,7 @@
 #include "rdmacm/agent.h"
 
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -16,7 +17,12 @@ Agent& Agent::get() {
   return *agent;
 }
 
-Agent::Agent() : epoll_fd_(epoll_create1(EPOLL_CLOEXEC)) {
+Agent::Agent()
+    : epoll_fd_(epoll_create1(EPOLL_CLOEXEC)), wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.fd = wake_fd_;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &event);
   thread_ = std::thread([this] { run(); });
   thread_.detach();
 }
@@ -63,6 +69,20 @@ void Agent::forget_reservation(int fd) {
 // request (the asker writes right after connecting). A connection is readable:
 // answer it (or see the asker gone) and close.
 void Agent::serve(int fd) {
+  if (fd == wake_fd_) {
+    uint64_t count;
+    (void)!read(wake_fd_, &count, sizeof count);
+    return;
+  }
+  {
+    std::lock_guard cm_lock(cm_mutex_);
+    if (mad_port_ != nullptr && fd == mad_port_->fd()) {
+      mad_port_->drain([this](const ibv_gid& source, std::span<const uint8_t> mad) {
+        on_mad(source, mad);
+      });
+      return;
+    }
+  }
   std::unique_lock lock(mutex_);
   ibv_context* context = context_;
   if (!reservations_.contains(fd)) {
@@ -87,9 +107,10 @@ void Agent::serve(int fd) {
 void Agent::run() {
   epoll_event events[16];
   for (;;) {
-    int n = epoll_wait(epoll_fd_, events, 16, -1);
+    int n = epoll_wait(epoll_fd_, events, 16, next_timeout_ms());
     if (n < 0 && errno != EINTR) return;
     for (int i = 0; i < n; ++i) serve(events[i].data.fd);
+    on_timeouts();
   }
 }
 

@@ -1,17 +1,28 @@
 // The process's rdma_cm agent (docs/decisions/rdma-cm.md): the device context
-// rdma_cm ids use, and one thread that serves what arrives without the
-// application calling in — today the GID requests of other processes of the
-// host on the port reservations (address.h); the Communication Manager's MADs
-// on QP1 and its timers join it.
+// rdma_cm ids use, QP1 with the Communication Manager's connections, and one
+// thread that serves what arrives without the application calling in — CM MADs,
+// the CM's timeouts, and the GID requests of other processes of the host on the
+// port reservations (address.h).
 #pragma once
 
 #include <infiniband/verbs.h>
 
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <set>
+#include <span>
 #include <thread>
+#include <utility>
+
+#include "rdmacm/mad_port.h"
 
 namespace softrdma::rdmacm {
+
+struct CmId;
+struct Incoming;
 
 class Agent {
  public:
@@ -30,17 +41,46 @@ class Agent {
   void watch_reservation(int fd);
   void forget_reservation(int fd);
 
+  // The Communication Manager (cm_protocol.cc). Everything below runs under
+  // cm_mutex(); the calls of the application take it too (cm_calls.cc).
+  std::mutex& cm_mutex() { return cm_mutex_; }
+  // QP1, opened on first use; 0 or an errno.
+  int open_mad_port();
+  void add_listener(CmId& id);
+  void add_connection(CmId& id);  // gives it a fresh local communication ID
+  void forget(CmId& id);          // listener or connection, before it is freed
+  // Sends the id's connection's next MAD; `expect_answer` retransmits it until
+  // the peer answers or the CM's retries run out.
+  int send(CmId& id, std::span<const uint8_t> mad, bool expect_answer);
+
  private:
   Agent();
   void run();
   void serve(int fd);
+  void on_mad(const ibv_gid& source, std::span<const uint8_t> mad);
+  void on_req(const ibv_gid& source, const Incoming& req);
+  void on_mra(CmId& id, const Incoming& mra);
+  void on_rep(CmId& id, const Incoming& rep);
+  void on_rej(CmId& id, const Incoming& rej);
+  void on_dreq(CmId& id, const Incoming& dreq);
+  void on_timeouts();
+  int next_timeout_ms();
 
   std::mutex mutex_;
   ibv_context* context_ = nullptr;  // guarded by mutex_
   ibv_pd* default_pd_ = nullptr;    // guarded by mutex_
   std::set<int> reservations_;      // guarded by mutex_
   int epoll_fd_ = -1;
+  int wake_fd_ = -1;  // an eventfd: a new deadline, recompute the wait
   std::thread thread_;
+
+  std::mutex cm_mutex_;
+  std::unique_ptr<MadPort> mad_port_;               // guarded by cm_mutex_
+  std::map<uint64_t, CmId*> listeners_;             // by service ID; guarded by cm_mutex_
+  std::map<uint32_t, CmId*> connections_;           // by local comm ID; guarded by cm_mutex_
+  // (peer GID, its comm ID) -> id: a repeated REQ finds its connection.
+  std::map<std::pair<ibv_gid, uint32_t>, CmId*, GidKeyLess> by_remote_;
+  uint32_t next_comm_id_ = 0;
 };
 
 }  // namespace softrdma::rdmacm

@@ -15,6 +15,8 @@
 #include <mutex>
 #include <new>
 
+#include "rdmacm/connection.h"
+
 #define SOFTRDMA_CM_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace softrdma::rdmacm {
@@ -42,6 +44,7 @@ struct EventChannel {
 
 enum class IdState {
   kIdle,           // created
+  kConnecting,     // a connection of the Communication Manager (conn.state says where)
   kAddrBound,      // rdma_bind_addr or rdma_resolve_addr gave it a source address
   kAddrResolved,   // rdma_resolve_addr: the destination's GID is known
   kRouteResolved,  // rdma_resolve_route
@@ -63,6 +66,17 @@ struct CmId {
   ibv_sa_path_rec path{};
   // The channel of a synchronous id, owned by it.
   EventChannel* own_channel = nullptr;
+  // The Communication Manager's connection (cm_protocol.cc), under the agent's
+  // cm_mutex: the id is in the agent's tables while conn.local_comm_id != 0.
+  Connection conn;
+  uint64_t service_id = 0;  // a listener's, while it is in the agent's table
+  CmId* listener = nullptr; // a passive id's listener (CONNECT_REQUEST's listen_id)
+  // rdma_create_ep(3) on a passive id: what rdma_get_request makes each new id's QP of.
+  ibv_pd* ep_pd = nullptr;
+  bool ep_has_qp = false;
+  ibv_qp_init_attr ep_qp_attr{};
+  // rdma_get_request(3): the new id is synchronous from its rdma_accept on.
+  bool synchronous_after_request = false;
   // Events queued or handed out and not yet acknowledged (rdma_destroy_id(3)
   // waits for them). Guarded by the channel's mutex.
   int events_outstanding = 0;
@@ -102,6 +116,19 @@ void post(CmId& id, Event* event);
 // Takes `count` queued events' bytes out of the channel's pipe, for events
 // dropped without being read (rdma_destroy_id).
 void consume_tokens(EventChannel& channel, int count);
+
+// ids.cc: puts an id on a channel (null: a private one, and the id is
+// synchronous) and takes it off (dropping its queued events, waiting for those
+// handed out).
+int attach(CmId& id, rdma_event_channel* channel);
+void detach(CmId& id);
+int bind_id(CmId& id, const sockaddr* addr);
+// qp.cc: the id's QP to RTR and RTS with what the connection settled (IBA
+// 12.7.2), or to Error when the connection ends.
+int connect_qp(CmId& id);
+void qp_to_error(CmId& id);
+// resolve.cc: the id's path from its GIDs (state kRouteResolved).
+int fill_route(CmId& id);
 
 // A synchronous id (no channel) waits for its event right away: 0, or the
 // event's failure as an errno (rdma_create_ep(3)).

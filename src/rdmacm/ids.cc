@@ -8,6 +8,7 @@
 #include "rdmacm/address.h"
 #include "rdmacm/agent.h"
 #include "rdmacm/cm.h"
+#include "rdmacm/cm_format.h"
 
 using namespace softrdma::rdmacm;
 
@@ -23,6 +24,10 @@ bool known_port_space(rdma_port_space ps) {
 ibv_qp_type qp_type_of(rdma_port_space ps) {
   return ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB ? IBV_QPT_UD : IBV_QPT_RC;
 }
+
+}  // namespace
+
+namespace softrdma::rdmacm {
 
 int attach(CmId& id, rdma_event_channel* channel) {
   if (channel == nullptr) {
@@ -63,10 +68,6 @@ void detach(CmId& id) {
   if (id.own_channel != nullptr) rdma_destroy_event_channel(&id.own_channel->ibv);
 }
 
-}  // namespace
-
-namespace softrdma::rdmacm {
-
 // Gives an id its source address and reserves its port host-wide (address.h).
 int bind_id(CmId& id, const sockaddr* addr) {
   if (id.state != IdState::kIdle) return EINVAL;
@@ -106,6 +107,18 @@ SOFTRDMA_CM_EXPORT int rdma_destroy_id(rdma_cm_id* ibv) {
   return guard([&] {
     if (ibv == nullptr) return EINVAL;
     CmId* id = to_id(ibv);
+    {
+      // A connection still up is ended for the peer too (IBA 12.9.6: the
+      // consumer's destroy sends a DREQ), then the id leaves the agent's tables.
+      Agent& agent = Agent::get();
+      std::lock_guard lock(agent.cm_mutex());
+      if (id->conn.state == CmState::kEstablished) {
+        Mad dreq = format_dreq(*id);
+        agent.send(*id, dreq, false);
+      }
+      agent.forget(*id);
+    }
+    if (id->ibv.event != nullptr) rdma_ack_cm_event(id->ibv.event);
     if (id->port_reservation >= 0) Agent::get().forget_reservation(id->port_reservation);
     detach(*id);
     delete id;
@@ -130,6 +143,10 @@ SOFTRDMA_CM_EXPORT int rdma_listen(rdma_cm_id* ibv, int backlog) {
     }
     if (id.state != IdState::kAddrBound) return EINVAL;
     id.backlog = backlog > 0 ? backlog : 1024;
+    Agent& agent = Agent::get();
+    std::lock_guard lock(agent.cm_mutex());
+    if (int err = agent.open_mad_port()) return err;
+    agent.add_listener(id);
     id.state = IdState::kListening;
     return 0;
   });

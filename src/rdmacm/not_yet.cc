@@ -35,24 +35,9 @@ int not_yet(const char* name) {
 #define SOFTRDMA_NOT_YET(name) not_yet(#name)
 
 // Connections through the Communication Manager.
-SOFTRDMA_CM_EXPORT int rdma_connect(rdma_cm_id*, rdma_conn_param*) { return SOFTRDMA_NOT_YET(rdma_connect); }
-SOFTRDMA_CM_EXPORT int rdma_accept(rdma_cm_id*, rdma_conn_param*) { return SOFTRDMA_NOT_YET(rdma_accept); }
-SOFTRDMA_CM_EXPORT int rdma_reject(rdma_cm_id*, const void*, uint8_t) { return SOFTRDMA_NOT_YET(rdma_reject); }
-SOFTRDMA_CM_EXPORT int rdma_reject_ece(rdma_cm_id*, const void*, uint8_t) { return SOFTRDMA_NOT_YET(rdma_reject_ece); }
-SOFTRDMA_CM_EXPORT int rdma_disconnect(rdma_cm_id*) { return SOFTRDMA_NOT_YET(rdma_disconnect); }
 SOFTRDMA_CM_EXPORT int rdma_notify(rdma_cm_id*, ibv_event_type) { return SOFTRDMA_NOT_YET(rdma_notify); }
-SOFTRDMA_CM_EXPORT int rdma_establish(rdma_cm_id*) { return SOFTRDMA_NOT_YET(rdma_establish); }
-SOFTRDMA_CM_EXPORT int rdma_get_request(rdma_cm_id*, rdma_cm_id**) { return SOFTRDMA_NOT_YET(rdma_get_request); }
 SOFTRDMA_CM_EXPORT int rdma_set_local_ece(rdma_cm_id*, ibv_ece*) { return SOFTRDMA_NOT_YET(rdma_set_local_ece); }
 SOFTRDMA_CM_EXPORT int rdma_get_remote_ece(rdma_cm_id*, ibv_ece*) { return SOFTRDMA_NOT_YET(rdma_get_remote_ece); }
-SOFTRDMA_CM_EXPORT int rdma_create_ep(rdma_cm_id**, rdma_addrinfo*, ibv_pd*, ibv_qp_init_attr*) {
-  return SOFTRDMA_NOT_YET(rdma_create_ep);
-}
-SOFTRDMA_CM_EXPORT void rdma_destroy_ep(rdma_cm_id* id) {
-  if (id == nullptr) return;
-  rdma_destroy_qp(id);
-  rdma_destroy_id(id);
-}
 SOFTRDMA_CM_EXPORT int rdma_create_srq(rdma_cm_id*, ibv_pd*, ibv_srq_init_attr*) { return SOFTRDMA_NOT_YET(rdma_create_srq); }
 SOFTRDMA_CM_EXPORT int rdma_create_srq_ex(rdma_cm_id*, ibv_srq_init_attr_ex*) { return SOFTRDMA_NOT_YET(rdma_create_srq_ex); }
 SOFTRDMA_CM_EXPORT void rdma_destroy_srq(rdma_cm_id* id) {

@@ -36,6 +36,44 @@ int init_attributes(const CmId& id, ibv_qp_attr& attr, int& mask) {
   return 0;
 }
 
+// IBA 12.7.2 / rdma_init_qp_attr(3) for RTR and RTS: the peer's QP and PSN,
+// the path, and the RDMA READ/ATOMIC depths the REQ and REP settled.
+int connected_attributes(const CmId& id, ibv_qp_attr& attr, int& mask) {
+  const Connection& c = id.conn;
+  if (c.state != CmState::kReqReceived && c.state != CmState::kRepSent &&
+      c.state != CmState::kRepReceived && c.state != CmState::kEstablished &&
+      c.state != CmState::kReqSent)
+    return EINVAL;
+  const Negotiated& n = c.negotiated;
+  const ibv_qp_state wanted = attr.qp_state;
+  attr = ibv_qp_attr{};
+  attr.qp_state = wanted;
+  if (wanted == IBV_QPS_RTR) {
+    attr.path_mtu = n.path_mtu;
+    attr.dest_qp_num = n.remote_qpn;
+    attr.rq_psn = n.remote_psn;
+    attr.max_dest_rd_atomic = n.responder_resources;
+    attr.min_rnr_timer = 12;  // 0.64 ms (IBA Table 45), what rdma_cm's peers use
+    attr.ah_attr.is_global = 1;
+    attr.ah_attr.grh.dgid = c.remote_gid;
+    attr.ah_attr.grh.sgid_index = uint8_t(c.sgid_index);
+    attr.ah_attr.grh.hop_limit = 64;
+    attr.ah_attr.port_num = id.ibv.port_num != 0 ? id.ibv.port_num : 1;
+    mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+           IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+    return 0;
+  }
+  if (wanted != IBV_QPS_RTS) return EINVAL;
+  attr.sq_psn = n.local_psn;
+  attr.timeout = n.local_ack_timeout;
+  attr.retry_cnt = n.retry_count;
+  attr.rnr_retry = n.rnr_retry_count;
+  attr.max_rd_atomic = n.initiator_depth;
+  mask = IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+         IBV_QP_MAX_QP_RD_ATOMIC;
+  return 0;
+}
+
 int bring_up(CmId& id, ibv_qp* qp) {
   ibv_qp_attr attr;
   int mask;
@@ -142,13 +180,39 @@ SOFTRDMA_CM_EXPORT void rdma_destroy_qp(rdma_cm_id* ibv) {
   destroy_cqs(*to_id(ibv));
 }
 
-// rdma_init_qp_attr(3): the attributes for the QP's next state. INIT is known
-// from the id; RTR and RTS come from the connection's REQ/REP (not yet).
+namespace softrdma::rdmacm {
+
+int connect_qp(CmId& id) {
+  ibv_qp_attr attr{};
+  int mask = 0;
+  attr.qp_state = IBV_QPS_RTR;
+  if (int err = connected_attributes(id, attr, mask)) return err;
+  if (int err = ibv_modify_qp(id.ibv.qp, &attr, mask)) return err;
+  attr.qp_state = IBV_QPS_RTS;
+  if (int err = connected_attributes(id, attr, mask)) return err;
+  return ibv_modify_qp(id.ibv.qp, &attr, mask);
+}
+
+// rdma_disconnect(3): "transitions any associated QP to the error state"; so
+// does a rejection or a peer's DREQ (the kernel's cma.c).
+void qp_to_error(CmId& id) {
+  if (id.ibv.qp == nullptr || id.ibv.qp_type == IBV_QPT_UD) return;
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  ibv_modify_qp(id.ibv.qp, &attr, IBV_QP_STATE);
+}
+
+}  // namespace softrdma::rdmacm
+
+// rdma_init_qp_attr(3): the attributes for the QP's next state: INIT from the
+// id, RTR and RTS from what the connection's REQ and REP settled.
 SOFTRDMA_CM_EXPORT int rdma_init_qp_attr(rdma_cm_id* ibv, ibv_qp_attr* qp_attr,
                                          int* qp_attr_mask) {
   return guard([&] {
     if (ibv == nullptr || qp_attr == nullptr || qp_attr_mask == nullptr) return EINVAL;
-    if (qp_attr->qp_state != IBV_QPS_INIT) return ENOSYS;
-    return init_attributes(*to_id(ibv), *qp_attr, *qp_attr_mask);
+    if (qp_attr->qp_state == IBV_QPS_INIT)
+      return init_attributes(*to_id(ibv), *qp_attr, *qp_attr_mask);
+    std::lock_guard lock(Agent::get().cm_mutex());
+    return connected_attributes(*to_id(ibv), *qp_attr, *qp_attr_mask);
   });
 }

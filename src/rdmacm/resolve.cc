@@ -8,10 +8,6 @@
 #include "rdmacm/agent.h"
 #include "rdmacm/cm.h"
 
-namespace softrdma::rdmacm {
-int bind_id(CmId& id, const sockaddr* addr);
-}
-
 using namespace softrdma::rdmacm;
 
 namespace {
@@ -55,6 +51,10 @@ int resolve(CmId& id, const sockaddr* src, const sockaddr* dst) {
   return 0;
 }
 
+}  // namespace
+
+namespace softrdma::rdmacm {
+
 // The path a RoCE port takes to the peer: its GIDs, the default P_Key, the
 // port's active MTU; LIDs are unused (0xffff on the wire, IBA A17.4.5.1).
 int fill_route(CmId& id) {
@@ -80,6 +80,10 @@ int fill_route(CmId& id) {
   id.state = IdState::kRouteResolved;
   return 0;
 }
+
+}  // namespace softrdma::rdmacm
+
+namespace {
 
 // Queues the outcome as the man pages' event, or fails the call itself when
 // the id is synchronous.

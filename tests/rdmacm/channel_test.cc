@@ -103,13 +103,18 @@ TEST(Ids, BadArgumentsAreEinval) {
   rdma_destroy_id(id);
 }
 
-// What is not built yet says so (ENOSYS), never crashes.
-TEST(Ids, ConnectionCallsNotYetOfferedAreEnosys) {
+// A connection call out of its state is EINVAL (rdma_connect before the route,
+// rdma_accept without a request); what is not built yet says so (ENOSYS).
+TEST(Ids, CallsOutOfStateOrNotOfferedFail) {
   rdma_cm_id* id = nullptr;
   ASSERT_EQ(rdma_create_id(nullptr, &id, nullptr, RDMA_PS_TCP), 0);
   rdma_conn_param param{};
   EXPECT_EQ(rdma_connect(id, &param), -1);
-  EXPECT_EQ(errno, ENOSYS);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(rdma_accept(id, &param), -1);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(rdma_disconnect(id), -1);
+  EXPECT_EQ(errno, EINVAL);
   EXPECT_EQ(rsocket(AF_INET, SOCK_STREAM, 0), -1);
   EXPECT_EQ(errno, ENOSYS);
   rdma_destroy_id(id);

@@ -1,0 +1,176 @@
+// The application's side of a connection: rdma_connect(3), rdma_accept(3),
+// rdma_reject(3), rdma_disconnect(3), rdma_establish(3). Each sends its CM MAD
+// through the agent (cm_protocol.cc), which sees the answer; a synchronous id
+// then waits for the event here.
+#include <sys/random.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "rdmacm/agent.h"
+#include "rdmacm/cm.h"
+#include "rdmacm/cm_format.h"
+
+using namespace softrdma::rdmacm;
+
+namespace {
+
+uint32_t random_psn() {
+  uint32_t psn = 0;
+  if (getrandom(&psn, sizeof psn, 0) != sizeof psn) psn = uint32_t(uintptr_t(&psn));
+  return psn & 0xffffff;
+}
+
+// The depths this device can honour (ibv_query_device(3)), as rdma_cm clamps them.
+void clamp_depths(ibv_context* context, uint8_t& responder_resources, uint8_t& initiator_depth) {
+  ibv_device_attr attr{};
+  if (ibv_query_device(context, &attr) != 0) return;
+  responder_resources = uint8_t(std::min<int>(responder_resources, attr.max_qp_rd_atom));
+  initiator_depth = uint8_t(std::min<int>(initiator_depth, attr.max_qp_init_rd_atom));
+}
+
+// rdma_get_request(3)'s ids become synchronous when the application answers:
+// the request event it held is acknowledged and the id gets a channel of its own.
+int become_synchronous(CmId& id) {
+  if (!id.synchronous_after_request) return 0;
+  id.synchronous_after_request = false;
+  if (id.ibv.event != nullptr) {
+    rdma_ack_cm_event(id.ibv.event);
+    id.ibv.event = nullptr;
+  }
+  return rdma_migrate_id(&id.ibv, nullptr) == 0 ? 0 : errno;
+}
+
+int connect(CmId& id, const rdma_conn_param& param) {
+  if (id.state != IdState::kRouteResolved) return EINVAL;
+  if (id.ibv.qp_type == IBV_QPT_UD) return ENOSYS;  // SIDR: not yet
+  Agent& agent = Agent::get();
+  std::lock_guard lock(agent.cm_mutex());
+  if (int err = agent.open_mad_port()) return err;
+  Connection& c = id.conn;
+  agent.add_connection(id);
+  c.remote_gid = id.ibv.route.addr.addr.ibaddr.dgid;
+  c.sgid_index = id.sgid_index;
+  c.transaction_id = (uint64_t(c.local_comm_id) << 32) | random_psn();
+  Negotiated& n = c.negotiated;
+  n.local_psn = random_psn();
+  n.responder_resources = param.responder_resources;
+  n.initiator_depth = param.initiator_depth;
+  clamp_depths(id.ibv.verbs, n.responder_resources, n.initiator_depth);
+  n.retry_count = std::min<uint8_t>(param.retry_count, 7);
+  n.rnr_retry_count = std::min<uint8_t>(param.rnr_retry_count, 7);
+  n.path_mtu = ibv_mtu(id.path.mtu);
+  n.srq = id.ibv.srq != nullptr || (id.ibv.qp != nullptr && id.ibv.qp->srq != nullptr);
+  rdma_conn_param effective = param;
+  effective.responder_resources = n.responder_resources;
+  effective.initiator_depth = n.initiator_depth;
+  const uint32_t qpn = id.ibv.qp != nullptr ? id.ibv.qp->qp_num : param.qp_num;
+  Mad req = format_req(id, effective, qpn);
+  id.state = IdState::kConnecting;
+  c.state = CmState::kReqSent;
+  return agent.send(id, req, true);
+}
+
+int accept(CmId& id, const rdma_conn_param* param) {
+  if (int err = become_synchronous(id)) return err;
+  Agent& agent = Agent::get();
+  std::lock_guard lock(agent.cm_mutex());
+  Connection& c = id.conn;
+  if (c.state != CmState::kReqReceived) return EINVAL;
+  rdma_conn_param effective{};
+  if (param != nullptr) effective = *param;
+  Negotiated& n = c.negotiated;
+  n.local_psn = random_psn();
+  n.responder_resources = effective.responder_resources;
+  n.initiator_depth = effective.initiator_depth;
+  clamp_depths(id.ibv.verbs, n.responder_resources, n.initiator_depth);
+  effective.responder_resources = n.responder_resources;
+  effective.initiator_depth = n.initiator_depth;
+  if (param != nullptr) n.rnr_retry_count = std::min<uint8_t>(param->rnr_retry_count, 7);
+  if (id.ibv.qp != nullptr) {
+    if (int err = connect_qp(id)) return err;
+  }
+  const uint32_t qpn = id.ibv.qp != nullptr ? id.ibv.qp->qp_num : effective.qp_num;
+  Mad rep = format_rep(id, effective, qpn);
+  c.state = CmState::kRepSent;
+  return agent.send(id, rep, true);
+}
+
+int reject(CmId& id, const void* private_data, uint8_t length) {
+  if (int err = become_synchronous(id)) return err;
+  Agent& agent = Agent::get();
+  std::lock_guard lock(agent.cm_mutex());
+  Connection& c = id.conn;
+  if (c.state != CmState::kReqReceived) return EINVAL;
+  Mad rej = format_rej(c, kRejConsumer, private_data, length);
+  c.state = CmState::kClosed;
+  return agent.send(id, rej, false);
+}
+
+int disconnect(CmId& id) {
+  Agent& agent = Agent::get();
+  std::lock_guard lock(agent.cm_mutex());
+  Connection& c = id.conn;
+  if (c.state != CmState::kEstablished && c.state != CmState::kRepSent &&
+      c.state != CmState::kRepReceived)
+    return EINVAL;
+  qp_to_error(id);
+  Mad dreq = format_dreq(id);
+  c.state = CmState::kDreqSent;
+  return agent.send(id, dreq, true);
+}
+
+int establish(CmId& id) {
+  Agent& agent = Agent::get();
+  std::lock_guard lock(agent.cm_mutex());
+  Connection& c = id.conn;
+  if (c.state != CmState::kRepReceived) return EINVAL;
+  Mad rtu = format_rtu(id);
+  c.state = CmState::kEstablished;
+  return agent.send(id, rtu, false);
+}
+
+}  // namespace
+
+SOFTRDMA_CM_EXPORT int rdma_connect(rdma_cm_id* ibv, rdma_conn_param* param) {
+  return guard([&] {
+    if (ibv == nullptr) return EINVAL;
+    CmId& id = *to_id(ibv);
+    rdma_conn_param defaults{};
+    defaults.retry_count = 7;
+    defaults.rnr_retry_count = 7;
+    if (int err = connect(id, param != nullptr ? *param : defaults)) return err;
+    return id.synchronous ? complete_synchronously(id) : 0;
+  });
+}
+
+SOFTRDMA_CM_EXPORT int rdma_accept(rdma_cm_id* ibv, rdma_conn_param* param) {
+  return guard([&] {
+    if (ibv == nullptr) return EINVAL;
+    CmId& id = *to_id(ibv);
+    if (int err = accept(id, param)) return err;
+    return id.synchronous ? complete_synchronously(id) : 0;
+  });
+}
+
+SOFTRDMA_CM_EXPORT int rdma_reject(rdma_cm_id* ibv, const void* private_data, uint8_t length) {
+  return guard([&] { return ibv == nullptr ? EINVAL : reject(*to_id(ibv), private_data, length); });
+}
+
+// ECE is not negotiated (softrdma has no vendor options): a plain reject.
+SOFTRDMA_CM_EXPORT int rdma_reject_ece(rdma_cm_id* ibv, const void* private_data, uint8_t length) {
+  return rdma_reject(ibv, private_data, length);
+}
+
+SOFTRDMA_CM_EXPORT int rdma_disconnect(rdma_cm_id* ibv) {
+  return guard([&] {
+    if (ibv == nullptr) return EINVAL;
+    CmId& id = *to_id(ibv);
+    if (int err = disconnect(id)) return err;
+    return 0;
+  });
+}
+
+SOFTRDMA_CM_EXPORT int rdma_establish(rdma_cm_id* ibv) {
+  return guard([&] { return ibv == nullptr ? EINVAL : establish(*to_id(ibv)); });
+}

@@ -1,0 +1,101 @@
+// The CM MADs of rdma_cm connections, between the connection state machine
+// (cm_protocol.cc) and the wire codec (wire/cm_mad.h): what the machine reads
+// from a received MAD, and the MADs it sends, filled as RoCEv2 peers (the
+// kernel's rdma_cm over Soft-RoCE) fill them.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+
+#include "rdmacm/address.h"
+#include "rdmacm/connection.h"
+
+namespace softrdma::rdmacm {
+
+struct CmId;
+
+// IBA 12.11.2 Table 111: the CM's attribute IDs.
+enum class CmAttribute : uint16_t {
+  kReq = 0x0010,
+  kMra = 0x0011,
+  kRej = 0x0012,
+  kRep = 0x0013,
+  kRtu = 0x0014,
+  kDreq = 0x0015,
+  kDrep = 0x0016,
+  kSidrReq = 0x0017,
+  kSidrRep = 0x0018,
+};
+
+// IBA 12.6 Table 112: the REJ reasons softrdma sends (an rdma_cm REJECTED
+// event's status is the reason).
+inline constexpr uint16_t kRejNoQp = 1;
+inline constexpr uint16_t kRejTimeout = 4;  // a REP was not acknowledged in time
+inline constexpr uint16_t kRejInvalidServiceId = 8;  // nobody listens on that port
+inline constexpr uint16_t kRejConsumer = 28;         // rdma_reject(3)
+
+// RDMA_PS_* port space and port in an IP-based service ID (IBA A11.2.1).
+uint64_t service_id_of(rdma_port_space ps, uint16_t port);
+
+// What the state machine needs of a received CM MAD.
+struct Incoming {
+  CmAttribute attribute{};
+  uint64_t transaction_id = 0;
+  uint32_t sender_comm_id = 0;    // the sender's Local Communication ID
+  uint32_t receiver_comm_id = 0;  // its Remote Communication ID (ours), 0 in a REQ
+  // REQ / REP
+  uint64_t service_id = 0;
+  uint32_t qpn = 0;
+  uint32_t starting_psn = 0;
+  uint8_t responder_resources = 0;
+  uint8_t initiator_depth = 0;
+  uint8_t retry_count = 7;
+  uint8_t rnr_retry_count = 7;
+  uint8_t local_ack_timeout = 19;
+  ibv_mtu path_mtu = IBV_MTU_1024;
+  bool srq = false;
+  // REQ: rdma_cm's IP CM header (IBA A11.6): who connects, to which address.
+  std::optional<IpEndpoint> ip_source;
+  std::optional<IpEndpoint> ip_destination;
+  // REJ
+  uint16_t reject_reason = 0;
+  // MRA: the message it stands for and how long the sender asks us to wait.
+  uint8_t mra_message = 0;
+  uint8_t mra_service_timeout = 0;
+  // The consumer's private data (after the IP CM header in a REQ).
+  std::array<uint8_t, 224> private_data{};
+  uint8_t private_data_length = 0;
+};
+
+// Reads a CM MAD; nothing for anything else (another class, a bad size).
+std::optional<Incoming> parse_cm_mad(std::span<const uint8_t> mad);
+
+using Mad = std::array<uint8_t, 256>;
+
+// The active side's REQ for `id` (its route, its QP or conn_param's QP number),
+// with rdma_cm's IP CM header leading the private data.
+Mad format_req(const CmId& id, const rdma_conn_param& param, uint32_t qpn);
+Mad format_rep(const CmId& id, const rdma_conn_param& param, uint32_t qpn);
+Mad format_rtu(const CmId& id);
+Mad format_rej(const Connection& connection, uint16_t reason, const void* private_data,
+               uint8_t length);
+// A REJ to a REQ that matched no listener (nothing of ours to name).
+Mad format_rej_to(const Incoming& req, uint16_t reason);
+Mad format_mra(const Connection& connection, uint8_t message);
+Mad format_dreq(const CmId& id);
+Mad format_drep(const Connection& connection);
+
+// cm_receive.cc: queues an rdma_cm event for id; a MAD's private data and
+// connection parameters go with it (rdma_cm_event.param.conn).
+void deliver(CmId& id, rdma_cm_event_type type, int status, const Incoming* mad = nullptr);
+
+// The CM response timeout softrdma advertises (IBA 12.7.22: 4.096 µs × 2^n):
+// 2^17 × 4.096 µs ≈ 0.54 s, and the retries it allows (IBA 12.7.27).
+inline constexpr uint8_t kCmResponseTimeout = 17;
+inline constexpr uint8_t kMaxCmRetries = 15;
+
+}  // namespace softrdma::rdmacm

@@ -1,0 +1,126 @@
+// The Communication Manager's side of the agent (IBA 12.6-12.9): CM MADs in,
+// the connection state of each id, the answers, retransmissions and timeouts,
+// and the rdma_cm events they become (rdma_get_cm_event(3)). Runs under the
+// agent's cm_mutex.
+#include <sys/epoll.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+
+#include "rdmacm/agent.h"
+#include "rdmacm/cm.h"
+#include "rdmacm/cm_format.h"
+
+namespace softrdma::rdmacm {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+}  // namespace
+
+int Agent::open_mad_port() {
+  if (mad_port_ != nullptr) return 0;
+  ibv_pd* pd = default_pd();
+  if (pd == nullptr) return errno != 0 ? errno : ENODEV;
+  mad_port_ = MadPort::open(context(), pd);
+  if (mad_port_ == nullptr) return errno;
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.fd = mad_port_->fd();
+  return epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, mad_port_->fd(), &event) == 0 ? 0 : errno;
+}
+
+void Agent::add_listener(CmId& id) {
+  id.service_id = service_id_of(id.ibv.ps, ntohs(rdma_get_src_port(&id.ibv)));
+  listeners_[id.service_id] = &id;
+}
+
+void Agent::add_connection(CmId& id) {
+  if (next_comm_id_ == 0 && getrandom(&next_comm_id_, sizeof next_comm_id_, 0) != 4)
+    next_comm_id_ = uint32_t(Clock::now().time_since_epoch().count());
+  do {
+    ++next_comm_id_;
+  } while (next_comm_id_ == 0 || connections_.contains(next_comm_id_));
+  id.conn.local_comm_id = next_comm_id_;
+  connections_[id.conn.local_comm_id] = &id;
+}
+
+void Agent::forget(CmId& id) {
+  if (id.service_id != 0) {
+    auto it = listeners_.find(id.service_id);
+    if (it != listeners_.end() && it->second == &id) listeners_.erase(it);
+    id.service_id = 0;
+  }
+  if (id.conn.local_comm_id != 0) {
+    connections_.erase(id.conn.local_comm_id);
+    by_remote_.erase({id.conn.remote_gid, id.conn.remote_comm_id});
+    id.conn.local_comm_id = 0;
+  }
+  // Children of a listener being destroyed keep their connections; they only
+  // lose the pointer to it.
+  for (auto& [comm_id, other] : connections_)
+    if (other->listener == &id) other->listener = nullptr;
+}
+
+int Agent::send(CmId& id, std::span<const uint8_t> mad, bool expect_answer) {
+  Connection& c = id.conn;
+  std::memcpy(c.last_sent.data(), mad.data(), c.last_sent.size());
+  c.awaiting_answer = expect_answer;
+  if (expect_answer) {
+    c.retries_left = kMaxCmRetries;
+    c.timeout = cm_timeout(kCmResponseTimeout);
+    c.deadline = Clock::now() + c.timeout;
+    uint64_t one = 1;
+    (void)!write(wake_fd_, &one, sizeof one);  // the thread recomputes its wait
+  }
+  return mad_port_->send(c.remote_gid, c.sgid_index, mad);
+}
+
+int Agent::next_timeout_ms() {
+  std::lock_guard lock(cm_mutex_);
+  auto now = Clock::now();
+  int wait = -1;
+  for (auto& [comm_id, id] : connections_) {
+    if (!id->conn.awaiting_answer) continue;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(id->conn.deadline - now);
+    int ms = int(std::max<int64_t>(left.count(), 0)) + 1;
+    if (wait < 0 || ms < wait) wait = ms;
+  }
+  return wait;
+}
+
+// IBA 12.9.7: a message not answered in time is sent again, up to the retries;
+// then the connection fails as rdma_cm reports it (the kernel's cma.c: an
+// unanswered REQ or REP is UNREACHABLE, an unanswered DREQ a disconnection).
+void Agent::on_timeouts() {
+  std::lock_guard lock(cm_mutex_);
+  auto now = Clock::now();
+  for (auto it = connections_.begin(); it != connections_.end();) {
+    CmId& id = *(it++)->second;
+    Connection& c = id.conn;
+    if (!c.awaiting_answer || c.deadline > now) continue;
+    if (c.retries_left-- > 0) {
+      c.deadline = now + c.timeout;
+      mad_port_->send(c.remote_gid, c.sgid_index, c.last_sent);
+      continue;
+    }
+    c.awaiting_answer = false;
+    const CmState was = c.state;
+    c.state = CmState::kClosed;
+    if (was == CmState::kDreqSent) {
+      deliver(id, RDMA_CM_EVENT_DISCONNECTED, 0);
+    } else {
+      if (was == CmState::kRepSent) {
+        Mad rej = format_rej(c, kRejTimeout, nullptr, 0);
+        mad_port_->send(c.remote_gid, c.sgid_index, rej);
+      }
+      qp_to_error(id);
+      deliver(id, RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT);
+    }
+  }
+}
+
+}  // namespace softrdma::rdmacm

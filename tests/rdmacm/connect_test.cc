@@ -1,0 +1,167 @@
+// Connections through the Communication Manager (rdma_connect(3),
+// rdma_accept(3), rdma_reject(3), rdma_disconnect(3)) between two ids of one
+// process: the MADs still go through QP1 over UDP loopback.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "rdmacm/rdmacm_fixture.h"
+
+namespace softrdma::rdmacm::testing {
+namespace {
+
+// The next event of a channel, expected to be `type` (the test fails otherwise).
+rdma_cm_event* expect_event(rdma_event_channel* channel, rdma_cm_event_type type) {
+  rdma_cm_event* event = next_event(channel);
+  EXPECT_NE(event, nullptr) << "no event, expected " << rdma_event_str(type);
+  if (event != nullptr)
+    EXPECT_EQ(event->event, type) << rdma_event_str(event->event) << " status " << event->status;
+  return event;
+}
+
+struct Side {
+  rdma_event_channel* channel = rdma_create_event_channel();
+  rdma_cm_id* id = nullptr;
+  ~Side() {
+    if (id != nullptr) rdma_destroy_id(id);
+    rdma_destroy_event_channel(channel);
+  }
+};
+
+ibv_qp_init_attr rc_attr() {
+  ibv_qp_init_attr attr{};
+  attr.qp_type = IBV_QPT_RC;
+  attr.cap.max_send_wr = attr.cap.max_recv_wr = 8;
+  attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+  return attr;
+}
+
+// A listener on 127.0.0.1 and a client resolved to it, with a QP.
+struct Connecting {
+  Side server, client;
+  uint16_t port = free_port();
+
+  Connecting() {
+    EXPECT_EQ(rdma_create_id(server.channel, &server.id, nullptr, RDMA_PS_TCP), 0);
+    sockaddr_in address = ipv4("127.0.0.1", port);
+    EXPECT_EQ(rdma_bind_addr(server.id, as_sockaddr(address)), 0);
+    EXPECT_EQ(rdma_listen(server.id, 4), 0);
+    EXPECT_EQ(rdma_create_id(client.channel, &client.id, nullptr, RDMA_PS_TCP), 0);
+    EXPECT_EQ(rdma_resolve_addr(client.id, nullptr, as_sockaddr(address), 2000), 0);
+    rdma_ack_cm_event(expect_event(client.channel, RDMA_CM_EVENT_ADDR_RESOLVED));
+    EXPECT_EQ(rdma_resolve_route(client.id, 2000), 0);
+    rdma_ack_cm_event(expect_event(client.channel, RDMA_CM_EVENT_ROUTE_RESOLVED));
+    ibv_qp_init_attr attr = rc_attr();
+    EXPECT_EQ(rdma_create_qp(client.id, nullptr, &attr), 0);
+  }
+
+  int connect(const char* private_data) {
+    rdma_conn_param param{};
+    param.private_data = private_data;
+    param.private_data_len = uint8_t(std::strlen(private_data) + 1);
+    param.responder_resources = param.initiator_depth = 1;
+    param.retry_count = param.rnr_retry_count = 7;
+    return rdma_connect(client.id, &param);
+  }
+};
+
+TEST(Connect, AcceptedConnectionCarriesDataAndDisconnects) {
+  Connecting c;
+  ASSERT_EQ(c.connect("hello"), 0);
+  rdma_cm_event* request = expect_event(c.server.channel, RDMA_CM_EVENT_CONNECT_REQUEST);
+  ASSERT_NE(request, nullptr);
+  EXPECT_EQ(request->listen_id, c.server.id);
+  EXPECT_STREQ(static_cast<const char*>(request->param.conn.private_data), "hello");
+  EXPECT_EQ(request->param.conn.initiator_depth, 1);
+  rdma_cm_id* child = request->id;
+  rdma_ack_cm_event(request);
+  ibv_qp_init_attr attr = rc_attr();
+  ASSERT_EQ(rdma_create_qp(child, nullptr, &attr), 0);
+  // A receive before the accept, so the client's first SEND finds it.
+  std::vector<char> inbox(64), outbox(64);
+  ibv_mr* in_mr = ibv_reg_mr(child->pd, inbox.data(), inbox.size(), IBV_ACCESS_LOCAL_WRITE);
+  ibv_mr* out_mr = ibv_reg_mr(c.client.id->pd, outbox.data(), outbox.size(), 0);
+  ASSERT_NE(in_mr, nullptr);
+  ASSERT_NE(out_mr, nullptr);
+  ibv_sge rsge{uint64_t(uintptr_t(inbox.data())), 64, in_mr->lkey};
+  ibv_recv_wr rwr{};
+  rwr.sg_list = &rsge;
+  rwr.num_sge = 1;
+  ibv_recv_wr* bad_r = nullptr;
+  ASSERT_EQ(ibv_post_recv(child->qp, &rwr, &bad_r), 0);
+  rdma_conn_param accept{};
+  accept.responder_resources = accept.initiator_depth = 1;
+  const char reply[] = "welcome";
+  accept.private_data = reply;
+  accept.private_data_len = sizeof reply;
+  ASSERT_EQ(rdma_accept(child, &accept), 0);
+  rdma_cm_event* established = expect_event(c.client.channel, RDMA_CM_EVENT_ESTABLISHED);
+  ASSERT_NE(established, nullptr);
+  EXPECT_STREQ(static_cast<const char*>(established->param.conn.private_data), "welcome");
+  rdma_ack_cm_event(established);
+  rdma_ack_cm_event(expect_event(c.server.channel, RDMA_CM_EVENT_ESTABLISHED));
+
+  std::strcpy(outbox.data(), "over rc");
+  ibv_sge ssge{uint64_t(uintptr_t(outbox.data())), 8, out_mr->lkey};
+  ibv_send_wr swr{};
+  swr.sg_list = &ssge;
+  swr.num_sge = 1;
+  swr.opcode = IBV_WR_SEND;
+  swr.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr* bad_s = nullptr;
+  ASSERT_EQ(ibv_post_send(c.client.id->qp, &swr, &bad_s), 0);
+  ibv_wc wc{};
+  int polled = 0;
+  for (int i = 0; i < 3000000 && polled == 0; ++i) polled = ibv_poll_cq(child->recv_cq, 1, &wc);
+  ASSERT_EQ(polled, 1);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_STREQ(inbox.data(), "over rc");
+
+  ASSERT_EQ(rdma_disconnect(c.client.id), 0);
+  rdma_ack_cm_event(expect_event(c.server.channel, RDMA_CM_EVENT_DISCONNECTED));
+  rdma_ack_cm_event(expect_event(c.client.channel, RDMA_CM_EVENT_DISCONNECTED));
+  ibv_dereg_mr(in_mr);
+  ibv_dereg_mr(out_mr);
+  rdma_destroy_qp(child);
+  rdma_destroy_id(child);
+}
+
+TEST(Connect, RejectionReachesTheClientWithItsReason) {
+  Connecting c;
+  ASSERT_EQ(c.connect("let me in"), 0);
+  rdma_cm_event* request = expect_event(c.server.channel, RDMA_CM_EVENT_CONNECT_REQUEST);
+  ASSERT_NE(request, nullptr);
+  rdma_cm_id* child = request->id;
+  rdma_ack_cm_event(request);
+  const char why[] = "full";
+  ASSERT_EQ(rdma_reject(child, why, sizeof why), 0);
+  rdma_cm_event* rejected = expect_event(c.client.channel, RDMA_CM_EVENT_REJECTED);
+  ASSERT_NE(rejected, nullptr);
+  EXPECT_EQ(rejected->status, 28);  // IBA Table 112: consumer reject
+  EXPECT_STREQ(static_cast<const char*>(rejected->param.conn.private_data), "full");
+  rdma_ack_cm_event(rejected);
+  rdma_destroy_id(child);
+}
+
+// Nobody listens on the port: the REQ is rejected with "invalid service ID".
+TEST(Connect, NoListenerIsRejected) {
+  Side client;
+  ASSERT_EQ(rdma_create_id(client.channel, &client.id, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in address = ipv4("127.0.0.1", free_port());
+  ASSERT_EQ(rdma_resolve_addr(client.id, nullptr, as_sockaddr(address), 2000), 0);
+  rdma_ack_cm_event(expect_event(client.channel, RDMA_CM_EVENT_ADDR_RESOLVED));
+  ASSERT_EQ(rdma_resolve_route(client.id, 2000), 0);
+  rdma_ack_cm_event(expect_event(client.channel, RDMA_CM_EVENT_ROUTE_RESOLVED));
+  ibv_qp_init_attr attr = rc_attr();
+  ASSERT_EQ(rdma_create_qp(client.id, nullptr, &attr), 0);
+  rdma_conn_param param{};
+  ASSERT_EQ(rdma_connect(client.id, &param), 0);
+  rdma_cm_event* rejected = expect_event(client.channel, RDMA_CM_EVENT_REJECTED);
+  ASSERT_NE(rejected, nullptr);
+  EXPECT_EQ(rejected->status, 8);
+  rdma_ack_cm_event(rejected);
+}
+
+}  // namespace
+}  // namespace softrdma::rdmacm::testing
