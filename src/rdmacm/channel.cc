@@ -46,6 +46,15 @@ void post(CmId& id, Event* event) {
 
 namespace {
 
+// rdma_destroy_event_channel(3) while a thread is blocked in rdma_get_cm_event
+// on it (rping's event thread, when its main thread ends): with the kernel's
+// device the read stays blocked until the process exits, and so does this one.
+// Returning an error instead would make such programs exit with a failure (rping
+// calls exit() on it), and the channel is already freed.
+[[noreturn]] void wait_forever() {
+  for (;;) poll(nullptr, 0, -1);
+}
+
 // Takes the next event: blocks in read(2) unless the application made the fd
 // non-blocking (then EAGAIN, as rdma_get_cm_event(3) answers).
 int take_event(EventChannel& channel, Event*& out) {
@@ -53,7 +62,8 @@ int take_event(EventChannel& channel, Event*& out) {
     char token;
     ssize_t n = read(channel.ibv.fd, &token, 1);
     if (n < 0 && errno == EINTR) continue;
-    if (n != 1) return n < 0 ? errno : EIO;
+    if (n == 0) wait_forever();  // the channel was destroyed under this reader
+    if (n != 1) return errno;
     std::lock_guard lock(channel.mutex);
     // Empty: the byte was an event's that rdma_destroy_id dropped; wait for the next.
     if (channel.queue.empty()) continue;

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "rdmacm/cm.h"
+#include "wire/cm_ip.h"
 #include "wire/cm_mad.h"
 
 namespace softrdma::rdmacm {
@@ -11,12 +12,7 @@ namespace {
 
 namespace w = softrdma::wire;
 
-// rdma_cm's IP CM private-data header (IBA A11.6.1; the kernel's cma_hdr): one
-// byte of version (0.0), the IP version in the high nibble of the next, the
-// source port, then source and destination addresses of 16 bytes each (IPv4 in
-// the last 4). 36 bytes; the consumer's data follows.
-constexpr size_t kIpCmHeaderBytes = 36;
-constexpr size_t kReqConsumerBytes = w::CmReq::kPrivateDataBytes - kIpCmHeaderBytes;  // 56
+constexpr size_t kIpCmHeaderBytes = w::kIpCmHeaderBytes;
 
 w::Gid to_wire(const ibv_gid& gid) {
   w::Gid out;
@@ -24,54 +20,53 @@ w::Gid to_wire(const ibv_gid& gid) {
   return out;
 }
 
-ibv_gid from_wire(const w::Gid& gid) {
-  ibv_gid out;
-  std::memcpy(out.raw, gid.data(), 16);
+w::IpCmAddress ip_cm_address(const IpEndpoint& e) {
+  ibv_gid gid = e.as_gid();  // IPv4 in the last 4 bytes, as A11 has it
+  w::IpCmAddress out{};
+  if (e.family() == AF_INET)
+    std::memcpy(out.data() + 12, gid.raw + 12, 4);
+  else
+    std::memcpy(out.data(), gid.raw, 16);
   return out;
 }
 
-void put_address(uint8_t* at, const IpEndpoint& e) {
-  if (e.family() == AF_INET)
-    std::memcpy(at + 12, &reinterpret_cast<const sockaddr_in*>(&e.storage)->sin_addr, 4);
-  else
-    std::memcpy(at, &reinterpret_cast<const sockaddr_in6*>(&e.storage)->sin6_addr, 16);
-}
-
-std::optional<IpEndpoint> get_address(const uint8_t* at, int ip_version, uint16_t port) {
+std::optional<IpEndpoint> endpoint_of(const w::IpCmAddress& a, int ip_version, uint16_t port) {
   sockaddr_storage s{};
   if (ip_version == 4) {
     auto* in = reinterpret_cast<sockaddr_in*>(&s);
     in->sin_family = AF_INET;
     in->sin_port = htons(port);
-    std::memcpy(&in->sin_addr, at + 12, 4);
-  } else if (ip_version == 6) {
+    std::memcpy(&in->sin_addr, a.data() + 12, 4);
+  } else {
     auto* in6 = reinterpret_cast<sockaddr_in6*>(&s);
     in6->sin6_family = AF_INET6;
     in6->sin6_port = htons(port);
-    std::memcpy(&in6->sin6_addr, at, 16);
-  } else {
-    return std::nullopt;
+    std::memcpy(&in6->sin6_addr, a.data(), 16);
   }
   return IpEndpoint::from(reinterpret_cast<sockaddr*>(&s));
 }
 
-void write_ip_cm_header(const CmId& id, uint8_t* out) {
+// rdma_cm's IP CM header (IBA A11.6) leads a REQ's private data: who connects,
+// from which port, to which address.
+void write_ip_cm_header(const CmId& id, std::span<uint8_t> private_data) {
   auto source = IpEndpoint::from(&id.ibv.route.addr.src_addr);
   auto destination = IpEndpoint::from(&id.ibv.route.addr.dst_addr);
-  out[0] = 0x00;  // major.minor 0.0
-  out[1] = uint8_t((source && source->family() == AF_INET6 ? 6 : 4) << 4);
-  const uint16_t port = source ? source->port() : 0;
-  out[2] = uint8_t(port >> 8);
-  out[3] = uint8_t(port);
-  if (source) put_address(out + 4, *source);
-  if (destination) put_address(out + 20, *destination);
+  w::IpCmHeader h;
+  h.ip_version = source && source->family() == AF_INET6 ? 6 : 4;
+  if (source) {
+    h.src_port = source->port();
+    h.src_ip = ip_cm_address(*source);
+  }
+  if (destination) h.dst_ip = ip_cm_address(*destination);
+  w::encode_ip_cm_header(h, private_data);
 }
 
-void read_ip_cm_header(const uint8_t* in, uint16_t destination_port, Incoming& out) {
-  const int ip_version = in[1] >> 4;
-  const uint16_t source_port = uint16_t(in[2] << 8 | in[3]);
-  out.ip_source = get_address(in + 4, ip_version, source_port);
-  out.ip_destination = get_address(in + 20, ip_version, destination_port);
+void read_ip_cm_header(std::span<const uint8_t> private_data, uint16_t destination_port,
+                       Incoming& out) {
+  w::IpCmHeader h;
+  if (w::decode_ip_cm_header(private_data, h) != w::IpCmError::kNone) return;
+  out.ip_source = endpoint_of(h.src_ip, h.ip_version, h.src_port);
+  out.ip_destination = endpoint_of(h.dst_ip, h.ip_version, destination_port);
 }
 
 template <size_t N>
@@ -115,7 +110,7 @@ void read_req(const w::CmReq& m, Incoming& out) {
   out.local_ack_timeout = m.primary.local_ack_timeout;
   out.path_mtu = to_verbs(m.path_mtu);
   out.srq = m.srq;
-  read_ip_cm_header(m.private_data.data(), uint16_t(m.service_id & 0xffff), out);
+  read_ip_cm_header(m.private_data, uint16_t(m.service_id & 0xffff), out);
   copy_private(m.private_data, kIpCmHeaderBytes, out);
 }
 
@@ -134,7 +129,7 @@ void read_rep(const w::CmRep& m, Incoming& out) {
 }  // namespace
 
 uint64_t service_id_of(rdma_port_space ps, uint16_t port) {
-  return (uint64_t(0x01) << 24) | (uint64_t(ps & 0xff) << 16) | port;  // IBA A11.2.1
+  return w::ip_service_id({w::IpProtocol(uint8_t(ps & 0xff)), port});  // IBA A11.2.1
 }
 
 std::optional<Incoming> parse_cm_mad(std::span<const uint8_t> mad) {
@@ -209,9 +204,9 @@ Mad format_req(const CmId& id, const rdma_conn_param& param, uint32_t qpn) {
   m.primary.remote_gid = to_wire(c.remote_gid);
   m.primary.hop_limit = 64;
   m.primary.local_ack_timeout = c.negotiated.local_ack_timeout;
-  write_ip_cm_header(id, m.private_data.data());
+  write_ip_cm_header(id, m.private_data);
   set_private(m.private_data, kIpCmHeaderBytes, param.private_data,
-              std::min<size_t>(param.private_data_len, kReqConsumerBytes));
+              std::min<size_t>(param.private_data_len, w::kIpCmReqConsumerBytes));
   return encoded(m);
 }
 

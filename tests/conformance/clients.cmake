@@ -307,3 +307,40 @@ endfunction()
 ucx_perftest_tests(ud_verbs)
 # rc_verbs: RC QPs receiving from a shared receive queue (docs/decisions/srq.md).
 ucx_perftest_tests(rc_verbs)
+
+# --- rdma_cm programs (issue 8): softrdma's librdmacm, connections through the
+# Communication Manager over QP1 (docs/decisions/rdma-cm.md).
+find_program(RPING rping)
+find_program(UCMATOSE ucmatose)
+find_program(RDMA_SERVER rdma_server)
+find_program(RDMA_CLIENT rdma_client)
+if(NOT RPING OR NOT UCMATOSE OR NOT RDMA_SERVER OR NOT RDMA_CLIENT)
+  message(FATAL_ERROR "rdmacm-utils is not installed (scripts/install-deps.sh installs it)")
+endif()
+# rping: -v prints each ping; -C counts them; -S sets the size (rping takes at
+# most 65535 bytes: "64 KiB").
+foreach(run "v;3;64" "count100;100;64" "s4096;10;4096" "s65535;10;65535")
+  list(GET run 0 tag)
+  list(GET run 1 count)
+  list(GET run 2 size)
+  math(EXPR last "${count} - 1")
+  softrdma_client_test(rping.${tag} CM_PAIR TIMEOUT 120
+    SERVER_ARGS "-s -a 127.0.0.1 -p {port} -v -C ${count} -S ${size}"
+    CLIENT_ARGS "-c -a 127.0.0.1 -p {port} -v -C ${count} -S ${size}"
+    COMMAND ${RPING}
+    EXPECT "ping data: rdma-ping-0: " "ping data: rdma-ping-${last}: "
+    EXPECT_SERVER "server ping data: rdma-ping-0: ")
+endforeach()
+# The server bound to the wildcard is reached through a loopback address.
+softrdma_client_test(rping.wildcard_server CM_PAIR TIMEOUT 120
+  SERVER_ARGS "-s -a 0.0.0.0 -p {port} -C 5"
+  CLIENT_ARGS "-c -a 127.0.0.1 -p {port} -v -C 5"
+  COMMAND ${RPING}
+  EXPECT "ping data: rdma-ping-4: ")
+# ucmatose: several connections, each with SENDs both ways, then disconnects.
+softrdma_client_test(ucmatose CM_PAIR TIMEOUT 120
+  SERVER_ARGS "-p {port} -c 4 -C 10"
+  CLIENT_ARGS "-s 127.0.0.1 -p {port} -c 4 -C 10"
+  COMMAND ${UCMATOSE}
+  EXPECT "data transfers complete" "test complete"
+  EXPECT_SERVER "data transfers complete" "test complete")

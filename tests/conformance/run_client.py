@@ -11,6 +11,13 @@ status and output. Used by the conformance ctests (tests/conformance/CMakeLists.
       (CMD ARGS -p P 127.0.0.1); both must exit 0. --expect applies to the
       client's output, --expect-server to the server's.
 
+  run_client.py --lib-dir DIR --cm-pair --port P --server-args "..." --client-args "..."
+                -- CMD
+      the same for rdma_cm programs (rping, ucmatose, udaddy, rdma_server/client):
+      the server is CMD SERVER-ARGS and the client CMD CLIENT-ARGS, "{port}" in
+      either replaced by P; the client starts once the server holds the port in
+      softrdma's librdmacm (its reservation in /proc/net/unix).
+
 Each --expect is a Python regular expression (MULTILINE) that must match.
 --env NAME=VALUE sets a variable for the clients (a softrdma setting);
 --expect-exit N wants that exit status instead of 0 (single process).
@@ -25,6 +32,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp
@@ -45,6 +53,21 @@ def listening(port):
     return False
 
 
+def cm_listening(port):
+    """True when a softrdma librdmacm id holds `port` (docs/decisions/rdma-cm.md:
+    an abstract unix socket @softrdma-rdmacm/<ps>/<port>/<address>)."""
+    needle = f"@softrdma-rdmacm/"
+    try:
+        with open("/proc/net/unix") as f:
+            for line in f:
+                name = line.split()[-1] if len(line.split()) >= 8 else ""
+                if name.startswith(needle) and name.split("/")[2] == str(port):
+                    return True
+    except OSError:
+        pass
+    return False
+
+
 def environment(args):
     env = dict(os.environ)
     if args.lib_dir:  # none: the command arranges it (`softrdma run`)
@@ -61,21 +84,27 @@ def environment(args):
 
 
 def start(cmd, env):
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True,
+    # Output goes to a file, not a pipe: a server printing more than a pipe holds
+    # while the client is being waited for would block (rping -v -S 65535).
+    out = tempfile.TemporaryFile(mode="w+")
+    proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
+    proc.output_file = out
+    return proc
 
 
 def finish(proc, deadline):
     """Waits until the deadline; kills the process group after it. Returns
     (exit status or None on timeout, output)."""
     try:
-        out, _ = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
-        return proc.returncode, out
+        proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        status = proc.returncode
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        return None, out
+        proc.wait()
+        status = None
+    proc.output_file.seek(0)
+    return status, proc.output_file.read()
 
 
 def check(name, status, output, expects, want_status=0):
@@ -118,10 +147,16 @@ def run_pair(args, env):
 def run_pair_once(args, env):
     """One server/client run; (passed, both outputs)."""
     deadline = time.monotonic() + args.timeout
-    server_cmd = args.command + ["-p", str(args.port)]
-    client_cmd = server_cmd + ["127.0.0.1"]
+    if args.cm_pair:
+        server_cmd = args.command + args.server_args.format(port=args.port).split()
+        client_cmd = args.command + args.client_args.format(port=args.port).split()
+        ready = cm_listening
+    else:
+        server_cmd = args.command + ["-p", str(args.port)]
+        client_cmd = server_cmd + ["127.0.0.1"]
+        ready = listening
     server = start(server_cmd, env)
-    while not listening(args.port):
+    while not ready(args.port):
         if server.poll() is not None or time.monotonic() > deadline:
             status, out = finish(server, deadline)
             check("server (never listened)", status, out, [])
@@ -143,6 +178,9 @@ def main():
     ap.add_argument("--preload", default="")
     ap.add_argument("--pair", action="store_true")
     ap.add_argument("--port", type=int)
+    ap.add_argument("--cm-pair", action="store_true")
+    ap.add_argument("--server-args", default="")
+    ap.add_argument("--client-args", default="")
     ap.add_argument("--timeout", type=float, default=240)
     ap.add_argument("--expect", action="append", default=[])
     ap.add_argument("--expect-server", action="append", default=[])
@@ -156,10 +194,10 @@ def main():
         args.command = args.command[1:]
     if not args.command:
         ap.error("no command")
-    if args.pair and not args.port:
-        ap.error("--pair needs --port")
+    if (args.pair or args.cm_pair) and not args.port:
+        ap.error("--pair and --cm-pair need --port")
     env = environment(args)
-    ok = run_pair(args, env) if args.pair else run_single(args, env)
+    ok = run_pair(args, env) if args.pair or args.cm_pair else run_single(args, env)
     return 0 if ok else 1
 
 

@@ -15,8 +15,9 @@ namespace {
 rdma_cm_event* expect_event(rdma_event_channel* channel, rdma_cm_event_type type) {
   rdma_cm_event* event = next_event(channel);
   EXPECT_NE(event, nullptr) << "no event, expected " << rdma_event_str(type);
-  if (event != nullptr)
+  if (event != nullptr) {
     EXPECT_EQ(event->event, type) << rdma_event_str(event->event) << " status " << event->status;
+  }
   return event;
 }
 
