@@ -48,6 +48,7 @@ struct IpCmHeader {
   uint16_t src_port = 0;
   IpCmAddress src_ip{};
   IpCmAddress dst_ip{};
+  bool operator==(const IpCmHeader&) const = default;
 };
 
 // An IPv4 address (host order) in the A11 form: 12 zero bytes, then the address.

@@ -64,6 +64,7 @@ struct MadHeader {
   uint64_t transaction_id = 0;
   uint16_t attribute_id = 0;
   uint32_t attribute_modifier = 0;  // CM: ECE options of a REQ/REP (IBA Comment 9434), else 0
+  bool operator==(const MadHeader&) const = default;
 };
 // Reads the header of any MAD; only the size is checked.
 MadError decode_mad_header(std::span<const uint8_t> mad, MadHeader& out);
@@ -87,6 +88,7 @@ struct CmPath {
   uint8_t sl = 0;               // 4 bits
   bool subnet_local = false;
   uint8_t local_ack_timeout = 0;  // 5 bits: 4.096 us * 2^n
+  bool operator==(const CmPath&) const = default;
 };
 
 // Every message carries the MAD's transaction ID; REQ and REP also carry the ECE
@@ -123,6 +125,7 @@ struct CmReq {
   CmPath alternate;
   bool alternate_sap_supported = false;
   std::array<uint8_t, kPrivateDataBytes> private_data{};
+  bool operator==(const CmReq&) const = default;
 };
 
 // IBA 12.6 Tables 107/108: which message an MRA or REJ answers.
@@ -137,6 +140,7 @@ struct CmMra {
   CmMsgKind message_mraed = CmMsgKind::kReq;  // 2 bits
   uint8_t service_timeout = 0;  // 5 bits: 4.096 us * 2^n
   std::array<uint8_t, kPrivateDataBytes> private_data{};
+  bool operator==(const CmMra&) const = default;
 };
 
 // IBA 12.6 (REJ Reason): rejection reasons, as Linux's ib_cm_rej_reason numbers them.
@@ -191,6 +195,7 @@ struct CmRej {
   RejReason reason = RejReason::kConsumerReject;  // any 16-bit value is kept
   std::array<uint8_t, kCmAriBytes> ari{};  // additional rejection information
   std::array<uint8_t, kPrivateDataBytes> private_data{};
+  bool operator==(const CmRej&) const = default;
 };
 
 struct CmRep {
@@ -214,6 +219,7 @@ struct CmRep {
   bool srq = false;
   uint64_t local_ca_guid = 0;
   std::array<uint8_t, kPrivateDataBytes> private_data{};
+  bool operator==(const CmRep&) const = default;
 };
 
 struct CmRtu {
@@ -223,6 +229,7 @@ struct CmRtu {
   uint32_t local_comm_id = 0;
   uint32_t remote_comm_id = 0;
   std::array<uint8_t, kPrivateDataBytes> private_data{};
+  bool operator==(const CmRtu&) const = default;
 };
 
 struct CmDreq {
@@ -233,6 +240,7 @@ struct CmDreq {
   uint32_t remote_comm_id = 0;
   uint32_t remote_qpn_eecn = 0;  // 24 bits
   std::array<uint8_t, kPrivateDataBytes> private_data{};
+  bool operator==(const CmDreq&) const = default;
 };
 
 struct CmDrep {
@@ -242,6 +250,7 @@ struct CmDrep {
   uint32_t local_comm_id = 0;
   uint32_t remote_comm_id = 0;
   std::array<uint8_t, kPrivateDataBytes> private_data{};
+  bool operator==(const CmDrep&) const = default;
 };
 
 struct CmSidrReq {
@@ -252,6 +261,7 @@ struct CmSidrReq {
   uint16_t pkey = 0;
   uint64_t service_id = 0;
   std::array<uint8_t, kPrivateDataBytes> private_data{};
+  bool operator==(const CmSidrReq&) const = default;
 };
 
 // IBA 12.11 Table 120: SIDR_REP status.
@@ -277,6 +287,7 @@ struct CmSidrRep {
   uint32_t qkey = 0;
   std::array<uint8_t, kCmAriBytes> additional_info{};  // ClassPortInfo on redirect
   std::array<uint8_t, kPrivateDataBytes> private_data{};
+  bool operator==(const CmSidrRep&) const = default;
 };
 
 // Decoders: `mad` must be the whole 256-byte MAD of the message's attribute; `out` is

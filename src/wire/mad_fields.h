@@ -99,8 +99,8 @@ void load_one(std::span<const uint8_t> area, const Bind<Msg, T>& b, Msg& m) {
     m.*b.member = load(area, f) != 0;
   } else {
     // Replaces just the member's bits this field holds (a split value has several).
-    using U = std::conditional_t<std::is_enum_v<T>, std::underlying_type<T>,
-                                 std::type_identity<T>>::type;
+    using U = typename std::conditional_t<std::is_enum_v<T>, std::underlying_type<T>,
+                                          std::type_identity<T>>::type;
     const uint64_t bits = f.mask() << b.value_shift;
     const uint64_t old = uint64_t(U(m.*b.member)) & ~bits;
     m.*b.member = T(U(old | (load(area, f) << b.value_shift)));
