@@ -63,6 +63,9 @@ struct CmId {
   int port_reservation = -1;
   int backlog = 0;
   int sgid_index = 0;     // the local GID the route uses
+  // The destination is an address of this host: which process holds its port is
+  // asked again at rdma_connect (a server may re-listen between resolve and connect).
+  bool local_destination = false;
   ibv_sa_path_rec path{};
   // The channel of a synchronous id, owned by it.
   EventChannel* own_channel = nullptr;

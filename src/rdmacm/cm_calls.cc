@@ -5,8 +5,11 @@
 #include <sys/random.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <cstring>
 
+#include "rdmacm/address.h"
 #include "rdmacm/agent.h"
 #include "rdmacm/cm.h"
 #include "rdmacm/cm_format.h"
@@ -41,9 +44,34 @@ int become_synchronous(CmId& id) {
   return rdma_migrate_id(&id.ibv, nullptr) == 0 ? 0 : errno;
 }
 
+// A destination on this host goes to whichever process holds its port now (the
+// one at rdma_resolve_addr may have closed it and another listened since). A
+// server between two listens (perftest -R closes its exchange listener and binds
+// the next one while its client connects) is given a moment: the kernel's CM
+// takes the REQ microseconds later, a softrdma process's bind takes longer. With
+// still no holder, the REQ goes to this process and is rejected (no listener,
+// IBA Table 112 reason 8), as the kernel answers.
+void refresh_local_destination(CmId& id) {
+  if (!id.local_destination) return;
+  auto destination = IpEndpoint::from(&id.ibv.route.addr.dst_addr);
+  if (!destination) return;
+  constexpr auto kPatience = std::chrono::milliseconds(200);
+  const auto give_up = std::chrono::steady_clock::now() + kPatience;
+  for (;;) {
+    if (auto gid = gid_of_local_owner(id.ibv.ps, *destination)) {
+      id.ibv.route.addr.addr.ibaddr.dgid = *gid;
+      id.path.dgid = *gid;
+      return;
+    }
+    if (std::chrono::steady_clock::now() >= give_up) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
 int connect(CmId& id, const rdma_conn_param& param) {
   if (id.state != IdState::kRouteResolved) return EINVAL;
   if (id.ibv.qp_type == IBV_QPT_UD) return ENOSYS;  // SIDR: not yet
+  refresh_local_destination(id);  // before the lock: it may wait
   Agent& agent = Agent::get();
   std::lock_guard lock(agent.cm_mutex());
   if (int err = agent.open_mad_port()) return err;

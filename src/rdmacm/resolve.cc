@@ -35,7 +35,8 @@ int resolve(CmId& id, const sockaddr* src, const sockaddr* dst) {
   auto source = local_gid_for(context, *destination);
   if (!source) return EADDRNOTAVAIL;  // no GID of that family (IPv6 on a loopback-only device)
   ibv_gid destination_gid = destination->as_gid();
-  if (is_local(*destination)) {
+  id.local_destination = is_local(*destination);
+  if (id.local_destination) {
     // The process that holds the port; if none does (yet), this process's own
     // GID: a connect then meets no listener and is rejected, as on one host
     // with the kernel.
