@@ -8,7 +8,7 @@ namespace softrdma::engine {
 Cq::Cq(uint32_t capacity, CqOptions options)
     : options_(options), ring_(capacity), capacity_(capacity) {}
 
-Cq::Pushed Cq::push(const ibv_wc& wc, bool solicited, Nanos timestamp) {
+Cq::Pushed Cq::push(const ibv_wc& wc, bool solicited, Nanos timestamp, TmInfo tm) {
   std::function<void()> fire;
   Pushed pushed = kQueued;
   {
@@ -24,7 +24,7 @@ Cq::Pushed Cq::push(const ibv_wc& wc, bool solicited, Nanos timestamp) {
       --count_;
       pushed = kDisplacedOldest;
     }
-    ring_[(head_ + count_) % capacity_] = Completion{wc, timestamp};
+    ring_[(head_ + count_) % capacity_] = Completion{wc, timestamp, tm};
     ++count_;
     // ibv_req_notify_cq(3): "next" fires on any completion; "solicited" fires on a
     // solicited or an unsuccessful one.

@@ -28,11 +28,19 @@ struct CqOptions {
   bool ignore_overrun = false;
 };
 
+// What a tag-matching receive completion tells beyond the ibv_wc: the TMH's tag
+// and app_ctx (ibv_wc_read_tm_info(3)); zero for every other completion.
+struct TmInfo {
+  uint64_t tag = 0;
+  uint32_t priv = 0;
+};
+
 // One entry of the ring: the work completion and when it was generated (device
 // clock, Device::clock(); 0 unless CqOptions::timestamps).
 struct Completion {
   ibv_wc wc;
   Nanos timestamp;
+  TmInfo tm{};
 };
 
 class Cq {
@@ -47,7 +55,7 @@ class Cq {
     kDisplacedOldest,  // full and ignoring overruns: appended, the oldest dropped
   };
   // `solicited`: the message carried the Solicited Event bit (IBA 9.2.1).
-  Pushed push(const ibv_wc& wc, bool solicited = false, Nanos timestamp = 0);
+  Pushed push(const ibv_wc& wc, bool solicited = false, Nanos timestamp = 0, TmInfo tm = {});
   int poll(int max, ibv_wc* out);
   // Takes the oldest completion with its timestamp; false when the CQ is empty
   // (the extended CQ's start_poll/next_poll).

@@ -239,7 +239,10 @@ int Device::check_qp_init(Pd* pd, const QpInit& init) const {
     case IBV_QPT_UC:
     case IBV_QPT_UD:
       if (pd == nullptr || init.send_cq == nullptr || init.recv_cq == nullptr) return EINVAL;
-      if (init.srq != nullptr && init.srq->type() != IBV_SRQT_BASIC) return EINVAL;
+      // A TM SRQ matches RC SENDs (tm_caps.flags: IBV_TM_CAP_RC only).
+      if (init.srq != nullptr && init.srq->type() != IBV_SRQT_BASIC &&
+          !(init.srq->type() == IBV_SRQT_TM && init.type == IBV_QPT_RC))
+        return EINVAL;
       return init.xrcd != nullptr ? EINVAL : 0;
     case IBV_QPT_XRC_SEND:  // a requester only (IBA A14)
       return pd == nullptr || init.send_cq == nullptr || init.srq != nullptr ? EINVAL : 0;
@@ -371,7 +374,7 @@ bool Device::progress() {
   return worked;
 }
 
-void Device::ring_doorbell(Qp& qp) {
+void Device::ring_doorbell_from_engine(Qp& qp) {
   // IBA-free plumbing: a lock-free stack push, done at most once until served.
   if (!qp.doorbell_rung_.exchange(true, std::memory_order_acq_rel)) {
     Qp* head = doorbells_.load(std::memory_order_relaxed);
@@ -380,6 +383,10 @@ void Device::ring_doorbell(Qp& qp) {
     } while (!doorbells_.compare_exchange_weak(head, &qp, std::memory_order_release,
                                                std::memory_order_relaxed));
   }
+}
+
+void Device::ring_doorbell(Qp& qp) {
+  ring_doorbell_from_engine(qp);
   do {
     std::unique_lock engine(engine_mutex_, std::try_to_lock);
     if (!engine.owns_lock()) return;  // the owner serves it before it lets go
@@ -432,28 +439,29 @@ bool Device::turn(bool receive) {
 // The timestamp is the time of generation, not of visibility: a software device's
 // "completion timestamp" is when its engine wrote the completion, as an RNIC's is
 // when it wrote the CQE (ibv_create_cq_ex(3) IBV_WC_EX_WITH_COMPLETION_TIMESTAMP).
-void Device::complete(Cq& cq, const ibv_wc& wc, bool solicited) {
+void Device::complete(Cq& cq, const ibv_wc& wc, bool solicited, TmInfo tm) {
   const Nanos timestamp = cq.options().timestamps ? clock_.now() : 0;
   if (staging_) {
-    staged_.push_back({&cq, wc, solicited, timestamp});
+    staged_.push_back({&cq, wc, solicited, timestamp, tm});
     return;
   }
-  push_completion(cq, wc, solicited, timestamp);
+  push_completion(cq, wc, solicited, timestamp, tm);
 }
 
 void Device::publish_staged() {
   staging_ = false;
   for (const StagedCompletion& c : staged_)
-    push_completion(*c.cq, c.wc, c.solicited, c.timestamp);
+    push_completion(*c.cq, c.wc, c.solicited, c.timestamp, c.tm);
   staged_.clear();
 }
 
 // IBA 11.4.2.1: a completion that does not fit is lost and the CQ is in error;
 // the first overrun raises IBV_EVENT_CQ_ERR. A CQ that ignores overruns loses its
 // oldest completion instead, silently but counted.
-void Device::push_completion(Cq& cq, const ibv_wc& wc, bool solicited, Nanos timestamp) {
+void Device::push_completion(Cq& cq, const ibv_wc& wc, bool solicited, Nanos timestamp,
+                             TmInfo tm) {
   const bool was_in_error = cq.in_error();
-  switch (cq.push(wc, solicited, timestamp)) {
+  switch (cq.push(wc, solicited, timestamp, tm)) {
     case Cq::kQueued: return;
     case Cq::kDisplacedOldest: bump(counters_.cq_overruns); return;
     case Cq::kLost:

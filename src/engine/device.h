@@ -146,7 +146,12 @@ class Device {
   // Engine owner: a completion for `cq`. Within a turn it becomes visible only
   // after the turn's packets left (see turn()); elsewhere at once. It is stamped
   // now, when generated, if the CQ keeps timestamps (CqOptions::timestamps).
-  void complete(Cq& cq, const ibv_wc& wc, bool solicited);
+  // `tm`: a tag-matching receive's tag and app_ctx (TM SRQs, engine/tag_list.h).
+  void complete(Cq& cq, const ibv_wc& wc, bool solicited, TmInfo tm = {});
+  // Engine owner (within a turn): `qp` has work the engine itself queued (a TM
+  // SRQ's rendezvous READ or FIN); served before the turn's owner lets go, as a
+  // doorbell rung while the engine was busy.
+  void ring_doorbell_from_engine(Qp& qp);
   // The engine's owner armed a timer of `qp` for `when`.
   void arm_timer(Qp& qp, Nanos when);
   // The engine owner's send batch.
@@ -189,7 +194,8 @@ class Device {
   bool receive(transport::Transport& from, Nanos now);
   bool run_timers(Nanos now);
   void publish_staged();
-  void push_completion(Cq& cq, const ibv_wc& wc, bool solicited, Nanos timestamp);
+  void push_completion(Cq& cq, const ibv_wc& wc, bool solicited, Nanos timestamp,
+                       TmInfo tm = {});
   uint32_t fresh_qpn();
   int check_qp_init(Pd* pd, const QpInit& init) const;
 
@@ -231,6 +237,7 @@ class Device {
     ibv_wc wc;
     bool solicited;
     Nanos timestamp;
+    TmInfo tm;
   };
   bool staging_ = false;  // in a turn: completions wait in staged_ for its flush
   std::vector<StagedCompletion> staged_;

@@ -42,6 +42,15 @@ struct DeviceLimits {
   // Device memory (ibv_alloc_dm(3)): host memory the device owns, as much as a
   // RoCE NIC's on-chip memory offers (256 KiB), so programs sized for one run here.
   uint64_t max_dm_size = 256 * 1024;
+  // Tag matching SRQs (docs/decisions/tag-matching.md): tags a TM SRQ may hold,
+  // list operations one ibv_post_srq_ops call may carry (they execute before it
+  // returns, so none stays outstanding after), SGEs of a tagged buffer, and the
+  // rendezvous request a sender may send (TMH, RVH and meta-data): the smallest
+  // path MTU, so a request is one packet and its READ starts as it arrives.
+  uint32_t max_tm_tags = 1024;
+  uint32_t max_tm_ops = 1024;
+  uint32_t max_tm_sge = 16;
+  uint32_t max_rndv_hdr_size = 256;
   uint32_t max_qp_rd_atom = 128;       // responder: max_dest_rd_atomic
   uint32_t max_qp_init_rd_atom = 128;  // requester: max_rd_atomic
   uint32_t max_msg_size = kMaxMessageBytes;

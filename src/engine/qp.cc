@@ -21,6 +21,9 @@ namespace {
 std::pmr::memory_resource* memory_of(const QpInit& init) {
   return init.memory != nullptr ? init.memory : std::pmr::get_default_resource();
 }
+bool attached_to_tm_srq(const QpInit& init) {
+  return init.srq != nullptr && init.srq->type() == IBV_SRQT_TM;
+}
 }  // namespace
 
 Qp::Qp(Device& device, uint32_t qpn, Pd* pd, const QpInit& init)
@@ -34,7 +37,7 @@ Qp::Qp(Device& device, uint32_t qpn, Pd* pd, const QpInit& init)
       xrcd_(init.xrcd),
       sq_sig_all_(init.sq_sig_all),
       cap_(init.cap),
-      sq_(init.cap.max_send_wr, memory_of(init)),
+      sq_(init.cap.max_send_wr + (attached_to_tm_srq(init) ? kTmSendSlots : 0), memory_of(init)),
       rq_(init.cap.max_recv_wr, memory_of(init)),
       sq_sges_(size_t(sq_.slot_count()) * init.cap.max_send_sge, memory_of(init)),
       rq_sges_(size_t(rq_.slot_count()) * init.cap.max_recv_sge, memory_of(init)),
@@ -56,6 +59,10 @@ Qp::Qp(Device& device, uint32_t qpn, Pd* pd, const QpInit& init)
   if (srq_ != nullptr) srq_->users.fetch_add(1);
   if (xrcd_ != nullptr) xrcd_->users.fetch_add(1);
   if (srq_ != nullptr) held_.sges.reserve(srq_->max_sge());
+  if (tm_srq()) {
+    tm_sges_.resize(size_t(sq_.slot_count()) * device_.limits().max_tm_sge);
+    tm_fin_.resize(size_t(sq_.slot_count()) * sizeof(FinBytes));
+  }
 }
 
 Qp::~Qp() {
@@ -184,7 +191,7 @@ int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad, bool by_bind_v
     if (type_ == IBV_QPT_XRC_RECV) err = EINVAL;  // IBA A14: no send queue
     for (; wr != nullptr && err == 0; wr = wr->next) {
       if ((err = check_send_wr(*wr, by_bind_verb)) != 0) break;
-      if (sq_.full()) {
+      if (sq_full()) {
         err = ENOMEM;
         break;
       }
@@ -263,6 +270,7 @@ void Qp::push_completion(Cq& cq, const ibv_wc& wc, bool solicited) {
 // IBA 10.8.3.2: only signaled successes complete visibly; errors always do.
 void Qp::complete_send_head(ibv_wc_status status) {
   const SendWqe& wqe = sq_.front();
+  if (wqe.tm != TmSend::kNone) return complete_tm_send(status);
   const bool visible =
       status != IBV_WC_SUCCESS || sq_sig_all_ || (wqe.flags & IBV_SEND_SIGNALED);
   const ibv_wc wc = make_send_wc(wqe, status);
@@ -307,9 +315,10 @@ void Qp::complete_recv_head(const ibv_wc& wc, bool solicited) {
     return;
   }
   Cq* cq = held_from_->cq() != nullptr ? held_from_->cq() : recv_cq_;
+  if (tm_.kind != TmKind::kNone) complete_tm_recv(wc, solicited, *cq);  // reads held_
+  else push_completion(*cq, wc, solicited);
   held_.held = false;
   held_from_ = nullptr;
-  push_completion(*cq, wc, solicited);
 }
 
 // IBA 10.3.1: in Error every outstanding and newly posted WQE completes with a
@@ -318,6 +327,10 @@ void Qp::flush_queues() {
   while (!sq_.empty()) {
     const SendWqe& w = sq_.front();
     const ibv_wc_status status = w.status != IBV_WC_SUCCESS ? w.status : IBV_WC_WR_FLUSH_ERR;
+    if (w.tm != TmSend::kNone) {
+      complete_tm_send(status);
+      continue;
+    }
     const ibv_wc wc = make_send_wc(w, status);
     sq_.pop();
     push_completion(*send_cq_, wc, false);
@@ -379,6 +392,8 @@ void Qp::flush_and_notify(ibv_qp_state from, Nanos now) {
 void Qp::reset_queues() {
   sq_.clear();
   rq_.clear();
+  tm_sends_.store(0, std::memory_order_release);
+  tm_ = TmMessage{};
 }
 
 }  // namespace softrdma::engine

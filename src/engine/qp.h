@@ -10,12 +10,15 @@
 
 #include <infiniband/verbs.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <memory_resource>
 #include <mutex>
+#include <span>
 #include <vector>
 
 #include "engine/clock.h"
@@ -102,6 +105,21 @@ class Qp {
   // The one for a message beginning now: the receive queue's head, or one taken
   // out of the SRQ (IBA 10.2.9.3); null when none is posted (RNR).
   RecvWqe* take_recv();
+  // Attached to a tag-matching SRQ (RC only).
+  bool tm_srq() const { return srq_ != nullptr && srq_->type() == IBV_SRQT_TM; }
+  // The same for a SEND beginning with `start` on a QP attached to a TM SRQ
+  // (qp_tm.cc): the tagged buffer it matched or an ordinary WQE; null for an RNR.
+  // `last`: this first packet is also the message's last.
+  RecvWqe* take_tm_recv(std::span<const uint8_t> start, bool last);
+  // Of a SEND's payload, what is placed in the receive buffer: all of it, but for
+  // the TMH of a matched eager message (at its first packet) and everything of a
+  // matched rendezvous request (tag_matching.md).
+  std::span<const uint8_t> placed_part(std::span<const uint8_t> payload, bool first) const {
+    if (tm_.kind == TmKind::kRendezvous) return {};
+    if (tm_.kind == TmKind::kEager && first)
+      return payload.subspan(std::min<size_t>(kTmhBytes, payload.size()));
+    return payload;
+  }
   // XRC receive QP: the request names XRC SRQ `srqn` (XRCETH); false when no SRQ
   // of that number is in the QP's XRC domain (IBA A14).
   bool select_xrc_srq(uint32_t srqn);
@@ -135,6 +153,14 @@ class Qp {
   void flush_receives();
   ibv_wc make_send_wc(const SendWqe& wqe, ibv_wc_status status) const;
   void push_completion(Cq& cq, const ibv_wc& wc, bool solicited);
+  bool sq_full() const;
+  // Tag matching (qp_tm.cc).
+  void complete_tm_recv(ibv_wc wc, bool solicited, Cq& cq);
+  void start_rendezvous(ibv_wc wc, bool solicited, Cq& cq, const TmHeader& header);
+  using FinBytes = std::array<uint8_t, kTmhBytes + kRvhBytes>;
+  bool queue_tm_send(TmSend kind, uint64_t wr_id, const FinBytes& fin, const TmHeader* read,
+                     std::span<const Sge> sges);
+  void complete_tm_send(ibv_wc_status status);
 
   Device& device_;
   const uint32_t qpn_;
@@ -160,6 +186,17 @@ class Qp {
   std::pmr::vector<Sge> rq_sges_;           // cap_.max_recv_sge per slot
   std::pmr::vector<uint8_t> inline_arena_;  // cap_.max_inline_data per slot
   std::unique_ptr<Protocol> protocol_;
+
+  // Tag matching (a QP attached to a TM SRQ). The message being received (engine
+  // owner); the send queue's slots the TM SRQ may use beyond cap_.max_send_wr, one
+  // per rendezvous in progress (its READ, then its FIN), with their SGEs and FIN
+  // bytes per slot; how many of the queue's WQEs are the TM SRQ's (written by the
+  // engine under mutex_, read by posters to keep their own max_send_wr).
+  static constexpr uint32_t kTmSendSlots = 16;
+  TmMessage tm_;
+  std::vector<Sge> tm_sges_;
+  std::vector<uint8_t> tm_fin_;
+  std::atomic<uint32_t> tm_sends_{0};
 
   // The device's engine bookkeeping (owner: Device; doorbell fields shared with
   // posting threads through the atomics).

@@ -19,6 +19,10 @@ Srq::Srq(Device& device, uint32_t srqn, Pd* pd, const SrqInit& init)
       max_sge_(std::max<uint32_t>(init.attr.max_sge, 1)),
       ring_(init.attr.max_wr),
       sges_(size_t(ring_.slot_count()) * max_sge_) {
+  if (type_ == IBV_SRQT_TM) {
+    tags_ = std::make_unique<TagList>(init.tm.max_num_tags, device.limits().max_tm_sge);
+    max_ops_ = init.tm.max_ops;
+  }
   pd_->users.fetch_add(1);
   if (cq_ != nullptr) cq_->users.fetch_add(1);
   if (xrcd_ != nullptr) xrcd_->users.fetch_add(1);
@@ -97,9 +101,15 @@ Srq* Device::create_srq(Pd* pd, SrqInit& init, int& err) {
   const DeviceLimits& lim = config_.limits;
   ibv_srq_attr& attr = init.attr;
   const bool xrc = init.type == IBV_SRQT_XRC;
+  const bool tm = init.type == IBV_SRQT_TM;
   err = 0;
-  if (init.type != IBV_SRQT_BASIC && !xrc) err = EOPNOTSUPP;  // tag matching: none
+  if (init.type != IBV_SRQT_BASIC && !xrc && !tm) err = EINVAL;
   if (pd == nullptr || (xrc && (init.cq == nullptr || init.xrcd == nullptr))) err = EINVAL;
+  // tag_matching.md: a TM-SRQ has a CQ of its own, a list of at least one tag and
+  // room for one operation at a time, within tm_caps.
+  if (tm && (init.cq == nullptr || init.tm.max_num_tags == 0 || init.tm.max_ops == 0 ||
+             init.tm.max_num_tags > lim.max_tm_tags || init.tm.max_ops > lim.max_tm_ops))
+    err = EINVAL;
   // ibv_create_srq(3): max_wr and max_sge must fit the device; srq_limit is
   // ignored at creation (IBA 11.2.3.1: the limit starts disarmed).
   if (attr.max_wr == 0 || attr.max_wr > lim.max_srq_wr || attr.max_sge > lim.max_srq_sge)

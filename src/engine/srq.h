@@ -12,10 +12,13 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
+#include <span>
 #include <vector>
 
 #include "engine/ring.h"
+#include "engine/tag_list.h"
 #include "engine/wqe.h"
 
 namespace softrdma::engine {
@@ -42,8 +45,9 @@ struct HeldRecv {
 struct SrqInit {
   ibv_srq_attr attr{};      // max_wr, max_sge, srq_limit
   ibv_srq_type type = IBV_SRQT_BASIC;
-  Cq* cq = nullptr;         // XRC: where its receive completions go
+  Cq* cq = nullptr;         // XRC, TM: where its receive completions go
   Xrcd* xrcd = nullptr;     // XRC
+  ibv_tm_cap tm{};          // TM: max_num_tags, max_ops
 };
 
 class Srq {
@@ -61,6 +65,19 @@ class Srq {
   // Engine owner: moves the oldest WQE into `into`; false when none is posted.
   // Arms nothing, fires the limit event when the WQEs left fall below the limit.
   bool take(HeldRecv& into);
+
+  // Tag matching (srq_tm.cc; docs/decisions/tag-matching.md).
+  // ibv_post_srq_ops(3): runs the list operations with the engine held, so they
+  // are ordered with the messages it matches; their completions go to the CQ.
+  // EINVAL on an SRQ that is not IBV_SRQT_TM.
+  int post_ops(ibv_ops_wr* wr, ibv_ops_wr** bad);
+  // Engine owner: a message beginning with `start` arrives at a QP attached to this
+  // TM SRQ. Fills `into` with the tagged buffer it matched or an ordinary WQE and
+  // `msg` with what it is; false, changing nothing, when it cannot be received now
+  // (no ordinary WQE; a rendezvous match while `may_rendezvous` is false).
+  bool take_tm(std::span<const uint8_t> start, bool may_rendezvous, HeldRecv& into,
+               TmMessage& msg);
+  const TagList* tags() const { return tags_.get(); }
 
   uint32_t srqn() const { return srqn_; }
   ibv_srq_type type() const { return type_; }
@@ -84,6 +101,12 @@ class Srq {
   std::vector<Sge> sges_;  // max_sge_ per slot
   // IBA 10.2.9.2: the limit is armed by modify and disarmed when it fires.
   std::atomic<uint32_t> limit_{0};
+  // IBV_SRQT_TM: the tag list (owner: the engine) and how many operations one
+  // post may carry.
+  std::unique_ptr<TagList> tags_;
+  uint32_t max_ops_ = 0;
+
+  int run_op(ibv_ops_wr& wr);
 };
 
 }  // namespace softrdma::engine

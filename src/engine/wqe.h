@@ -41,8 +41,18 @@ enum class SendState : uint8_t {
   kComplete,  // done; completion generated (if signaled) when it reaches the head
 };
 
+// Work a TM SRQ queues on the send queue of the QP a rendezvous request came
+// through (tag_matching.md: "the ownership of the QP's Send Queue is passed to the
+// TM-SRQ, which uses it to initiate rendezvous RDMA-Reads"): it completes on the
+// TM SRQ's CQ, never on the QP's send CQ.
+enum class TmSend : uint8_t {
+  kNone,
+  kRendezvousRead,  // RDMA READ of the sender's buffer into the tagged buffer
+  kFin,             // SEND of the FIN that tells the sender its buffer is free
+};
+
 struct SendWqe {
-  uint64_t wr_id = 0;
+  uint64_t wr_id = 0;  // kRendezvousRead: the tagged buffer's recv_wr_id
   ibv_wr_opcode opcode = IBV_WR_SEND;
   unsigned flags = 0;           // IBV_SEND_*
   uint32_t imm_data = 0;        // network byte order, as verbs hands it over
@@ -57,6 +67,7 @@ struct SendWqe {
   uint8_t* inline_data = nullptr;  // IBV_SEND_INLINE: copied here at post time
   uint32_t length = 0;             // total message bytes
   MwBind bind;                     // IBV_WR_BIND_MW
+  TmSend tm = TmSend::kNone;
 
   // Requester state (IBA 9.7.4).
   SendState state = SendState::kQueued;

@@ -100,7 +100,13 @@ void fill_device_attr_ex(Context& ctx, ibv_device_attr_ex& a) {
   fill_odp_caps(a.odp_caps);
   a.xrc_odp_caps = a.odp_caps.per_transport_caps.rc_odp_caps;  // XRC: RC's operations
   a.max_dm_size = ctx.device->limits().max_dm_size;  // host memory the device owns (dm.cc)
-  // TSO, RSS, packet pacing, tag matching: none.
+  // Tag matching on RC (docs/decisions/tag-matching.md); TSO, RSS, packet pacing: none.
+  const engine::DeviceLimits& lim = ctx.device->limits();
+  a.tm_caps.flags = IBV_TM_CAP_RC;
+  a.tm_caps.max_num_tags = lim.max_tm_tags;
+  a.tm_caps.max_ops = lim.max_tm_ops;
+  a.tm_caps.max_sge = lim.max_tm_sge;
+  a.tm_caps.max_rndv_hdr_size = lim.max_rndv_hdr_size;
 }
 
 // On-demand paging (docs/decisions/odp.md): softrdma never pins; every access to

@@ -150,15 +150,14 @@ void free_cq(Cq* cq) {
 // rdma-core answers. Unknown comp_mask bits and wc_flags beyond the API are
 // EOPNOTSUPP (libibverbs' own checks); of the API's fields, those that need what
 // softrdma lacks are EOPNOTSUPP (as rxe refuses what it lacks): CVLAN (VLAN
-// stripping of raw packet QPs), FLOW_TAG (flow steering), TM_INFO (tag matching).
+// stripping of raw packet QPs), FLOW_TAG (flow steering).
 // Unknown creation flags are EINVAL (mlx5). IBV_CQ_INIT_ATTR_MASK_PD must name a
 // parent domain of this context (ibv_alloc_parent_domain(3)); a plain PD is
 // EINVAL, as mlx5 answers. The CQ's ring stays the engine's own: the parent
 // domain's allocator serves QP queues (docs/decisions/parent-domains.md).
 int check_cq_ex(const ibv_context* context, const ibv_cq_init_attr_ex& attr) {
   constexpr uint32_t kKnownMask = IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD;
-  constexpr uint64_t kLacking = IBV_WC_EX_WITH_CVLAN | IBV_WC_EX_WITH_FLOW_TAG |
-                                IBV_WC_EX_WITH_TM_INFO;
+  constexpr uint64_t kLacking = IBV_WC_EX_WITH_CVLAN | IBV_WC_EX_WITH_FLOW_TAG;
   constexpr uint32_t kKnownFlags =
       IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;
   if (attr.comp_mask & ~kKnownMask) return EOPNOTSUPP;

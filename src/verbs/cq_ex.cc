@@ -100,6 +100,14 @@ uint32_t read_slid(ibv_cq_ex* ex) { return current_wc(ex).slid; }
 uint8_t read_sl(ibv_cq_ex* ex) { return current_wc(ex).sl; }
 uint8_t read_dlid_path_bits(ibv_cq_ex* ex) { return current_wc(ex).dlid_path_bits; }
 
+// ibv_wc_read_tm_info(3): the TMH's tag and app_ctx of a matched tag-matching
+// receive (engine/qp_tm.cc); zeros for every other completion.
+void read_tm_info(ibv_cq_ex* ex, ibv_wc_tm_info* tm_info) {
+  const softrdma::engine::TmInfo& tm = batch_of(ex).current.tm;
+  tm_info->tag = tm.tag;
+  tm_info->priv = tm.priv;
+}
+
 // The device clock's time of the completion (engine::Device::complete), in the
 // units of hca_core_clock: nanoseconds (attributes.cc).
 uint64_t read_completion_ts(ibv_cq_ex* ex) {
@@ -130,8 +138,8 @@ namespace softrdma::verbs {
 // As rdma-core's providers fill theirs: the iterator, the accessors every
 // completion has, and the accessor of each field asked for in wc_flags. A field
 // not asked for has no accessor (NULL), as on RDMA NICs, so an application that
-// forgot a flag fails here as it would on hardware. CVLAN, FLOW_TAG and TM_INFO
-// were refused at creation (cq.cc) and never have one.
+// forgot a flag fails here as it would on hardware. CVLAN and FLOW_TAG were
+// refused at creation (cq.cc) and never have one.
 void install_cq_ex_ops(ibv_cq_ex& ex, uint64_t wc_flags) {
   ex.start_poll = start_poll;
   ex.next_poll = next_poll;
@@ -149,6 +157,7 @@ void install_cq_ex_ops(ibv_cq_ex& ex, uint64_t wc_flags) {
   if (wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP) ex.read_completion_ts = read_completion_ts;
   if (wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)
     ex.read_completion_wallclock_ns = read_completion_wallclock_ns;
+  if (wc_flags & IBV_WC_EX_WITH_TM_INFO) ex.read_tm_info = read_tm_info;
 }
 
 }  // namespace softrdma::verbs

@@ -48,6 +48,7 @@ void init_context(Context& ctx, ibv_device* device, int async_fd, int cmd_fd) {
   ctx.vctx.create_qp_ex = op_create_qp_ex;
   ctx.vctx.create_srq_ex = op_create_srq_ex;
   ctx.vctx.get_srq_num = op_get_srq_num;
+  ctx.vctx.post_srq_ops = op_post_srq_ops;
   ctx.vctx.open_xrcd = op_open_xrcd;
   ctx.vctx.close_xrcd = op_close_xrcd;
   ctx.vctx.create_cq_ex = op_create_cq_ex;

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <unordered_map>
 
 #include "verbs/objects.h"
 #include "verbs/ops.h"
@@ -50,6 +52,27 @@ uint32_t next_dm_handle() {
   return next.fetch_add(1);
 }
 
+// The allocated DMs of the process by handle, for ibv_import_dm(3): a DM is
+// shared by handle between contexts of one device within the process, as PDs
+// and MRs are (ibv_import_pd(3)). Cold paths only.
+struct DmRegistry {
+  std::mutex mutex;
+  std::unordered_map<uint32_t, Dm*> by_handle;
+};
+DmRegistry& registry() {
+  static DmRegistry* r = new DmRegistry;  // never destroyed: DMs may outlive statics
+  return *r;
+}
+
+// Fills the public half of a handle on `dm`'s memory (allocated or imported).
+void fill_handle(Dm& handle, ibv_context* context, uint32_t number) {
+  handle.ibv.context = context;
+  handle.ibv.memcpy_to_dm = memcpy_to_dm;
+  handle.ibv.memcpy_from_dm = memcpy_from_dm;
+  handle.ibv.comp_mask = IBV_DM_MASK_HANDLE;
+  handle.ibv.handle = number;
+}
+
 }  // namespace
 
 namespace softrdma::verbs {
@@ -78,21 +101,25 @@ ibv_dm* op_alloc_dm(ibv_context* context, ibv_alloc_dm_attr* attr) {
     std::memset(dm->memory, 0, reserved);  // no earlier owner's bytes show
     dm->length = attr->length;
     dm->reserved = reserved;
-    dm->ibv.context = context;
-    dm->ibv.memcpy_to_dm = memcpy_to_dm;
-    dm->ibv.memcpy_from_dm = memcpy_from_dm;
-    dm->ibv.comp_mask = IBV_DM_MASK_HANDLE;
-    dm->ibv.handle = next_dm_handle();
+    fill_handle(*dm, context, next_dm_handle());
+    std::lock_guard lock(registry().mutex);
+    registry().by_handle.emplace(dm->ibv.handle, dm.get());
     return &dm.release()->ibv;
   });
 }
 
 // ibv_free_dm(3): "may fail if any other resources (such as an MR) is still
-// associated with the DM being freed": EBUSY.
+// associated with the DM being freed": EBUSY, for an MR on it or a handle
+// imported on it. Freeing an imported handle would destroy the memory under the
+// allocated one, which always still exists: EBUSY too (ibv_unimport_dm releases
+// an imported handle).
 int op_free_dm(ibv_dm* ibdm) {
   return guard_errno([&] {
     Dm* dm = to_dm(ibdm);
-    if (dm->mrs.load() != 0) return EBUSY;
+    if (dm->origin != nullptr) return EBUSY;
+    std::lock_guard lock(registry().mutex);  // no import may begin meanwhile
+    if (dm->mrs.load() != 0 || dm->imports.load() != 0) return EBUSY;
+    registry().by_handle.erase(dm->ibv.handle);
     to_context(ibdm->context)->device->release_device_memory(dm->reserved);  // as alloc
     std::free(dm->memory);
     delete dm;
@@ -117,8 +144,8 @@ ibv_mr* op_reg_dm_mr(ibv_pd* pd, ibv_dm* ibdm, uint64_t dm_offset, size_t length
         to_pd(pd)->pd, dm->memory + dm_offset, length, 0,
         int(access & ~unsigned(IBV_ACCESS_OPTIONAL_RANGE)), err);
     if (mr->mr == nullptr) return fail(err);
-    mr->dm = dm;
-    dm->mrs.fetch_add(1);
+    mr->dm = &dm->owner();  // an MR on an imported handle keeps the memory's owner busy
+    mr->dm->mrs.fetch_add(1);
     mr->ibv.context = pd->context;
     mr->ibv.pd = pd;
     mr->ibv.addr = nullptr;  // zero based: the MR's addresses start at 0
@@ -131,3 +158,38 @@ ibv_mr* op_reg_dm_mr(ibv_pd* pd, ibv_dm* ibdm, uint64_t dm_offset, size_t length
 }
 
 }  // namespace softrdma::verbs
+
+// ibv_import_dm(3): a new handle, in `context`, on the DM of handle `dm_handle`
+// allocated by another context of the same device in this process (ibv_import_device
+// on a dup of its cmd_fd). EINVAL for a null context, an unknown handle or a DM
+// of another device.
+SOFTRDMA_EXPORT ibv_dm* ibv_import_dm(ibv_context* context, uint32_t dm_handle) {
+  return guard_ptr([&]() -> ibv_dm* {
+    if (context == nullptr) return fail(EINVAL);
+    if (!live(context)) return fail(EIO);
+    std::lock_guard lock(registry().mutex);
+    auto it = registry().by_handle.find(dm_handle);
+    if (it == registry().by_handle.end()) return fail(EINVAL);
+    Dm& origin = *it->second;
+    if (to_context(origin.ibv.context)->device != to_context(context)->device)
+      return fail(EINVAL);
+    auto dm = std::make_unique<Dm>();
+    dm->memory = origin.memory;
+    dm->length = origin.length;
+    dm->origin = &origin;
+    fill_handle(*dm, context, dm_handle);
+    origin.imports.fetch_add(1);
+    return &dm.release()->ibv;
+  });
+}
+
+// ibv_unimport_dm(3): releases an imported handle, leaving the DM. On a handle
+// that was not imported it does nothing (the man page has no error to return;
+// ibv_free_dm is how an allocated DM goes).
+SOFTRDMA_EXPORT void ibv_unimport_dm(ibv_dm* ibdm) {
+  if (ibdm == nullptr) return;
+  Dm* dm = to_dm(ibdm);
+  if (dm->origin == nullptr) return;
+  dm->origin->imports.fetch_sub(1);
+  delete dm;
+}

@@ -91,7 +91,13 @@ struct Dm {
   uint8_t* memory = nullptr;
   size_t length = 0;
   size_t reserved = 0;              // bytes charged to the device's max_dm_size
-  std::atomic<uint32_t> mrs{0};     // MRs registered on it: ibv_free_dm is EBUSY
+  // Counted on the allocated DM, whichever handle they came through: MRs
+  // registered on the memory and handles imported on it (ibv_import_dm(3)).
+  // ibv_free_dm is EBUSY while either is non-zero.
+  std::atomic<uint32_t> mrs{0};
+  std::atomic<uint32_t> imports{0};
+  Dm* origin = nullptr;  // an imported handle: the DM allocated by ibv_alloc_dm
+  Dm& owner() { return origin != nullptr ? *origin : *this; }
 };
 inline Dm* to_dm(ibv_dm* d) { return reinterpret_cast<Dm*>(d); }
 

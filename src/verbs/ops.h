@@ -26,6 +26,7 @@ int op_query_rt_values(ibv_context* context, ibv_values_ex* values);
 int op_post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 ibv_srq* op_create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr);
 int op_get_srq_num(ibv_srq* srq, uint32_t* srq_num);
+int op_post_srq_ops(ibv_srq* srq, ibv_ops_wr* op, ibv_ops_wr** bad_op);
 ibv_xrcd* op_open_xrcd(ibv_context* context, ibv_xrcd_init_attr* attr);
 int op_close_xrcd(ibv_xrcd* xrcd);
 // Memory windows (mw.cc), ibv_context::ops.

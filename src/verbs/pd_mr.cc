@@ -201,8 +201,3 @@ SOFTRDMA_EXPORT ibv_mr* ibv_import_mr(ibv_pd* pd, uint32_t mr_handle) {
 
 SOFTRDMA_EXPORT void ibv_unimport_mr(ibv_mr* mr) { delete to_mr(mr); }
 
-SOFTRDMA_EXPORT ibv_dm* ibv_import_dm(ibv_context* /*context*/, uint32_t /*dm_handle*/) {
-  return fail(EOPNOTSUPP);
-}
-
-SOFTRDMA_EXPORT void ibv_unimport_dm(ibv_dm* /*dm*/) {}

@@ -79,7 +79,15 @@ ibv_srq* op_create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
     engine::SrqInit init;
     init.attr = attr->attr;
     init.type = (mask & IBV_SRQ_INIT_ATTR_TYPE) ? attr->srq_type : IBV_SRQT_BASIC;
-    // Tag matching (IBV_SRQT_TM) is not offered: tm_caps are 0 (EOPNOTSUPP below).
+    // Tag matching (docs/decisions/tag-matching.md): as XRC, a CQ of its own, and
+    // the tag list's size and operations (tag_matching.md "TM-SRQ creation").
+    if (init.type == IBV_SRQT_TM) {
+      if (!(mask & IBV_SRQ_INIT_ATTR_TM) || !(mask & IBV_SRQ_INIT_ATTR_CQ) ||
+          attr->cq == nullptr || attr->cq->context != context)
+        return fail(EINVAL);
+      init.cq = to_cq(attr->cq)->cq;
+      init.tm = attr->tm_cap;
+    }
     if (init.type == IBV_SRQT_XRC) {
       if (!(mask & IBV_SRQ_INIT_ATTR_XRCD) || !(mask & IBV_SRQ_INIT_ATTR_CQ) ||
           attr->xrcd == nullptr || attr->cq == nullptr || attr->cq->context != context)
@@ -101,6 +109,22 @@ int op_post_srq_recv(ibv_srq* ibv, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     err = ENOMEM;
   }
   if (err != 0 && bad_wr != nullptr) *bad_wr = const_cast<ibv_recv_wr*>(bad);
+  return err;
+}
+
+// ibv_post_srq_ops(3): the tag list operations of a TM SRQ (engine/srq_tm.cc);
+// EINVAL on any other SRQ, as mlx5 answers.
+int op_post_srq_ops(ibv_srq* ibv, ibv_ops_wr* wr, ibv_ops_wr** bad_wr) {
+  if (ibv == nullptr) return EINVAL;
+  Srq* srq = to_srq(ibv);
+  ibv_ops_wr* bad = wr;
+  int err = EIO;
+  try {
+    if (live(srq->ctx)) err = srq->srq->post_ops(wr, &bad);
+  } catch (...) {
+    err = ENOMEM;
+  }
+  if (err != 0 && bad_wr != nullptr) *bad_wr = bad;
   return err;
 }
 

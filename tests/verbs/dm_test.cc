@@ -1,5 +1,7 @@
 // Device memory through the C API (ibv_alloc_dm(3)): host memory the device owns,
 // copied in and out in 4-byte words, registered as zero-based MRs.
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -118,6 +120,61 @@ TEST(DeviceMemory, SendGathersFromDeviceMemory) {
   EXPECT_EQ(std::memcmp(b.buf.data(), "sent from dm", 12), 0);
   EXPECT_EQ(ibv_dereg_mr(mr), 0);
   EXPECT_EQ(ibv_free_dm(dm), 0);
+}
+
+// ibv_import_dm(3): a context imported from a dup of the cmd_fd reaches the DM by
+// its handle; both handles see the same memory. The allocated DM cannot be freed
+// while a handle is imported on it or an MR (through either handle) is on it;
+// unimport releases the imported handle and leaves the DM.
+TEST(DeviceMemory, ImportedHandleSharesTheMemory) {
+  Device dev;
+  ibv_context* imported = ibv_import_device(dup(dev.ctx()->cmd_fd));
+  ASSERT_NE(imported, nullptr) << "errno " << errno;
+  ibv_dm* dm = alloc(dev.ctx(), 128);
+  ASSERT_NE(dm, nullptr);
+  ASSERT_TRUE(dm->comp_mask & IBV_DM_MASK_HANDLE);
+  ibv_dm* copy = ibv_import_dm(imported, dm->handle);
+  ASSERT_NE(copy, nullptr) << "errno " << errno;
+  EXPECT_EQ(copy->context, imported);
+  EXPECT_EQ(copy->handle, dm->handle);
+  ASSERT_EQ(ibv_memcpy_to_dm(dm, 16, "written by one!!", 16), 0);
+  char back[16] = {};
+  ASSERT_EQ(ibv_memcpy_from_dm(back, copy, 16, 16), 0);
+  EXPECT_EQ(std::memcmp(back, "written by one!!", 16), 0);
+  EXPECT_EQ(ibv_memcpy_from_dm(back, copy, 128, 4), EINVAL);  // the same bounds
+
+  EXPECT_EQ(ibv_free_dm(dm), EBUSY) << "a handle is imported on it";
+  EXPECT_EQ(ibv_free_dm(copy), EBUSY) << "the allocated handle still exists";
+  ibv_pd* pd = ibv_alloc_pd(imported);
+  ASSERT_NE(pd, nullptr);
+  ibv_mr* mr = ibv_reg_dm_mr(pd, copy, 0, 128, IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr) << "errno " << errno;
+  ibv_unimport_dm(copy);
+  EXPECT_EQ(ibv_free_dm(dm), EBUSY) << "an MR made through the import is still on it";
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  EXPECT_EQ(ibv_free_dm(dm), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+  EXPECT_EQ(ibv_close_device(imported), 0);
+}
+
+// Unknown handles and a null context are EINVAL; a freed DM cannot be imported;
+// unimport of an allocated (not imported) DM leaves it.
+TEST(DeviceMemory, ImportErrors) {
+  Device dev;
+  ibv_dm* dm = alloc(dev.ctx(), 64);
+  ASSERT_NE(dm, nullptr);
+  const uint32_t handle = dm->handle;
+  errno = 0;
+  EXPECT_EQ(ibv_import_dm(nullptr, handle), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(ibv_import_dm(dev.ctx(), handle + 100000), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  ibv_unimport_dm(dm);  // not imported: nothing happens
+  ASSERT_EQ(ibv_memcpy_to_dm(dm, 0, "live", 4), 0);
+  EXPECT_EQ(ibv_free_dm(dm), 0);
+  errno = 0;
+  EXPECT_EQ(ibv_import_dm(dev.ctx(), handle), nullptr);
+  EXPECT_EQ(errno, EINVAL);
 }
 
 }  // namespace

@@ -157,7 +157,7 @@ TEST(VerbsSrq, MisuseIsRefused) {
   ex.srq_type = IBV_SRQT_TM;
   ex.pd = h.pd;
   EXPECT_EQ(ibv_create_srq_ex(h.dev.ctx(), &ex), nullptr);
-  EXPECT_EQ(errno, EOPNOTSUPP) << "no tag matching";
+  EXPECT_EQ(errno, EINVAL) << "tag matching without its CQ and IBV_SRQ_INIT_ATTR_TM";
   ex.srq_type = IBV_SRQT_XRC;
   EXPECT_EQ(ibv_create_srq_ex(h.dev.ctx(), &ex), nullptr);
   EXPECT_EQ(errno, EINVAL) << "XRC without domain and CQ";

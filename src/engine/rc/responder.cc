@@ -143,16 +143,21 @@ Responder::Verdict Responder::execute(PacketView p) {
 
 Responder::Verdict Responder::do_send(PacketView p) {
   const OpcodeInfo& info = p.info();
-  RecvWqe* taken = info.is(kOpFirst) ? conn_.qp().take_recv() : conn_.qp().current_recv();
-  if (taken == nullptr) return info.is(kOpFirst) ? Verdict::kRnr : Verdict::kInvalidRequest;
-  if (info.is(kOpFirst)) recv_offset_ = 0;
+  Qp& qp = conn_.qp();
+  const bool first = info.is(kOpFirst);
+  // A TM SRQ matches the message by the TMH its first packet begins with
+  // (tag_matching.md), and places only part of a matched one.
+  RecvWqe* taken = !first          ? qp.current_recv()
+                   : qp.tm_srq() ? qp.take_tm_recv(p.payload(), info.is(kOpLast))
+                                 : qp.take_recv();
+  if (taken == nullptr) return first ? Verdict::kRnr : Verdict::kInvalidRequest;
+  if (first) recv_offset_ = 0;
   RecvWqe& recv = *taken;
-  std::span<const uint8_t> data = p.payload();
+  std::span<const uint8_t> data = qp.placed_part(p.payload(), first);
   if (recv_offset_ + data.size() > recv.length) {
     recv.status = IBV_WC_LOC_LEN_ERR;  // IBA 9.7.5.1.5: too long for the buffer
     return Verdict::kInvalidRequest;
   }
-  Qp& qp = conn_.qp();
   AccessError why = AccessError::kNone;
   if (!scatter(qp.device().mrs().access(), qp.pd(), recv.sgl, recv_offset_, data, &why)) {
     // The receive buffer is this side's: a local protection error here, a remote
