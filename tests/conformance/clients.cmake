@@ -344,3 +344,23 @@ softrdma_client_test(ucmatose CM_PAIR TIMEOUT 120
   COMMAND ${UCMATOSE}
   EXPECT "data transfers complete" "test complete"
   EXPECT_SERVER "data transfers complete" "test complete")
+# The synchronous endpoint API (rdma_create_ep, rdma_get_request, rdma_accept
+# waiting for ESTABLISHED): rdma-core's examples.
+# Two programs: the command is env(1), each side names its own.
+softrdma_client_test(rdma_server_client CM_PAIR TIMEOUT 120
+  SERVER_ARGS "${RDMA_SERVER} -p {port}"
+  CLIENT_ARGS "${RDMA_CLIENT} -s 127.0.0.1 -p {port}"
+  COMMAND env
+  EXPECT "rdma_client: end 0"
+  EXPECT_SERVER "rdma_server: end 0")
+# perftest with its QPs connected through rdma_cm (-R) and with its parameters
+# exchanged through rdma_cm (-z), for each operation.
+foreach(tool ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat)
+  foreach(mode R z)
+    softrdma_client_test(${tool}.rdma_cm_${mode} CM_PAIR TIMEOUT 180
+      SERVER_ARGS "-${mode} -n 50 -p {port}"
+      CLIENT_ARGS "-${mode} -n 50 -p {port} 127.0.0.1"
+      COMMAND ${tool}
+      EXPECT [=[Data ex\. method : rdma_cm]=] [=[^\s*\d+\s+50\s+]=])
+  endforeach()
+endforeach()

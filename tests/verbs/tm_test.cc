@@ -14,7 +14,7 @@
 namespace softrdma::verbs::testing {
 namespace {
 
-constexpr uint64_t kWcFlags = IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_TM_INFO;
+constexpr uint64_t kWcFlags = uint64_t(IBV_WC_STANDARD_FLAGS) | uint64_t(IBV_WC_EX_WITH_TM_INFO);
 
 ibv_tm_caps tm_caps(ibv_context* ctx) {
   ibv_device_attr_ex attr{};
@@ -53,9 +53,15 @@ class VerbsTm : public ::testing::Test {
   }
 
   void TearDown() override {
-    if (receiver_ != nullptr) EXPECT_EQ(ibv_destroy_qp(receiver_), 0);
-    if (sender_ != nullptr) EXPECT_EQ(ibv_destroy_qp(sender_), 0);
-    if (srq_ != nullptr) EXPECT_EQ(ibv_destroy_srq(srq_), 0);
+    if (receiver_ != nullptr) {
+      EXPECT_EQ(ibv_destroy_qp(receiver_), 0);
+    }
+    if (sender_ != nullptr) {
+      EXPECT_EQ(ibv_destroy_qp(sender_), 0);
+    }
+    if (srq_ != nullptr) {
+      EXPECT_EQ(ibv_destroy_srq(srq_), 0);
+    }
   }
 
   Side& a() { return pair_.a; }
