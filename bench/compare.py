@@ -6,6 +6,8 @@ Runs, interleaved and repeated (median, min-max of the rounds):
   UCX tcp    ucx_perftest with UCX_TLS=tcp
   UCX ud     ucx_perftest with UCX_TLS=ud_verbs on softrdma0, through `softrdma run`
              (docs/decisions/ucx.md)
+  UCX rc     the same with UCX_TLS=rc_verbs,ud_verbs (rc_verbs needs ud_verbs for
+             its wireup in UCX 1.13)
   libfabric  fi_pingpong with the tcp provider (FI_EP_MSG, and FI_EP_RDM)
   floors     bench/udp_floor: UDP ping-pong, UDP streams (sendto, sendmmsg, GSO+GRO)
 and prints each softrdma figure as a ratio to its peers and floor, with CPU seconds
@@ -109,7 +111,7 @@ class Bench:
     # --- UCX over TCP, and over softrdma (ud_verbs) ---
     def ucx(self, test, size, iters, tls="tcp"):
         port = next_port()
-        env = {"UCX_TLS": tls}
+        env = {"UCX_TLS": "rc_verbs,ud_verbs" if tls == "rc_verbs" else tls}
         server = ["ucx_perftest", "-p", str(port)]
         if tls != "tcp":
             # On softrdma0, each process in `softrdma run`'s sysfs view; UCX 1.13's
@@ -205,6 +207,8 @@ def cases(b):
         lambda: b.ucx_latency("tag_lat", "UCX tcp tag_lat 8 B"),
         lambda: b.ucx_rate("UCX tcp ucp_put_bw 8 B rate, M/s"),
         lambda: b.ucx_latency("tag_lat", "UCX ud_verbs on softrdma tag_lat 8 B", "ud_verbs"),
+        lambda: b.ucx_latency("tag_lat", "UCX rc_verbs on softrdma tag_lat 8 B", "rc_verbs"),
+        lambda: b.ucx_latency("ucp_put_lat", "UCX rc_verbs on softrdma ucp_put_lat 8 B", "rc_verbs"),
         lambda: b.fabric("msg", 8, 2000 if b.quick else 20000, "libfabric tcp fi_pingpong msg 8 B", "usec"),
         lambda: b.fabric("rdm", 8, 2000 if b.quick else 20000, "libfabric tcp fi_pingpong rdm 8 B", "usec"),
         lambda: b.udp_pingpong(),
@@ -221,8 +225,11 @@ def cases(b):
         for test in ("ucp_put_bw", "ucp_get", "tag_bw"):
             label = "UCX tcp %s %s" % (test, human(size))
             out.append(lambda test=test, size=size, label=label: b.ucx_bandwidth(test, size, label))
-        label = "UCX ud_verbs on softrdma tag_bw %s" % human(size)
-        out.append(lambda size=size, label=label: b.ucx_bandwidth("tag_bw", size, label, "ud_verbs"))
+        for tls in ("ud_verbs", "rc_verbs"):
+            for test in ("tag_bw", "ucp_put_bw", "ucp_get"):
+                label = "UCX %s on softrdma %s %s" % (tls, test, human(size))
+                out.append(lambda test=test, size=size, label=label, tls=tls:
+                           b.ucx_bandwidth(test, size, label, tls))
         out.append(lambda size=size: b.fabric("msg", size, 200 if b.quick else 2000,
                                               "libfabric tcp fi_pingpong msg %s" % human(size), "gbps"))
     return out

@@ -17,6 +17,8 @@ LAT = [
     ("softrdma ib_send_lat 8 B", "libfabric tcp fi_pingpong msg 8 B", None),
     ("softrdma ib_atomic_lat 8 B", "floor UDP RTT", None),
     ("UCX ud_verbs on softrdma tag_lat 8 B", "UCX tcp tag_lat 8 B", None),
+    ("UCX rc_verbs on softrdma tag_lat 8 B", "UCX tcp tag_lat 8 B", None),
+    ("UCX rc_verbs on softrdma ucp_put_lat 8 B", "UCX tcp ucp_put_lat 8 B", None),
 ]
 BW = [
     ("softrdma ib_write_bw 1 MiB 1 QP", "floor UDP 4 KiB gso", 0.5),
@@ -28,6 +30,9 @@ BW = [
     ("softrdma ib_send_bw 1 MiB 1 QP", "libfabric tcp fi_pingpong msg 1 MiB", None),
     ("softrdma 8 B WRITE rate (post list 32), M/s", "UCX tcp ucp_put_bw 8 B rate, M/s", 3.0),
     ("UCX ud_verbs on softrdma tag_bw 1 MiB", "UCX tcp tag_bw 1 MiB", None),
+    ("UCX rc_verbs on softrdma tag_bw 1 MiB", "UCX tcp tag_bw 1 MiB", None),
+    ("UCX rc_verbs on softrdma ucp_put_bw 1 MiB", "UCX tcp ucp_put_bw 1 MiB", None),
+    ("UCX rc_verbs on softrdma ucp_get 1 MiB", "UCX tcp ucp_get 1 MiB", None),
 ]
 
 

@@ -88,6 +88,9 @@ int connect(CmId& id, const rdma_conn_param& param) {
   n.retry_count = std::min<uint8_t>(param.retry_count, 7);
   n.rnr_retry_count = std::min<uint8_t>(param.rnr_retry_count, 7);
   n.path_mtu = ibv_mtu(id.path.mtu);
+  // IBA 12.7.34 / the kernel's cma: the QP's ACK timeout from the path's packet
+  // lifetime, one step above it (~134 ms on softrdma's path, resolve.cc).
+  n.local_ack_timeout = uint8_t(std::min(id.path.packet_life_time + 1, 31));
   n.srq = id.ibv.srq != nullptr || (id.ibv.qp != nullptr && id.ibv.qp->srq != nullptr);
   rdma_conn_param effective = param;
   effective.responder_resources = n.responder_resources;

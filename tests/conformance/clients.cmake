@@ -364,3 +364,12 @@ foreach(tool ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat)
       EXPECT [=[Data ex\. method : rdma_cm]=] [=[^\s*\d+\s+50\s+]=])
   endforeach()
 endforeach()
+# 50 connect/transfer/disconnect cycles with 10 % of the packets dropped both ways:
+# the CM's retransmissions (REQ, REP, RTU, DREQ) and RC's carry every cycle.
+get_property(rping_loss_port GLOBAL PROPERTY SOFTRDMA_NEXT_PORT)
+math(EXPR next_port "${rping_loss_port} + 1")
+set_property(GLOBAL PROPERTY SOFTRDMA_NEXT_PORT ${next_port})
+add_test(NAME conformance.rping.loss10_50_cycles
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/rping_loss.py
+          --softrdma $<TARGET_FILE:softrdma> --port ${rping_loss_port} --cycles 50 --loss 0.1)
+set_tests_properties(conformance.rping.loss10_50_cycles PROPERTIES TIMEOUT 600 LABELS conformance)
