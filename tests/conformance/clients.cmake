@@ -373,3 +373,13 @@ add_test(NAME conformance.rping.loss10_50_cycles
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/rping_loss.py
           --softrdma $<TARGET_FILE:softrdma> --port ${rping_loss_port} --cycles 50 --loss 0.1)
 set_tests_properties(conformance.rping.loss10_50_cycles PROPERTIES TIMEOUT 600 LABELS conformance)
+# A capture of softrdma's connection decodes in tshark as CM MADs, and its REQ,
+# REP and RTU have the structure of Soft-RoCE's (tests/data/rdma_cm.pcap).
+get_property(cm_capture_port GLOBAL PROPERTY SOFTRDMA_NEXT_PORT)
+math(EXPR next_port "${cm_capture_port} + 1")
+set_property(GLOBAL PROPERTY SOFTRDMA_NEXT_PORT ${next_port})
+add_test(NAME conformance.cm_capture_matches_soft_roce
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/cm_capture.py
+          --softrdma $<TARGET_FILE:softrdma> --port ${cm_capture_port}
+          --reference ${PROJECT_SOURCE_DIR}/tests/data/rdma_cm.pcap)
+set_tests_properties(conformance.cm_capture_matches_soft_roce PROPERTIES TIMEOUT 300 LABELS conformance)
