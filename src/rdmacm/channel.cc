@@ -3,6 +3,7 @@
 // rdma_event_str(3).
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <memory>
@@ -85,6 +86,12 @@ void release(Event* event) {
 }
 
 }  // namespace
+
+uint32_t random_psn() {
+  uint32_t psn = 0;
+  if (getrandom(&psn, sizeof psn, 0) != sizeof psn) psn = uint32_t(uintptr_t(&psn));
+  return psn & 0xffffff;
+}
 
 int complete_synchronously(CmId& id) {
   Event* event = nullptr;

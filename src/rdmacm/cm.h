@@ -66,6 +66,11 @@ struct CmId {
   // The destination is an address of this host: which process holds its port is
   // asked again at rdma_connect (a server may re-listen between resolve and connect).
   bool local_destination = false;
+  // rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT): the QP's ACK timeout, or -1.
+  int ack_timeout = -1;
+  // ECE: what the application puts in its REQ/REP, and what the peer's carried.
+  ibv_ece local_ece{};
+  ibv_ece remote_ece{};
   ibv_sa_path_rec path{};
   // The channel of a synchronous id, owned by it.
   EventChannel* own_channel = nullptr;
@@ -132,6 +137,9 @@ int connect_qp(CmId& id);
 void qp_to_error(CmId& id);
 // resolve.cc: the id's path from its GIDs (state kRouteResolved).
 int fill_route(CmId& id);
+
+// A random 24-bit starting PSN (IBA 9.7.1: any value).
+uint32_t random_psn();
 
 // A synchronous id (no channel) waits for its event right away: 0, or the
 // event's failure as an errno (rdma_create_ep(3)).

@@ -18,12 +18,6 @@ using namespace softrdma::rdmacm;
 
 namespace {
 
-uint32_t random_psn() {
-  uint32_t psn = 0;
-  if (getrandom(&psn, sizeof psn, 0) != sizeof psn) psn = uint32_t(uintptr_t(&psn));
-  return psn & 0xffffff;
-}
-
 // The depths this device can honour (ibv_query_device(3)), as rdma_cm clamps them.
 void clamp_depths(ibv_context* context, uint8_t& responder_resources, uint8_t& initiator_depth) {
   ibv_device_attr attr{};
@@ -90,7 +84,8 @@ int connect(CmId& id, const rdma_conn_param& param) {
   n.path_mtu = ibv_mtu(id.path.mtu);
   // IBA 12.7.34 / the kernel's cma: the QP's ACK timeout from the path's packet
   // lifetime, one step above it (~134 ms on softrdma's path, resolve.cc).
-  n.local_ack_timeout = uint8_t(std::min(id.path.packet_life_time + 1, 31));
+  n.local_ack_timeout = id.ack_timeout >= 0 ? uint8_t(id.ack_timeout)
+                                            : uint8_t(std::min(id.path.packet_life_time + 1, 31));
   n.srq = id.ibv.srq != nullptr || (id.ibv.qp != nullptr && id.ibv.qp->srq != nullptr);
   rdma_conn_param effective = param;
   effective.responder_resources = n.responder_resources;
@@ -110,14 +105,16 @@ int accept(CmId& id, const rdma_conn_param* param) {
   if (c.state != CmState::kReqReceived) return EINVAL;
   rdma_conn_param effective{};
   if (param != nullptr) effective = *param;
-  Negotiated& n = c.negotiated;
-  n.local_psn = random_psn();
-  n.responder_resources = effective.responder_resources;
-  n.initiator_depth = effective.initiator_depth;
+  Negotiated& n = c.negotiated;  // local_psn: chosen when the REQ came (cm_receive.cc)
+  if (param != nullptr) {
+    n.responder_resources = effective.responder_resources;
+    n.initiator_depth = effective.initiator_depth;
+  }
   clamp_depths(id.ibv.verbs, n.responder_resources, n.initiator_depth);
   effective.responder_resources = n.responder_resources;
   effective.initiator_depth = n.initiator_depth;
   if (param != nullptr) n.rnr_retry_count = std::min<uint8_t>(param->rnr_retry_count, 7);
+  if (id.ack_timeout >= 0) n.local_ack_timeout = uint8_t(id.ack_timeout);
   if (id.ibv.qp != nullptr) {
     if (int err = connect_qp(id)) return err;
   }
@@ -142,6 +139,12 @@ int disconnect(CmId& id) {
   Agent& agent = Agent::get();
   std::lock_guard lock(agent.cm_mutex());
   Connection& c = id.conn;
+  // Already ending (the peer's DREQ came first, or ours is out): nothing more
+  // to send; the kernel's rdma_disconnect answers 0 there too.
+  if (c.state == CmState::kClosed || c.state == CmState::kDreqSent) {
+    qp_to_error(id);
+    return c.local_comm_id != 0 ? 0 : EINVAL;
+  }
   if (c.state != CmState::kEstablished && c.state != CmState::kRepSent &&
       c.state != CmState::kRepReceived)
     return EINVAL;
@@ -198,6 +201,26 @@ SOFTRDMA_CM_EXPORT int rdma_disconnect(rdma_cm_id* ibv) {
     if (ibv == nullptr) return EINVAL;
     CmId& id = *to_id(ibv);
     if (int err = disconnect(id)) return err;
+    return 0;
+  });
+}
+
+// ECE (IBA Comment 9434): softrdma has no vendor options of its own, but carries
+// what the application sets in its REQ or REP and shows what the peer sent.
+SOFTRDMA_CM_EXPORT int rdma_set_local_ece(rdma_cm_id* ibv, ibv_ece* ece) {
+  return guard([&] {
+    if (ibv == nullptr || ece == nullptr || ece->vendor_id > 0xffffff) return EINVAL;
+    std::lock_guard lock(Agent::get().cm_mutex());
+    to_id(ibv)->local_ece = *ece;
+    return 0;
+  });
+}
+
+SOFTRDMA_CM_EXPORT int rdma_get_remote_ece(rdma_cm_id* ibv, ibv_ece* ece) {
+  return guard([&] {
+    if (ibv == nullptr || ece == nullptr) return EINVAL;
+    std::lock_guard lock(Agent::get().cm_mutex());
+    *ece = to_id(ibv)->remote_ece;
     return 0;
   });
 }

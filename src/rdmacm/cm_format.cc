@@ -110,6 +110,7 @@ void read_req(const w::CmReq& m, Incoming& out) {
   out.local_ack_timeout = m.primary.local_ack_timeout;
   out.path_mtu = to_verbs(m.path_mtu);
   out.srq = m.srq;
+  out.ece = {m.vendor_id, m.attribute_modifier, 0};
   read_ip_cm_header(m.private_data, uint16_t(m.service_id & 0xffff), out);
   copy_private(m.private_data, kIpCmHeaderBytes, out);
 }
@@ -123,6 +124,7 @@ void read_rep(const w::CmRep& m, Incoming& out) {
   out.initiator_depth = m.initiator_depth;
   out.rnr_retry_count = m.rnr_retry_count;
   out.srq = m.srq;
+  out.ece = {m.vendor_id, m.attribute_modifier, 0};
   copy_private(m.private_data, 0, out);
 }
 
@@ -183,6 +185,8 @@ Mad format_req(const CmId& id, const rdma_conn_param& param, uint32_t qpn) {
   const Connection& c = id.conn;
   w::CmReq m;
   m.transaction_id = c.transaction_id;
+  m.attribute_modifier = id.local_ece.options;
+  m.vendor_id = id.local_ece.vendor_id;
   m.local_comm_id = c.local_comm_id;
   m.service_id = service_id_of(id.ibv.ps, ntohs(id.ibv.route.addr.dst_sin.sin_port));
   m.local_ca_guid = ca_guid(id.ibv.route.addr.addr.ibaddr.sgid);
@@ -214,6 +218,8 @@ Mad format_rep(const CmId& id, const rdma_conn_param& param, uint32_t qpn) {
   const Connection& c = id.conn;
   w::CmRep m;
   m.transaction_id = c.transaction_id;
+  m.attribute_modifier = id.local_ece.options;
+  m.vendor_id = id.local_ece.vendor_id;
   m.local_comm_id = c.local_comm_id;
   m.remote_comm_id = c.remote_comm_id;
   m.local_qpn = qpn;

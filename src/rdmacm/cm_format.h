@@ -58,6 +58,7 @@ struct Incoming {
   uint8_t local_ack_timeout = 19;
   ibv_mtu path_mtu = IBV_MTU_1024;
   bool srq = false;
+  ibv_ece ece{};  // REQ / REP: vendor ID and options (IBA Comment 9434)
   // REQ: rdma_cm's IP CM header (IBA A11.6): who connects, to which address.
   std::optional<IpEndpoint> ip_source;
   std::optional<IpEndpoint> ip_destination;

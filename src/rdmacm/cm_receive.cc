@@ -40,6 +40,7 @@ std::unique_ptr<CmId> passive_id(CmId& listener, const ibv_gid& source, const In
   id->ibv.ps = listener.ibv.ps;
   id->ibv.qp_type = listener.ibv.qp_type;
   id->ibv.verbs = listener.ibv.verbs;
+  id->ibv.pd = listener.ibv.pd;
   id->ibv.port_num = listener.ibv.port_num;
   id->listener = &listener;
   if (attach(*id, &listener.channel->ibv) != 0) return nullptr;
@@ -147,6 +148,12 @@ void Agent::on_req(const ibv_gid& source, const Incoming& req) {
   c.negotiated.local_ack_timeout = req.local_ack_timeout;
   c.negotiated.path_mtu = std::min(req.path_mtu, ibv_mtu(id->path.mtu));
   c.negotiated.srq = req.srq;
+  // Known before rdma_accept: a program that moves its own QP (rdma_init_qp_attr)
+  // does so before accepting, and the REP must then carry the PSN the QP has.
+  c.negotiated.local_psn = random_psn();
+  c.negotiated.responder_resources = req.initiator_depth;
+  c.negotiated.initiator_depth = req.responder_resources;
+  id->remote_ece = req.ece;
   by_remote_[{source, req.sender_comm_id}] = id.get();
   CmId& owned = *id.release();
   deliver(owned, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &req);
@@ -178,6 +185,7 @@ void Agent::on_rep(CmId& id, const Incoming& rep) {
   c.negotiated.initiator_depth = std::min(c.negotiated.initiator_depth, rep.responder_resources);
   c.negotiated.responder_resources = rep.initiator_depth;
   c.negotiated.srq = rep.srq;
+  id.remote_ece = rep.ece;
   if (id.ibv.qp == nullptr) {
     c.state = CmState::kRepReceived;  // rdma_establish(3) sends the RTU
     return deliver(id, RDMA_CM_EVENT_CONNECT_RESPONSE, 0, &rep);

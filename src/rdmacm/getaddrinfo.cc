@@ -44,11 +44,40 @@ SOFTRDMA_CM_EXPORT void rdma_freeaddrinfo(rdma_addrinfo* res) {
   }
 }
 
+// No name and no service: the addresses the hints carry (rdma_getaddrinfo(3):
+// "hints ... ai_src_addr / ai_dst_addr"), as pyverbs asks for a source alone.
+static int from_hints_only(const rdma_addrinfo& hints, rdma_addrinfo** res) {
+  if (hints.ai_src_addr == nullptr && hints.ai_dst_addr == nullptr)
+    return softrdma::rdmacm::fail(EINVAL);
+  auto* out = static_cast<rdma_addrinfo*>(calloc(1, sizeof(rdma_addrinfo)));
+  if (out == nullptr) return softrdma::rdmacm::fail(ENOMEM);
+  defaults_from_hints(&hints, *out);
+  if (hints.ai_src_addr != nullptr) {
+    out->ai_src_addr = copy_address(hints.ai_src_addr, hints.ai_src_len);
+    out->ai_src_len = hints.ai_src_len;
+    out->ai_family = hints.ai_src_addr->sa_family;
+  }
+  if (hints.ai_dst_addr != nullptr) {
+    out->ai_dst_addr = copy_address(hints.ai_dst_addr, hints.ai_dst_len);
+    out->ai_dst_len = hints.ai_dst_len;
+    out->ai_family = hints.ai_dst_addr->sa_family;
+  }
+  if ((hints.ai_src_addr != nullptr && out->ai_src_addr == nullptr) ||
+      (hints.ai_dst_addr != nullptr && out->ai_dst_addr == nullptr)) {
+    rdma_freeaddrinfo(out);
+    return softrdma::rdmacm::fail(ENOMEM);
+  }
+  *res = out;
+  return 0;
+}
+
 // Returns 0, getaddrinfo(3)'s EAI_* code for a name it cannot resolve (as
 // rdma-core passes it through, for gai_strerror), or -1 with errno.
 SOFTRDMA_CM_EXPORT int rdma_getaddrinfo(const char* node, const char* service,
                                         const rdma_addrinfo* hints, rdma_addrinfo** res) {
-  if (res == nullptr || (node == nullptr && service == nullptr)) return softrdma::rdmacm::fail(EINVAL);
+  if (res == nullptr) return softrdma::rdmacm::fail(EINVAL);
+  if (node == nullptr && service == nullptr)
+    return hints != nullptr ? from_hints_only(*hints, res) : softrdma::rdmacm::fail(EINVAL);
   const bool passive = hints != nullptr && (hints->ai_flags & RAI_PASSIVE);
   addrinfo system_hints{};
   system_hints.ai_socktype = SOCK_STREAM;

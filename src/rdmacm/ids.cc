@@ -14,8 +14,12 @@ using namespace softrdma::rdmacm;
 
 namespace {
 
-bool known_port_space(rdma_port_space ps) {
-  return ps == RDMA_PS_TCP || ps == RDMA_PS_UDP || ps == RDMA_PS_IB || ps == RDMA_PS_IPOIB;
+// Read as the int the caller passed: a value outside the enum is the caller's
+// mistake to answer with EINVAL, not a load of an invalid enum value here.
+bool known_port_space(const rdma_port_space& ps) {
+  int raw;
+  std::memcpy(&raw, &ps, sizeof raw);
+  return raw == RDMA_PS_TCP || raw == RDMA_PS_UDP || raw == RDMA_PS_IB || raw == RDMA_PS_IPOIB;
 }
 
 // rdma_create_id(3): "RDMA_PS_UDP - provides unreliable, connectionless QP
@@ -82,6 +86,9 @@ int bind_id(CmId& id, const sockaddr* addr) {
   Agent::get().watch_reservation(fd);
   std::memcpy(&id.ibv.route.addr.src_storage, &address->storage, address->length());
   id.ibv.verbs = context;
+  // rdma-core gives an id its device's PD as soon as it has a device, and
+  // programs use it (pyverbs makes its external QPs on `id->pd`).
+  id.ibv.pd = Agent::get().default_pd();
   id.ibv.port_num = 1;
   id.state = IdState::kAddrBound;
   return 0;
@@ -196,6 +203,14 @@ SOFTRDMA_CM_EXPORT int rdma_set_option(rdma_cm_id* ibv, int level, int optname, 
     if (level != RDMA_OPTION_ID) return ENOSYS;
     switch (optname) {
       case RDMA_OPTION_ID_TOS: return optlen == sizeof(uint8_t) ? 0 : EINVAL;
+      case RDMA_OPTION_ID_ACK_TIMEOUT: {
+        // The QP's ACK timeout (IBA 4.096 µs × 2^n) instead of the path's.
+        if (optlen != sizeof(uint8_t)) return EINVAL;
+        const uint8_t value = *static_cast<const uint8_t*>(optval);
+        if (value > 31) return EINVAL;
+        to_id(ibv)->ack_timeout = value;
+        return 0;
+      }
       case RDMA_OPTION_ID_REUSEADDR:
       case RDMA_OPTION_ID_AFONLY: return optlen == sizeof(int) ? 0 : EINVAL;
       default: return ENOSYS;

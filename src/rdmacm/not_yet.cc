@@ -36,8 +36,6 @@ int not_yet(const char* name) {
 
 // Connections through the Communication Manager.
 SOFTRDMA_CM_EXPORT int rdma_notify(rdma_cm_id*, ibv_event_type) { return SOFTRDMA_NOT_YET(rdma_notify); }
-SOFTRDMA_CM_EXPORT int rdma_set_local_ece(rdma_cm_id*, ibv_ece*) { return SOFTRDMA_NOT_YET(rdma_set_local_ece); }
-SOFTRDMA_CM_EXPORT int rdma_get_remote_ece(rdma_cm_id*, ibv_ece*) { return SOFTRDMA_NOT_YET(rdma_get_remote_ece); }
 SOFTRDMA_CM_EXPORT int rdma_create_srq(rdma_cm_id*, ibv_pd*, ibv_srq_init_attr*) { return SOFTRDMA_NOT_YET(rdma_create_srq); }
 SOFTRDMA_CM_EXPORT int rdma_create_srq_ex(rdma_cm_id*, ibv_srq_init_attr_ex*) { return SOFTRDMA_NOT_YET(rdma_create_srq_ex); }
 SOFTRDMA_CM_EXPORT void rdma_destroy_srq(rdma_cm_id* id) {
