@@ -13,30 +13,21 @@
 
 #include "rdmacm/address.h"
 #include "rdmacm/connection.h"
+#include "wire/cm_mad.h"
 
 namespace softrdma::rdmacm {
 
 struct CmId;
 
-// IBA 12.11.2 Table 111: the CM's attribute IDs.
-enum class CmAttribute : uint16_t {
-  kReq = 0x0010,
-  kMra = 0x0011,
-  kRej = 0x0012,
-  kRep = 0x0013,
-  kRtu = 0x0014,
-  kDreq = 0x0015,
-  kDrep = 0x0016,
-  kSidrReq = 0x0017,
-  kSidrRep = 0x0018,
-};
+// IBA 12.6.3: the CM's attribute IDs, as the wire codec names them.
+using CmAttribute = wire::CmAttr;
 
 // IBA 12.6 Table 112: the REJ reasons softrdma sends (an rdma_cm REJECTED
 // event's status is the reason).
-inline constexpr uint16_t kRejNoQp = 1;
-inline constexpr uint16_t kRejTimeout = 4;  // a REP was not acknowledged in time
-inline constexpr uint16_t kRejInvalidServiceId = 8;  // nobody listens on that port
-inline constexpr uint16_t kRejConsumer = 28;         // rdma_reject(3)
+inline constexpr uint16_t kRejNoQp = uint16_t(wire::RejReason::kNoQp);
+inline constexpr uint16_t kRejTimeout = uint16_t(wire::RejReason::kTimeout);
+inline constexpr uint16_t kRejInvalidServiceId = uint16_t(wire::RejReason::kInvalidServiceId);
+inline constexpr uint16_t kRejConsumer = uint16_t(wire::RejReason::kConsumerReject);
 
 // RDMA_PS_* port space and port in an IP-based service ID (IBA A11.2.1).
 uint64_t service_id_of(rdma_port_space ps, uint16_t port);

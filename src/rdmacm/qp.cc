@@ -90,22 +90,22 @@ int bring_up(CmId& id, ibv_qp* qp) {
 
 // rdma_create_qp(3): "If send or receive completion queues are not specified,
 // the rdma_cm will allocate them", each with a completion channel.
+int make_cq(CmId& id, uint32_t depth, ibv_comp_channel*& channel, ibv_cq*& cq) {
+  channel = ibv_create_comp_channel(id.ibv.verbs);
+  if (channel == nullptr) return errno;
+  cq = ibv_create_cq(id.ibv.verbs, int(std::max(depth, 1u)), &id.ibv, channel, 0);
+  return cq == nullptr ? errno : 0;
+}
+
 int make_cqs(CmId& id, ibv_qp_init_attr_ex& attr) {
-  ibv_context* context = id.ibv.verbs;
   if (attr.send_cq == nullptr) {
-    id.ibv.send_cq_channel = ibv_create_comp_channel(context);
-    if (id.ibv.send_cq_channel == nullptr) return errno;
-    id.ibv.send_cq = ibv_create_cq(context, int(std::max(attr.cap.max_send_wr, 1u)), &id.ibv,
-                                   id.ibv.send_cq_channel, 0);
-    if (id.ibv.send_cq == nullptr) return errno;
+    if (int err = make_cq(id, attr.cap.max_send_wr, id.ibv.send_cq_channel, id.ibv.send_cq))
+      return err;
     attr.send_cq = id.ibv.send_cq;
   }
   if (attr.recv_cq == nullptr) {
-    id.ibv.recv_cq_channel = ibv_create_comp_channel(context);
-    if (id.ibv.recv_cq_channel == nullptr) return errno;
-    id.ibv.recv_cq = ibv_create_cq(context, int(std::max(attr.cap.max_recv_wr, 1u)), &id.ibv,
-                                   id.ibv.recv_cq_channel, 0);
-    if (id.ibv.recv_cq == nullptr) return errno;
+    if (int err = make_cq(id, attr.cap.max_recv_wr, id.ibv.recv_cq_channel, id.ibv.recv_cq))
+      return err;
     attr.recv_cq = id.ibv.recv_cq;
   }
   return 0;
