@@ -2,6 +2,9 @@
 // path, with no subnet administrator (RoCE has none: the GID is the address,
 // IBA A17.4.5.1). A destination on this host is whichever softrdma process holds
 // its port (address.h); elsewhere, the address itself.
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstring>
 
 #include "rdmacm/address.h"
@@ -20,6 +23,29 @@ int bind_for(CmId& id, const sockaddr* src, const IpEndpoint& destination) {
   sockaddr_storage any{};
   any.ss_family = sa_family_t(destination.family());
   return bind_id(id, reinterpret_cast<sockaddr*>(&any));
+}
+
+// A wildcard source becomes the address the host's routing picks for the
+// destination (rdma_resolve_addr(3): "bound to a source address based on the
+// local routing tables"): what a connected UDP socket is given, no packet sent.
+// Programs publish it (libfabric's rxm sends it to its peer as its own name).
+void choose_source_address(CmId& id, const IpEndpoint& destination) {
+  auto bound = IpEndpoint::from(&id.ibv.route.addr.src_addr);
+  if (!bound || !bound->is_wildcard()) return;
+  int fd = socket(destination.family(), SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  IpEndpoint probe = destination;
+  if (probe.port() == 0) probe.set_port(9);  // connect(2) on UDP wants a port
+  sockaddr_storage chosen{};
+  socklen_t length = sizeof chosen;
+  if (connect(fd, probe.get(), probe.length()) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&chosen), &length) == 0) {
+    if (auto source = IpEndpoint::from(reinterpret_cast<sockaddr*>(&chosen))) {
+      source->set_port(bound->port());
+      std::memcpy(&id.ibv.route.addr.src_storage, &source->storage, source->length());
+    }
+  }
+  close(fd);
 }
 
 int resolve(CmId& id, const sockaddr* src, const sockaddr* dst) {
@@ -43,6 +69,7 @@ int resolve(CmId& id, const sockaddr* src, const sockaddr* dst) {
     destination_gid = gid_of_local_owner(id.ibv.ps, *destination).value_or(source->first);
   }
   rdma_addr& addr = id.ibv.route.addr;
+  choose_source_address(id, *destination);
   std::memcpy(&addr.dst_storage, &destination->storage, destination->length());
   addr.addr.ibaddr.sgid = source->first;
   addr.addr.ibaddr.dgid = destination_gid;

@@ -383,3 +383,31 @@ add_test(NAME conformance.cm_capture_matches_soft_roce
           --softrdma $<TARGET_FILE:softrdma> --port ${cm_capture_port}
           --reference ${PROJECT_SOURCE_DIR}/tests/data/rdma_cm.pcap)
 set_tests_properties(conformance.cm_capture_matches_soft_roce PROPERTIES TIMEOUT 300 LABELS conformance)
+# libfabric's verbs provider on softrdma (Debian's libfabric-bin): FI_EP_MSG
+# endpoints connect through rdma_cm; FI_EP_RDM is ofi_rxm over them. The
+# provider finds a device's addresses by binding rdma_cm ids to the addresses
+# of the interfaces FI_VERBS_IFACE names, and never looks at loopback ones:
+# any interface with an address serves, since every address of the host leads
+# to the listening process (docs/decisions/rdma-cm.md).
+find_program(FI_PINGPONG fi_pingpong)
+if(NOT FI_PINGPONG)
+  message(FATAL_ERROR "libfabric-bin is not installed (scripts/install-deps.sh installs it)")
+endif()
+execute_process(COMMAND sh -c "ip -o -4 addr show scope global | awk '{print $2; exit}'"
+                OUTPUT_VARIABLE fi_iface OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(fi_iface)
+  # The providers are chosen with FI_PROVIDER (a comma list): "verbs;ofi_rxm"
+  # would not survive a CMake list.
+  foreach(run "msg;verbs" "rdm;verbs,ofi_rxm")
+    list(GET run 0 ep)
+    list(GET run 1 providers)
+    softrdma_client_test(fi_pingpong.verbs_${ep} CM_PAIR OWN_ENVIRONMENT TIMEOUT 120
+      ENV FI_VERBS_IFACE=${fi_iface} FI_PROVIDER=${providers}
+      SERVER_ARGS "run -- ${FI_PINGPONG} -e ${ep} -B {port} -I 100 -S all -c"
+      CLIENT_ARGS "run -- ${FI_PINGPONG} -e ${ep} -P {port} -I 100 -S all -c 127.0.0.1"
+      COMMAND $<TARGET_FILE:softrdma>
+      EXPECT [=[^1m\s+100\s+=100\s]=] [=[^1\s+100\s+=100\s]=])
+  endforeach()
+else()
+  message(WARNING "no interface with a global IPv4 address: the libfabric verbs tests are left out")
+endif()

@@ -150,7 +150,9 @@ def run_pair_once(args, env):
     if args.cm_pair:
         server_cmd = args.command + args.server_args.format(port=args.port).split()
         client_cmd = args.command + args.client_args.format(port=args.port).split()
-        ready = cm_listening
+        # rdma_cm programs hold the port in librdmacm; some (fi_pingpong)
+        # exchange addresses over a TCP port first.
+        ready = lambda port: cm_listening(port) or listening(port)
     else:
         server_cmd = args.command + ["-p", str(args.port)]
         client_cmd = server_cmd + ["127.0.0.1"]
