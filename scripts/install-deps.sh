@@ -23,6 +23,7 @@ packages=(
   tshark
   ibverbs-utils perftest rdmacm-utils python3-pyverbs
   ucx-utils libucx0                   # ucx_info, ucx_perftest: UCX on softrdma0 (and bench/compare.sh)
+  libucx-dev                          # tests/conformance/ucx_sockaddr.c: UCX client/server over rdma_cm
   iproute2 procps
   ethtool                             # KernelFacts.GsoSegments...: segmentation offload off on a veth
   # Benchmark (bench/compare.sh): the peers and the plots
