@@ -228,3 +228,20 @@ SOFTRDMA_CM_EXPORT int rdma_get_remote_ece(rdma_cm_id* ibv, ibv_ece* ece) {
 SOFTRDMA_CM_EXPORT int rdma_establish(rdma_cm_id* ibv) {
   return guard([&] { return ibv == nullptr ? EINVAL : establish(*to_id(ibv)); });
 }
+
+// rdma_notify(3): data arrived on the QP before the RTU (IBA 12.9.6: a
+// "communication established" event stands for the RTU); other events are
+// accepted and change nothing.
+SOFTRDMA_CM_EXPORT int rdma_notify(rdma_cm_id* ibv, ibv_event_type event) {
+  return guard([&] {
+    if (ibv == nullptr) return EINVAL;
+    CmId& id = *to_id(ibv);
+    std::lock_guard lock(Agent::get().cm_mutex());
+    if (event == IBV_EVENT_COMM_EST && id.conn.state == CmState::kRepSent) {
+      id.conn.awaiting_answer = false;
+      id.conn.state = CmState::kEstablished;
+      deliver(id, RDMA_CM_EVENT_ESTABLISHED, 0);
+    }
+    return 0;
+  });
+}

@@ -35,15 +35,6 @@ int not_yet(const char* name) {
 #define SOFTRDMA_NOT_YET(name) not_yet(#name)
 
 // Connections through the Communication Manager.
-SOFTRDMA_CM_EXPORT int rdma_notify(rdma_cm_id*, ibv_event_type) { return SOFTRDMA_NOT_YET(rdma_notify); }
-SOFTRDMA_CM_EXPORT int rdma_create_srq(rdma_cm_id*, ibv_pd*, ibv_srq_init_attr*) { return SOFTRDMA_NOT_YET(rdma_create_srq); }
-SOFTRDMA_CM_EXPORT int rdma_create_srq_ex(rdma_cm_id*, ibv_srq_init_attr_ex*) { return SOFTRDMA_NOT_YET(rdma_create_srq_ex); }
-SOFTRDMA_CM_EXPORT void rdma_destroy_srq(rdma_cm_id* id) {
-  if (id == nullptr || id->srq == nullptr) return;
-  ibv_destroy_srq(id->srq);
-  id->srq = nullptr;
-}
-
 // Multicast (UD).
 SOFTRDMA_CM_EXPORT int rdma_join_multicast(rdma_cm_id*, sockaddr*, void*) { return SOFTRDMA_NOT_YET(rdma_join_multicast); }
 SOFTRDMA_CM_EXPORT int rdma_join_multicast_ex(rdma_cm_id*, rdma_cm_join_mc_attr_ex*, void*) {

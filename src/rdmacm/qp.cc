@@ -129,6 +129,7 @@ int create_qp(CmId& id, ibv_qp_init_attr_ex& attr) {
   }
   if (attr.pd->context != id.ibv.verbs) return EINVAL;
   if (attr.qp_type != id.ibv.qp_type) return EINVAL;  // the port space fixes it
+  if (attr.srq == nullptr) attr.srq = id.ibv.srq;  // rdma_create_srq's, if any
   if (int err = make_cqs(id, attr)) {
     destroy_cqs(id);
     return err;
@@ -215,4 +216,40 @@ SOFTRDMA_CM_EXPORT int rdma_init_qp_attr(rdma_cm_id* ibv, ibv_qp_attr* qp_attr,
     std::lock_guard lock(Agent::get().cm_mutex());
     return connected_attributes(*to_id(ibv), *qp_attr, *qp_attr_mask);
   });
+}
+
+// rdma_create_srq(3) / rdma_create_srq_ex(3): an SRQ on the id's PD (unless one
+// is given), kept as id->srq for the QP rdma_create_qp makes next.
+SOFTRDMA_CM_EXPORT int rdma_create_srq_ex(rdma_cm_id* ibv, ibv_srq_init_attr_ex* attr) {
+  return guard([&] {
+    if (ibv == nullptr || attr == nullptr || ibv->verbs == nullptr || ibv->srq != nullptr)
+      return EINVAL;
+    if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || attr->pd == nullptr) {
+      attr->pd = ibv->pd != nullptr ? ibv->pd : Agent::get().default_pd();
+      attr->comp_mask |= IBV_SRQ_INIT_ATTR_PD;
+    }
+    ibv_srq* srq = ibv_create_srq_ex(ibv->verbs, attr);
+    if (srq == nullptr) return errno;
+    ibv->srq = srq;
+    return 0;
+  });
+}
+
+SOFTRDMA_CM_EXPORT int rdma_create_srq(rdma_cm_id* ibv, ibv_pd* pd, ibv_srq_init_attr* attr) {
+  if (attr == nullptr) return fail(EINVAL);
+  ibv_srq_init_attr_ex ex{};
+  ex.srq_context = attr->srq_context;
+  ex.attr = attr->attr;
+  ex.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | (pd != nullptr ? IBV_SRQ_INIT_ATTR_PD : 0);
+  ex.srq_type = IBV_SRQT_BASIC;
+  ex.pd = pd;
+  if (rdma_create_srq_ex(ibv, &ex) != 0) return -1;
+  attr->attr = ex.attr;
+  return 0;
+}
+
+SOFTRDMA_CM_EXPORT void rdma_destroy_srq(rdma_cm_id* ibv) {
+  if (ibv == nullptr || ibv->srq == nullptr) return;
+  ibv_destroy_srq(ibv->srq);
+  ibv->srq = nullptr;
 }

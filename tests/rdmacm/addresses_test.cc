@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <rdma/rdma_verbs.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -178,6 +179,31 @@ TEST(CreateQp, UdIsReadyAndRcWaitsInInit) {
     rdma_destroy_qp(id.id);
     EXPECT_EQ(id.id->qp, nullptr);
   }
+}
+
+// rdma_create_srq(3): the id's SRQ, which rdma_create_qp then uses.
+TEST(CreateQp, SrqOfTheIdFeedsItsQp) {
+  Id id;
+  sockaddr_in dst = ipv4("127.0.0.1", 9);
+  ASSERT_EQ(rdma_resolve_addr(id.id, nullptr, as_sockaddr(dst), 2000), 0);
+  ibv_srq_init_attr srq_attr{};
+  srq_attr.attr.max_wr = 8;
+  srq_attr.attr.max_sge = 1;
+  EXPECT_EQ(rdma_create_srq(nullptr, nullptr, &srq_attr), -1);
+  EXPECT_EQ(errno, EINVAL);
+  ASSERT_EQ(rdma_create_srq(id.id, nullptr, &srq_attr), 0) << errno;
+  ASSERT_NE(id.id->srq, nullptr);
+  EXPECT_EQ(rdma_create_srq(id.id, nullptr, &srq_attr), -1);  // one per id
+  ibv_qp_init_attr attr{};
+  attr.qp_type = IBV_QPT_RC;
+  attr.cap.max_send_wr = 4;
+  attr.cap.max_send_sge = 1;
+  ASSERT_EQ(rdma_create_qp(id.id, nullptr, &attr), 0) << errno;
+  EXPECT_EQ(id.id->qp->srq, id.id->srq);
+  rdma_destroy_qp(id.id);
+  rdma_destroy_srq(id.id);
+  EXPECT_EQ(id.id->srq, nullptr);
+  EXPECT_EQ(rdma_notify(id.id, IBV_EVENT_COMM_EST), 0);  // not connecting: nothing to do
 }
 
 }  // namespace
