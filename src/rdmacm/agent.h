@@ -49,6 +49,8 @@ class Agent {
   void add_listener(CmId& id);
   void add_connection(CmId& id);  // gives it a fresh local communication ID
   void forget(CmId& id);          // listener or connection, before it is freed
+  // A passive id leaves "request received": its listener's backlog has room again.
+  void request_answered(CmId& id);
   // Sends the id's connection's next MAD; `expect_answer` retransmits it until
   // the peer answers or the CM's retries run out.
   int send(CmId& id, std::span<const uint8_t> mad, bool expect_answer);

@@ -62,6 +62,10 @@ struct CmId {
   // The host-wide reservation of its source port (address.cc), or -1.
   int port_reservation = -1;
   int backlog = 0;
+  // A listener's requests delivered and not yet accepted or rejected: at the
+  // backlog (rdma_listen(3)), further REQs are rejected, so a flood of REQs
+  // cannot grow the process without bound. Under the agent's cm_mutex.
+  int pending_requests = 0;
   int sgid_index = 0;     // the local GID the route uses
   // The destination is an address of this host: which process holds its port is
   // asked again at rdma_connect (a server may re-listen between resolve and connect).

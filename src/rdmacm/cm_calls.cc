@@ -120,6 +120,7 @@ int accept(CmId& id, const rdma_conn_param* param) {
   }
   const uint32_t qpn = id.ibv.qp != nullptr ? id.ibv.qp->qp_num : effective.qp_num;
   Mad rep = format_rep(id, effective, qpn);
+  agent.request_answered(id);
   c.state = CmState::kRepSent;
   return agent.send(id, rep, true);
 }
@@ -131,6 +132,7 @@ int reject(CmId& id, const void* private_data, uint8_t length) {
   Connection& c = id.conn;
   if (c.state != CmState::kReqReceived) return EINVAL;
   Mad rej = format_rej(c, kRejConsumer, private_data, length);
+  agent.request_answered(id);
   c.state = CmState::kClosed;
   return agent.send(id, rej, false);
 }

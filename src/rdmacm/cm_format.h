@@ -25,6 +25,7 @@ using CmAttribute = wire::CmAttr;
 // IBA 12.6 Table 112: the REJ reasons softrdma sends (an rdma_cm REJECTED
 // event's status is the reason).
 inline constexpr uint16_t kRejNoQp = uint16_t(wire::RejReason::kNoQp);
+inline constexpr uint16_t kRejNoResources = uint16_t(wire::RejReason::kNoResources);
 inline constexpr uint16_t kRejTimeout = uint16_t(wire::RejReason::kTimeout);
 inline constexpr uint16_t kRejInvalidServiceId = uint16_t(wire::RejReason::kInvalidServiceId);
 inline constexpr uint16_t kRejConsumer = uint16_t(wire::RejReason::kConsumerReject);

@@ -48,7 +48,14 @@ void Agent::add_connection(CmId& id) {
   connections_[id.conn.local_comm_id] = &id;
 }
 
+void Agent::request_answered(CmId& id) {
+  if (id.conn.state == CmState::kReqReceived && id.listener != nullptr &&
+      id.listener->pending_requests > 0)
+    --id.listener->pending_requests;
+}
+
 void Agent::forget(CmId& id) {
+  request_answered(id);
   if (id.service_id != 0) {
     auto it = listeners_.find(id.service_id);
     if (it != listeners_.end() && it->second == &id) listeners_.erase(it);

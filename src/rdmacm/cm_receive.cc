@@ -132,7 +132,13 @@ void Agent::on_req(const ibv_gid& source, const Incoming& req) {
     mad_port_->send(source, 0, rej);
     return;
   }
-  std::unique_ptr<CmId> id = passive_id(*listener->second, source, req);
+  CmId& listening = *listener->second;
+  if (listening.pending_requests >= listening.backlog) {
+    Mad rej = format_rej_to(req, kRejNoResources);
+    mad_port_->send(source, 0, rej);
+    return;
+  }
+  std::unique_ptr<CmId> id = passive_id(listening, source, req);
   if (id == nullptr) return;  // no GID to answer from: the peer's REQ times out
   Connection& c = id->conn;
   add_connection(*id);
@@ -156,6 +162,7 @@ void Agent::on_req(const ibv_gid& source, const Incoming& req) {
   id->remote_ece = req.ece;
   by_remote_[{source, req.sender_comm_id}] = id.get();
   CmId& owned = *id.release();
+  ++listening.pending_requests;
   deliver(owned, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &req);
 }
 

@@ -145,6 +145,39 @@ TEST(Connect, RejectionReachesTheClientWithItsReason) {
   rdma_destroy_id(child);
 }
 
+// rdma_listen(3)'s backlog: requests beyond it, not yet answered, are rejected
+// ("no resources"), so a flood of REQs cannot grow the listener without bound.
+TEST(Connect, RequestsBeyondTheBacklogAreRejected) {
+  Side server, first, second;
+  const uint16_t port = free_port();
+  ASSERT_EQ(rdma_create_id(server.channel, &server.id, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in address = ipv4("127.0.0.1", port);
+  ASSERT_EQ(rdma_bind_addr(server.id, as_sockaddr(address)), 0);
+  ASSERT_EQ(rdma_listen(server.id, 1), 0);
+  for (Side* client : {&first, &second}) {
+    ASSERT_EQ(rdma_create_id(client->channel, &client->id, nullptr, RDMA_PS_TCP), 0);
+    ASSERT_EQ(rdma_resolve_addr(client->id, nullptr, as_sockaddr(address), 2000), 0);
+    rdma_ack_cm_event(expect_event(client->channel, RDMA_CM_EVENT_ADDR_RESOLVED));
+    ASSERT_EQ(rdma_resolve_route(client->id, 2000), 0);
+    rdma_ack_cm_event(expect_event(client->channel, RDMA_CM_EVENT_ROUTE_RESOLVED));
+    ibv_qp_init_attr attr = rc_attr();
+    ASSERT_EQ(rdma_create_qp(client->id, nullptr, &attr), 0);
+    rdma_conn_param param{};
+    ASSERT_EQ(rdma_connect(client->id, &param), 0);
+  }
+  rdma_cm_event* request = expect_event(server.channel, RDMA_CM_EVENT_CONNECT_REQUEST);
+  ASSERT_NE(request, nullptr);
+  rdma_cm_id* child = request->id;
+  rdma_ack_cm_event(request);
+  rdma_cm_event* rejected = expect_event(second.channel, RDMA_CM_EVENT_REJECTED);
+  ASSERT_NE(rejected, nullptr);
+  EXPECT_EQ(rejected->status, 3);  // IBA Table 112: no resources
+  rdma_ack_cm_event(rejected);
+  rdma_reject(child, nullptr, 0);
+  rdma_ack_cm_event(expect_event(first.channel, RDMA_CM_EVENT_REJECTED));
+  rdma_destroy_id(child);
+}
+
 // Nobody listens on the port: the REQ is rejected with "invalid service ID".
 TEST(Connect, NoListenerIsRejected) {
   Side client;
