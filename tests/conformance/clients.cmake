@@ -411,3 +411,10 @@ if(fi_iface)
 else()
   message(WARNING "no interface with a global IPv4 address: the libfabric verbs tests are left out")
 endif()
+# A peer that never answers (every packet lost): the REQ is resent every CM
+# response timeout, 15 times, then the connection is UNREACHABLE with
+# -ETIMEDOUT, as the kernel's rdma_cm reports it; rping stops with its error.
+softrdma_client_test(rping.unreachable EXIT 255 TIMEOUT 120
+  ENV SOFTRDMA_FAULTS=loss=1.0
+  COMMAND ${RPING} -c -a 127.0.0.1 -p 7999 -C 1
+  EXPECT [=[cma event RDMA_CM_EVENT_UNREACHABLE, error -110]=])
