@@ -418,3 +418,8 @@ softrdma_client_test(rping.unreachable EXIT 255 TIMEOUT 120
   ENV SOFTRDMA_FAULTS=loss=1.0
   COMMAND ${RPING} -c -a 127.0.0.1 -p 7999 -C 1
   EXPECT [=[cma event RDMA_CM_EVENT_UNREACHABLE, error -110]=])
+# Across two hosts: network namespaces joined by a veth pair, SOFTRDMA_ADDR on each.
+add_test(NAME conformance.rping.two_hosts
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/rping_two_hosts.sh $<TARGET_FILE:softrdma>
+          ${SOFTRDMA_CONFORMANCE_PORT_BASE})
+set_tests_properties(conformance.rping.two_hosts PROPERTIES TIMEOUT 180 LABELS conformance)
