@@ -1,0 +1,168 @@
+// Linux Soft-RoCE's side of a connection played to a softrdma listener: the REQ
+// and the RTU rping's client sent in tests/data/rdma_cm.pcap (a real Soft-RoCE
+// host), with only the port and the connection's IDs changed, go as RoCEv2
+// datagrams to the listener's QP1 from a UDP socket standing for the Soft-RoCE
+// host. softrdma must take the REQ, answer with a REP to that host (decoded and
+// checked here), and establish on the RTU: the handshake of a Soft-RoCE client
+// with a softrdma server, as far as one machine without kernel RDMA can show it.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rdmacm/rdmacm_fixture.h"
+#include "support/pcap_reader.h"
+#include "wire/cm_gsi.h"
+#include "wire/cm_ip.h"
+#include "wire/cm_mad.h"
+#include "wire/icrc.h"
+
+namespace softrdma::rdmacm::testing {
+namespace {
+
+namespace w = softrdma::wire;
+
+// The captured REQ (the first CM MAD of the capture).
+w::CmReq captured_req() {
+  w::CmReq req;
+  auto capture = test::read_roce_pcap(std::string(SOFTRDMA_TEST_DATA) + "/rdma_cm.pcap");
+  for (auto& frame : capture.packets) {
+    w::PacketView view;
+    if (w::parse_packet(frame.udp_payload, view) != w::ParseError::kNone) continue;
+    auto mad = w::gsi_mad(view);
+    if (!mad.empty() && w::decode(mad, req) == w::MadError::kNone) return req;
+  }
+  ADD_FAILURE() << "no REQ in rdma_cm.pcap";
+  return req;
+}
+
+// A UDP socket at 127.0.9.N:4791, standing for the Soft-RoCE host.
+struct ForeignHost {
+  int fd = -1;
+  sockaddr_in address{};
+  ForeignHost() {
+    for (int n = 10; n < 250 && fd < 0; ++n) {
+      address = ipv4(("127.0.9." + std::to_string(n)).c_str(), 4791);
+      fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+      if (bind(fd, as_sockaddr(address), sizeof address) != 0) {
+        close(fd);
+        fd = -1;
+      }
+    }
+  }
+  ~ForeignHost() {
+    if (fd >= 0) close(fd);
+  }
+  w::Gid gid() const { return w::gid_from_ipv4(ntohl(address.sin_addr.s_addr)); }
+
+  // A MAD to QP1 of `server`, as Soft-RoCE frames it (UD SEND_ONLY, GSI Q_Key, ICRC).
+  void send_mad(const std::array<uint8_t, w::kMadBytes>& mad, const w::Gid& server, uint32_t psn) {
+    std::vector<uint8_t> packet(w::kGsiPacketBytes);
+    w::GsiSend gsi;
+    gsi.psn = psn;
+    w::build_gsi_packet(packet, gsi, mad);
+    w::IpUdpInfo info{.src = gid(), .dst = server, .src_port = 4791, .dst_port = 4791};
+    w::write_icrc(info, packet);
+    sockaddr_in to = ipv4("127.0.0.1", 4791);
+    std::memcpy(&to.sin_addr, server.data() + 12, 4);
+    ASSERT_EQ(sendto(fd, packet.data(), packet.size(), 0, as_sockaddr(to), sizeof to),
+              ssize_t(packet.size()));
+  }
+
+  // The next CM MAD that arrives (a 30 s guard against a hang).
+  std::optional<std::vector<uint8_t>> receive_mad() {
+    std::vector<uint8_t> packet(2048);
+    for (;;) {
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, 30000) != 1) return std::nullopt;
+      ssize_t n = recv(fd, packet.data(), packet.size(), 0);
+      if (n <= 0) return std::nullopt;
+      w::PacketView view;
+      if (w::parse_packet(std::span<uint8_t>(packet.data(), size_t(n)), view) != w::ParseError::kNone)
+        continue;
+      auto mad = w::gsi_mad(view);
+      if (!mad.empty()) return std::vector<uint8_t>(mad.begin(), mad.end());
+    }
+  }
+};
+
+TEST(SoftRoceReplay, CapturedReqIsAnsweredAndTheRtuEstablishes) {
+  ForeignHost host;
+  ASSERT_GE(host.fd, 0) << "no free 127.0.9.x:4791";
+  rdma_event_channel* channel = rdma_create_event_channel();
+  rdma_cm_id* listener = nullptr;
+  ASSERT_EQ(rdma_create_id(channel, &listener, nullptr, RDMA_PS_TCP), 0);
+  const uint16_t port = free_port();
+  sockaddr_in address = ipv4("127.0.0.1", port);
+  ASSERT_EQ(rdma_bind_addr(listener, as_sockaddr(address)), 0);
+  ASSERT_EQ(rdma_listen(listener, 4), 0);
+  ibv_gid server{};
+  ASSERT_EQ(ibv_query_gid(listener->verbs, 1, 1, &server), 0);
+  w::Gid server_gid;
+  std::memcpy(server_gid.data(), server.raw, 16);
+
+  // The captured REQ, to this listener's port and with a fresh communication ID.
+  w::CmReq req = captured_req();
+  req.service_id = w::ip_service_id({w::IpProtocol::kTcp, port});
+  req.local_comm_id ^= uint32_t(getpid());
+  std::array<uint8_t, w::kMadBytes> mad{};
+  w::encode(req, mad);
+  host.send_mad(mad, server_gid, 0);
+
+  pollfd p{channel->fd, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 30000), 1) << "no CONNECT_REQUEST";
+  rdma_cm_event* request = nullptr;
+  ASSERT_EQ(rdma_get_cm_event(channel, &request), 0);
+  ASSERT_EQ(request->event, RDMA_CM_EVENT_CONNECT_REQUEST) << rdma_event_str(request->event);
+  EXPECT_EQ(request->param.conn.qp_num, req.local_qpn);
+  EXPECT_EQ(request->param.conn.initiator_depth, req.responder_resources);
+  rdma_cm_id* child = request->id;
+  rdma_ack_cm_event(request);
+  ibv_qp_init_attr attr{};
+  attr.qp_type = IBV_QPT_RC;
+  attr.cap.max_send_wr = attr.cap.max_recv_wr = 4;
+  attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+  ASSERT_EQ(rdma_create_qp(child, nullptr, &attr), 0);
+  rdma_conn_param accept{};
+  accept.responder_resources = accept.initiator_depth = 1;
+  ASSERT_EQ(rdma_accept(child, &accept), 0);
+
+  // The REP, as the Soft-RoCE host receives it.
+  auto reply = host.receive_mad();
+  ASSERT_TRUE(reply.has_value()) << "no REP";
+  w::CmRep rep;
+  ASSERT_EQ(w::decode(*reply, rep), w::MadError::kNone);
+  EXPECT_EQ(rep.transaction_id, req.transaction_id);
+  EXPECT_EQ(rep.remote_comm_id, req.local_comm_id);
+  EXPECT_EQ(rep.local_qpn, child->qp->qp_num);
+  EXPECT_EQ(rep.responder_resources, 1);
+  EXPECT_EQ(rep.initiator_depth, 1);
+
+  // Its RTU establishes the connection.
+  w::CmRtu rtu;
+  rtu.transaction_id = req.transaction_id;
+  rtu.local_comm_id = req.local_comm_id;
+  rtu.remote_comm_id = rep.local_comm_id;
+  w::encode(rtu, mad);
+  host.send_mad(mad, server_gid, 1);
+  ASSERT_EQ(poll(&p, 1, 30000), 1) << "no ESTABLISHED";
+  rdma_cm_event* established = nullptr;
+  ASSERT_EQ(rdma_get_cm_event(channel, &established), 0);
+  EXPECT_EQ(established->event, RDMA_CM_EVENT_ESTABLISHED) << rdma_event_str(established->event);
+  EXPECT_EQ(established->id, child);
+  rdma_ack_cm_event(established);
+  rdma_destroy_qp(child);
+  rdma_destroy_id(child);
+  rdma_destroy_id(listener);
+  rdma_destroy_event_channel(channel);
+}
+
+}  // namespace
+}  // namespace softrdma::rdmacm::testing
