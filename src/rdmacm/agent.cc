@@ -12,8 +12,18 @@
 namespace softrdma::rdmacm {
 
 Agent& Agent::get() {
-  // Never destroyed: the thread may still be inside epoll_wait at exit.
-  static Agent* agent = new Agent;
+  // Never destroyed: the thread may still be inside epoll_wait at exit. A forked
+  // child has the parent's object but not its thread, and may not use the
+  // parent's device context (docs/decisions/verbs-contexts.md): it gets an agent
+  // of its own (the parent's copy is left as it is).
+  static std::mutex mutex;
+  static Agent* agent = nullptr;
+  static pid_t owner = 0;
+  std::lock_guard lock(mutex);
+  if (agent == nullptr || owner != getpid()) {
+    agent = new Agent;
+    owner = getpid();
+  }
   return *agent;
 }
 

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "rdmacm/rdmacm_fixture.h"
@@ -179,6 +180,35 @@ TEST(CreateQp, UdIsReadyAndRcWaitsInInit) {
     rdma_destroy_qp(id.id);
     EXPECT_EQ(id.id->qp, nullptr);
   }
+}
+
+// A forked child uses rdma_cm on its own: its agent and device are its own (the
+// parent's thread is not in the child), and it finds the parent's listener.
+TEST(Fork, ChildResolvesToItsParentsListener) {
+  const uint16_t port = free_port();
+  Id listener;
+  sockaddr_in address = ipv4("127.0.0.1", port);
+  ASSERT_EQ(rdma_bind_addr(listener.id, as_sockaddr(address)), 0);
+  ASSERT_EQ(rdma_listen(listener.id, 4), 0);
+  ibv_gid parent{};
+  ASSERT_EQ(ibv_query_gid(listener.id->verbs, 1, 1, &parent), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Exit codes say what failed: 0 resolved to the parent's GID.
+    rdma_cm_id* id = nullptr;
+    if (rdma_create_id(nullptr, &id, nullptr, RDMA_PS_TCP) != 0) _exit(2);
+    if (rdma_resolve_addr(id, nullptr, as_sockaddr(address), 2000) != 0) _exit(3);
+    const ibv_gid& dgid = id->route.addr.addr.ibaddr.dgid;
+    const ibv_gid& sgid = id->route.addr.addr.ibaddr.sgid;
+    if (std::memcmp(dgid.raw, parent.raw, 16) != 0) _exit(4);
+    if (std::memcmp(sgid.raw, parent.raw, 16) == 0) _exit(5);  // its own device, not the parent's
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 // rdma_create_srq(3): the id's SRQ, which rdma_create_qp then uses.
