@@ -97,12 +97,16 @@ int complete_synchronously(CmId& id) {
   Event* event = nullptr;
   if (int err = take_event(*id.channel, event)) return err;
   const int status = event->ibv.status;
-  const bool failed = status != 0 || (event->ibv.event != RDMA_CM_EVENT_ADDR_RESOLVED &&
-                                      event->ibv.event != RDMA_CM_EVENT_ROUTE_RESOLVED &&
-                                      event->ibv.event != RDMA_CM_EVENT_ESTABLISHED);
+  const rdma_cm_event_type type = event->ibv.event;
+  const bool failed = status != 0 || (type != RDMA_CM_EVENT_ADDR_RESOLVED &&
+                                      type != RDMA_CM_EVENT_ROUTE_RESOLVED &&
+                                      type != RDMA_CM_EVENT_ESTABLISHED);
   release(event);
   if (!failed) return 0;
-  return status < 0 ? -status : (status > 0 ? status : ECONNREFUSED);
+  // A REJECTED event's status is the REJ's reason, not an errno: the call fails
+  // with ECONNREFUSED, as rdma-core's synchronous calls do.
+  if (type == RDMA_CM_EVENT_REJECTED || status == 0) return ECONNREFUSED;
+  return status < 0 ? -status : status;
 }
 
 }  // namespace softrdma::rdmacm

@@ -164,5 +164,104 @@ TEST(SoftRoceReplay, CapturedReqIsAnsweredAndTheRtuEstablishes) {
   rdma_destroy_event_channel(channel);
 }
 
+// Hostile or broken MADs to QP1 — random bytes behind a CM header, and REQs,
+// REPs, DREQs with random fields and IDs — are refused or answered without
+// harm: the listener still connects an ordinary client afterwards, and at most
+// its backlog of requests is delivered.
+TEST(SoftRoceReplay, HostileMadsLeaveTheListenerWorking) {
+  ForeignHost host;
+  ASSERT_GE(host.fd, 0);
+  rdma_event_channel* channel = rdma_create_event_channel();
+  rdma_cm_id* listener = nullptr;
+  ASSERT_EQ(rdma_create_id(channel, &listener, nullptr, RDMA_PS_TCP), 0);
+  const uint16_t port = free_port();
+  sockaddr_in address = ipv4("127.0.0.1", port);
+  ASSERT_EQ(rdma_bind_addr(listener, as_sockaddr(address)), 0);
+  constexpr int kBacklog = 8;
+  ASSERT_EQ(rdma_listen(listener, kBacklog), 0);
+  ibv_gid server{};
+  ASSERT_EQ(ibv_query_gid(listener->verbs, 1, 1, &server), 0);
+  w::Gid server_gid;
+  std::memcpy(server_gid.data(), server.raw, 16);
+
+  uint32_t seed = 12345;
+  auto next = [&] { return seed = seed * 1103515245u + 12345u; };
+  std::array<uint8_t, w::kMadBytes> mad{};
+  for (int i = 0; i < 300; ++i) {
+    for (auto& byte : mad) byte = uint8_t(next() >> 16);
+    mad[0] = 1;     // base version
+    mad[1] = 0x07;  // CM class
+    mad[2] = 2;     // class version
+    mad[3] = 0x03;  // Send
+    mad[16] = 0;
+    mad[17] = uint8_t(0x10 + i % 9);  // REQ .. SIDR_REP
+    if (i % 3 == 0) {  // a REQ that names the listener's service, fields random
+      w::CmReq req;
+      if (w::decode(mad, req) == w::MadError::kNone) {
+        req.service_id = w::ip_service_id({w::IpProtocol::kTcp, port});
+        w::encode(req, mad);
+      }
+    }
+    host.send_mad(mad, server_gid, uint32_t(i));
+  }
+  // What was delivered are requests only for REQs that decoded (at most the 100
+  // sent), never more than the backlog unanswered at once (the rest rejected).
+  int requests = 0;
+  for (;;) {
+    pollfd p{channel->fd, POLLIN, 0};
+    if (poll(&p, 1, 1000) != 1) break;
+    rdma_cm_event* event = nullptr;
+    ASSERT_EQ(rdma_get_cm_event(channel, &event), 0);
+    if (event->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+      ++requests;
+      rdma_cm_id* child = event->id;
+      rdma_ack_cm_event(event);
+      rdma_reject(child, nullptr, 0);
+      rdma_destroy_id(child);
+    } else {
+      rdma_ack_cm_event(event);
+    }
+  }
+  EXPECT_LE(requests, 100);
+
+  // An ordinary client still reaches the listener, and its answer the client.
+  rdma_event_channel* client_channel = rdma_create_event_channel();
+  rdma_cm_id* client = nullptr;
+  ASSERT_EQ(rdma_create_id(client_channel, &client, nullptr, RDMA_PS_TCP), 0);
+  rdma_cm_event* event = nullptr;
+  ASSERT_EQ(rdma_resolve_addr(client, nullptr, as_sockaddr(address), 2000), 0);
+  ASSERT_EQ(rdma_get_cm_event(client_channel, &event), 0);
+  rdma_ack_cm_event(event);
+  ASSERT_EQ(rdma_resolve_route(client, 2000), 0);
+  ASSERT_EQ(rdma_get_cm_event(client_channel, &event), 0);
+  rdma_ack_cm_event(event);
+  ibv_qp_init_attr attr{};
+  attr.qp_type = IBV_QPT_RC;
+  attr.cap.max_send_wr = attr.cap.max_recv_wr = 4;
+  attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+  ASSERT_EQ(rdma_create_qp(client, nullptr, &attr), 0);
+  rdma_conn_param param{};
+  ASSERT_EQ(rdma_connect(client, &param), 0);
+  pollfd p{channel->fd, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 30000), 1) << "the client's request never came";
+  ASSERT_EQ(rdma_get_cm_event(channel, &event), 0);
+  ASSERT_EQ(event->event, RDMA_CM_EVENT_CONNECT_REQUEST);
+  rdma_cm_id* child = event->id;
+  rdma_ack_cm_event(event);
+  ASSERT_EQ(rdma_reject(child, nullptr, 0), 0);
+  pollfd c{client_channel->fd, POLLIN, 0};
+  ASSERT_EQ(poll(&c, 1, 30000), 1);
+  ASSERT_EQ(rdma_get_cm_event(client_channel, &event), 0);
+  EXPECT_EQ(event->event, RDMA_CM_EVENT_REJECTED);
+  EXPECT_EQ(event->status, 28);
+  rdma_ack_cm_event(event);
+  rdma_destroy_id(child);
+  rdma_destroy_qp(client);
+  rdma_destroy_id(client);
+  rdma_destroy_event_channel(client_channel);
+  rdma_destroy_id(listener);
+  rdma_destroy_event_channel(channel);
+}
+
 }  // namespace
 }  // namespace softrdma::rdmacm::testing
