@@ -145,6 +145,7 @@ int create_qp(CmId& id, ibv_qp_init_attr_ex& attr) {
     destroy_cqs(id);
     return err;
   }
+  std::lock_guard lock(Agent::get().cm_mutex());  // the agent reads id.ibv.qp under it
   id.ibv.qp = qp;
   id.ibv.pd = attr.pd;
   return 0;
@@ -175,9 +176,17 @@ SOFTRDMA_CM_EXPORT int rdma_create_qp(rdma_cm_id* ibv, ibv_pd* pd, ibv_qp_init_a
 }
 
 SOFTRDMA_CM_EXPORT void rdma_destroy_qp(rdma_cm_id* ibv) {
-  if (ibv == nullptr || ibv->qp == nullptr) return;
-  ibv_destroy_qp(ibv->qp);
-  ibv->qp = nullptr;
+  if (ibv == nullptr) return;
+  ibv_qp* qp;
+  {
+    // The agent moves the QP on a peer's REP or DREQ under this lock: it must
+    // never see a QP being destroyed.
+    std::lock_guard lock(Agent::get().cm_mutex());
+    qp = ibv->qp;
+    ibv->qp = nullptr;
+  }
+  if (qp == nullptr) return;
+  ibv_destroy_qp(qp);
   destroy_cqs(*to_id(ibv));
 }
 
