@@ -81,7 +81,12 @@ void set_private(std::array<uint8_t, N>& to, size_t skip, const void* data, size
   if (data != nullptr) std::memcpy(to.data() + skip, data, std::min(length, N - skip));
 }
 
-ibv_mtu to_verbs(w::CmMtu m) { return ibv_mtu(m); }  // same codes: 1=256 .. 5=4096
+// The same codes (1=256 .. 5=4096); anything else a peer sends is no MTU.
+std::optional<ibv_mtu> to_verbs(w::CmMtu m) {
+  const uint8_t code = uint8_t(m);
+  if (code < IBV_MTU_256 || code > IBV_MTU_4096) return std::nullopt;
+  return ibv_mtu(code);
+}
 w::CmMtu to_wire(ibv_mtu m) { return w::CmMtu(uint8_t(m)); }
 
 // A CA GUID for this port: the EUI-64 rdma-core's peers derive from a MAC, here
@@ -108,7 +113,9 @@ void read_req(const w::CmReq& m, Incoming& out) {
   out.retry_count = m.retry_count;
   out.rnr_retry_count = m.rnr_retry_count;
   out.local_ack_timeout = m.primary.local_ack_timeout;
-  out.path_mtu = to_verbs(m.path_mtu);
+  const std::optional<ibv_mtu> mtu = to_verbs(m.path_mtu);
+  out.path_mtu_valid = mtu.has_value();
+  out.path_mtu = mtu.value_or(IBV_MTU_256);
   out.srq = m.srq;
   out.ece = {m.vendor_id, m.attribute_modifier, 0};
   read_ip_cm_header(m.private_data, uint16_t(m.service_id & 0xffff), out);

@@ -29,6 +29,7 @@ inline constexpr uint16_t kRejNoResources = uint16_t(wire::RejReason::kNoResourc
 inline constexpr uint16_t kRejTimeout = uint16_t(wire::RejReason::kTimeout);
 inline constexpr uint16_t kRejInvalidServiceId = uint16_t(wire::RejReason::kInvalidServiceId);
 inline constexpr uint16_t kRejConsumer = uint16_t(wire::RejReason::kConsumerReject);
+inline constexpr uint16_t kRejInvalidMtu = uint16_t(wire::RejReason::kInvalidMtu);
 
 // RDMA_PS_* port space and port in an IP-based service ID (IBA A11.2.1).
 uint64_t service_id_of(rdma_port_space ps, uint16_t port);
@@ -49,6 +50,7 @@ struct Incoming {
   uint8_t rnr_retry_count = 7;
   uint8_t local_ack_timeout = 19;
   ibv_mtu path_mtu = IBV_MTU_1024;
+  bool path_mtu_valid = true;  // a REQ's MTU is one of IBA's codes
   bool srq = false;
   ibv_ece ece{};  // REQ / REP: vendor ID and options (IBA Comment 9434)
   // REQ: rdma_cm's IP CM header (IBA A11.6): who connects, to which address.

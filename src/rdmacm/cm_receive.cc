@@ -133,8 +133,8 @@ void Agent::on_req(const ibv_gid& source, const Incoming& req) {
     return;
   }
   CmId& listening = *listener->second;
-  if (listening.pending_requests >= listening.backlog) {
-    Mad rej = format_rej_to(req, kRejNoResources);
+  if (!req.path_mtu_valid || listening.pending_requests >= listening.backlog) {
+    Mad rej = format_rej_to(req, req.path_mtu_valid ? kRejNoResources : kRejInvalidMtu);
     mad_port_->send(source, 0, rej);
     return;
   }
