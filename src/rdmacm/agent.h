@@ -6,6 +6,7 @@
 #pragma once
 
 #include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
 
 #include <chrono>
 #include <cstdint>
@@ -54,6 +55,9 @@ class Agent {
   // Sends the id's connection's next MAD; `expect_answer` retransmits it until
   // the peer answers or the CM's retries run out.
   int send(CmId& id, std::span<const uint8_t> mad, bool expect_answer);
+  // SIDR for UD ids (cm_sidr.cc): the request, and the listener's answer.
+  int connect_ud(CmId& id, const rdma_conn_param& param);
+  int answer_ud(CmId& id, bool accept, const rdma_conn_param* param);
 
  private:
   Agent();
@@ -65,6 +69,8 @@ class Agent {
   void on_rep(CmId& id, const Incoming& rep);
   void on_rej(CmId& id, const Incoming& rej);
   void on_dreq(CmId& id, const Incoming& dreq);
+  void on_sidr_req(const ibv_gid& source, const Incoming& req);
+  void on_sidr_rep(CmId& id, const Incoming& rep);
   void on_timeouts();
   int next_timeout_ms();
 

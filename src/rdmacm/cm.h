@@ -14,6 +14,7 @@
 #include <deque>
 #include <mutex>
 #include <new>
+#include <vector>
 
 #include "rdmacm/connection.h"
 
@@ -75,6 +76,8 @@ struct CmId {
   // ECE: what the application puts in its REQ/REP, and what the peer's carried.
   ibv_ece local_ece{};
   ibv_ece remote_ece{};
+  // rdma_join_multicast(3): the groups joined (their MGIDs), under cm_mutex.
+  std::vector<ibv_gid> groups;
   ibv_sa_path_rec path{};
   // The channel of a synchronous id, owned by it.
   EventChannel* own_channel = nullptr;

@@ -64,10 +64,10 @@ void refresh_local_destination(CmId& id) {
 
 int connect(CmId& id, const rdma_conn_param& param) {
   if (id.state != IdState::kRouteResolved) return EINVAL;
-  if (id.ibv.qp_type == IBV_QPT_UD) return ENOSYS;  // SIDR: not yet
   refresh_local_destination(id);  // before the lock: it may wait
   Agent& agent = Agent::get();
   std::lock_guard lock(agent.cm_mutex());
+  if (id.ibv.qp_type == IBV_QPT_UD) return agent.connect_ud(id, param);  // SIDR
   if (int err = agent.open_mad_port()) return err;
   Connection& c = id.conn;
   agent.add_connection(id);
@@ -101,6 +101,7 @@ int accept(CmId& id, const rdma_conn_param* param) {
   if (int err = become_synchronous(id)) return err;
   Agent& agent = Agent::get();
   std::lock_guard lock(agent.cm_mutex());
+  if (id.ibv.qp_type == IBV_QPT_UD) return agent.answer_ud(id, true, param);
   Connection& c = id.conn;
   if (c.state != CmState::kReqReceived) return EINVAL;
   rdma_conn_param effective{};
@@ -129,6 +130,12 @@ int reject(CmId& id, const void* private_data, uint8_t length) {
   if (int err = become_synchronous(id)) return err;
   Agent& agent = Agent::get();
   std::lock_guard lock(agent.cm_mutex());
+  if (id.ibv.qp_type == IBV_QPT_UD) {
+    rdma_conn_param param{};
+    param.private_data = private_data;
+    param.private_data_len = length;
+    return agent.answer_ud(id, false, &param);
+  }
   Connection& c = id.conn;
   if (c.state != CmState::kReqReceived) return EINVAL;
   Mad rej = format_rej(c, kRejConsumer, private_data, length);
@@ -185,7 +192,8 @@ SOFTRDMA_CM_EXPORT int rdma_accept(rdma_cm_id* ibv, rdma_conn_param* param) {
     if (ibv == nullptr) return EINVAL;
     CmId& id = *to_id(ibv);
     if (int err = accept(id, param)) return err;
-    return id.synchronous ? complete_synchronously(id) : 0;
+    // A UD accept ends the exchange: no event follows on this side.
+    return id.synchronous && id.ibv.qp_type != IBV_QPT_UD ? complete_synchronously(id) : 0;
   });
 }
 

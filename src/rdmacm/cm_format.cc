@@ -179,8 +179,21 @@ std::optional<Incoming> parse_cm_mad(std::span<const uint8_t> mad) {
     out.sender_comm_id = m->local_comm_id;
     out.receiver_comm_id = m->remote_comm_id;
     copy_private(m->private_data, 0, out);
+  } else if (auto* m = std::get_if<w::CmSidrReq>(&message)) {
+    out.attribute = CmAttribute::kSidrReq;
+    out.sender_comm_id = m->request_id;
+    out.service_id = m->service_id;
+    read_ip_cm_header(m->private_data, uint16_t(m->service_id & 0xffff), out);
+    copy_private(m->private_data, kIpCmHeaderBytes, out);
+  } else if (auto* m = std::get_if<w::CmSidrRep>(&message)) {
+    out.attribute = CmAttribute::kSidrRep;
+    out.receiver_comm_id = m->request_id;
+    out.sidr_status = uint8_t(m->status);
+    out.qpn = m->qpn;
+    out.qkey = m->qkey;
+    copy_private(m->private_data, 0, out);
   } else {
-    return std::nullopt;  // SIDR: not yet
+    return std::nullopt;
   }
   return out;
 }
@@ -285,6 +298,30 @@ Mad format_dreq(const CmId& id) {
   m.local_comm_id = id.conn.local_comm_id;
   m.remote_comm_id = id.conn.remote_comm_id;
   m.remote_qpn_eecn = id.conn.negotiated.remote_qpn;
+  return encoded(m);
+}
+
+Mad format_sidr_req(const CmId& id, const void* private_data, uint8_t length) {
+  w::CmSidrReq m;
+  m.transaction_id = id.conn.transaction_id;
+  m.request_id = id.conn.local_comm_id;
+  m.pkey = 0xffff;
+  m.service_id = service_id_of(id.ibv.ps, ntohs(id.ibv.route.addr.dst_sin.sin_port));
+  write_ip_cm_header(id, m.private_data);
+  set_private(m.private_data, kIpCmHeaderBytes, private_data,
+              std::min<size_t>(length, w::kIpCmSidrReqConsumerBytes));
+  return encoded(m);
+}
+
+Mad format_sidr_rep(const Connection& c, uint8_t status, uint32_t qpn, uint32_t qkey,
+                    const void* private_data, uint8_t length) {
+  w::CmSidrRep m;
+  m.transaction_id = c.transaction_id;
+  m.request_id = c.remote_comm_id;
+  m.status = w::SidrStatus(status);
+  m.qpn = qpn;
+  m.qkey = qkey;
+  set_private(m.private_data, 0, private_data, length);
   return encoded(m);
 }
 

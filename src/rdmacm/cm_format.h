@@ -7,6 +7,7 @@
 #include <infiniband/verbs.h>
 
 #include <array>
+#include <memory>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -58,6 +59,9 @@ struct Incoming {
   std::optional<IpEndpoint> ip_destination;
   // REJ
   uint16_t reject_reason = 0;
+  // SIDR_REP (IBA 12.11): its status and the service's Q_Key (qpn above)
+  uint8_t sidr_status = 0;
+  uint32_t qkey = 0;
   // MRA: the message it stands for and how long the sender asks us to wait.
   uint8_t mra_message = 0;
   uint8_t mra_service_timeout = 0;
@@ -82,11 +86,22 @@ Mad format_rej(const Connection& connection, uint16_t reason, const void* privat
 Mad format_rej_to(const Incoming& req, uint16_t reason);
 Mad format_mra(const Connection& connection, uint8_t message);
 Mad format_dreq(const CmId& id);
+// SIDR (IBA 12.11): the request of a UD id (request ID = its local comm ID,
+// the IP CM header then the consumer's private data), and the answer.
+Mad format_sidr_req(const CmId& id, const void* private_data, uint8_t length);
+Mad format_sidr_rep(const Connection& connection, uint8_t status, uint32_t qpn, uint32_t qkey,
+                    const void* private_data, uint8_t length);
 Mad format_drep(const Connection& connection);
 
 // cm_receive.cc: queues an rdma_cm event for id; a MAD's private data and
 // connection parameters go with it (rdma_cm_event.param.conn).
 void deliver(CmId& id, rdma_cm_event_type type, int status, const Incoming* mad = nullptr);
+// cm_sidr.cc: the same for a UD id (param.ud; ESTABLISHED carries the peer's
+// address, QP number and Q_Key).
+void deliver_ud(CmId& id, rdma_cm_event_type type, int status, const Incoming* mad = nullptr);
+// cm_receive.cc: the new id a request to `listener` makes (rdma_cm(7)), on its
+// channel, addressed from the request's IP CM header and the GID it came from.
+std::unique_ptr<CmId> passive_id(CmId& listener, const ibv_gid& source, const Incoming& req);
 
 // The CM response timeout softrdma advertises (IBA 12.7.22: 4.096 µs × 2^n):
 // 2^17 × 4.096 µs ≈ 0.54 s, and the retries it allows (IBA 12.7.27).

@@ -29,8 +29,6 @@ void deliver(CmId& id, rdma_cm_event_type type, int status, const Incoming* mad)
   post(id, event);
 }
 
-namespace {
-
 // The passive id a REQ makes (rdma_cm(7): "a new rdma_cm_id is created" for each
 // connection request), on its listener's channel, addressed from the REQ's IP CM
 // header and the GID it came from.
@@ -67,12 +65,11 @@ std::unique_ptr<CmId> passive_id(CmId& listener, const ibv_gid& source, const In
   return id;
 }
 
-}  // namespace
-
 void Agent::on_mad(const ibv_gid& source, std::span<const uint8_t> bytes) {
   std::optional<Incoming> mad = parse_cm_mad(bytes);
   if (!mad) return;
   if (mad->attribute == CmAttribute::kReq) return on_req(source, *mad);
+  if (mad->attribute == CmAttribute::kSidrReq) return on_sidr_req(source, *mad);
   auto it = connections_.find(mad->receiver_comm_id);
   if (it == connections_.end()) {
     // A DREQ for a connection already gone is answered, so the peer stops
@@ -95,6 +92,7 @@ void Agent::on_mad(const ibv_gid& source, std::span<const uint8_t> bytes) {
     return;
   switch (mad->attribute) {
     case CmAttribute::kMra: return on_mra(id, *mad);
+    case CmAttribute::kSidrRep: return on_sidr_rep(id, *mad);
     case CmAttribute::kRep: return on_rep(id, *mad);
     case CmAttribute::kRtu:
       if (c.state != CmState::kRepSent) return;

@@ -35,12 +35,6 @@ int not_yet(const char* name) {
 #define SOFTRDMA_NOT_YET(name) not_yet(#name)
 
 // Connections through the Communication Manager.
-// Multicast (UD).
-SOFTRDMA_CM_EXPORT int rdma_join_multicast(rdma_cm_id*, sockaddr*, void*) { return SOFTRDMA_NOT_YET(rdma_join_multicast); }
-SOFTRDMA_CM_EXPORT int rdma_join_multicast_ex(rdma_cm_id*, rdma_cm_join_mc_attr_ex*, void*) {
-  return SOFTRDMA_NOT_YET(rdma_join_multicast_ex);
-}
-SOFTRDMA_CM_EXPORT int rdma_leave_multicast(rdma_cm_id*, sockaddr*) { return SOFTRDMA_NOT_YET(rdma_leave_multicast); }
 
 // rsockets (rsocket(7)). No descriptor is ever an rsocket yet, so rpoll and
 // rselect are poll(2) and select(2), which is what they do for other descriptors.

@@ -346,6 +346,25 @@ softrdma_client_test(ucmatose CM_PAIR TIMEOUT 120
   EXPECT_SERVER "data transfers complete" "test complete")
 # The synchronous endpoint API (rdma_create_ep, rdma_get_request, rdma_accept
 # waiting for ESTABLISHED): rdma-core's examples.
+# UD through rdma_cm: udaddy (SIDR; its port is fixed, 7174, so the wait is for
+# that port) and mckey (a multicast group joined through rdma_cm, one receiver and
+# one sender; the group from the port base, so builds running at once differ).
+find_program(UDADDY udaddy)
+find_program(MCKEY mckey)
+softrdma_client_test(udaddy CM_PAIR TIMEOUT 120 READY_PORT 7174
+  SERVER_ARGS "" CLIENT_ARGS "-s 127.0.0.1"
+  COMMAND ${UDADDY}
+  EXPECT "data transfers complete" "return status 0"
+  EXPECT_SERVER "data transfers complete" "return status 0")
+math(EXPR mckey_octet "${SOFTRDMA_CONFORMANCE_PORT_BASE} % 250 + 1")
+softrdma_client_test(mckey CM_PAIR TIMEOUT 120 READY_OUTPUT "joined dgid"
+  SERVER_ARGS "-m 224.0.5.${mckey_octet} -C 10"
+  CLIENT_ARGS "-m 224.0.5.${mckey_octet} -s -C 10"
+  # Line-buffered, so that "joined" is seen while the receiver runs (stdbuf keeps
+  # a preloaded ASan runtime first).
+  COMMAND stdbuf -oL ${MCKEY}
+  EXPECT "joined dgid: ::ffff:224.0.5.${mckey_octet}" "data transfers complete"
+  EXPECT_SERVER "receiving data transfers" "data transfers complete")
 # Two programs: the command is env(1), each side names its own.
 softrdma_client_test(rdma_server_client CM_PAIR TIMEOUT 120
   SERVER_ARGS "${RDMA_SERVER} -p {port}"

@@ -95,6 +95,11 @@ def start(cmd, env):
     return proc
 
 
+def output_so_far(proc):
+    """What a started process has printed until now (its output file, read in place)."""
+    return os.pread(proc.output_file.fileno(), 1 << 20, 0).decode(errors="replace")
+
+
 def finish(proc, deadline):
     """Waits until the deadline; kills the process group after it. Returns
     (exit status or None on timeout, output)."""
@@ -155,6 +160,11 @@ def run_pair_once(args, env):
         # rdma_cm programs hold the port in librdmacm; some (fi_pingpong)
         # exchange addresses over a TCP port first.
         ready = lambda port: cm_listening(port) or listening(port)
+        if args.ready_port:  # a program with a fixed port of its own (udaddy: 7174)
+            ready_port = args.ready_port
+            ready = lambda _: cm_listening(ready_port)
+        if args.ready_output:  # no port to wait for (mckey joins a group): its words
+            ready = lambda _: re.search(args.ready_output, output_so_far(server)) is not None
     else:
         server_cmd = args.command + ["-p", str(args.port)]
         client_cmd = server_cmd + ["127.0.0.1"]
@@ -185,6 +195,10 @@ def main():
     ap.add_argument("--cm-pair", action="store_true")
     ap.add_argument("--server-args", default="")
     ap.add_argument("--client-args", default="")
+    ap.add_argument("--ready-port", type=int, default=0,
+                    help="--cm-pair: the server holds this port, not --port")
+    ap.add_argument("--ready-output", default="",
+                    help="--cm-pair: the server is ready once its output matches this")
     ap.add_argument("--timeout", type=float, default=240)
     ap.add_argument("--expect", action="append", default=[])
     ap.add_argument("--expect-server", action="append", default=[])

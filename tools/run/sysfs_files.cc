@@ -1,6 +1,9 @@
 #include "run/sysfs_files.h"
 
 #include <endian.h>
+#include <net/if.h>
+
+#include <algorithm>
 
 #include <cstdio>
 #include <cstring>
@@ -128,6 +131,17 @@ std::vector<ViewFile> class_files(const DeviceSnapshot& d) {
       {"infiniband_verbs/" + d.dev_name + "/ibdev", d.name + "\n"},
   };
   add_port_files(d, out);
+  // The interfaces the GIDs live on, as device/net/<ifname> (the kernel's
+  // parent device links its netdev there): rdma-core's tests read the name from
+  // it and the address from `ip addr show <ifname>` (pyverbs' rdma_cm tests).
+  std::vector<std::string> listed;
+  for (const GidRow& gid : d.gids) {
+    if (gid.netdev.empty() || std::find(listed.begin(), listed.end(), gid.netdev) != listed.end())
+      continue;
+    listed.push_back(gid.netdev);
+    const unsigned index = if_nametoindex(gid.netdev.c_str());
+    out.push_back({device + "device/net/" + gid.netdev + "/ifindex", format("%u\n", index)});
+  }
   return out;
 }
 
