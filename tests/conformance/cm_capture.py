@@ -78,10 +78,13 @@ def holds_port(port):
 
 
 def capture(softrdma, port, pcap):
+    """Captured at the server: it receives the REQ, RTU and DREQ and sends the REP
+    and the DREP before it exits (the client may exit before the DREP is back)."""
     env = dict(os.environ)
     env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
+    server_env = dict(env, SOFTRDMA_PCAP=pcap)
     server = subprocess.Popen([softrdma, "run", "--", "rping", "-s", "-a", "127.0.0.1", "-p",
-                               str(port), "-C", "1"], env=env, stdout=subprocess.DEVNULL,
+                               str(port), "-C", "1"], env=server_env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
@@ -89,7 +92,6 @@ def capture(softrdma, port, pcap):
             if server.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("rping server never listened")
             time.sleep(0.02)
-        env["SOFTRDMA_PCAP"] = pcap
         subprocess.run([softrdma, "run", "--", "rping", "-c", "-a", "127.0.0.1", "-p", str(port),
                         "-C", "1"], env=env, check=True, timeout=120, capture_output=True)
         server.wait(timeout=60)
