@@ -70,6 +70,7 @@ class Agent {
   void on_rej(CmId& id, const Incoming& rej);
   void on_dreq(CmId& id, const Incoming& dreq);
   void on_sidr_req(const ibv_gid& source, const Incoming& req);
+  CmId* admit(CmId& listening, const ibv_gid& source, const Incoming& req);
   void on_sidr_rep(CmId& id, const Incoming& rep);
   void on_timeouts();
   int next_timeout_ms();

@@ -136,15 +136,9 @@ void Agent::on_req(const ibv_gid& source, const Incoming& req) {
     mad_port_->send(source, 0, rej);
     return;
   }
-  std::unique_ptr<CmId> id = passive_id(listening, source, req);
+  CmId* id = admit(listening, source, req);
   if (id == nullptr) return;  // no GID to answer from: the peer's REQ times out
   Connection& c = id->conn;
-  add_connection(*id);
-  c.state = CmState::kReqReceived;
-  c.remote_comm_id = req.sender_comm_id;
-  c.transaction_id = req.transaction_id;
-  c.remote_gid = source;
-  c.sgid_index = id->sgid_index;
   c.negotiated.remote_qpn = req.qpn;
   c.negotiated.remote_psn = req.starting_psn;
   c.negotiated.retry_count = req.retry_count;
@@ -158,10 +152,25 @@ void Agent::on_req(const ibv_gid& source, const Incoming& req) {
   c.negotiated.responder_resources = req.initiator_depth;
   c.negotiated.initiator_depth = req.responder_resources;
   id->remote_ece = req.ece;
+  deliver(*id, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &req);
+}
+
+// A request (REQ or SIDR_REQ) a listener takes: its new id, in "request
+// received", known by the requester's GID and communication ID so that a
+// repeat finds it, and counted against the listener's backlog.
+CmId* Agent::admit(CmId& listening, const ibv_gid& source, const Incoming& req) {
+  std::unique_ptr<CmId> id = passive_id(listening, source, req);
+  if (id == nullptr) return nullptr;
+  Connection& c = id->conn;
+  add_connection(*id);
+  c.state = CmState::kReqReceived;
+  c.remote_comm_id = req.sender_comm_id;
+  c.transaction_id = req.transaction_id;
+  c.remote_gid = source;
+  c.sgid_index = id->sgid_index;
   by_remote_[{source, req.sender_comm_id}] = id.get();
-  CmId& owned = *id.release();
   ++listening.pending_requests;
-  deliver(owned, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &req);
+  return id.release();  // the application's from now on (rdma_destroy_id)
 }
 
 void Agent::on_mra(CmId& id, const Incoming& mra) {

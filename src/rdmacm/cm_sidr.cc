@@ -97,19 +97,8 @@ void Agent::on_sidr_req(const ibv_gid& source, const Incoming& req) {
   }
   CmId& listening = *listener->second;
   if (listening.pending_requests >= listening.backlog) return;  // the requester resends
-  std::unique_ptr<CmId> id = passive_id(listening, source, req);
-  if (id == nullptr) return;
-  Connection& c = id->conn;
-  add_connection(*id);
-  c.state = CmState::kReqReceived;
-  c.remote_comm_id = req.sender_comm_id;
-  c.transaction_id = req.transaction_id;
-  c.remote_gid = source;
-  c.sgid_index = id->sgid_index;
-  by_remote_[{source, req.sender_comm_id}] = id.get();
-  CmId& owned = *id.release();
-  ++listening.pending_requests;
-  deliver_ud(owned, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &req);
+  if (CmId* id = admit(listening, source, req))
+    deliver_ud(*id, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &req);
 }
 
 void Agent::on_sidr_rep(CmId& id, const Incoming& rep) {
