@@ -184,6 +184,10 @@ SOFTRDMA_CM_EXPORT void rdma_destroy_qp(rdma_cm_id* ibv) {
     std::lock_guard lock(Agent::get().cm_mutex());
     qp = ibv->qp;
     ibv->qp = nullptr;
+    // A QP attached to a group cannot be destroyed (EBUSY, as the kernel
+    // answers): the id's joins are left first (rdma_join_multicast(3)).
+    if (qp != nullptr)
+      for (const ibv_gid& group : to_id(ibv)->groups) ibv_detach_mcast(qp, &group, 0);
   }
   if (qp == nullptr) return;
   ibv_destroy_qp(qp);
