@@ -1,0 +1,360 @@
+// rsockets' data path (docs/decisions/rsockets.md): the endpoint an rsocket
+// connects with, the completions that carry the peer's messages, and the credit
+// protocol of rdma-core's rsocket.c — a receiver advertises half of its receive
+// buffer at a time (an SGE RDMA-written into one of the sender's two credit
+// slots) and the number of messages it may still take (kOpSgl).
+#include <byteswap.h>
+#include <endian.h>
+#include <infiniband/verbs.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "rdmacm/rsocket.h"
+
+namespace softrdma::rdmacm::rsock {
+namespace {
+
+constexpr uint32_t kQpMinSize = 16;
+constexpr uint32_t kQpMaxSize = 0xfffe;
+
+uint8_t* alloc_buffer(size_t len) {
+  void* p = nullptr;
+  if (posix_memalign(&p, 64, std::max<size_t>(len, 64)) != 0) return nullptr;
+  std::memset(p, 0, len);
+  return static_cast<uint8_t*>(p);
+}
+
+// rs_value_to_scale / rs_scale_to_value: the iomap table's size in 8 bits.
+int value_to_scale(int value, int bits) {
+  return value <= (1 << (bits - 1)) ? value : (1 << (bits - 1)) | (value >> bits);
+}
+int scale_to_value(int value, int bits) {
+  return value <= (1 << (bits - 1)) ? value : (value & ~(1 << (bits - 1))) << bits;
+}
+
+int post_send(RSocket& s, ibv_send_wr& wr) {
+  ibv_send_wr* bad = nullptr;
+  int err = ibv_post_send(s.id->qp, &wr, &bad);
+  return err == 0 ? 0 : fail(err);
+}
+
+int post_recv(RSocket& s) {
+  ibv_recv_wr wr{};
+  wr.wr_id = kRecvFlag;  // RDMA WRITE WITH IMMEDIATE consumes a WR with no SGE
+  ibv_recv_wr* bad = nullptr;
+  int err = ibv_post_recv(s.id->qp, &wr, &bad);
+  return err == 0 ? 0 : fail(err);
+}
+
+int clamp_queue(uint32_t size, uint32_t device_max) {
+  return int(std::clamp(size, kQpMinSize, std::min(device_max, kQpMaxSize)));
+}
+
+int create_buffers(RSocket& s) {
+  ibv_pd* pd = s.id->pd;
+  const size_t slen = s.sbuf_size + sizeof(WireSge) * kCtrlSlots;
+  const size_t tlen = sizeof(WireSge) * kSglSize + sizeof(WireIomap) * s.target_iomap_size;
+  s.sbuf = alloc_buffer(slen);
+  s.targets = alloc_buffer(tlen);
+  s.rbuf = alloc_buffer(s.rbuf_size);
+  if (s.sbuf == nullptr || s.targets == nullptr || s.rbuf == nullptr) return ENOMEM;
+  constexpr int kRemote = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+  s.smr = ibv_reg_mr(pd, s.sbuf, slen, IBV_ACCESS_LOCAL_WRITE);
+  s.target_mr = s.smr ? ibv_reg_mr(pd, s.targets, tlen, kRemote) : nullptr;
+  s.rmr = s.target_mr ? ibv_reg_mr(pd, s.rbuf, s.rbuf_size, kRemote) : nullptr;
+  if (s.rmr == nullptr) return errno != 0 ? errno : ENOMEM;
+  s.sbuf_bytes_avail = s.sbuf_size;
+  s.rbuf_free_offset = s.rbuf_bytes_avail = s.rbuf_size / 2;
+  s.sqe_avail = s.sq_size - s.ctrl_max_seqno;
+  s.rseq_comp = uint16_t(s.rq_size / 2);
+  s.rmsg.assign(s.rq_size + 1, 0);
+  return 0;
+}
+
+}  // namespace
+
+// The writer's byte order to the peer's: swapped only for a big-endian peer.
+WireSge to_peer(const RSocket& s, WireSge sge) {
+  if (!s.swap_sgl) return sge;
+  return {bswap_64(sge.addr), bswap_32(sge.key), bswap_32(sge.length)};
+}
+
+// RDMA WRITE WITH IMMEDIATE: `msg` is both the immediate and the wr_id, so the
+// completion says what was freed (rs_post_write_msg).
+int post_write_msg(RSocket& s, ibv_sge* sgl, int nsge, uint32_t msg, int flags, uint64_t addr,
+                   uint32_t rkey) {
+  ibv_send_wr wr{};
+  wr.wr_id = msg;
+  wr.sg_list = sgl;
+  wr.num_sge = nsge;
+  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr.send_flags = flags;
+  wr.imm_data = htobe32(msg);
+  wr.wr.rdma.remote_addr = addr;
+  wr.wr.rdma.rkey = rkey;
+  return post_send(s, wr);
+}
+
+int post_write(RSocket& s, ibv_sge* sgl, int nsge, uint32_t wr_data, int flags, uint64_t addr,
+               uint32_t rkey) {
+  ibv_send_wr wr{};
+  wr.wr_id = wr_data;
+  wr.sg_list = sgl;
+  wr.num_sge = nsge;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = flags;
+  wr.wr.rdma.remote_addr = addr;
+  wr.wr.rdma.rkey = rkey;
+  return post_send(s, wr);
+}
+
+namespace {
+
+// A message with no data: a zero-length WRITE WITH IMMEDIATE (IBA 9.4.3: no
+// R_Key check for length 0).
+int post_msg(RSocket& s, uint32_t msg) { return post_write_msg(s, nullptr, 0, msg, 0, 0, 0); }
+
+void send_credits(RSocket& s) {
+  ++s.ctrl_seqno;
+  s.rseq_comp = uint16_t(s.rseq_no + s.rq_size / 2);
+  const uint32_t msg = msg_set(kOpSgl, uint32_t(s.rseq_no + s.rq_size) & 0x1fffffff);
+  const uint32_t half = s.rbuf_size / 2;
+  if (s.rbuf_bytes_avail < half) {
+    post_msg(s, msg);
+    return;
+  }
+  // The next free half, in a control slot of the send buffer (not reused before
+  // its completion: at most kCtrlSlots control messages are in flight).
+  auto* slot = reinterpret_cast<WireSge*>(s.sbuf + s.sbuf_size) + (s.ctrl_seqno % kCtrlSlots);
+  *slot = to_peer(s, WireSge{uint64_t(uintptr_t(s.rbuf + s.rbuf_free_offset)), s.rmr->rkey, half});
+  ibv_sge sge{uint64_t(uintptr_t(slot)), sizeof(WireSge), s.smr->lkey};
+  post_write_msg(s, &sge, 1, msg, 0, s.remote_sgl.addr + uint64_t(s.remote_sge) * sizeof(WireSge),
+                 s.remote_sgl.key);
+  s.rbuf_bytes_avail -= half;
+  s.rbuf_free_offset = (s.rbuf_free_offset + half) % s.rbuf_size;
+  s.remote_sge = (s.remote_sge + 1) % int(std::max<uint32_t>(s.remote_sgl.length, 1));
+}
+
+void on_recv(RSocket& s, uint32_t msg) {
+  switch (msg_op(msg)) {
+    case kOpSgl:
+      s.sseq_comp = uint16_t(msg_data(msg));
+      break;
+    case kOpIomapSgl:  // the peer wrote an iomap entry; riowrite reads the table
+      break;
+    case kOpCtrl:
+      if (msg_data(msg) == kCtrlDisconnect) {
+        s.phase = Phase::kDisconnected;
+        s.readable = s.writable = false;
+      } else if (msg_data(msg) == kCtrlShutdown) {
+        s.readable = false;  // the peer writes no more
+        if (!s.writable) s.phase = Phase::kDisconnected;
+      }
+      break;
+    case kOpData:
+      s.rmsg[s.rmsg_tail] = msg_data(msg);
+      s.rmsg_tail = (s.rmsg_tail + 1) % uint32_t(s.rmsg.size());
+      break;
+    default:
+      break;
+  }
+}
+
+void on_send(RSocket& s, const ibv_wc& wc) {
+  const uint32_t msg = uint32_t(wc.wr_id);
+  switch (msg_op(msg)) {
+    case kOpSgl:
+      ++s.ctrl_max_seqno;
+      break;
+    case kOpCtrl:
+      ++s.ctrl_max_seqno;
+      if (msg_data(msg) == kCtrlDisconnect) {
+        s.phase = Phase::kDisconnected;
+        s.readable = s.writable = false;
+      }
+      break;
+    case kOpIomapSgl:
+      ++s.sqe_avail;
+      s.sbuf_bytes_avail += sizeof(WireIomap);
+      break;
+    default:  // kOpData, kOpWrite: the bytes are the wr_id's data
+      ++s.sqe_avail;
+      s.sbuf_bytes_avail += msg_data(msg);
+      break;
+  }
+  if (wc.status != IBV_WC_SUCCESS && s.connected()) {
+    s.phase = Phase::kError;
+    s.readable = s.writable = false;
+    s.err = EIO;
+  }
+}
+
+}  // namespace
+
+int setup_endpoint(RSocket& s) {
+  ibv_device_attr dev{};
+  if (ibv_query_device(s.id->verbs, &dev) != 0) return errno;
+  s.sq_size = clamp_queue(s.sq_size, uint32_t(dev.max_qp_wr));
+  s.rq_size = clamp_queue(s.rq_size, uint32_t(dev.max_qp_wr));
+  s.cq_channel = ibv_create_comp_channel(s.id->verbs);
+  if (s.cq_channel == nullptr) return errno;
+  s.cq = ibv_create_cq(s.id->verbs, int(s.sq_size + s.rq_size), s.id, s.cq_channel, 0);
+  if (s.cq == nullptr) return errno;
+  ibv_qp_init_attr attr{};
+  attr.qp_context = &s;
+  attr.send_cq = attr.recv_cq = s.cq;
+  attr.qp_type = IBV_QPT_RC;
+  attr.sq_sig_all = 1;
+  attr.cap.max_send_wr = s.sq_size;
+  attr.cap.max_recv_wr = s.rq_size;
+  attr.cap.max_send_sge = 2;
+  attr.cap.max_recv_sge = 1;
+  attr.cap.max_inline_data = s.sq_inline;
+  if (rdma_create_qp(s.id, nullptr, &attr) != 0) return errno;
+  s.sq_inline = attr.cap.max_inline_data;
+  if (int err = create_buffers(s)) return err;
+  for (uint32_t i = 0; i < s.rq_size; ++i)
+    if (post_recv(s) != 0) return errno;
+  return 0;
+}
+
+void free_endpoint(RSocket& s) {
+  if (s.cq != nullptr && s.unacked_events != 0) ibv_ack_cq_events(s.cq, s.unacked_events);
+  s.unacked_events = 0;
+  if (s.id != nullptr && s.id->qp != nullptr) rdma_destroy_qp(s.id);
+  for (IoMapping& m : s.iomaps)
+    if (m.mr != nullptr) ibv_dereg_mr(m.mr);
+  s.iomaps.clear();
+  for (ibv_mr* mr : {s.smr, s.rmr, s.target_mr})
+    if (mr != nullptr) ibv_dereg_mr(mr);
+  s.smr = s.rmr = s.target_mr = nullptr;
+  if (s.cq != nullptr) ibv_destroy_cq(s.cq);
+  if (s.cq_channel != nullptr) ibv_destroy_comp_channel(s.cq_channel);
+  s.cq = nullptr;
+  s.cq_channel = nullptr;
+  std::free(s.sbuf);
+  std::free(s.rbuf);
+  std::free(s.targets);
+  s.sbuf = s.rbuf = s.targets = nullptr;
+}
+
+void format_conn_data(const RSocket& s, ConnData& c) {
+  std::memset(&c, 0, sizeof c);
+  c.version = 1;
+  c.flags = kConnFlagIomap | (__BYTE_ORDER == __BIG_ENDIAN ? kConnFlagNet : 0);
+  c.credits = htobe16(uint16_t(s.rq_size));
+  c.target_iomap_size = uint8_t(value_to_scale(int(s.target_iomap_size), 8));
+  c.target_sgl = {htobe64(uintptr_t(s.targets)), htobe32(s.target_mr->rkey), htobe32(kSglSize)};
+  c.data_buf = {htobe64(uintptr_t(s.rbuf)), htobe32(s.rmr->rkey), htobe32(s.rbuf_size / 2)};
+}
+
+void save_conn_data(RSocket& s, const ConnData& c) {
+  s.remote_sgl = {be64toh(c.target_sgl.addr), be32toh(c.target_sgl.key),
+                  be32toh(c.target_sgl.length)};
+  s.remote_sge = 1;
+  s.swap_sgl = ((c.flags & kConnFlagNet) != 0) != (__BYTE_ORDER == __BIG_ENDIAN);
+  if ((c.flags & kConnFlagIomap) != 0) {
+    s.remote_iomap = {s.remote_sgl.addr + sizeof(WireSge) * s.remote_sgl.length, s.remote_sgl.key,
+                      uint32_t(scale_to_value(c.target_iomap_size, 8))};
+  }
+  s.target_sgl()[0] = {be64toh(c.data_buf.addr), be32toh(c.data_buf.key),
+                       be32toh(c.data_buf.length)};
+  s.sseq_comp = be16toh(c.credits);
+}
+
+int poll_cq(RSocket& s) {
+  ibv_wc wcs[16];
+  int received = 0, n = 0;
+  while ((n = ibv_poll_cq(s.cq, 16, wcs)) > 0) {
+    for (int i = 0; i < n; ++i) {
+      const ibv_wc& wc = wcs[i];
+      if ((wc.wr_id & kRecvFlag) == 0) {
+        on_send(s, wc);
+        continue;
+      }
+      if (wc.status != IBV_WC_SUCCESS) {
+        // Flushed: the QP left RTS (the peer's DREQ, or it is gone). As a TCP
+        // peer's FIN: what was received may be read, then rrecv answers 0.
+        if (s.connected()) {
+          s.phase = Phase::kDisconnected;
+          s.readable = s.writable = false;
+        }
+        continue;
+      }
+      ++received;
+      if ((wc.wc_flags & IBV_WC_WITH_IMM) != 0) on_recv(s, be32toh(wc.imm_data));
+    }
+  }
+  if (n < 0) return fail(EIO);
+  if (!s.connected()) return 0;
+  while (received-- > 0) {
+    if (post_recv(s) != 0) {
+      s.phase = Phase::kError;
+      s.err = errno;
+      return -1;
+    }
+  }
+  return 0;
+}
+
+void update_credits(RSocket& s) {
+  const bool half_free = s.rbuf_bytes_avail >= s.rbuf_size / 2;
+  const bool seq_due = int16_t(uint16_t(s.rseq_no - s.rseq_comp)) >= 0;
+  if ((half_free || seq_due) && s.ctrl_seqno != s.ctrl_max_seqno && s.connected())
+    send_credits(s);
+}
+
+// rs_can_send: a send queue entry, buffer space, a message the peer's receive
+// queue can take, and room in the peer's receive buffer.
+bool can_send(const RSocket& s) {
+  return s.sqe_avail > 0 && s.sbuf_bytes_avail >= kSndLowat && s.sseq_no != s.sseq_comp &&
+         static_cast<volatile WireSge*>(s.target_sgl())[s.target_sge].length != 0;
+}
+
+bool all_sends_done(const RSocket& s) {
+  return (s.ctrl_max_seqno - s.ctrl_seqno) + s.sqe_avail == s.sq_size;
+}
+
+int post_ctrl(RSocket& s, uint32_t ctrl) {
+  ++s.ctrl_seqno;
+  return post_msg(s, msg_set(kOpCtrl, ctrl));
+}
+
+void arm_cq(RSocket& s) {
+  ibv_req_notify_cq(s.cq, 0);
+  s.cq_armed = true;
+}
+
+// Waits for the CQ's notification without the socket's lock, so that another
+// thread's rsend or rrecv goes on meanwhile; one waiter at a time.
+int take_cq_event(RSocket& s, std::unique_lock<std::mutex>& lock) {
+  lock.unlock();
+  int ret = 0;
+  {
+    std::lock_guard wait(s.wait_mutex);
+    bool armed;
+    {
+      std::lock_guard relock(s.mutex);
+      armed = s.cq_armed;
+    }
+    if (armed) {
+      ibv_cq* cq = nullptr;
+      void* context = nullptr;
+      ret = ibv_get_cq_event(s.cq_channel, &cq, &context);
+      std::lock_guard relock(s.mutex);
+      if (ret == 0) {
+        s.cq_armed = false;
+        if (++s.unacked_events >= 64) {
+          ibv_ack_cq_events(s.cq, s.unacked_events);
+          s.unacked_events = 0;
+        }
+      }
+    }
+  }
+  lock.lock();
+  return ret;
+}
+
+}  // namespace softrdma::rdmacm::rsock
