@@ -20,7 +20,9 @@ short connected_events(RSocket& s, short events) {
   short revents = 0;
   if ((events & POLLIN) != 0 && (s.rmsg_head != s.rmsg_tail || !s.readable)) revents |= POLLIN;
   if ((events & POLLOUT) != 0 && (can_send(s) || !s.writable)) revents |= POLLOUT;
-  if (s.phase == Phase::kDisconnected) revents |= POLLHUP;
+  // POLLHUP once nothing is left to read: data the peer sent before its
+  // DISCONNECT is read first (TCP, too, reports a peer's FIN as POLLIN).
+  if (s.phase == Phase::kDisconnected && s.rmsg_head == s.rmsg_tail) revents |= POLLHUP;
   if (s.phase == Phase::kError) revents |= POLLERR;
   return revents;
 }
