@@ -383,6 +383,37 @@ foreach(tool ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat)
       EXPECT [=[Data ex\. method : rdma_cm]=] [=[^\s*\d+\s+50\s+]=])
   endforeach()
 endforeach()
+# rsockets (docs/decisions/rsockets.md): rstream moves bytes with rsend/rrecv,
+# riostream with riowrite into the peer's riomap'ed buffer. -T b blocks in the
+# calls, -T n makes the sockets non-blocking (rfcntl O_NONBLOCK, EAGAIN), -T a
+# waits in rpoll, -T v checks every byte. Both sides print the result line.
+find_program(RSTREAM rstream)
+find_program(RIOSTREAM riostream)
+if(NOT RSTREAM OR NOT RIOSTREAM)
+  message(FATAL_ERROR "rdmacm-utils is not installed (scripts/install-deps.sh installs it)")
+endif()
+foreach(tool rstream riostream)
+  string(TOUPPER ${tool} var)
+  foreach(run "blocking;-T b -T v" "nonblocking;-T n -T v" "async_nonblocking;-T a -T n"
+              "async_blocking;-T a -T b")
+    list(GET run 0 tag)
+    list(GET run 1 options)
+    softrdma_client_test(${tool}.${tag} CM_PAIR TIMEOUT 60
+      SERVER_ARGS "-p {port} -S 65536 -C 300 ${options}"
+      CLIENT_ARGS "-s 127.0.0.1 -p {port} -S 65536 -C 300 ${options}"
+      COMMAND ${${var}}
+      EXPECT [=[^custom\s+64k\s+300\s+1\s]=]
+      EXPECT_SERVER [=[^custom\s+64k\s+300\s+1\s]=])
+  endforeach()
+endforeach()
+# rstream's own series: latency then bandwidth from 64 B to 1 MiB, over two
+# connections accepted by one listener.
+softrdma_client_test(rstream.series CM_PAIR TIMEOUT 60
+  SERVER_ARGS "-p {port} -T b"
+  CLIENT_ARGS "-s 127.0.0.1 -p {port} -T b"
+  COMMAND ${RSTREAM}
+  EXPECT [=[^64_lat\s+64\s]=] [=[^1m_bw\s+1m\s+100\s]=]
+  EXPECT_SERVER [=[^1m_bw\s+1m\s+100\s]=])
 # 50 connect/transfer/disconnect cycles with 10 % of the packets dropped both ways:
 # the CM's retransmissions (REQ, REP, RTU, DREQ) and RC's carry every cycle.
 get_property(rping_loss_port GLOBAL PROPERTY SOFTRDMA_NEXT_PORT)
