@@ -153,10 +153,22 @@ void on_recv(RSocket& s, uint32_t msg) {
         if (!s.writable) s.phase = Phase::kDisconnected;
       }
       break;
-    case kOpData:
+    case kOpData: {
+      // A peer keeps to the credits it was given: no more messages than our
+      // receive queue holds, none longer than the half buffer it may write.
+      // One that does not has broken the stream; it ends with EPROTO rather
+      // than reading past what was written.
+      const uint32_t next_tail = (s.rmsg_tail + 1) % uint32_t(s.rmsg.size());
+      if (next_tail == s.rmsg_head || msg_data(msg) > s.rbuf_size / 2) {
+        s.phase = Phase::kError;
+        s.err = EPROTO;
+        s.readable = s.writable = false;
+        break;
+      }
       s.rmsg[s.rmsg_tail] = msg_data(msg);
-      s.rmsg_tail = (s.rmsg_tail + 1) % uint32_t(s.rmsg.size());
+      s.rmsg_tail = next_tail;
       break;
+    }
     default:
       break;
   }

@@ -179,6 +179,8 @@ ssize_t recv_stream(RSocket& s, uint8_t* buf, size_t len, int flags) {
   } while (done < len && (flags & MSG_WAITALL) != 0 && s.readable);
   // Freed space goes back to the sender now, not at the next call.
   update_credits(s);
+  // A broken stream (the peer overran its credits) is an error, not its end.
+  if (ret == 0 && done == 0 && len > 0 && s.phase == Phase::kError) return fail(s.err);
   return ret != 0 && done == 0 ? -1 : ssize_t(done);
 }
 
