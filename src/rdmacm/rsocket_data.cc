@@ -81,33 +81,34 @@ WireSge to_peer(const RSocket& s, WireSge sge) {
   return {bswap_64(sge.addr), bswap_32(sge.key), bswap_32(sge.length)};
 }
 
-// RDMA WRITE WITH IMMEDIATE: `msg` is both the immediate and the wr_id, so the
-// completion says what was freed (rs_post_write_msg).
-int post_write_msg(RSocket& s, ibv_sge* sgl, int nsge, uint32_t msg, int flags, uint64_t addr,
-                   uint32_t rkey) {
+namespace {
+
+int post_rdma_write(RSocket& s, ibv_wr_opcode opcode, uint32_t wr_id, ibv_sge* sgl, int nsge,
+                    int flags, uint64_t addr, uint32_t rkey) {
   ibv_send_wr wr{};
-  wr.wr_id = msg;
+  wr.wr_id = wr_id;
   wr.sg_list = sgl;
   wr.num_sge = nsge;
-  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr.opcode = opcode;
   wr.send_flags = flags;
-  wr.imm_data = htobe32(msg);
+  if (opcode == IBV_WR_RDMA_WRITE_WITH_IMM) wr.imm_data = htobe32(wr_id);
   wr.wr.rdma.remote_addr = addr;
   wr.wr.rdma.rkey = rkey;
   return post_send(s, wr);
 }
 
+}  // namespace
+
+// RDMA WRITE WITH IMMEDIATE: `msg` is both the immediate and the wr_id, so the
+// completion says what was freed (rs_post_write_msg).
+int post_write_msg(RSocket& s, ibv_sge* sgl, int nsge, uint32_t msg, int flags, uint64_t addr,
+                   uint32_t rkey) {
+  return post_rdma_write(s, IBV_WR_RDMA_WRITE_WITH_IMM, msg, sgl, nsge, flags, addr, rkey);
+}
+
 int post_write(RSocket& s, ibv_sge* sgl, int nsge, uint32_t wr_data, int flags, uint64_t addr,
                uint32_t rkey) {
-  ibv_send_wr wr{};
-  wr.wr_id = wr_data;
-  wr.sg_list = sgl;
-  wr.num_sge = nsge;
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.send_flags = flags;
-  wr.wr.rdma.remote_addr = addr;
-  wr.wr.rdma.rkey = rkey;
-  return post_send(s, wr);
+  return post_rdma_write(s, IBV_WR_RDMA_WRITE, wr_data, sgl, nsge, flags, addr, rkey);
 }
 
 namespace {
