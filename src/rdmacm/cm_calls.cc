@@ -13,6 +13,8 @@
 #include "rdmacm/agent.h"
 #include "rdmacm/cm.h"
 #include "rdmacm/cm_format.h"
+#include "wire/cm_ip.h"
+#include "wire/cm_mad.h"
 
 using namespace softrdma::rdmacm;
 
@@ -62,7 +64,26 @@ void refresh_local_destination(CmId& id) {
   }
 }
 
+// The private data a call may carry: what its MAD holds, less the IP CM
+// header a REQ or SIDR_REQ starts with (IBA 12.6, Annex A11). Longer data is
+// EINVAL, as the kernel's CM answers; it is never cut short on the wire.
+enum class Carrier { kRequest, kAccept, kReject };
+size_t private_data_limit(const CmId& id, Carrier carrier) {
+  namespace w = softrdma::wire;
+  const bool ud = id.ibv.qp_type == IBV_QPT_UD;
+  switch (carrier) {
+    case Carrier::kRequest:
+      return ud ? w::kIpCmSidrReqConsumerBytes : w::kIpCmReqConsumerBytes;
+    case Carrier::kAccept:
+      return ud ? w::CmSidrRep::kPrivateDataBytes : w::CmRep::kPrivateDataBytes;
+    case Carrier::kReject:
+      return ud ? w::CmSidrRep::kPrivateDataBytes : w::CmRej::kPrivateDataBytes;
+  }
+  return 0;
+}
+
 int connect(CmId& id, const rdma_conn_param& param) {
+  if (param.private_data_len > private_data_limit(id, Carrier::kRequest)) return EINVAL;
   if (id.state != IdState::kRouteResolved) return EINVAL;
   refresh_local_destination(id);  // before the lock: it may wait
   Agent& agent = Agent::get();
@@ -98,6 +119,8 @@ int connect(CmId& id, const rdma_conn_param& param) {
 }
 
 int accept(CmId& id, const rdma_conn_param* param) {
+  if (param != nullptr && param->private_data_len > private_data_limit(id, Carrier::kAccept))
+    return EINVAL;
   if (int err = become_synchronous(id)) return err;
   Agent& agent = Agent::get();
   std::lock_guard lock(agent.cm_mutex());
@@ -127,6 +150,7 @@ int accept(CmId& id, const rdma_conn_param* param) {
 }
 
 int reject(CmId& id, const void* private_data, uint8_t length) {
+  if (length > private_data_limit(id, Carrier::kReject)) return EINVAL;
   if (int err = become_synchronous(id)) return err;
   Agent& agent = Agent::get();
   std::lock_guard lock(agent.cm_mutex());

@@ -197,5 +197,39 @@ TEST(Connect, NoListenerIsRejected) {
   rdma_ack_cm_event(rejected);
 }
 
+// Each message has room for so much private data (IBA 12.6: REQ 92 bytes, less
+// the 36 of the IP CM header; REP 196; REJ 148): a call that offers more is
+// EINVAL, as with the kernel's CM, and what fits arrives whole.
+TEST(Connect, PrivateDataUpToTheMessagesRoomAndNoMore) {
+  Connecting c;
+  const std::vector<char> big(256, 'x');
+  rdma_conn_param param{};
+  param.private_data = big.data();
+  param.responder_resources = param.initiator_depth = 1;
+  param.private_data_len = 57;
+  EXPECT_EQ(rdma_connect(c.client.id, &param), -1);
+  EXPECT_EQ(errno, EINVAL);
+  param.private_data_len = 56;
+  ASSERT_EQ(rdma_connect(c.client.id, &param), 0);
+  rdma_cm_event* request = expect_event(c.server.channel, RDMA_CM_EVENT_CONNECT_REQUEST);
+  ASSERT_NE(request, nullptr);
+  ASSERT_GE(request->param.conn.private_data_len, 56);
+  EXPECT_EQ(std::memcmp(request->param.conn.private_data, big.data(), 56), 0);
+  rdma_cm_id* child = request->id;
+  rdma_ack_cm_event(request);
+  EXPECT_EQ(rdma_reject(child, big.data(), 149), -1);
+  EXPECT_EQ(errno, EINVAL);
+  param.private_data_len = 197;
+  EXPECT_EQ(rdma_accept(child, &param), -1);
+  EXPECT_EQ(errno, EINVAL);
+  ASSERT_EQ(rdma_reject(child, big.data(), 148), 0);
+  rdma_cm_event* rejected = expect_event(c.client.channel, RDMA_CM_EVENT_REJECTED);
+  ASSERT_NE(rejected, nullptr);
+  ASSERT_EQ(rejected->param.conn.private_data_len, 148);
+  EXPECT_EQ(std::memcmp(rejected->param.conn.private_data, big.data(), 148), 0);
+  rdma_ack_cm_event(rejected);
+  rdma_destroy_id(child);
+}
+
 }  // namespace
 }  // namespace softrdma::rdmacm::testing

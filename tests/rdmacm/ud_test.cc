@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <vector>
 
 #include "rdmacm/rdmacm_fixture.h"
 
@@ -137,6 +138,38 @@ TEST(UdConnect, RejectedOrUnlistenedIsUnreachableWithTheSidrStatus) {
   ASSERT_NE(unsupported, nullptr);
   EXPECT_EQ(unsupported->status, 1);
   rdma_ack_cm_event(unsupported);
+}
+
+// A SIDR_REQ has room for 180 bytes after the IP CM header, a SIDR_REP for
+// 136: more is EINVAL, never cut short on the wire.
+TEST(UdConnect, PrivateDataUpToTheMessagesRoomAndNoMore) {
+  UdSide server, client;
+  sockaddr_in address = ipv4("127.0.0.1", free_port());
+  ASSERT_EQ(rdma_bind_addr(server.id, as_sockaddr(address)), 0);
+  ASSERT_EQ(rdma_listen(server.id, 4), 0);
+  client.resolve(address);
+  const std::vector<char> big(256, 'u');
+  rdma_conn_param param{};
+  param.private_data = big.data();
+  param.private_data_len = 181;
+  EXPECT_EQ(rdma_connect(client.id, &param), -1);
+  EXPECT_EQ(errno, EINVAL);
+  param.private_data_len = 180;
+  ASSERT_EQ(rdma_connect(client.id, &param), 0);
+  rdma_cm_event* request = expect(server.channel, RDMA_CM_EVENT_CONNECT_REQUEST);
+  ASSERT_NE(request, nullptr);
+  ASSERT_GE(request->param.ud.private_data_len, 180);
+  EXPECT_EQ(std::memcmp(request->param.ud.private_data, big.data(), 180), 0);
+  rdma_cm_id* child = request->id;
+  rdma_ack_cm_event(request);
+  EXPECT_EQ(rdma_reject(child, big.data(), 137), -1);
+  EXPECT_EQ(errno, EINVAL);
+  ASSERT_EQ(rdma_reject(child, big.data(), 136), 0);
+  rdma_cm_event* refused = expect(client.channel, RDMA_CM_EVENT_UNREACHABLE);
+  ASSERT_NE(refused, nullptr);
+  EXPECT_EQ(refused->status, 2);
+  rdma_ack_cm_event(refused);
+  rdma_destroy_id(child);
 }
 
 // A join gives the group's address (MGID ::ffff:224.x, QPN 0xFFFFFF, the UDP
