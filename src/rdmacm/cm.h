@@ -76,8 +76,13 @@ struct CmId {
   // ECE: what the application puts in its REQ/REP, and what the peer's carried.
   ibv_ece local_ece{};
   ibv_ece remote_ece{};
-  // rdma_join_multicast(3): the groups joined (their MGIDs), under cm_mutex.
-  std::vector<ibv_gid> groups;
+  // rdma_join_multicast(3): the groups joined (their MGIDs), under cm_mutex;
+  // a send-only full member's QP is not attached (it receives nothing).
+  struct Group {
+    ibv_gid mgid;
+    bool attached;
+  };
+  std::vector<Group> groups;
   ibv_sa_path_rec path{};
   // The channel of a synchronous id, owned by it.
   EventChannel* own_channel = nullptr;

@@ -26,7 +26,7 @@ bool is_multicast(const IpEndpoint& group) {
 
 bool same_gid(const ibv_gid& a, const ibv_gid& b) { return std::memcmp(a.raw, b.raw, 16) == 0; }
 
-int join(CmId& id, const sockaddr* addr, void* context) {
+int join(CmId& id, const sockaddr* addr, void* context, bool send_only) {
   auto group = IpEndpoint::from(addr);
   if (!group) return addr == nullptr ? EINVAL : EAFNOSUPPORT;
   if (id.ibv.qp_type != IBV_QPT_UD || id.ibv.verbs == nullptr || !is_multicast(*group))
@@ -35,12 +35,15 @@ int join(CmId& id, const sockaddr* addr, void* context) {
   auto source = local_gid_for(id.ibv.verbs, *group);
   if (!source) return EADDRNOTAVAIL;
   std::lock_guard lock(Agent::get().cm_mutex());
-  for (const ibv_gid& joined : id.groups)
-    if (same_gid(joined, mgid)) return EADDRINUSE;  // rdma-core: one join per address
-  if (id.ibv.qp != nullptr) {
+  for (const CmId::Group& joined : id.groups)
+    if (same_gid(joined.mgid, mgid)) return EADDRINUSE;  // rdma-core: one join per address
+  // A send-only full member sends to the group and receives nothing from it:
+  // its QP is not attached (librdmacm leaves it so too).
+  const bool attach = id.ibv.qp != nullptr && !send_only;
+  if (attach) {
     if (int err = ibv_attach_mcast(id.ibv.qp, &mgid, 0)) return err;
   }
-  id.groups.push_back(mgid);
+  id.groups.push_back({mgid, attach});
   Event* event = new_event(id, RDMA_CM_EVENT_MULTICAST_JOIN, 0);
   rdma_ud_param& ud = event->ibv.param.ud;
   ud.private_data = context;
@@ -61,9 +64,9 @@ int leave(CmId& id, const sockaddr* addr) {
   const ibv_gid mgid = group->as_gid();
   std::lock_guard lock(Agent::get().cm_mutex());
   auto it = std::find_if(id.groups.begin(), id.groups.end(),
-                         [&](const ibv_gid& g) { return same_gid(g, mgid); });
+                         [&](const CmId::Group& g) { return same_gid(g.mgid, mgid); });
   if (it == id.groups.end()) return EADDRNOTAVAIL;
-  if (id.ibv.qp != nullptr) ibv_detach_mcast(id.ibv.qp, &mgid, 0);
+  if (it->attached && id.ibv.qp != nullptr) ibv_detach_mcast(id.ibv.qp, &mgid, 0);
   id.groups.erase(it);
   return 0;
 }
@@ -75,17 +78,23 @@ int leave(CmId& id, const sockaddr* addr) {
 using namespace softrdma::rdmacm;
 
 SOFTRDMA_CM_EXPORT int rdma_join_multicast(rdma_cm_id* ibv, sockaddr* addr, void* context) {
-  return guard([&] { return ibv == nullptr ? EINVAL : join(*to_id(ibv), addr, context); });
+  return guard([&] { return ibv == nullptr ? EINVAL : join(*to_id(ibv), addr, context, false); });
 }
 
-// Full members and send-only full members are joined alike: the device receives
-// for every attached QP, and a send needs no membership (multicast.md).
+// The address and the join flags are both required; a send needs no
+// membership on RoCE (multicast.md), so a send-only full member is a join whose
+// QP stays detached.
 SOFTRDMA_CM_EXPORT int rdma_join_multicast_ex(rdma_cm_id* ibv, rdma_cm_join_mc_attr_ex* attr,
                                               void* context) {
   return guard([&] {
-    if (ibv == nullptr || attr == nullptr || !(attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS))
+    if (ibv == nullptr || attr == nullptr) return EINVAL;
+    if (attr->comp_mask >= RDMA_CM_JOIN_MC_ATTR_RESERVED) return ENOTSUP;
+    if (!(attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS) ||
+        !(attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS) ||
+        attr->join_flags >= RDMA_MC_JOIN_FLAG_RESERVED)
       return EINVAL;
-    return join(*to_id(ibv), attr->addr, context);
+    return join(*to_id(ibv), attr->addr, context,
+                attr->join_flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER);
   });
 }
 

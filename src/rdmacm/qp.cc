@@ -187,7 +187,8 @@ SOFTRDMA_CM_EXPORT void rdma_destroy_qp(rdma_cm_id* ibv) {
     // A QP attached to a group cannot be destroyed (EBUSY, as the kernel
     // answers): the id's joins are left first (rdma_join_multicast(3)).
     if (qp != nullptr)
-      for (const ibv_gid& group : to_id(ibv)->groups) ibv_detach_mcast(qp, &group, 0);
+      for (const CmId::Group& group : to_id(ibv)->groups)
+        if (group.attached) ibv_detach_mcast(qp, &group.mgid, 0);
   }
   if (qp == nullptr) return;
   ibv_destroy_qp(qp);

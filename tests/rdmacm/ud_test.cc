@@ -204,5 +204,45 @@ TEST(Multicast, JoinAndLeave) {
   rdma_destroy_id(tcp);
 }
 
+// rdma_join_multicast_ex(3): the address and the join flags are both needed; a
+// send-only full member's QP is not attached to the group (it would receive
+// the group's datagrams), a full member's is. ibv_detach_mcast tells which:
+// EINVAL for a QP that is not attached.
+TEST(Multicast, SendOnlyJoinLeavesTheQpDetached) {
+  UdSide member;
+  sockaddr_in send_only = ipv4("224.0.77.2", 0), full = ipv4("224.0.77.3", 0);
+  member.resolve(send_only);
+  member.make_qp();
+  rdma_cm_join_mc_attr_ex attr{};
+  attr.addr = as_sockaddr(send_only);
+  attr.comp_mask = RDMA_CM_JOIN_MC_ATTR_ADDRESS;
+  EXPECT_EQ(rdma_join_multicast_ex(member.id, &attr, nullptr), -1);
+  EXPECT_EQ(errno, EINVAL);
+  attr.comp_mask |= RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS;
+  attr.join_flags = RDMA_MC_JOIN_FLAG_RESERVED;
+  EXPECT_EQ(rdma_join_multicast_ex(member.id, &attr, nullptr), -1);
+  EXPECT_EQ(errno, EINVAL);
+  attr.join_flags = RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER;
+  ASSERT_EQ(rdma_join_multicast_ex(member.id, &attr, nullptr), 0) << errno;
+  rdma_ack_cm_event(expect(member.channel, RDMA_CM_EVENT_MULTICAST_JOIN));
+  attr.addr = as_sockaddr(full);
+  attr.join_flags = RDMA_MC_JOIN_FLAG_FULLMEMBER;
+  ASSERT_EQ(rdma_join_multicast_ex(member.id, &attr, nullptr), 0) << errno;
+  rdma_cm_event* joined = expect(member.channel, RDMA_CM_EVENT_MULTICAST_JOIN);
+  ASSERT_NE(joined, nullptr);
+  const ibv_gid full_mgid = joined->param.ud.ah_attr.grh.dgid;
+  rdma_ack_cm_event(joined);
+  ibv_gid send_only_mgid{};
+  send_only_mgid.raw[10] = send_only_mgid.raw[11] = 0xff;
+  std::memcpy(&send_only_mgid.raw[12], &send_only.sin_addr, 4);
+  EXPECT_NE(ibv_detach_mcast(member.id->qp, &send_only_mgid, 0), 0);
+  // Detached by hand and attached again: the full member's QP was attached.
+  EXPECT_EQ(ibv_detach_mcast(member.id->qp, &full_mgid, 0), 0);
+  EXPECT_EQ(ibv_attach_mcast(member.id->qp, &full_mgid, 0), 0);
+  EXPECT_EQ(rdma_leave_multicast(member.id, as_sockaddr(send_only)), 0);
+  EXPECT_EQ(rdma_leave_multicast(member.id, as_sockaddr(full)), 0);
+  EXPECT_NE(ibv_detach_mcast(member.id->qp, &full_mgid, 0), 0);  // the leave detached it
+}
+
 }  // namespace
 }  // namespace softrdma::rdmacm::testing
