@@ -45,7 +45,8 @@ namespace softrdma::engine {
   X(local_access_unmapped)  /* this side's own buffers were munmap'ed */ \
   X(memory_operations_refused) /* a bind or local invalidation refused */ \
   X(remote_invalidations_refused) /* a SEND with Invalidate's R_Key refused */ \
-  X(rx_mcast_no_group)      /* DestQP 0xFFFFFF to a group no QP is attached to */
+  X(rx_mcast_no_group)      /* DestQP 0xFFFFFF to a group no QP is attached to */ \
+  X(rx_mcast_self_blocked)  /* a copy kept from the QP that sent it (BLOCK_SELF_MCAST_LB) */
 
 struct EngineCounters {
 #define SOFTRDMA_DECLARE_COUNTER(name) std::atomic<uint64_t> name{0};

@@ -354,7 +354,13 @@ void Device::dispatch_multicast(const wire::PacketView& packet, const transport:
     bump(counters_.rx_bad_pkey);
     return;
   }
+  const bool from_this_device = std::find(gids_.begin(), gids_.end(), rx.src) != gids_.end();
+  const auto source_qpn = uint32_t(packet.get(wire::deth::kSrcQp));
   for (Qp* qp : it->second) {  // a QP's receive never attaches or detaches
+    if (from_this_device && source_qpn == qp->qpn() && qp->blocks_self_multicast_loopback()) {
+      bump(counters_.rx_mcast_self_blocked);
+      continue;
+    }
     bump(counters_.rx_packets);
     bump(qp->counters().rx_packets);
     qp->protocol().on_packet(packet, rx, now);

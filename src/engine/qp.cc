@@ -30,6 +30,7 @@ Qp::Qp(Device& device, uint32_t qpn, Pd* pd, const QpInit& init)
     : device_(device),
       qpn_(qpn),
       type_(init.type),
+      block_self_multicast_loopback_(init.block_self_multicast_loopback),
       pd_(pd),
       send_cq_(init.send_cq),
       recv_cq_(init.recv_cq),

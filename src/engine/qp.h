@@ -61,6 +61,9 @@ struct QpInit {
   // QP1, the General Services Interface (IBA 13.5.1): a UD QP with QPN 1, one per
   // device, where Communication Manager MADs arrive (librdmacm's agent).
   bool gsi = false;
+  // IBV_QP_CREATE_BLOCK_SELF_MCAST_LB (ibv_create_qp_ex(3)): a UD QP that gets no
+  // copy of the multicast datagrams it sent itself.
+  bool block_self_multicast_loopback = false;
 };
 
 class Qp {
@@ -78,6 +81,7 @@ class Qp {
 
   uint32_t qpn() const { return qpn_; }
   ibv_qp_type type() const { return type_; }
+  bool blocks_self_multicast_loopback() const { return block_self_multicast_loopback_; }
   ibv_qp_state state() const { return attr_.qp_state; }
   const ibv_qp_attr& attr() const { return attr_; }
   const ibv_qp_cap& cap() const { return cap_; }
@@ -165,6 +169,7 @@ class Qp {
   Device& device_;
   const uint32_t qpn_;
   const ibv_qp_type type_;
+  const bool block_self_multicast_loopback_;
   Pd* const pd_;
   Cq* const send_cq_;
   Cq* const recv_cq_;

@@ -56,6 +56,8 @@ int resolve_objects(ibv_context* context, const ibv_qp_init_attr_ex& attr,
     init.xrcd = to_xrcd(attr.xrcd)->xrcd;
   init.cap = attr.cap;
   init.sq_sig_all = attr.sq_sig_all != 0;
+  init.block_self_multicast_loopback = (attr.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) &&
+                                       (attr.create_flags & IBV_QP_CREATE_BLOCK_SELF_MCAST_LB);
   return 0;
 }
 
@@ -114,7 +116,10 @@ int check_qp_ex(const ibv_qp_init_attr_ex& attr) {
                                        : !(attr.comp_mask & IBV_QP_INIT_ATTR_PD))
     return EINVAL;
   if (attr.comp_mask & ~kKnown) return EOPNOTSUPP;
-  if ((attr.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr.create_flags != 0)
+  // Of the creation flags, only blocking a UD QP's own multicast loopback
+  // means something here (mckey -l); the others are a NIC's offloads.
+  if ((attr.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr.create_flags != 0 &&
+      (attr.create_flags != IBV_QP_CREATE_BLOCK_SELF_MCAST_LB || attr.qp_type != IBV_QPT_UD))
     return EOPNOTSUPP;
   if ((attr.comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) && attr.max_tso_header != 0)
     return EOPNOTSUPP;

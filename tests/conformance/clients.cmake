@@ -357,14 +357,23 @@ softrdma_client_test(udaddy CM_PAIR TIMEOUT 120 READY_PORT 7174
   EXPECT "data transfers complete" "return status 0"
   EXPECT_SERVER "data transfers complete" "return status 0")
 math(EXPR mckey_octet "${SOFTRDMA_CONFORMANCE_PORT_BASE} % 250 + 1")
-softrdma_client_test(mckey CM_PAIR TIMEOUT 120 READY_OUTPUT "joined dgid"
-  SERVER_ARGS "-m 224.0.5.${mckey_octet} -C 10"
-  CLIENT_ARGS "-m 224.0.5.${mckey_octet} -s -C 10"
-  # Line-buffered, so that "joined" is seen while the receiver runs (stdbuf keeps
-  # a preloaded ASan runtime first).
-  COMMAND stdbuf -oL ${MCKEY}
-  EXPECT "joined dgid: ::ffff:224.0.5.${mckey_octet}" "data transfers complete"
-  EXPECT_SERVER "receiving data transfers" "data transfers complete")
+# Plain; the sender joined as a send-only full member (-o: its QP is not
+# attached); both without multicast loopback (-l: IBV_QP_CREATE_BLOCK_SELF_MCAST_LB).
+foreach(run "mckey;5;;" "mckey.send_only;6;;-o" "mckey.no_loopback;7;-l;-l")
+  list(GET run 0 name)
+  list(GET run 1 subnet)
+  list(GET run 2 server_options)
+  list(GET run 3 client_options)
+  set(group "224.0.${subnet}.${mckey_octet}")
+  softrdma_client_test(${name} CM_PAIR TIMEOUT 120 READY_OUTPUT "joined dgid"
+    SERVER_ARGS "-m ${group} -C 10 ${server_options}"
+    CLIENT_ARGS "-m ${group} -s -C 10 ${client_options}"
+    # Line-buffered, so that "joined" is seen while the receiver runs (stdbuf
+    # keeps a preloaded ASan runtime first).
+    COMMAND stdbuf -oL ${MCKEY}
+    EXPECT "joined dgid: ::ffff:${group}" "data transfers complete"
+    EXPECT_SERVER "receiving data transfers" "data transfers complete")
+endforeach()
 # Two programs: the command is env(1), each side names its own.
 softrdma_client_test(rdma_server_client CM_PAIR TIMEOUT 120
   SERVER_ARGS "${RDMA_SERVER} -p {port}"

@@ -37,7 +37,7 @@ class McastTest : public RcPairTest {
   }
 
   // Another UD QP on `n`'s device, with its own receive CQ, at RTS with `qkey`.
-  Qp* extra_qp(Node& n, Cq*& rcq, uint32_t qkey) {
+  Qp* extra_qp(Node& n, Cq*& rcq, uint32_t qkey, bool block_self_loopback = false) {
     int err = 0;
     rcq = n.device->create_cq(64, err);
     QpInit init;
@@ -45,6 +45,7 @@ class McastTest : public RcPairTest {
     init.send_cq = n.scq;
     init.recv_cq = rcq;
     init.cap = ibv_qp_cap{16, 16, 1, 1, 0};
+    init.block_self_multicast_loopback = block_self_loopback;
     Qp* qp = n.device->create_qp(n.pd, init, err);
     EXPECT_NE(qp, nullptr) << err;
     RcOptions options = options_;
@@ -193,6 +194,39 @@ TEST_F(McastTest, MulticastQpnWithoutAGroupIsDroppedAndCounted) {
   EXPECT_EQ(b.counters().rx_mcast_no_group.load(), 1u);
   EXPECT_EQ(b.counters().rx_unknown_qp.load(), 1u);
   EXPECT_EQ(b.transport->leave_group(group_), 0);
+}
+
+// IBV_QP_CREATE_BLOCK_SELF_MCAST_LB: a copy from one of the device's own GIDs
+// whose DETH source QP is the blocked QP is kept from it and counted; the other
+// attached QP gets it.
+TEST_F(McastTest, ABlockedQpsOwnCopyIsKeptFromItAndCounted) {
+  Cq* blocked_rcq = nullptr;
+  Qp* blocked = extra_qp(b, blocked_rcq, options_.qkey, true);
+  ASSERT_NE(blocked, nullptr);
+  ASSERT_EQ(b.device->attach_mcast(b.qp, group_), 0);
+  ASSERT_EQ(b.device->attach_mcast(blocked, group_), 0);
+  post_recv_on(b, b.qp, 0, 1);
+  post_recv_on(b, blocked, 2048, 2);
+  std::vector<uint8_t> bytes(wire::kBthBytes + 8 + 16 + wire::kIcrcBytes);
+  wire::PacketView p;
+  bytes[0] = wire::op::kUd | wire::op::kSendOnly;
+  ASSERT_EQ(wire::parse_packet(bytes, p), wire::ParseError::kNone);
+  p.set(wire::bth::kPkey, 0xffff);
+  p.set(wire::bth::kDestQp, kMulticastQpn);
+  p.set(wire::deth::kQkey, options_.qkey);
+  p.set(wire::deth::kSrcQp, blocked->qpn());
+  net_.inject(b.device->gids()[1], group_, bytes);
+  pump();
+  EXPECT_EQ(poll(b.rcq).size(), 1u) << "the QP without the flag gets the copy";
+  EXPECT_TRUE(poll(blocked_rcq).empty());
+  EXPECT_EQ(b.counters().rx_mcast_self_blocked.load(), 1u);
+  // The same datagram from another device's address is not its own: delivered.
+  net_.inject(a.device->gids()[1], group_, bytes);
+  pump();
+  EXPECT_EQ(poll(blocked_rcq).size(), 1u);
+  EXPECT_EQ(b.counters().rx_mcast_self_blocked.load(), 1u);
+  EXPECT_EQ(b.device->detach_mcast(blocked, group_), 0);
+  EXPECT_EQ(b.device->detach_mcast(b.qp, group_), 0);
 }
 
 // ibv_attach_mcast(3) / ibv_detach_mcast(3) errors, as the kernel answers them.

@@ -3,6 +3,7 @@
 // back to an AH made from the receive completion and its GRH, as UD servers do.
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <unistd.h>
@@ -22,8 +23,9 @@ struct UdSide {
   std::vector<uint8_t> buf = std::vector<uint8_t>(8192);
   ibv_mr* mr = nullptr;
 
-  // `send_ops`: created with ibv_create_qp_ex and these ibv_wr_* operations.
-  void make(ibv_context* ctx, uint64_t send_ops = 0) {
+  // `send_ops`: created with ibv_create_qp_ex and these ibv_wr_* operations;
+  // `create_flags`: ibv_qp_create_flags.
+  void make(ibv_context* ctx, uint64_t send_ops = 0, uint32_t create_flags = 0) {
     pd = ibv_alloc_pd(ctx);
     ASSERT_NE(pd, nullptr);
     cq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
@@ -32,7 +34,9 @@ struct UdSide {
     init.send_cq = init.recv_cq = cq;
     init.qp_type = IBV_QPT_UD;
     init.cap = {8, 8, 1, 1, 0};
-    init.comp_mask = IBV_QP_INIT_ATTR_PD | (send_ops ? IBV_QP_INIT_ATTR_SEND_OPS_FLAGS : 0);
+    init.comp_mask = IBV_QP_INIT_ATTR_PD | (send_ops ? IBV_QP_INIT_ATTR_SEND_OPS_FLAGS : 0) |
+                     (create_flags ? IBV_QP_INIT_ATTR_CREATE_FLAGS : 0);
+    init.create_flags = create_flags;
     init.pd = pd;
     init.send_ops_flags = send_ops;
     qp = ibv_create_qp_ex(ctx, &init);
@@ -257,6 +261,76 @@ TEST(VerbsMulticast, EveryAttachedQpGetsTheMessageSentToTheGroup) {
   first.destroy();
   second.destroy();
   sender.destroy();
+}
+
+// IBV_QP_CREATE_BLOCK_SELF_MCAST_LB (ibv_create_qp_ex(3), mckey -l): a QP made
+// with it gets every copy sent to its group but the ones it sent itself; a QP
+// without it gets its own too. Only UD QPs take the flag.
+TEST(VerbsMulticast, BlockedQpGetsNoCopyOfItsOwnDatagrams) {
+  Device dev;
+  UdSide looping, blocked;
+  looping.make(dev.ctx());
+  blocked.make(dev.ctx(), 0, IBV_QP_CREATE_BLOCK_SELF_MCAST_LB);
+  const ibv_gid group = own_group(3);
+  for (UdSide* side : {&looping, &blocked}) {
+    ASSERT_EQ(ibv_attach_mcast(side->qp, &group, 0), 0);
+    for (uint64_t i = 0; i < 2; ++i)
+      ASSERT_EQ(post_recv(side->qp, {uint64_t(uintptr_t(&side->buf[4096 + i * 2048])), 2048,
+                                     side->mr->lkey}, i), 0);
+  }
+  ibv_ah_attr attr{};
+  attr.is_global = 1;
+  attr.port_num = 1;
+  attr.grh.sgid_index = 1;
+  attr.grh.dgid = group;
+  ibv_ah* from_blocked = ibv_create_ah(blocked.pd, &attr);
+  ibv_ah* from_looping = ibv_create_ah(looping.pd, &attr);
+  ASSERT_NE(from_blocked, nullptr);
+  ASSERT_NE(from_looping, nullptr);
+  // The blocked QP sends first: had it a copy of its own, the copy would come
+  // before the other QP's datagram, which both receive.
+  ASSERT_EQ(blocked.send(from_blocked, 0xffffff, 0, 4, 1), 0);
+  std::vector<ibv_wc> blocked_got = poll_n(blocked.cq, 1);  // its send's completion
+  ASSERT_EQ(blocked_got.size(), 1u);
+  ASSERT_EQ(looping.send(from_looping, 0xffffff, 0, 4, 2), 0);
+  auto looping_got = poll_n(looping.cq, 3);  // its send, then two copies
+  ASSERT_EQ(looping_got.size(), 3u);
+  int own_copies = 0;
+  for (const ibv_wc& wc : looping_got)
+    if (wc.opcode == IBV_WC_RECV && wc.src_qp == looping.qp->qp_num) ++own_copies;
+  EXPECT_EQ(own_copies, 1) << "without the flag, a QP gets its own datagram";
+  // Until the other QP's copy: every receive completion the blocked QP has.
+  auto has_others = [&] {
+    return std::any_of(blocked_got.begin(), blocked_got.end(), [&](const ibv_wc& wc) {
+      return wc.opcode == IBV_WC_RECV && wc.src_qp == looping.qp->qp_num;
+    });
+  };
+  while (!has_others()) {
+    auto got = poll_n(blocked.cq, 1);
+    ASSERT_EQ(got.size(), 1u);
+    blocked_got.push_back(got[0]);
+  }
+  ibv_wc more{};
+  while (ibv_poll_cq(blocked.cq, 1, &more) == 1) blocked_got.push_back(more);
+  for (const ibv_wc& wc : blocked_got)
+    EXPECT_FALSE(wc.opcode == IBV_WC_RECV && wc.src_qp == blocked.qp->qp_num)
+        << "a copy of its own reached the blocked QP";
+  for (UdSide* side : {&looping, &blocked}) EXPECT_EQ(ibv_detach_mcast(side->qp, &group, 0), 0);
+  EXPECT_EQ(ibv_destroy_ah(from_blocked), 0);
+  EXPECT_EQ(ibv_destroy_ah(from_looping), 0);
+
+  ibv_qp_init_attr_ex rc{};
+  rc.send_cq = rc.recv_cq = looping.cq;
+  rc.qp_type = IBV_QPT_RC;
+  rc.cap = {4, 4, 1, 1, 0};
+  rc.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+  rc.pd = looping.pd;
+  rc.create_flags = IBV_QP_CREATE_BLOCK_SELF_MCAST_LB;
+  errno = 0;
+  EXPECT_EQ(ibv_create_qp_ex(dev.ctx(), &rc), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP) << "UD only";
+  looping.destroy();
+  blocked.destroy();
 }
 
 // The kernel's answers (ib_attach_mcast, uverbs, rxe): EINVAL for a GID that is
