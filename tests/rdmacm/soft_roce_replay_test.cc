@@ -265,3 +265,89 @@ TEST(SoftRoceReplay, HostileMadsLeaveTheListenerWorking) {
 
 }  // namespace
 }  // namespace softrdma::rdmacm::testing
+
+namespace softrdma::rdmacm::testing {
+namespace {
+
+// A listener of port space `ps` on 127.0.0.1 and its device's GID.
+struct Listener {
+  rdma_event_channel* channel = rdma_create_event_channel();
+  rdma_cm_id* id = nullptr;
+  uint16_t port = free_port();
+  w::Gid gid{};
+  explicit Listener(rdma_port_space ps) {
+    EXPECT_EQ(rdma_create_id(channel, &id, nullptr, ps), 0);
+    sockaddr_in address = ipv4("127.0.0.1", port);
+    EXPECT_EQ(rdma_bind_addr(id, as_sockaddr(address)), 0);
+    EXPECT_EQ(rdma_listen(id, 4), 0);
+    ibv_gid server{};
+    EXPECT_EQ(ibv_query_gid(id->verbs, 1, 1, &server), 0);
+    std::memcpy(gid.data(), server.raw, 16);
+  }
+  ~Listener() {
+    rdma_destroy_id(id);
+    rdma_destroy_event_channel(channel);
+  }
+  bool has_event(int timeout_ms) {
+    pollfd p{channel->fd, POLLIN, 0};
+    return poll(&p, 1, timeout_ms) == 1;
+  }
+};
+
+// IBA 12.11 and 12.9.8: a SIDR_REQ repeated (its answer lost, or the requester
+// impatient) is never a second request. While the application decides, the
+// repeat is dropped (the requester resends); once answered, it gets the same
+// SIDR_REP again.
+TEST(SidrReplay, RepeatedRequestIsOneRequestAndGetsTheSameAnswer) {
+  ForeignHost host;
+  ASSERT_GE(host.fd, 0) << "no free 127.0.9.x:4791";
+  Listener listener(RDMA_PS_UDP);
+  w::CmSidrReq req;
+  req.transaction_id = 0x5151000000000000ull | uint32_t(getpid());
+  req.request_id = 0x7000 ^ uint32_t(getpid());
+  req.pkey = 0xffff;
+  req.service_id = w::ip_service_id({w::IpProtocol::kUdp, listener.port});
+  w::IpCmHeader ip;
+  ip.src_port = 40000;
+  ip.src_ip = w::ip_cm_ipv4(ntohl(host.address.sin_addr.s_addr));
+  ip.dst_ip = w::ip_cm_ipv4(0x7f000001);
+  ASSERT_TRUE(w::encode_ip_cm_header(ip, req.private_data));
+  std::array<uint8_t, w::kMadBytes> mad{};
+  w::encode(req, mad);
+  host.send_mad(mad, listener.gid, 0);
+
+  ASSERT_TRUE(listener.has_event(30000)) << "no CONNECT_REQUEST";
+  rdma_cm_event* request = nullptr;
+  ASSERT_EQ(rdma_get_cm_event(listener.channel, &request), 0);
+  ASSERT_EQ(request->event, RDMA_CM_EVENT_CONNECT_REQUEST) << rdma_event_str(request->event);
+  rdma_cm_id* child = request->id;
+  rdma_ack_cm_event(request);
+  host.send_mad(mad, listener.gid, 1);  // while undecided: no answer, no new request
+  ibv_qp_init_attr attr{};
+  attr.qp_type = IBV_QPT_UD;
+  attr.cap.max_send_wr = attr.cap.max_recv_wr = 4;
+  attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+  ASSERT_EQ(rdma_create_qp(child, nullptr, &attr), 0);
+  ASSERT_EQ(rdma_accept(child, nullptr), 0);
+
+  auto first = host.receive_mad();
+  ASSERT_TRUE(first.has_value()) << "no SIDR_REP";
+  w::CmSidrRep rep;
+  ASSERT_EQ(w::decode(*first, rep), w::MadError::kNone);
+  EXPECT_EQ(rep.request_id, req.request_id);
+  EXPECT_EQ(rep.status, w::SidrStatus::kSuccess);
+  EXPECT_EQ(rep.qpn, child->qp->qp_num);
+  EXPECT_EQ(rep.qkey, uint32_t(RDMA_UDP_QKEY));
+
+  host.send_mad(mad, listener.gid, 2);  // answered: the same SIDR_REP again
+  auto second = host.receive_mad();
+  ASSERT_TRUE(second.has_value()) << "the repeat went unanswered";
+  EXPECT_EQ(*second, *first);
+  // The repeat was answered by now, so a second request would be queued too.
+  EXPECT_FALSE(listener.has_event(0)) << "a repeat became a second request";
+  rdma_destroy_qp(child);
+  rdma_destroy_id(child);
+}
+
+}  // namespace
+}  // namespace softrdma::rdmacm::testing
