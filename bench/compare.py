@@ -155,6 +155,23 @@ class Bench:
         value = float(row[6]) if measure == "usec" else float(row[5]) * 8 / 1000
         self.add(label, value)
 
+    # --- rsockets (rstream) over softrdma, and the same program over TCP sockets ---
+    def rstream(self, size, xfers, iters, label, measure, sockets=False):
+        """rstream's custom test: `iters` rounds of `xfers` transfers of `size`
+        bytes each way; -T s runs the same program over TCP sockets."""
+        port = next_port()
+        mode = ["-T", "s"] if sockets else ["-T", "b"]
+        server = ["rstream", "-p", str(port), "-S", str(size), "-C", str(xfers),
+                  "-I", str(iters)] + mode
+        if not sockets:
+            server = [self.softrdma, "run", "--"] + server
+        out, _, _ = timed_pair(server, server + ["-s", "127.0.0.1"])
+        # "name bytes xfers iters total time Gb/sec usec/xfer"
+        rows = [l.split() for l in out.splitlines() if l.startswith("custom")]
+        if not rows:
+            raise RuntimeError("rstream %s failed:\n%s" % (label, out[-2000:]))
+        self.add(label, float(rows[-1][7] if measure == "usec" else rows[-1][6]))
+
     # --- floors ---
     def udp_pingpong(self):
         port = next_port()
@@ -197,41 +214,53 @@ class Bench:
 def cases(b):
     sizes = [4096, 65536, 1048576] if not b.quick else [4096, 1048576]
     qps = [1, 8] if not b.quick else [1]
-    out = [
-        lambda: b.softrdma_latency("ib_write_lat", "softrdma ib_write_lat 8 B"),
-        lambda: b.softrdma_latency("ib_send_lat", "softrdma ib_send_lat 8 B"),
-        lambda: b.softrdma_latency("ib_read_lat", "softrdma ib_read_lat 8 B"),
-        lambda: b.softrdma_latency("ib_atomic_lat", "softrdma ib_atomic_lat 8 B"),
-        lambda: b.softrdma_rate("softrdma 8 B WRITE rate (post list 32), M/s"),
-        lambda: b.ucx_latency("ucp_put_lat", "UCX tcp ucp_put_lat 8 B"),
-        lambda: b.ucx_latency("tag_lat", "UCX tcp tag_lat 8 B"),
-        lambda: b.ucx_rate("UCX tcp ucp_put_bw 8 B rate, M/s"),
-        lambda: b.ucx_latency("tag_lat", "UCX ud_verbs on softrdma tag_lat 8 B", "ud_verbs"),
-        lambda: b.ucx_latency("tag_lat", "UCX rc_verbs on softrdma tag_lat 8 B", "rc_verbs"),
-        lambda: b.ucx_latency("ucp_put_lat", "UCX rc_verbs on softrdma ucp_put_lat 8 B", "rc_verbs"),
-        lambda: b.fabric("msg", 8, 2000 if b.quick else 20000, "libfabric tcp fi_pingpong msg 8 B", "usec"),
-        lambda: b.fabric("rdm", 8, 2000 if b.quick else 20000, "libfabric tcp fi_pingpong rdm 8 B", "usec"),
-        lambda: b.udp_pingpong(),
-        lambda: b.idle_cpu(),
-    ]
+    out = []
+    for tool in ("ib_write_lat", "ib_send_lat", "ib_read_lat", "ib_atomic_lat"):
+        label = "softrdma %s 8 B" % tool
+        out.append((label, lambda tool=tool, label=label: b.softrdma_latency(tool, label)))
+    label = "softrdma 8 B WRITE rate (post list 32), M/s"
+    out.append((label, lambda label=label: b.softrdma_rate(label)))
+    for test, tls in (("ucp_put_lat", "tcp"), ("tag_lat", "tcp"), ("tag_lat", "ud_verbs"),
+                      ("tag_lat", "rc_verbs"), ("ucp_put_lat", "rc_verbs")):
+        label = "UCX %s %s 8 B" % (tls if tls == "tcp" else tls + " on softrdma", test)
+        out.append((label, lambda test=test, label=label, tls=tls: b.ucx_latency(test, label, tls)))
+    label = "UCX tcp ucp_put_bw 8 B rate, M/s"
+    out.append((label, lambda label=label: b.ucx_rate(label)))
+    for ep in ("msg", "rdm"):
+        label = "libfabric tcp fi_pingpong %s 8 B" % ep
+        out.append((label, lambda ep=ep, label=label:
+                    b.fabric(ep, 8, 2000 if b.quick else 20000, label, "usec")))
+    out.append(("floor UDP RTT", b.udp_pingpong))
+    out.append(("softrdma idle context", b.idle_cpu))
     for mode in ("sendto", "sendmmsg", "gso"):
-        out.append(lambda mode=mode: b.udp_stream(mode))
+        out.append(("floor UDP 4 KiB %s" % mode, lambda mode=mode: b.udp_stream(mode)))
     for size in sizes:
         for tool in ("ib_write_bw", "ib_read_bw", "ib_send_bw"):
             for q in qps:
                 label = "softrdma %s %s %d QP" % (tool, human(size), q)
-                out.append(lambda tool=tool, size=size, q=q, label=label:
-                           b.softrdma_bandwidth(tool, size, q, label))
+                out.append((label, lambda tool=tool, size=size, q=q, label=label:
+                            b.softrdma_bandwidth(tool, size, q, label)))
         for test in ("ucp_put_bw", "ucp_get", "tag_bw"):
             label = "UCX tcp %s %s" % (test, human(size))
-            out.append(lambda test=test, size=size, label=label: b.ucx_bandwidth(test, size, label))
+            out.append((label, lambda test=test, size=size, label=label:
+                        b.ucx_bandwidth(test, size, label)))
         for tls in ("ud_verbs", "rc_verbs"):
             for test in ("tag_bw", "ucp_put_bw", "ucp_get"):
                 label = "UCX %s on softrdma %s %s" % (tls, test, human(size))
-                out.append(lambda test=test, size=size, label=label, tls=tls:
-                           b.ucx_bandwidth(test, size, label, tls))
-        out.append(lambda size=size: b.fabric("msg", size, 200 if b.quick else 2000,
-                                              "libfabric tcp fi_pingpong msg %s" % human(size), "gbps"))
+                out.append((label, lambda test=test, size=size, label=label, tls=tls:
+                            b.ucx_bandwidth(test, size, label, tls)))
+        label = "libfabric tcp fi_pingpong msg %s" % human(size)
+        out.append((label, lambda size=size, label=label:
+                    b.fabric("msg", size, 200 if b.quick else 2000, label, "gbps")))
+    # rsockets against the same program over TCP: ping-pong latency, then a
+    # stream of 1 MiB transfers.
+    for sockets, who in ((False, "rsockets on softrdma"), (True, "TCP sockets")):
+        label = "rstream %s 64 B latency" % who
+        out.append((label, lambda sockets=sockets, label=label:
+                    b.rstream(64, 1, 2000 if b.quick else 20000, label, "usec", sockets)))
+        label = "rstream %s 1 MiB" % who
+        out.append((label, lambda sockets=sockets, label=label:
+                    b.rstream(1 << 20, 100 if b.quick else 1000, 1, label, "gbps", sockets)))
     return out
 
 
@@ -248,10 +277,13 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true", help="one round, fewer sizes")
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--only", metavar="REGEX",
+                        help="only the cases whose name matches (implies --no-write)")
     args = parser.parse_args()
     bench = Bench(args.build, args.quick)
     rounds = 1 if args.quick else args.rounds
-    all_cases = cases(bench)
+    all_cases = [fn for name, fn in cases(bench)
+                 if args.only is None or re.search(args.only, name)]
     failures = []
     for r in range(rounds):
         for i, case in enumerate(all_cases):
@@ -263,6 +295,6 @@ if __name__ == "__main__":
                 failures.append(str(e).splitlines()[0])
     report = compare_report.Report(bench.samples, rounds, failures)
     print(report.markdown())
-    if not args.no_write:
+    if not args.no_write and args.only is None:
         report.write(os.path.join(ROOT, "docs"))
     sys.exit(1 if failures else 0)

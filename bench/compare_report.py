@@ -19,6 +19,7 @@ LAT = [
     ("UCX ud_verbs on softrdma tag_lat 8 B", "UCX tcp tag_lat 8 B", None),
     ("UCX rc_verbs on softrdma tag_lat 8 B", "UCX tcp tag_lat 8 B", None),
     ("UCX rc_verbs on softrdma ucp_put_lat 8 B", "UCX tcp ucp_put_lat 8 B", None),
+    ("rstream rsockets on softrdma 64 B latency", "rstream TCP sockets 64 B latency", None),
 ]
 BW = [
     ("softrdma ib_write_bw 1 MiB 1 QP", "floor UDP 4 KiB gso", 0.5),
@@ -33,6 +34,7 @@ BW = [
     ("UCX rc_verbs on softrdma tag_bw 1 MiB", "UCX tcp tag_bw 1 MiB", None),
     ("UCX rc_verbs on softrdma ucp_put_bw 1 MiB", "UCX tcp ucp_put_bw 1 MiB", None),
     ("UCX rc_verbs on softrdma ucp_get 1 MiB", "UCX tcp ucp_get 1 MiB", None),
+    ("rstream rsockets on softrdma 1 MiB", "rstream TCP sockets 1 MiB", None),
 ]
 
 
@@ -170,6 +172,8 @@ def unit_of(name):
         return "M/s"
     if "% of a core" in name:
         return "%"
+    if name.endswith("latency"):
+        return "µs"
     if re.search(r"(lat|pingpong msg|pingpong rdm|one-way|RTT)( \(|.*8 B$|$)", name) and \
             not re.search(r"\d+ (KiB|MiB)$", name):
         return "µs"
