@@ -73,6 +73,20 @@ class McastTest : public RcPairTest {
     });
   }
 
+  // A UD SEND_ONLY to the group with 16 bytes of payload, from `source_qpn`
+  // (injected past the sending device: the fake network adds the addresses).
+  std::vector<uint8_t> group_send(uint32_t source_qpn) const {
+    std::vector<uint8_t> bytes(wire::kBthBytes + 8 + 16 + wire::kIcrcBytes);
+    wire::PacketView p;
+    bytes[0] = wire::op::kUd | wire::op::kSendOnly;
+    EXPECT_EQ(wire::parse_packet(bytes, p), wire::ParseError::kNone);
+    p.set(wire::bth::kPkey, 0xffff);
+    p.set(wire::bth::kDestQp, kMulticastQpn);
+    p.set(wire::deth::kQkey, options_.qkey);
+    p.set(wire::deth::kSrcQp, source_qpn);
+    return bytes;
+  }
+
   // The GRH at `offset` of `n`'s memory names the group as destination (IPv4
   // header in its last 20 bytes, destination address at byte 16 of it).
   bool grh_names_group(const Node& n, size_t offset) const {
@@ -180,13 +194,7 @@ TEST_F(McastTest, DetachStopsDeliveryToThatQpOnly) {
 // A packet to the group that reaches a device without attached QPs (a stale
 // membership, or a foreign sender), and DestQP 0xFFFFFF to a unicast address.
 TEST_F(McastTest, MulticastQpnWithoutAGroupIsDroppedAndCounted) {
-  std::vector<uint8_t> bytes(wire::kBthBytes + 8 + 16 + wire::kIcrcBytes);
-  wire::PacketView p;
-  bytes[0] = wire::op::kUd | wire::op::kSendOnly;
-  ASSERT_EQ(wire::parse_packet(bytes, p), wire::ParseError::kNone);
-  p.set(wire::bth::kPkey, 0xffff);
-  p.set(wire::bth::kDestQp, kMulticastQpn);
-  p.set(wire::deth::kQkey, options_.qkey);
+  std::vector<uint8_t> bytes = group_send(0);
   ASSERT_EQ(b.transport->join_group(group_), 0);
   net_.inject(a.device->gids()[1], group_, bytes);
   net_.inject(a.device->gids()[1], b.device->gids()[1], bytes);
@@ -207,14 +215,7 @@ TEST_F(McastTest, ABlockedQpsOwnCopyIsKeptFromItAndCounted) {
   ASSERT_EQ(b.device->attach_mcast(blocked, group_), 0);
   post_recv_on(b, b.qp, 0, 1);
   post_recv_on(b, blocked, 2048, 2);
-  std::vector<uint8_t> bytes(wire::kBthBytes + 8 + 16 + wire::kIcrcBytes);
-  wire::PacketView p;
-  bytes[0] = wire::op::kUd | wire::op::kSendOnly;
-  ASSERT_EQ(wire::parse_packet(bytes, p), wire::ParseError::kNone);
-  p.set(wire::bth::kPkey, 0xffff);
-  p.set(wire::bth::kDestQp, kMulticastQpn);
-  p.set(wire::deth::kQkey, options_.qkey);
-  p.set(wire::deth::kSrcQp, blocked->qpn());
+  std::vector<uint8_t> bytes = group_send(blocked->qpn());
   net_.inject(b.device->gids()[1], group_, bytes);
   pump();
   EXPECT_EQ(poll(b.rcq).size(), 1u) << "the QP without the flag gets the copy";

@@ -221,6 +221,16 @@ ibv_gid own_group(uint8_t salt) {
   return gid;
 }
 
+// An AH to `group` (the device's GID 1 as source), as a multicast sender makes it.
+ibv_ah* group_ah(ibv_pd* pd, const ibv_gid& group) {
+  ibv_ah_attr attr{};
+  attr.is_global = 1;
+  attr.port_num = 1;
+  attr.grh.sgid_index = 1;
+  attr.grh.dgid = group;
+  return ibv_create_ah(pd, &attr);
+}
+
 // ibv_attach_mcast(3) through real IP multicast on loopback: two attached QPs each
 // get the datagram a third QP sends to the group (DestQP 0xFFFFFF, an AH with the
 // group's GID), with the group as the GRH's destination.
@@ -235,12 +245,7 @@ TEST(VerbsMulticast, EveryAttachedQpGetsTheMessageSentToTheGroup) {
   ASSERT_EQ(ibv_attach_mcast(second.qp, &group, 0), 0);
   for (UdSide* side : {&first, &second})
     ASSERT_EQ(post_recv(side->qp, {uint64_t(uintptr_t(side->buf.data())), 4096, side->mr->lkey}, 1), 0);
-  ibv_ah_attr attr{};
-  attr.is_global = 1;
-  attr.port_num = 1;
-  attr.grh.sgid_index = 1;
-  attr.grh.dgid = group;
-  ibv_ah* to_group = ibv_create_ah(sender.pd, &attr);
+  ibv_ah* to_group = group_ah(sender.pd, group);
   ASSERT_NE(to_group, nullptr) << errno;
   std::memcpy(&sender.buf[0], "all", 3);
   ASSERT_EQ(sender.send(to_group, 0xffffff, 0, 3, 2), 0);
@@ -278,13 +283,8 @@ TEST(VerbsMulticast, BlockedQpGetsNoCopyOfItsOwnDatagrams) {
       ASSERT_EQ(post_recv(side->qp, {uint64_t(uintptr_t(&side->buf[4096 + i * 2048])), 2048,
                                      side->mr->lkey}, i), 0);
   }
-  ibv_ah_attr attr{};
-  attr.is_global = 1;
-  attr.port_num = 1;
-  attr.grh.sgid_index = 1;
-  attr.grh.dgid = group;
-  ibv_ah* from_blocked = ibv_create_ah(blocked.pd, &attr);
-  ibv_ah* from_looping = ibv_create_ah(looping.pd, &attr);
+  ibv_ah* from_blocked = group_ah(blocked.pd, group);
+  ibv_ah* from_looping = group_ah(looping.pd, group);
   ASSERT_NE(from_blocked, nullptr);
   ASSERT_NE(from_looping, nullptr);
   // The blocked QP sends first: had it a copy of its own, the copy would come
