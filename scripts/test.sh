@@ -81,12 +81,16 @@ stage() {
 stage "release" build "" -- \
   -DCMAKE_BUILD_TYPE=Release
 
-# Sanitizers: optimised with debug info (fast enough for the protocol tests,
-# readable stacks); leak checks on; any UB report fails its test.
+# Sanitizers: -O1 with line tables (-g1), as ASan's documentation advises: fast
+# enough for the protocol tests, stacks with file:line, and half the compile
+# time of -O2 -g (7 s against 14.5 s for tests/verbs/rc_test.cc; the sanitizer
+# build was 16 of CI's 29 minutes). Leak checks on; any UB report fails its test.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:strict_init_order=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 stage "asan+ubsan" build-asan "$sanitizer_exclude_label" -- \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
+  "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
   -DSOFTRDMA_SANITIZE=address,undefined \
   -DSOFTRDMA_BUILD_BENCH=OFF
 
