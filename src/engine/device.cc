@@ -354,10 +354,14 @@ void Device::dispatch_multicast(const wire::PacketView& packet, const transport:
     bump(counters_.rx_bad_pkey);
     return;
   }
-  const bool from_this_device = std::find(gids_.begin(), gids_.end(), rx.src) != gids_.end();
-  const auto source_qpn = uint32_t(packet.get(wire::deth::kSrcQp));
+  // Its own copy, for a QP that asked not to get one: sent by that QP number
+  // from one of this device's GIDs. Looked at only for such a QP.
+  auto own_copy = [&](const Qp& qp) {
+    return uint32_t(packet.get(wire::deth::kSrcQp)) == qp.qpn() &&
+           std::find(gids_.begin(), gids_.end(), rx.src) != gids_.end();
+  };
   for (Qp* qp : it->second) {  // a QP's receive never attaches or detaches
-    if (from_this_device && source_qpn == qp->qpn() && qp->blocks_self_multicast_loopback()) {
+    if (qp->blocks_self_multicast_loopback() && own_copy(*qp)) {
       bump(counters_.rx_mcast_self_blocked);
       continue;
     }

@@ -87,10 +87,10 @@ int connect_errno(const rdma_cm_event& ev) {
   }
 }
 
-int send_connect(RSocket& s) {
-  if (int err = setup_endpoint(s)) return fail(err);
-  ConnData data;
-  format_conn_data(s, data);
+// The REQ's or REP's parameters: our rs_conn_data as private data, one RDMA
+// READ each way (rsockets use none), and the most patient retries (the CM
+// takes from them what its message carries).
+rdma_conn_param conn_param(const ConnData& data) {
   rdma_conn_param param{};
   param.private_data = &data;
   param.private_data_len = sizeof data;
@@ -99,6 +99,14 @@ int send_connect(RSocket& s) {
   param.rnr_retry_count = 7;
   param.responder_resources = 1;
   param.initiator_depth = 1;
+  return param;
+}
+
+int send_connect(RSocket& s) {
+  if (int err = setup_endpoint(s)) return fail(err);
+  ConnData data;
+  format_conn_data(s, data);
+  rdma_conn_param param = conn_param(data);
   return rdma_connect(s.id, &param);
 }
 
@@ -225,12 +233,8 @@ RSocket* accept_request(RSocket& listener, rdma_cm_id* id, const ConnData& creq)
     return nullptr;  // make_socket destroyed the id; the peer's REQ times out
   }
   inherit(*s, listener);
-  if (creq.version != 1) {
-    rdma_reject(s->id, nullptr, 0);
-    destroy_socket(s);
-    return errno = ECONNABORTED, nullptr;
-  }
-  if (int err = setup_endpoint(*s)) {
+  const int err = creq.version != 1 ? ECONNABORTED : setup_endpoint(*s);
+  if (err != 0) {
     rdma_reject(s->id, nullptr, 0);
     destroy_socket(s);
     return errno = err, nullptr;
@@ -238,12 +242,7 @@ RSocket* accept_request(RSocket& listener, rdma_cm_id* id, const ConnData& creq)
   save_conn_data(*s, creq);
   ConnData cresp;
   format_conn_data(*s, cresp);
-  rdma_conn_param param{};
-  param.private_data = &cresp;
-  param.private_data_len = sizeof cresp;
-  param.responder_resources = 1;
-  param.initiator_depth = 1;
-  param.rnr_retry_count = 7;
+  rdma_conn_param param = conn_param(cresp);
   s->phase = Phase::kAccepting;
   if (rdma_accept(s->id, &param) != 0) {
     int err = errno;

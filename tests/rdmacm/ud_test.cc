@@ -42,15 +42,20 @@ struct UdSide {
     ASSERT_EQ(rdma_resolve_route(id, 2000), 0);
     rdma_ack_cm_event(expect(channel, RDMA_CM_EVENT_ROUTE_RESOLVED));
   }
+  // Binds to 127.0.0.1 on a free port and listens; the address, for clients.
+  sockaddr_in listen_on_loopback() {
+    sockaddr_in address = ipv4("127.0.0.1", free_port());
+    EXPECT_EQ(rdma_bind_addr(id, as_sockaddr(address)), 0);
+    EXPECT_EQ(rdma_listen(id, 4), 0);
+    return address;
+  }
 };
 
 // Accepted: the client's ESTABLISHED carries the server QP's number, the UDP
 // Q_Key and an address that reaches it; a datagram sent with them arrives.
 TEST(UdConnect, AcceptedRequestGivesThePeersAddress) {
   UdSide server, client;
-  sockaddr_in address = ipv4("127.0.0.1", free_port());
-  ASSERT_EQ(rdma_bind_addr(server.id, as_sockaddr(address)), 0);
-  ASSERT_EQ(rdma_listen(server.id, 4), 0);
+  sockaddr_in address = server.listen_on_loopback();
   client.resolve(address);
   client.make_qp();
   rdma_conn_param param{};
@@ -114,9 +119,7 @@ TEST(UdConnect, AcceptedRequestGivesThePeersAddress) {
 // kernel's cma reports it.
 TEST(UdConnect, RejectedOrUnlistenedIsUnreachableWithTheSidrStatus) {
   UdSide server, client, lonely;
-  sockaddr_in address = ipv4("127.0.0.1", free_port());
-  ASSERT_EQ(rdma_bind_addr(server.id, as_sockaddr(address)), 0);
-  ASSERT_EQ(rdma_listen(server.id, 4), 0);
+  sockaddr_in address = server.listen_on_loopback();
   client.resolve(address);
   rdma_conn_param param{};
   ASSERT_EQ(rdma_connect(client.id, &param), 0);
@@ -144,9 +147,7 @@ TEST(UdConnect, RejectedOrUnlistenedIsUnreachableWithTheSidrStatus) {
 // 136: more is EINVAL, never cut short on the wire.
 TEST(UdConnect, PrivateDataUpToTheMessagesRoomAndNoMore) {
   UdSide server, client;
-  sockaddr_in address = ipv4("127.0.0.1", free_port());
-  ASSERT_EQ(rdma_bind_addr(server.id, as_sockaddr(address)), 0);
-  ASSERT_EQ(rdma_listen(server.id, 4), 0);
+  sockaddr_in address = server.listen_on_loopback();
   client.resolve(address);
   const std::vector<char> big(256, 'u');
   rdma_conn_param param{};
