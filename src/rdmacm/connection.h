@@ -33,8 +33,11 @@ enum class CmState {
 // What the REQ and REP settled, for the QP's transitions (IBA 12.7.2, 12.7.33).
 struct Negotiated {
   uint32_t remote_qpn = 0;
-  uint32_t remote_psn = 0;   // the peer's starting PSN: our receive PSN
-  uint32_t local_psn = 0;    // ours: our send PSN
+  // The Starting PSN of a REQ or REP is the PSN its sender expects to receive
+  // (the Linux CM: the active side sets rq_psn from its own REQ, the passive side
+  // sq_psn from it; the same for the REP). So the peer's tells us where to send.
+  uint32_t send_psn = 0;     // the peer's Starting PSN: our QP's sq_psn
+  uint32_t receive_psn = 0;  // ours, in our REQ/REP: our QP's rq_psn
   uint8_t responder_resources = 0;  // what we serve (our max_dest_rd_atomic)
   uint8_t initiator_depth = 0;      // what we issue (our max_rd_atomic)
   uint8_t retry_count = 7;
