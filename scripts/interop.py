@@ -54,6 +54,7 @@ class Case:
     needs_verbs_ops: bool = False
     persistent: bool = False      # the server serves until stopped: its exit status is not judged
     directions: tuple = ("sr-server", "sr-client")
+    tool_race: str = ""           # the tool's own failure, retried: see run_with_retries
 
 
 def pingpong(tool, extra="", **kw):
@@ -63,7 +64,16 @@ def pingpong(tool, extra="", **kw):
                 "tcp", expect=r"200 iters in", **kw)
 
 
+# perftest 4.5-0.17 with -R opens a second connection right after the two sides'
+# handshake, racing the server's rdma_listen: a slow server (the emulated guest)
+# answers the REQ with REJ "invalid service ID" (8), and perftest's retry then uses
+# the ids it has just freed and crashes (fixed upstream). Neither is softrdma's.
+PERFTEST_CM_RACE = r"RDMA_CM_EVENT_REJECTED; error: 8"
+
+
 def perftest(tool, extra="", rdma_cm=False, **kw):
+    if rdma_cm:
+        kw.setdefault("tool_race", PERFTEST_CM_RACE)
     addressing = "-R" if rdma_cm else "-x {gid}"
     base = f"{tool} -d {{dev}} {addressing} -p {{port}} {extra}"
     name = tool + (".R" if rdma_cm else "") + kw.pop("suffix", "")
@@ -200,7 +210,7 @@ def commands(case, direction, softrdma, port, share_host, pcap):
 # short run is all of them (linux-peer-vm/README.md, "Facts and pitfalls").
 def capture_around(body, pcap):
     log = f"{pcap}.tcpdump.log"
-    return (f"tcpdump -Z root -i tap0 --immediate-mode -U -s 0 -w {pcap} > {log} 2>&1 & cap=$!; "
+    return (f"ulimit -c unlimited; tcpdump -Z root -i tap0 --immediate-mode -U -s 0 -w {pcap} > {log} 2>&1 & cap=$!; "
             f"n=0; until grep -q 'listening on' {log}; do n=$((n+1)); [ $n -gt 100 ] && break; "
             f"sleep 0.1; done; ( {body} ); rc=$?; sleep 0.3; kill $cap; wait $cap; exit $rc")
 
@@ -261,6 +271,21 @@ def run_case(case, direction, args, port, workdir):
     return not why, f"icrc {good}/{good + bad}", seconds, "; ".join(why), output
 
 
+def run_with_retries(case, direction, args, port, workdir, attempts=3):
+    """A run that failed only as the tool itself fails (its own race, case.tool_race)
+    is run again, at most `attempts` times in all; every other failure stands."""
+    for attempt in range(1, attempts + 1):
+        ok, tally, seconds, why, output = run_case(case, direction, args, port, workdir)
+        if ok or not case.tool_race or not re.search(case.tool_race, output):
+            break
+        if attempt < attempts:
+            print(f"retry {case.name:26} {direction:9}  the tool's own failure: "
+                  f"/{case.tool_race}/", flush=True)
+    if attempt > 1:
+        why = (why + "; " if why else "") + f"attempt {attempt} (the tool's own race before)"
+    return ok, tally, seconds, why, output
+
+
 def build_verbs_ops(share):
     source = PEER_VM / "tools" / "verbs-ops.c"
     subprocess.run(["cc", "-O2", "-o", f"{share}/verbs-ops", str(source), "-libverbs"],
@@ -293,8 +318,8 @@ def main():
         for direction in case.directions:
             if args.direction and direction != args.direction:
                 continue
-            ok, tally, seconds, why, output = run_case(case, direction, args, args.port + i,
-                                                       workdir)
+            ok, tally, seconds, why, output = run_with_retries(case, direction, args,
+                                                               args.port + i, workdir)
             (workdir / f"{case.name}.{direction}.log").write_text(output)
             verdict = "PASS" if ok else "FAIL"
             passed, failed = passed + ok, failed + (not ok)
