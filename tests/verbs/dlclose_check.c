@@ -20,7 +20,8 @@ typedef struct ibv_device **(*get_device_list_fn)(int *);
 typedef struct ibv_context *(*open_device_fn)(struct ibv_device *);
 typedef int (*query_gid_fn)(struct ibv_context *, uint8_t, int, union ibv_gid *);
 
-/* The device's IPv4 address: GID[1] is ::ffff:a.b.c.d (docs/decisions/gid-table.md). */
+/* Opens the device and finds its IPv4 address: GID[1] (or [0]) is ::ffff:a.b.c.d
+ * (docs/decisions/gid-table.md). */
 static int open_device(void *lib, struct sockaddr_in *address) {
   get_device_list_fn get_list = (get_device_list_fn)dlsym(lib, "ibv_get_device_list");
   open_device_fn open_dev = (open_device_fn)dlsym(lib, "ibv_open_device");
@@ -30,9 +31,14 @@ static int open_device(void *lib, struct sockaddr_in *address) {
   struct ibv_device **list = get_list(&n);
   if (list == NULL || n < 1) return -1;
   struct ibv_context *context = open_dev(list[0]);
+  if (context == NULL) return -1;
+  static const uint8_t ipv4_mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
   union ibv_gid gid;
-  if (context == NULL || query_gid(context, 1, 1, &gid) != 0) return -1;
   memset(address, 0, sizeof *address);
+  for (int index = 1; index >= 0; --index) {
+    if (query_gid(context, 1, index, &gid) == 0 && memcmp(gid.raw, ipv4_mapped, 12) == 0) break;
+    if (index == 0) return 0; /* IPv6 only (SOFTRDMA_ADDR): no datagrams, the check stays */
+  }
   address->sin_family = AF_INET;
   address->sin_port = htons(4791);
   memcpy(&address->sin_addr, gid.raw + 12, 4);
@@ -41,6 +47,7 @@ static int open_device(void *lib, struct sockaddr_in *address) {
 
 /* Wakes the progress thread 100 times over about half a second. */
 static void wake_progress_thread(const struct sockaddr_in *address) {
+  if (address->sin_family != AF_INET) return;
   const int fd = socket(AF_INET, SOCK_DGRAM, 0);
   const char junk[8] = "wake up";
   const struct timespec pause = {0, 5 * 1000 * 1000};
