@@ -94,7 +94,8 @@ TEST(StatusSegmentTest, RowsOfDestroyedQpsAreReused) {
   }
   EXPECT_EQ(segment->file_bytes(), 4096u);
   int stale = 0;
-  const StatusReport* mine = own_report(read_status_segments(stale, dir.path()));
+  const auto reports = read_status_segments(stale, dir.path());
+  const StatusReport* mine = own_report(reports);
   ASSERT_NE(mine, nullptr);
   EXPECT_TRUE(mine->qps.empty());
 }

@@ -31,6 +31,9 @@ static int open_device(void *lib, struct sockaddr_in *address) {
   struct ibv_device **list = get_list(&n);
   if (list == NULL || n < 1) return -1;
   struct ibv_context *context = open_dev(list[0]);
+  void (*free_list)(struct ibv_device **) =
+      (void (*)(struct ibv_device **))dlsym(lib, "ibv_free_device_list");
+  if (free_list) free_list(list); /* the context outlives the list (ibv_get_device_list(3)) */
   if (context == NULL) return -1;
   static const uint8_t ipv4_mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
   union ibv_gid gid;
