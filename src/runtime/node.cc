@@ -14,9 +14,12 @@ namespace {
 // UDP, then capture closest to the wire, then faults on top (so the capture shows
 // what really crossed the socket: an injected loss is not in the file).
 std::unique_ptr<transport::Transport> open_transport(const Settings& s, std::string& error,
-                                                     transport::FaultInjector*& faults) {
+                                                     transport::FaultInjector*& faults,
+                                                     StatusSegment* status) {
   transport::UdpConfig udp;
   udp.address = s.address;
+  // Issue 14 defect 5: the transport counts its drops where `softrdma status` reads.
+  if (status != nullptr) udp.counters = status->transport_counters();
   std::unique_ptr<transport::Transport> t = transport::UdpTransport::open(udp, error);
   if (!t) return nullptr;
   if (!s.pcap_path.empty()) {
@@ -39,21 +42,25 @@ std::unique_ptr<transport::Transport> open_transport(const Settings& s, std::str
 
 std::unique_ptr<Node> Node::open(const Settings& settings, std::string& error) {
   std::unique_ptr<Node> node(new Node(settings));
-  node->transport_ = open_transport(settings, error, node->faults_);
+  // The segment first: the transport counts into it from its first packet.
+  node->status_ = StatusSegment::create(settings.device_name);
+  node->transport_ = open_transport(settings, error, node->faults_, node->status_.get());
   if (!node->transport_) return nullptr;
   engine::DeviceConfig config;
   config.name = settings.device_name;
-  node->status_ = StatusSegment::create(settings.device_name, node->transport_->describe());
-  if (node->status_) config.counters = node->status_->counters();
+  if (node->status_) {
+    node->status_->set_address(node->transport_->describe());
+    config.counters = node->status_->counters();
+  }
   config.max_unacked_packets = settings.max_unacked_packets;
   node->device_ = std::make_unique<engine::Device>(config, *node->transport_);
   if (node->status_) {
     StatusSegment* status = node->status_.get();
     node->device_->set_qp_observer([status](const engine::Qp& qp, bool gone) {
-      uint8_t peer[16];
-      std::memcpy(peer, qp.attr().ah_attr.grh.dgid.raw, sizeof peer);
-      return status->update_qp(qp.qpn(), qp.attr().dest_qp_num, uint8_t(qp.type()),
-                               uint8_t(qp.state()), peer, gone);
+      StatusQpUpdate row{qp.qpn(), qp.attr().dest_qp_num, uint8_t(qp.type()),
+                         uint8_t(qp.state()), {}};
+      std::memcpy(row.peer, qp.attr().ah_attr.grh.dgid.raw, sizeof row.peer);
+      return status->update_qp(row, gone);
     });
   }
   if (!settings.progress_thread) {

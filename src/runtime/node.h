@@ -39,6 +39,8 @@ class Node {
   progress::ProgressLoop* loop() { return loop_.get(); }
   // The fault injector on top of the transport, when SOFTRDMA_FAULTS asked for one.
   transport::FaultInjector* faults() { return faults_; }
+  // The process's status segment for this device; null when none could be made.
+  const StatusSegment* status() const { return status_.get(); }
 
  private:
   explicit Node(const Settings& settings) : settings_(settings) {}

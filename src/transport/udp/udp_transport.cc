@@ -139,9 +139,11 @@ UdpTransport::UdpTransport(const UdpConfig& config, int fd, Gid gid)
     : config_(config), rx_fd_(fd), local_gid_(gid), port_(config.port),
       ipv6_(!wire::gid_is_ipv4(gid)),
       rx_(std::make_unique<RxRing>(std::max<size_t>(1, config.rx_ring_packets))),
-      port_fds_(std::make_unique<std::array<std::atomic<int>, kSourcePorts>>()) {
+      port_fds_(std::make_unique<std::array<std::atomic<int>, kSourcePorts>>()),
+      counters_(config.counters != nullptr ? *config.counters : own_counters_) {
   for (auto& entry : *port_fds_) entry.store(-1, std::memory_order_relaxed);
   rcvbuf_bytes_ = udp::set_receive_buffer(fd, config.rcvbuf_bytes);
+  counters_.rx_buffer_bytes.store(uint64_t(rcvbuf_bytes_), std::memory_order_relaxed);
   udp::set_send_buffer(fd, config.sndbuf_bytes);
   udp::enable_packet_info(fd, ipv6_);
   if (ipv6_) udp::accept_zero_udp_checksum(fd);
