@@ -8,6 +8,7 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -74,6 +75,11 @@ class Agent {
   void on_sidr_rep(CmId& id, const Incoming& rep);
   void on_timeouts();
   int next_timeout_ms();
+  // A peer that dies (cm_peer_loss.cc): QPs of established connections that
+  // entered Error end those connections.
+  void watch_qp_errors();
+  void on_qp_errors();
+  void connection_lost(CmId& id);
 
   std::mutex mutex_;
   ibv_context* context_ = nullptr;  // guarded by mutex_
@@ -81,6 +87,8 @@ class Agent {
   std::set<int> reservations_;      // guarded by mutex_
   int epoll_fd_ = -1;
   int wake_fd_ = -1;  // an eventfd: a new deadline, recompute the wait
+  // softrdma_qp_error_fd of context_: readable when a QP entered Error.
+  std::atomic<int> qp_error_fd_{-1};
   std::thread thread_;
 
   std::mutex cm_mutex_;

@@ -102,6 +102,7 @@ void Agent::on_mad(const ibv_gid& source, std::span<const uint8_t> bytes) {
     case CmAttribute::kRej: return on_rej(id, *mad);
     case CmAttribute::kDreq: return on_dreq(id, *mad);
     case CmAttribute::kDrep:
+      if (c.state == CmState::kClosed) c.awaiting_answer = false;  // a lost one's DREQ
       if (c.state != CmState::kDreqSent) return;
       c.awaiting_answer = false;
       c.state = CmState::kClosed;

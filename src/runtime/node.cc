@@ -47,15 +47,9 @@ std::unique_ptr<Node> Node::open(const Settings& settings, std::string& error) {
   if (node->status_) config.counters = node->status_->counters();
   config.max_unacked_packets = settings.max_unacked_packets;
   node->device_ = std::make_unique<engine::Device>(config, *node->transport_);
-  if (node->status_) {
-    StatusSegment* status = node->status_.get();
-    node->device_->set_qp_observer([status](const engine::Qp& qp, bool gone) {
-      uint8_t peer[16];
-      std::memcpy(peer, qp.attr().ah_attr.grh.dgid.raw, sizeof peer);
-      return status->update_qp(qp.qpn(), qp.attr().dest_qp_num, uint8_t(qp.type()),
-                               uint8_t(qp.state()), peer, gone);
-    });
-  }
+  Node* raw = node.get();
+  node->device_->set_qp_observer(
+      [raw](const engine::Qp& qp, bool gone) { return raw->observe_qp(qp, gone); });
   if (!settings.progress_thread) {
     // Issue 6 defect 7: the mode is kept for processes that always poll, and says
     // what it costs (docs/configuration.md).
@@ -67,7 +61,7 @@ std::unique_ptr<Node> Node::open(const Settings& settings, std::string& error) {
   if (settings.progress_thread) {
     engine::Device* device = node->device_.get();
     progress::ProgressHooks hooks;
-    hooks.progress = [device] { return device->progress(); };
+    hooks.progress = [raw] { return raw->turn(); };
     hooks.next_deadline_ns = [device] { return device->next_deadline(); };
     hooks.fds = {node->transport_->rx_fd()};
     node->loop_ = std::make_unique<progress::ProgressLoop>(std::move(hooks));
@@ -87,7 +81,37 @@ Node::~Node() {
 }
 
 bool Node::progress_inline() {
-  return loop_ ? loop_->run_once() : device_->progress();
+  return loop_ ? loop_->run_once() : turn();
+}
+
+engine::QpCounters* Node::observe_qp(const engine::Qp& qp, bool gone) {
+  if (!gone && qp.state() == IBV_QPS_ERR && qp.type() == IBV_QPT_RC && qp_error_listener_) {
+    std::lock_guard lock(qp_errors_mutex_);
+    qp_errors_.push_back(qp.qpn());
+    qp_errors_pending_.store(true, std::memory_order_release);
+  }
+  if (!status_) return nullptr;
+  uint8_t peer[16];
+  std::memcpy(peer, qp.attr().ah_attr.grh.dgid.raw, sizeof peer);
+  return status_->update_qp(qp.qpn(), qp.attr().dest_qp_num, uint8_t(qp.type()),
+                            uint8_t(qp.state()), peer, gone);
+}
+
+bool Node::turn() {
+  const bool worked = device_->progress();
+  // One relaxed-cost load per turn; the list is taken only when something failed.
+  if (qp_errors_pending_.load(std::memory_order_acquire)) report_qp_errors();
+  return worked;
+}
+
+[[gnu::cold]] void Node::report_qp_errors() {
+  std::vector<uint32_t> errors;
+  {
+    std::lock_guard lock(qp_errors_mutex_);
+    errors.swap(qp_errors_);
+    qp_errors_pending_.store(false, std::memory_order_relaxed);
+  }
+  for (uint32_t qpn : errors) qp_error_listener_(qpn);
 }
 
 }  // namespace softrdma::runtime
