@@ -6,6 +6,7 @@
 #include "transport/fake/fault_injector.h"
 #include "transport/pcap_writer.h"
 #include "transport/udp/udp_transport.h"
+#include "wire/ip_udp.h"
 
 namespace softrdma::runtime {
 
@@ -50,6 +51,7 @@ std::unique_ptr<Node> Node::open(const Settings& settings, std::string& error) {
   Node* raw = node.get();
   node->device_->set_qp_observer(
       [raw](const engine::Qp& qp, bool gone) { return raw->observe_qp(qp, gone); });
+  node->watch_addresses();
   if (!settings.progress_thread) {
     // Issue 6 defect 7: the mode is kept for processes that always poll, and says
     // what it costs (docs/configuration.md).
@@ -72,7 +74,25 @@ std::unique_ptr<Node> Node::open(const Settings& settings, std::string& error) {
   return node;
 }
 
+// Issue 14 defect 12 (docs/decisions/gid-table.md, "Addresses that come and go"):
+// an IPv4 address off loopback may get its interface's link-local address (GID 0)
+// after the device opened, and lose it. A loopback or IPv6 device's table never
+// changes: no watcher. Without one (netlink refused), the table stays as opened.
+void Node::watch_addresses() {
+  const std::vector<wire::Gid>& gids = device_->gids();
+  if (!wire::gid_is_ipv4(gids.back()) || (wire::gid_to_ipv4(gids.back()) >> 24) == 127) return;
+  engine::Device* device = device_.get();
+  std::string error;
+  address_watcher_ = AddressWatcher::start([device] { device->refresh_gids(); }, error);
+  if (!address_watcher_) {
+    std::fprintf(stderr, "%s; the GID table will not follow address changes\n", error.c_str());
+    return;
+  }
+  device->refresh_gids();  // what changed between the device's opening and the watch
+}
+
 Node::~Node() {
+  address_watcher_.reset();  // before the device it calls
   if (loop_) loop_->stop();
   if (device_) device_->set_wakeup(nullptr);
   loop_.reset();

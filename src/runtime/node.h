@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/device.h"
+#include "runtime/address_watcher.h"
 #include "progress/loop.h"
 #include "runtime/settings.h"
 #include "runtime/status_segment.h"
@@ -60,6 +61,7 @@ class Node {
   // One turn of the engine, then the QPs that entered Error meanwhile are told.
   bool turn();
   void report_qp_errors();
+  void watch_addresses();
 
   Settings settings_;
   std::unique_ptr<StatusSegment> status_;  // outlives the device: its counters live there
@@ -67,6 +69,9 @@ class Node {
   transport::FaultInjector* faults_ = nullptr;  // inside transport_, when configured
   std::unique_ptr<engine::Device> device_;
   std::unique_ptr<progress::ProgressLoop> loop_;
+  // For a device whose GID table follows the host's addresses (an IPv4
+  // SOFTRDMA_ADDR off loopback); stopped before the device closes.
+  std::unique_ptr<AddressWatcher> address_watcher_;
 
   // QPs that entered Error, noted under the QP's lock by observe_qp and told by
   // turn() once no lock is held (DESIGN.md §5: no system call under a QP lock).
