@@ -45,7 +45,10 @@ ibv_context* Agent::context() {
   if (devices == nullptr) return nullptr;
   if (count > 0) context_ = ibv_open_device(devices[0]);
   ibv_free_device_list(devices);
-  if (context_ != nullptr) watch_qp_errors();
+  if (context_ != nullptr) {
+    watch_qp_errors();
+    publish_liveness();
+  }
   if (context_ == nullptr && errno == 0) errno = ENODEV;
   return context_;
 }
@@ -86,6 +89,7 @@ void Agent::serve(int fd) {
     return;
   }
   if (fd == qp_error_fd_.load(std::memory_order_relaxed)) return on_qp_errors();
+  if (serve_liveness_socket(fd)) return;
   {
     std::lock_guard cm_lock(cm_mutex_);
     if (mad_port_ != nullptr && fd == mad_port_->fd()) {
@@ -94,6 +98,7 @@ void Agent::serve(int fd) {
       });
       return;
     }
+    if (serve_pidfd(fd)) return;
   }
   std::unique_lock lock(mutex_);
   ibv_context* context = context_;

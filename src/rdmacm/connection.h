@@ -58,6 +58,8 @@ struct Connection {
   // The connection ended because its QP failed (the peer is gone or unreachable),
   // not by a DREQ: rsockets then end the stream with ECONNRESET, not EOF.
   bool lost = false;
+  // The peer's process when it is one of this host (cm_peer_process.cc), or 0.
+  int peer_pid = 0;
   int retries_left = 0;
   std::chrono::steady_clock::time_point deadline{};
   std::chrono::milliseconds timeout{0};

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "rdmacm/rdmacm_fixture.h"
 
@@ -18,16 +19,24 @@ namespace softrdma::rdmacm::testing {
 
 class PeerProcess {
  public:
-  PeerProcess(const char* mode, uint16_t port) {
+  // rdmacm_test_peer MODE 127.0.0.1 PORT.
+  PeerProcess(const char* mode, uint16_t port)
+      : PeerProcess(std::vector<std::string>{}, mode, "127.0.0.1", port) {}
+  // `prefix` runs it (e.g. {"ip", "netns", "exec", NS, "env", "SOFTRDMA_ADDR=..."},
+  // each of which execs the next, so the process killed is the peer itself).
+  PeerProcess(std::vector<std::string> prefix, const char* mode, const std::string& address,
+              uint16_t port) {
     int to_child[2], from_child[2];
     if (pipe(to_child) != 0 || pipe(from_child) != 0) return;
+    prefix.insert(prefix.end(), {SOFTRDMA_RDMACM_PEER, mode, address, std::to_string(port)});
+    std::vector<char*> argv;
+    for (std::string& arg : prefix) argv.push_back(arg.data());
+    argv.push_back(nullptr);
     pid_ = fork();
     if (pid_ == 0) {
       dup2(to_child[0], 0);
       dup2(from_child[1], 1);
-      const std::string port_text = std::to_string(port);
-      execl(SOFTRDMA_RDMACM_PEER, SOFTRDMA_RDMACM_PEER, mode, port_text.c_str(),
-            static_cast<char*>(nullptr));
+      execvp(argv[0], argv.data());
       _exit(127);
     }
     close(to_child[0]);
@@ -43,13 +52,14 @@ class PeerProcess {
       waitpid(pid_, nullptr, 0);
     }
   }
-  // Its next line (without the newline) within a hang guard of 30 s; "" at its end.
-  std::string line() {
+  // Its next line (without the newline) within a hang guard (30 s unless said);
+  // "" at its end.
+  std::string line(int guard_ms = 30000) {
     std::string text;
     char c = 0;
     for (;;) {
       pollfd p{stdout_, POLLIN, 0};
-      if (poll(&p, 1, 30000) != 1 || read(stdout_, &c, 1) != 1 || c == '\n') return text;
+      if (poll(&p, 1, guard_ms) != 1 || read(stdout_, &c, 1) != 1 || c == '\n') return text;
       text += c;
     }
   }
