@@ -136,10 +136,12 @@ void Agent::watch_peer(CmId& id) {
   id.conn.peer_pid = pid;
 }
 
-// Under cm_mutex_: a connection ended; its peer's pidfd is closed with the last.
+// Under cm_mutex_, on the agent's thread: the peer exited; its pidfd is closed.
+// Only here: a pidfd closed by another thread could still be in the batch of
+// events the agent is serving, under a number the process may reuse. So a peer
+// process is watched from its first connection until it exits (one pidfd per
+// live peer process), not only while connections to it last.
 void Agent::unwatch_peer(pid_t pid) {
-  for (auto& [comm_id, other] : connections_)
-    if (other->conn.peer_pid == pid) return;
   auto it = peer_pidfds_.find(pid);
   if (it == peer_pidfds_.end()) return;
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second, nullptr);

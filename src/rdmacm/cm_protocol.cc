@@ -8,7 +8,6 @@
 
 #include <cstring>
 #include <memory>
-#include <utility>
 
 #include "rdmacm/agent.h"
 #include "rdmacm/cm.h"
@@ -62,7 +61,6 @@ void Agent::forget(CmId& id) {
     if (it != listeners_.end() && it->second == &id) listeners_.erase(it);
     id.service_id = 0;
   }
-  if (id.conn.peer_pid != 0) unwatch_peer(std::exchange(id.conn.peer_pid, 0));
   if (id.conn.local_comm_id != 0) {
     connections_.erase(id.conn.local_comm_id);
     by_remote_.erase({id.conn.remote_gid, id.conn.remote_comm_id});

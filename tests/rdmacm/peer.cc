@@ -13,6 +13,7 @@
 //                                         SO_KEEPALIVE with TCP_KEEPIDLE 1 s
 #include <arpa/inet.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rsocket.h>
 #include <unistd.h>
@@ -102,8 +103,14 @@ int rsocket_server(const char* address, const char* port) {
       return 1;
   }
   char byte;
-  // The first look grants the client credits (a control message), while it lives.
+  // The first look grants the client credits (a control message), while it lives;
+  // 200 ms of rpoll on a socket the client never writes to let that message be
+  // acknowledged, so that the rrecv below has nothing outstanding (an idle
+  // survivor). Only the probe tests need that: should the acknowledgement come
+  // later, the stream ends by that message's retries, earlier than by the probe.
   if (rrecv(fd, &byte, 1, MSG_DONTWAIT) != -1 || errno != EAGAIN) return 1;
+  pollfd idle{fd, POLLIN, 0};
+  if (rpoll(&idle, 1, 200) != 0) return 1;
   say("connected");
   const ssize_t n = rrecv(fd, &byte, 1, 0);
   std::printf("rrecv %zd %s\n", n, n < 0 ? strerrorname_np(errno) : "-");
