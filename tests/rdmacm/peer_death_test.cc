@@ -38,13 +38,18 @@ int first_completion(ibv_cq* cq) {
 }
 
 // The server's first look at its receive side grants the client credits (a
-// control message). Done while the client answers, so that afterwards nothing but
-// the keepalive goes out (unless that message is still unacknowledged when the
-// client stops: then it ends the stream, which is as right).
+// control message). Done while the client answers, and followed by 200 ms of
+// rpoll (the client writes nothing) for that message to be acknowledged, so that
+// afterwards nothing is outstanding and what ends the stream is what the test is
+// about: the keepalive, or the flush when the client's exit is seen. Should the
+// acknowledgement come later, that message's failure ends the stream instead,
+// with the same result: never a false failure.
 void settle(int fd) {
   char byte;
   ASSERT_EQ(rrecv(fd, &byte, 1, MSG_DONTWAIT), -1);
   ASSERT_EQ(errno, EAGAIN);
+  pollfd idle{fd, POLLIN, 0};
+  ASSERT_EQ(rpoll(&idle, 1, 200), 0);
 }
 
 // On one host nothing needs to be posted: the server's agent watches the client
