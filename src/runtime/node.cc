@@ -119,7 +119,7 @@ engine::QpCounters* Node::observe_qp(const engine::Qp& qp, bool gone) {
 
 bool Node::turn() {
   const bool worked = device_->progress();
-  // One relaxed-cost load per turn; the list is taken only when something failed.
+  // One atomic load per turn; the list is taken only when a QP entered Error.
   if (qp_errors_pending_.load(std::memory_order_acquire)) report_qp_errors();
   return worked;
 }
