@@ -194,6 +194,7 @@ int establish(CmId& id) {
   if (c.state != CmState::kRepReceived) return EINVAL;
   Mad rtu = format_rtu(id);
   c.state = CmState::kEstablished;
+  agent.watch_peer(id);
   return agent.send(id, rtu, false);
 }
 
@@ -274,6 +275,7 @@ SOFTRDMA_CM_EXPORT int rdma_notify(rdma_cm_id* ibv, ibv_event_type event) {
     if (event == IBV_EVENT_COMM_EST && id.conn.state == CmState::kRepSent) {
       id.conn.awaiting_answer = false;
       id.conn.state = CmState::kEstablished;
+      Agent::get().watch_peer(id);
       deliver(id, RDMA_CM_EVENT_ESTABLISHED, 0);
     }
     return 0;

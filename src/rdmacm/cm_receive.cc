@@ -98,10 +98,12 @@ void Agent::on_mad(const ibv_gid& source, std::span<const uint8_t> bytes) {
       if (c.state != CmState::kRepSent) return;
       c.awaiting_answer = false;
       c.state = CmState::kEstablished;
+      watch_peer(id);
       return deliver(id, RDMA_CM_EVENT_ESTABLISHED, 0);
     case CmAttribute::kRej: return on_rej(id, *mad);
     case CmAttribute::kDreq: return on_dreq(id, *mad);
     case CmAttribute::kDrep:
+      if (c.state == CmState::kClosed) c.awaiting_answer = false;  // a lost one's DREQ
       if (c.state != CmState::kDreqSent) return;
       c.awaiting_answer = false;
       c.state = CmState::kClosed;
@@ -213,6 +215,7 @@ void Agent::on_rep(CmId& id, const Incoming& rep) {
   Mad rtu = format_rtu(id);
   send(id, rtu, false);
   c.state = CmState::kEstablished;
+  watch_peer(id);
   deliver(id, RDMA_CM_EVENT_ESTABLISHED, 0, &rep);
 }
 

@@ -58,6 +58,11 @@ struct Connection {
   // The last MAD sent, resent on a timeout or when the peer repeats itself.
   std::array<uint8_t, 256> last_sent{};
   bool awaiting_answer = false;  // last_sent is retransmitted until answered
+  // The connection ended because its QP failed (the peer is gone or unreachable),
+  // not by a DREQ: rsockets then end the stream with ECONNRESET, not EOF.
+  bool lost = false;
+  // The peer's process when it is one of this host (cm_peer_process.cc), or 0.
+  int peer_pid = 0;
   int retries_left = 0;
   std::chrono::steady_clock::time_point deadline{};
   std::chrono::milliseconds timeout{0};

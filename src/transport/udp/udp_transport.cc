@@ -199,6 +199,34 @@ void UdpTransport::serve_link_local() {
   watch(fd);
 }
 
+void UdpTransport::stop_serving_link_local() {
+  if (link_local_fd_ < 0) return;
+  if (epoll_fd_ >= 0) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, link_local_fd_, nullptr);
+  std::erase(rx_fds_, link_local_fd_);
+  close(link_local_fd_);  // datagrams already in the ring stay valid (it owns its buffers)
+  link_local_fd_ = -1;
+  link_local_gid_ = Gid{};
+  link_local_ifindex_ = 0;
+}
+
+// An interface that gets its link-local address after the device opened (a service
+// started before the network was up), or loses it (link down), or gets another:
+// served from when it can be bound until it goes. A tentative address (IPv6
+// duplicate address detection still running) cannot be bound yet; the kernel's
+// next message, when DAD ends, brings another try.
+bool UdpTransport::refresh_addresses() {
+  if (ipv6_ || (wire::gid_to_ipv4(local_gid_) >> 24) == 127) return false;
+  Gid gid;
+  uint32_t ifindex = 0;
+  const bool present = udp::find_link_local(wire::gid_to_ipv4(local_gid_), gid, ifindex);
+  const bool served = link_local_fd_ >= 0;
+  if (served && present && gid == link_local_gid_ && ifindex == link_local_ifindex_) return false;
+  if (!served && !present) return false;
+  stop_serving_link_local();
+  if (present) serve_link_local();
+  return served || link_local_fd_ >= 0;
+}
+
 std::vector<Gid> UdpTransport::local_gids() const {
   if (link_local_fd_ < 0) return {local_gid_};
   return {local_gid_, link_local_gid_};

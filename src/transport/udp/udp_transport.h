@@ -70,6 +70,7 @@ class UdpTransport final : public Transport {
   int rx_fd() const override { return epoll_fd_ >= 0 ? epoll_fd_ : rx_fd_; }
   Gid local_gid() const override { return local_gid_; }
   std::vector<Gid> local_gids() const override;
+  bool refresh_addresses() override;
   TransportCounters counters() const override;
   std::string describe() const override;
   uint16_t udp_port() const override { return port_; }
@@ -93,6 +94,7 @@ class UdpTransport final : public Transport {
   // is served too, on port 4791 (docs/decisions/gid-table.md). Quietly not, when it
   // cannot be bound.
   void serve_link_local();
+  void stop_serving_link_local();
   // The socket a packet leaves from: by destination family, then by source port.
   int socket_for(const TxPacket& packet);
   bool sendable(const Gid& dst) const;
