@@ -46,6 +46,7 @@ std::unique_ptr<Node> Node::open(const Settings& settings, std::string& error) {
   node->status_ = StatusSegment::create(settings.device_name, node->transport_->describe());
   if (node->status_) config.counters = node->status_->counters();
   config.max_unacked_packets = settings.max_unacked_packets;
+  config.idle_probe_interval_ns = int64_t(settings.idle_probe_ms) * 1'000'000;
   node->device_ = std::make_unique<engine::Device>(config, *node->transport_);
   if (node->status_) {
     StatusSegment* status = node->status_.get();
