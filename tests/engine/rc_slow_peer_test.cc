@@ -158,5 +158,29 @@ TEST_F(SlowPeerTest, AfterATimeoutTheWindowGrowsAsAcksReturn) {
   EXPECT_EQ(requests_between_acks, (std::vector<uint32_t>{2, 4, 8, 16, 2, 0}));
 }
 
+// a was descheduled past its timer's deadline (the clock moves, a does not run),
+// and meanwhile 40 packets of b's own WRITE and then b's ACK of a's WRITE arrived.
+// Expect: a's next turn reads everything that waits before it runs its timers: the
+// ACK completes the WRITE, nothing times out, nothing is resent.
+TEST_F(SlowPeerTest, AnAckWaitingBehindOtherPacketsStopsTheTimerItAnswers) {
+  RcOptions o = application_defaults();
+  o.timeout = 10;  // 4.2 ms
+  connect(o);
+  net_.hold(match::to(a.device->gids()[1]));
+  fill(b, 0, 40 * 1024, 33);
+  ASSERT_EQ(post(b, IBV_WR_RDMA_WRITE, 0, 40 * 1024, kDst, 1), 0);  // 40 packets to a
+  ASSERT_EQ(post(a, IBV_WR_RDMA_WRITE, 0, 100, kDst, 2), 0);        // one packet to b
+  b.device->progress();  // b executes a's WRITE and acknowledges it
+  ASSERT_EQ(net_.held_count(), 41u);
+  clock_.advance(10 * kMs);  // past a's deadline, a not running
+  net_.clear_rules();
+  net_.release_held();
+  a.device->progress();
+  EXPECT_EQ(a.counters().retransmit_timeouts.load(), 0u);
+  EXPECT_EQ(a.counters().retransmitted_packets.load(), 0u);
+  ASSERT_TRUE(sq_idle(a));
+  EXPECT_EQ(poll(a.scq).at(0).status, IBV_WC_SUCCESS);
+}
+
 }  // namespace
 }  // namespace softrdma::engine::testing
