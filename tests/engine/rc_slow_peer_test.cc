@@ -158,6 +158,35 @@ TEST_F(SlowPeerTest, AfterATimeoutTheWindowGrowsAsAcksReturn) {
   EXPECT_EQ(requests_between_acks, (std::vector<uint32_t>{2, 4, 8, 16, 2, 0}));
 }
 
+// A one-packet SEND and an 8-packet READ behind it are lost. The restart after the
+// timeout has a window of two: the SEND and one READ response fit. Expect: the READ
+// is asked again whole, in one request, all the same. A part of it would leave the
+// responder standing inside the READ; here the request comes late (after the SEND's
+// ACK) and its response is lost, and every later re-request from the READ's start,
+// reaching past that point, would be ignored as a duplicate READ must be (IBA
+// 9.7.5.1.2) until IBV_WC_RETRY_EXC_ERR (found by the two-process loss test).
+TEST_F(SlowPeerTest, AReadAskedAgainAfterATimeoutIsAskedWhole) {
+  fill(b, kDst, 8 * 1024, 34);
+  post_recv(b, 0, 4096, 1);
+  net_.drop(match::from(a.device->gids()[1]), 2);
+  ASSERT_EQ(post(a, IBV_WR_SEND, 0, 64, 0, 1), 0);
+  ASSERT_EQ(post(a, IBV_WR_RDMA_READ, 4096, 8 * 1024, kDst, 2), 0);
+  net_.hold(match::opcode(op::kRcReadRequest), 1);
+  for (int i = 0; i < 4000 && net_.held_count() == 0; ++i) advance(kStep);
+  ASSERT_EQ(net_.held_count(), 1u);
+  pump();  // the SEND's ACK returns before the READ request arrives
+  net_.clear_rules();
+  net_.drop(match::any(), 1);  // the first response to the late request
+  net_.release_held();
+  run_until_sq_idle(20'000 * kMs);
+  auto wcs = poll(a.scq);
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wcs[1].status, IBV_WC_SUCCESS);
+  EXPECT_TRUE(same(a, 4096, b, kDst, 8 * 1024));
+  EXPECT_EQ(a.qp->state(), IBV_QPS_RTS);
+}
+
 // a was descheduled past its timer's deadline (the clock moves, a does not run),
 // and meanwhile 40 packets of b's own WRITE and then b's ACK of a's WRITE arrived.
 // Expect: a's next turn reads everything that waits before it runs its timers: the

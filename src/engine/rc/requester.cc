@@ -236,11 +236,15 @@ bool Requester::send_read_request(SendWqe& wqe) {
     const uint32_t psn = psn_add(wqe.first_psn, wqe.next_packet);
     const uint32_t space = window_space(psn);
     if (space == 0) return false;
-    // A re-request (after a loss) asks again for no more than was asked before: the
-    // responder answers a duplicate READ only within PSNs it has already passed
-    // (IBA 9.7.5.1.2), so a longer one would be ignored until retries ran out.
-    const uint32_t end = wqe.read_requested > wqe.next_packet ? wqe.read_requested : wqe.npackets;
-    const uint32_t chunk = std::min(space, end - wqe.next_packet);
+    // A re-request (after a loss) asks again for exactly the rest of what was asked
+    // before, whatever the window: the responder answers a duplicate READ only within
+    // PSNs it has already passed (IBA 9.7.5.1.2), so one reaching past where it
+    // stands would be ignored until retries ran out, and it may stand at the end of
+    // any request it executed: a shorter re-request (a gentle restart's window) would
+    // leave a boundary the next one straddles. It is one request packet either way.
+    const bool again = wqe.read_requested > wqe.next_packet;
+    const uint32_t end = again ? wqe.read_requested : wqe.npackets;
+    const uint32_t chunk = again ? end - wqe.next_packet : std::min(space, end - wqe.next_packet);
     const uint64_t offset = uint64_t(wqe.next_packet) * mtu;
     const uint64_t len = std::min<uint64_t>(uint64_t(chunk) * mtu, wqe.length - offset);
     PacketView p = emit_request(wqe, conn_.opcode(op::kReadRequest), 0, psn);
