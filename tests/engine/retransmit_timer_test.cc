@@ -30,15 +30,15 @@ TEST(RetransmitTimer, DoublesFromTheLocalAckTimeoutUpToTheCap) {
   EXPECT_EQ(fresh.interval(kFloor, kCap, 2), 4 * kFloor);  // a probe's own doublings
 }
 
-// The backoff is kept across progress until a round trip is measured again
-// (RFC 6298 5.7), then it ends.
-TEST(RetransmitTimer, BackoffLastsUntilTheNextSample) {
+// Progress ends the run of timeouts, and the backoff with it.
+TEST(RetransmitTimer, ProgressEndsTheBackoff) {
   RetransmitTimer t;
-  t.on_timeout();
-  t.on_timeout();
+  for (int i = 0; i < 2; ++i) {
+    t.on_timeout();
+    t.on_retry();
+  }
   EXPECT_EQ(t.interval(kFloor, kCap), 4 * kFloor);
-  t.on_first_send(10, 0);
-  t.on_acknowledged(11, 1 * kMs);
+  t.on_acknowledged(21, 2 * kMs);
   EXPECT_EQ(t.backoff(), 0u);
   EXPECT_EQ(t.interval(kFloor, kCap), kFloor);
 }

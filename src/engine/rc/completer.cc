@@ -282,7 +282,7 @@ void Completer::retry(uint32_t psn, Nanos now, Cause cause) {
   // Late responses to what was sent before this retry must not trigger another:
   // one retry per gap until progress or the next timeout.
   read_rerequested_ = true;
-  rto_.on_retry();  // Karn: what is resent can time no round trip
+  rto_.on_retry();  // Karn: what is resent times no round trip
   conn_.requester().rewind(psn, cause == Cause::kTimeout);
   restart_timer(now);
   conn_.requester().run(now);

@@ -22,6 +22,7 @@ void RetransmitTimer::on_first_send(uint32_t psn, Nanos now) {
 }
 
 void RetransmitTimer::on_acknowledged(uint32_t una, Nanos now) {
+  backoff_ = 0;
   if (!sampling_ || !wire::psn_before(sample_psn_, una)) return;
   sampling_ = false;
   add_sample(std::max<Nanos>(0, now - sample_sent_));
@@ -29,7 +30,6 @@ void RetransmitTimer::on_acknowledged(uint32_t una, Nanos now) {
 
 // RFC 6298 2.2-2.3, in integer nanoseconds (alpha = 1/8, beta = 1/4).
 void RetransmitTimer::add_sample(Nanos rtt) {
-  backoff_ = 0;  // RFC 6298 5.7: a fresh measurement ends the backoff
   if (!measured_) {
     measured_ = true;
     srtt_ = rtt;

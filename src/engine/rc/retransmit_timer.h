@@ -8,10 +8,11 @@
 //   - never less than the QP's Local ACK Timeout (the floor the application asked for);
 //   - at least the round trip measured on this connection, as TCP does
 //     (RFC 6298: RTO = SRTT + 4 RTTVAR, from ACKs of packets sent once: Karn);
-//   - twice as long after each timeout (RFC 6298 5.5), up to `max_interval` (or the
-//     floor, when the application asked for more); the backed-off wait is kept
-//     until a round trip is measured again (RFC 6298 5.7, Karn), so a peer slower
-//     than the floor is learned instead of retried at every message,
+//   - twice as long after each consecutive timeout (RFC 6298 5.5), up to
+//     `max_interval` (or the floor, when the application asked for more); progress
+//     ends the run of timeouts and the backoff with it, as it reloads retry_cnt
+//     (keeping it until a packet sent once is acknowledged, as Karn's algorithm
+//     would, left a lossy path at the longest wait: docs/decisions/retransmission.md),
 // so retry_cnt still counts consecutive timeouts (IBA 9.7.6.1.3) while the time
 // they span grows, and stays bounded: (retry_cnt + 1) x max(floor, max_interval).
 #pragma once
@@ -35,7 +36,8 @@ class RetransmitTimer {
   void on_retry() { sampling_ = false; }
   // The timer expired: the next wait is twice as long (RFC 6298 5.5).
   void on_timeout() { backoff_ = backoff_ < kMaxDoublings ? backoff_ + 1 : backoff_; }
-  // Everything before `una` is acknowledged: a sample if the timed PSN is among it.
+  // Everything before `una` is acknowledged, progress: the backoff ends, and a
+  // sample is taken if the timed PSN is among it.
   void on_acknowledged(uint32_t una, Nanos now);
 
   // The wait before the next timeout; `floor` is the QP's Local ACK Timeout (kNever:
@@ -58,7 +60,7 @@ class RetransmitTimer {
   bool measured_ = false;
   Nanos srtt_ = 0;
   Nanos rttvar_ = 0;
-  uint32_t backoff_ = 0;  // doublings since the last sample
+  uint32_t backoff_ = 0;  // doublings since the last progress
 };
 
 }  // namespace softrdma::engine::rc
