@@ -116,7 +116,7 @@ class Bench:
         if tls != "tcp":
             # On softrdma0, each process in `softrdma run`'s sysfs view; UCX 1.13's
             # ud_verbs needs its GRH check off (docs/decisions/ucx.md).
-            env.update(UCX_NET_DEVICES="softrdma0:1", UCX_UD_VERBS_ETH_DGID_CHECK="n")
+            env.update(UCX_NET_DEVICES="softrdma0:1")
             server = [self.softrdma, "run", "--"] + server
         client = server + ["127.0.0.1", "-t", test, "-s", str(size), "-n", str(iters)]
         out, _, cpu = timed_pair(server, client, env)

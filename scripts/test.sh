@@ -3,6 +3,8 @@
 # missing, then builds and runs every test twice:
 #   1. release build in build/                      (-O3, as users run it)
 #   2. ASan + UBSan build in build-asan/            (memory and UB errors)
+# and then runs the release build against the Linux kernel's Soft-RoCE in a VM
+# (scripts/interop.sh --subset ci; as root, which CI is).
 # It goes on after a failing stage so one run reports everything, exits
 # non-zero if anything failed, and ends with "summary: N passed, N failed".
 #
@@ -93,6 +95,41 @@ stage "asan+ubsan" build-asan "$sanitizer_exclude_label" -- \
   "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
   -DSOFTRDMA_SANITIZE=address,undefined \
   -DSOFTRDMA_BUILD_BENCH=OFF
+
+# Interoperability with the Linux kernel's Soft-RoCE (issue 14): the CI subset of
+# scripts/interop.sh's matrix, softrdma's release build against rxe0 in a VM
+# (../shared/linux-peer-vm; root for the network namespace and tap device). Each
+# case and direction counts as one test.
+interop_stage() {
+  local runner=()
+  if [[ $(id -u) -ne 0 ]]; then
+    if ! command -v sudo >/dev/null; then
+      echo "=== interop: needs root or sudo (network namespace, tap device): counted as one failure"
+      failed=$((failed + 1))
+      return
+    fi
+    runner=(sudo --preserve-env=SOFTRDMA_PEER_VM)
+  fi
+  echo "=== interop: softrdma against Linux Soft-RoCE in a VM (scripts/interop.sh --subset ci)"
+  local log=build/interop.log
+  SOFTRDMA_INTEROP_NO_BUILD=1 "${runner[@]}" bash scripts/interop.sh --subset ci \
+    --keep build/interop 2>&1 | tee "$log" || true
+  local summary
+  summary=$(grep -E '^interop: [0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1 || true)
+  if [[ $summary =~ ([0-9]+)\ passed,\ ([0-9]+)\ failed ]] && ((BASH_REMATCH[1] > 0)); then
+    passed=$((passed + BASH_REMATCH[1]))
+    failed=$((failed + BASH_REMATCH[2]))
+  else
+    echo "=== interop: ended without a summary (counted as one failure)"
+    failed=$((failed + 1))
+  fi
+}
+if [[ -x build/tools/softrdma ]]; then
+  interop_stage
+else
+  echo "=== interop: no release build (counted as one failure)"
+  failed=$((failed + 1))
+fi
 
 echo "summary: $passed passed, $failed failed"
 ((failed == 0))

@@ -148,6 +148,9 @@ void print_processes() {
     }
     for (const auto& [name, value] : r.counters)
       if (value != 0) std::printf("  engine.%-26s %llu\n", name.c_str(), (unsigned long long)value);
+    // Issue 14 defect 5: what the transport dropped (bad ICRC, truncated, refused).
+    for (const auto& [name, value] : r.transport_counters)
+      if (value != 0) std::printf("  udp.%-29s %llu\n", name.c_str(), (unsigned long long)value);
   }
 }
 
@@ -180,6 +183,11 @@ int status() {
   device.counters().for_each([](const char* name, uint64_t value) {
     std::printf("  engine.%-26s %llu\n", name, (unsigned long long)value);
   });
+  if (const auto* segment = node->status()) {
+    segment->transport_counters()->for_each([](const char* name, uint64_t value) {
+      std::printf("  udp.%-29s %llu\n", name, (unsigned long long)value);
+    });
+  }
   print_processes();
   return 0;
 }

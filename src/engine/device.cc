@@ -50,10 +50,11 @@ Device::Device(DeviceConfig config, transport::Transport& transport, const Clock
       transport_(transport),
       receivers_{&transport},
       clock_(clock),
-      gids_(make_gid_table(transport.local_gids())),
       counters_(config_.counters != nullptr ? *config_.counters : own_counters_),
       next_qpn_(initial_qpn()),
       tx_(std::make_unique<TxBatch>(counters_)) {
+  gid_tables_.push_back(std::make_unique<const std::vector<Gid>>(make_gid_table(transport.local_gids())));
+  gids_.store(gid_tables_.back().get(), std::memory_order_release);
   // Before any peer can reach registered memory (docs/decisions/memory-faults.md).
   install_memory_fault_handler();
 }
@@ -160,7 +161,7 @@ int Device::destroy_cq(Cq* cq) {
 
 Ah* Device::create_ah(Pd* pd, const ibv_ah_attr& attr, int& err) {
   // IBA A17.4.5.1: RoCE addresses by GRH; the port is the one port.
-  if (pd == nullptr || !attr.is_global || attr.grh.sgid_index >= gids_.size() ||
+  if (pd == nullptr || !attr.is_global || attr.grh.sgid_index >= gids().size() ||
       attr.port_num > 1) {
     err = EINVAL;
     return nullptr;
@@ -358,7 +359,7 @@ void Device::dispatch_multicast(const wire::PacketView& packet, const transport:
   // from one of this device's GIDs. Looked at only for such a QP.
   auto own_copy = [&](const Qp& qp) {
     return uint32_t(packet.get(wire::deth::kSrcQp)) == qp.qpn() &&
-           std::find(gids_.begin(), gids_.end(), rx.src) != gids_.end();
+           std::ranges::find(gids(), rx.src) != gids().end();
   };
   for (Qp* qp : it->second) {  // a QP's receive never attaches or detaches
     if (qp->blocks_self_multicast_loopback() && own_copy(*qp)) {
@@ -552,6 +553,20 @@ bool Device::run_timers(Nanos now) {
   while (earliest < cur &&
          !next_deadline_.compare_exchange_weak(cur, earliest, std::memory_order_acq_rel)) {
   }
+  return true;
+}
+
+bool Device::refresh_gids() {
+  {
+    auto engine = hold_engine();
+    if (!transport_.refresh_addresses()) return false;
+    std::vector<Gid> table = make_gid_table(transport_.local_gids());
+    if (table == gids()) return false;
+    gid_tables_.push_back(std::make_unique<const std::vector<Gid>>(std::move(table)));
+    gids_.store(gid_tables_.back().get(), std::memory_order_release);
+  }
+  // As a kernel device's table (ib_cache_update): a port event, for every context.
+  post_async_event(AsyncEvent{IBV_EVENT_GID_CHANGE});
   return true;
 }
 

@@ -171,7 +171,15 @@ class Device {
   // The engine's owner binds and invalidates memory windows through it.
   MrTable& mrs() { return mrs_; }
   EngineCounters& counters() { return counters_; }
-  const std::vector<Gid>& gids() const { return gids_; }
+  // The GID table (docs/decisions/gid-table.md). A table is replaced whole when
+  // the host's addresses change and is never freed before the device: a reader
+  // on any thread may hold the reference it got while the next one is made.
+  const std::vector<Gid>& gids() const { return *gids_.load(std::memory_order_acquire); }
+  // An address came or went: the transport serves what is new and the table is
+  // made again; when it changed, IBV_EVENT_GID_CHANGE is posted and true returned.
+  // Takes the engine. Entries that stay keep their index (the table's shape is
+  // fixed by the configured address; only index 0 of an IPv4 device changes).
+  bool refresh_gids();
   uint16_t pkey() const { return 0xffff; }  // IBA 10.9.1.2: the default P_Key
 
   void post_async_event(const AsyncEvent& event);
@@ -206,7 +214,9 @@ class Device {
   std::vector<transport::Transport*> receivers_;  // the primary, then the extra ones
   std::vector<transport::Transport*> extra_;
   const Clock& clock_;
-  std::vector<Gid> gids_;
+  // Every table made, the current one last (engine held); gids_ points at it.
+  std::vector<std::unique_ptr<const std::vector<Gid>>> gid_tables_;
+  std::atomic<const std::vector<Gid>*> gids_{nullptr};
   EngineCounters own_counters_;  // unless config_.counters says where they live
   EngineCounters& counters_;
   MrTable mrs_;

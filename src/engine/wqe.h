@@ -76,6 +76,7 @@ struct SendWqe {
   uint32_t next_packet = 0;  // next packet index to (re)send
   uint32_t read_packets_received = 0;  // READ responses placed, in order
   uint32_t read_chunk_begin = 0;  // READ: first packet the request now answered asks for
+  uint32_t read_range_begin = 0;  // READ: where the first request for this range began
   uint32_t read_requested = 0;  // READ: responses asked for so far (end of the last request)
   ibv_wc_status status = IBV_WC_SUCCESS;
 

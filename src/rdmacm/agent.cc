@@ -45,6 +45,10 @@ ibv_context* Agent::context() {
   if (devices == nullptr) return nullptr;
   if (count > 0) context_ = ibv_open_device(devices[0]);
   ibv_free_device_list(devices);
+  if (context_ != nullptr) {
+    watch_qp_errors();
+    publish_liveness();
+  }
   if (context_ == nullptr && errno == 0) errno = ENODEV;
   return context_;
 }
@@ -84,6 +88,8 @@ void Agent::serve(int fd) {
     (void)!read(wake_fd_, &count, sizeof count);
     return;
   }
+  if (fd == qp_error_fd_.load(std::memory_order_relaxed)) return on_qp_errors();
+  if (serve_liveness_socket(fd)) return;
   {
     std::lock_guard cm_lock(cm_mutex_);
     if (mad_port_ != nullptr && fd == mad_port_->fd()) {
@@ -92,6 +98,7 @@ void Agent::serve(int fd) {
       });
       return;
     }
+    if (serve_pidfd(fd)) return;
   }
   std::unique_lock lock(mutex_);
   ibv_context* context = context_;

@@ -8,6 +8,7 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -15,6 +16,7 @@
 #include <mutex>
 #include <set>
 #include <span>
+#include <sys/types.h>
 #include <thread>
 #include <utility>
 
@@ -52,6 +54,9 @@ class Agent {
   void forget(CmId& id);          // listener or connection, before it is freed
   // A passive id leaves "request received": its listener's backlog has room again.
   void request_answered(CmId& id);
+  // The connection is established: if its peer is a process of this host, its
+  // exit will end the connection (cm_peer_process.cc).
+  void watch_peer(CmId& id);
   // Sends the id's connection's next MAD; `expect_answer` retransmits it until
   // the peer answers or the CM's retries run out.
   int send(CmId& id, std::span<const uint8_t> mad, bool expect_answer);
@@ -74,6 +79,18 @@ class Agent {
   void on_sidr_rep(CmId& id, const Incoming& rep);
   void on_timeouts();
   int next_timeout_ms();
+  // A peer that dies (cm_peer_loss.cc): QPs of established connections that
+  // entered Error end those connections.
+  void watch_qp_errors();
+  void on_qp_errors();
+  void connection_lost(CmId& id);
+  // On one host (cm_peer_process.cc): the process holding a peer's GID, watched
+  // through a pidfd from ESTABLISHED on; its exit ends its connections at once.
+  void publish_liveness();
+  bool serve_liveness_socket(int fd);
+  bool serve_pidfd(int fd);
+  void on_peer_exit(int pidfd);
+  void unwatch_peer(pid_t pid);
 
   std::mutex mutex_;
   ibv_context* context_ = nullptr;  // guarded by mutex_
@@ -81,6 +98,8 @@ class Agent {
   std::set<int> reservations_;      // guarded by mutex_
   int epoll_fd_ = -1;
   int wake_fd_ = -1;  // an eventfd: a new deadline, recompute the wait
+  // softrdma_qp_error_fd of context_: readable when a QP entered Error.
+  std::atomic<int> qp_error_fd_{-1};
   std::thread thread_;
 
   std::mutex cm_mutex_;
@@ -90,6 +109,12 @@ class Agent {
   // (peer GID, its comm ID) -> id: a repeated REQ finds its connection.
   std::map<std::pair<ibv_gid, uint32_t>, CmId*, GidKeyLess> by_remote_;
   uint32_t next_comm_id_ = 0;
+  // Liveness on one host (cm_peer_process.cc): the abstract sockets named after
+  // this process's GIDs (guarded by mutex_), and a pidfd per peer process
+  // (guarded by cm_mutex_).
+  std::set<int> liveness_fds_;
+  std::map<pid_t, int> peer_pidfds_;
+  std::map<int, pid_t> pidfd_peers_;
 };
 
 }  // namespace softrdma::rdmacm

@@ -96,7 +96,7 @@ int connect(CmId& id, const rdma_conn_param& param) {
   c.sgid_index = id.sgid_index;
   c.transaction_id = (uint64_t(c.local_comm_id) << 32) | random_psn();
   Negotiated& n = c.negotiated;
-  n.local_psn = random_psn();
+  n.receive_psn = random_psn();
   n.responder_resources = param.responder_resources;
   n.initiator_depth = param.initiator_depth;
   clamp_depths(id.ibv.verbs, n.responder_resources, n.initiator_depth);
@@ -129,7 +129,7 @@ int accept(CmId& id, const rdma_conn_param* param) {
   if (c.state != CmState::kReqReceived) return EINVAL;
   rdma_conn_param effective{};
   if (param != nullptr) effective = *param;
-  Negotiated& n = c.negotiated;  // local_psn: chosen when the REQ came (cm_receive.cc)
+  Negotiated& n = c.negotiated;  // receive_psn: chosen when the REQ came (cm_receive.cc)
   if (param != nullptr) {
     n.responder_resources = effective.responder_resources;
     n.initiator_depth = effective.initiator_depth;
@@ -194,6 +194,7 @@ int establish(CmId& id) {
   if (c.state != CmState::kRepReceived) return EINVAL;
   Mad rtu = format_rtu(id);
   c.state = CmState::kEstablished;
+  agent.watch_peer(id);
   return agent.send(id, rtu, false);
 }
 
@@ -274,6 +275,7 @@ SOFTRDMA_CM_EXPORT int rdma_notify(rdma_cm_id* ibv, ibv_event_type event) {
     if (event == IBV_EVENT_COMM_EST && id.conn.state == CmState::kRepSent) {
       id.conn.awaiting_answer = false;
       id.conn.state = CmState::kEstablished;
+      Agent::get().watch_peer(id);
       deliver(id, RDMA_CM_EVENT_ESTABLISHED, 0);
     }
     return 0;

@@ -215,7 +215,7 @@ Mad format_req(const CmId& id, const rdma_conn_param& param, uint32_t qpn) {
   m.initiator_depth = c.negotiated.initiator_depth;
   m.remote_cm_response_timeout = kCmResponseTimeout;
   m.transport_service_type = id.ibv.qp_type == IBV_QPT_UC ? 1 : 0;
-  m.starting_psn = c.negotiated.local_psn;
+  m.starting_psn = c.negotiated.receive_psn;
   m.local_cm_response_timeout = kCmResponseTimeout;
   m.retry_count = c.negotiated.retry_count;
   m.pkey = 0xffff;
@@ -243,7 +243,7 @@ Mad format_rep(const CmId& id, const rdma_conn_param& param, uint32_t qpn) {
   m.local_comm_id = c.local_comm_id;
   m.remote_comm_id = c.remote_comm_id;
   m.local_qpn = qpn;
-  m.starting_psn = c.negotiated.local_psn;
+  m.starting_psn = c.negotiated.receive_psn;
   m.responder_resources = c.negotiated.responder_resources;
   m.initiator_depth = c.negotiated.initiator_depth;
   m.target_ack_delay = 15;

@@ -117,6 +117,7 @@ void Agent::on_timeouts() {
     c.awaiting_answer = false;
     const CmState was = c.state;
     c.state = CmState::kClosed;
+    if (was == CmState::kClosed) continue;  // a lost connection's DREQ: already told
     if (was == CmState::kDreqSent) {
       deliver(id, RDMA_CM_EVENT_DISCONNECTED, 0);
     } else {

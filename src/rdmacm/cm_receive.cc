@@ -98,10 +98,12 @@ void Agent::on_mad(const ibv_gid& source, std::span<const uint8_t> bytes) {
       if (c.state != CmState::kRepSent) return;
       c.awaiting_answer = false;
       c.state = CmState::kEstablished;
+      watch_peer(id);
       return deliver(id, RDMA_CM_EVENT_ESTABLISHED, 0);
     case CmAttribute::kRej: return on_rej(id, *mad);
     case CmAttribute::kDreq: return on_dreq(id, *mad);
     case CmAttribute::kDrep:
+      if (c.state == CmState::kClosed) c.awaiting_answer = false;  // a lost one's DREQ
       if (c.state != CmState::kDreqSent) return;
       c.awaiting_answer = false;
       c.state = CmState::kClosed;
@@ -140,7 +142,7 @@ void Agent::on_req(const ibv_gid& source, const Incoming& req) {
   if (id == nullptr) return;  // no GID to answer from: the peer's REQ times out
   Connection& c = id->conn;
   c.negotiated.remote_qpn = req.qpn;
-  c.negotiated.remote_psn = req.starting_psn;
+  c.negotiated.send_psn = req.starting_psn;
   c.negotiated.retry_count = req.retry_count;
   c.negotiated.rnr_retry_count = req.rnr_retry_count;
   c.negotiated.local_ack_timeout = req.local_ack_timeout;
@@ -148,7 +150,7 @@ void Agent::on_req(const ibv_gid& source, const Incoming& req) {
   c.negotiated.srq = req.srq;
   // Known before rdma_accept: a program that moves its own QP (rdma_init_qp_attr)
   // does so before accepting, and the REP must then carry the PSN the QP has.
-  c.negotiated.local_psn = random_psn();
+  c.negotiated.receive_psn = random_psn();
   c.negotiated.responder_resources = req.initiator_depth;
   c.negotiated.initiator_depth = req.responder_resources;
   id->remote_ece = req.ece;
@@ -194,7 +196,7 @@ void Agent::on_rep(CmId& id, const Incoming& rep) {
   c.awaiting_answer = false;
   c.remote_comm_id = rep.sender_comm_id;
   c.negotiated.remote_qpn = rep.qpn;
-  c.negotiated.remote_psn = rep.starting_psn;
+  c.negotiated.send_psn = rep.starting_psn;
   // rdma_cm(7)'s pairing: what the peer serves is what we may issue, and back.
   c.negotiated.initiator_depth = std::min(c.negotiated.initiator_depth, rep.responder_resources);
   c.negotiated.responder_resources = rep.initiator_depth;
@@ -213,6 +215,7 @@ void Agent::on_rep(CmId& id, const Incoming& rep) {
   Mad rtu = format_rtu(id);
   send(id, rtu, false);
   c.state = CmState::kEstablished;
+  watch_peer(id);
   deliver(id, RDMA_CM_EVENT_ESTABLISHED, 0, &rep);
 }
 

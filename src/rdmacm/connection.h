@@ -33,8 +33,11 @@ enum class CmState {
 // What the REQ and REP settled, for the QP's transitions (IBA 12.7.2, 12.7.33).
 struct Negotiated {
   uint32_t remote_qpn = 0;
-  uint32_t remote_psn = 0;   // the peer's starting PSN: our receive PSN
-  uint32_t local_psn = 0;    // ours: our send PSN
+  // The Starting PSN of a REQ or REP is the PSN its sender expects to receive
+  // (the Linux CM: the active side sets rq_psn from its own REQ, the passive side
+  // sq_psn from it; the same for the REP). So the peer's tells us where to send.
+  uint32_t send_psn = 0;     // the peer's Starting PSN: our QP's sq_psn
+  uint32_t receive_psn = 0;  // ours, in our REQ/REP: our QP's rq_psn
   uint8_t responder_resources = 0;  // what we serve (our max_dest_rd_atomic)
   uint8_t initiator_depth = 0;      // what we issue (our max_rd_atomic)
   uint8_t retry_count = 7;
@@ -55,6 +58,11 @@ struct Connection {
   // The last MAD sent, resent on a timeout or when the peer repeats itself.
   std::array<uint8_t, 256> last_sent{};
   bool awaiting_answer = false;  // last_sent is retransmitted until answered
+  // The connection ended because its QP failed (the peer is gone or unreachable),
+  // not by a DREQ: rsockets then end the stream with ECONNRESET, not EOF.
+  bool lost = false;
+  // The peer's process when it is one of this host (cm_peer_process.cc), or 0.
+  int peer_pid = 0;
   int retries_left = 0;
   std::chrono::steady_clock::time_point deadline{};
   std::chrono::milliseconds timeout{0};

@@ -51,7 +51,7 @@ int connected_attributes(const CmId& id, ibv_qp_attr& attr, int& mask) {
   if (wanted == IBV_QPS_RTR) {
     attr.path_mtu = n.path_mtu;
     attr.dest_qp_num = n.remote_qpn;
-    attr.rq_psn = n.remote_psn;
+    attr.rq_psn = n.receive_psn;
     attr.max_dest_rd_atomic = n.responder_resources;
     attr.min_rnr_timer = 12;  // 0.64 ms (IBA Table 45), what rdma_cm's peers use
     attr.ah_attr.is_global = 1;
@@ -64,7 +64,7 @@ int connected_attributes(const CmId& id, ibv_qp_attr& attr, int& mask) {
     return 0;
   }
   if (wanted != IBV_QPS_RTS) return EINVAL;
-  attr.sq_psn = n.local_psn;
+  attr.sq_psn = n.send_psn;
   attr.timeout = n.local_ack_timeout;
   attr.retry_cnt = n.retry_count;
   attr.rnr_retry = n.rnr_retry_count;

@@ -104,6 +104,10 @@ struct RSocket {
   int fs_flags = 0;   // F_GETFL/F_SETFL: O_NONBLOCK
   int fd_flags = 0;   // F_GETFD/F_SETFD
   bool nodelay = false, reuseaddr = false, oobinline = false, linger_off = true;
+  // SO_KEEPALIVE and TCP_KEEPIDLE (seconds; 0 until set: then the host's
+  // tcp_keepalive_time), rsocket_keepalive.cc.
+  bool keepalive = false;
+  unsigned keepalive_time = 0;
 
   // Sizes (SO_SNDBUF/SO_RCVBUF ×2 as Linux reports, SOL_RDMA), fixed at connect.
   uint32_t sbuf_size = 1 << 17, rbuf_size = 1 << 17;
@@ -171,6 +175,14 @@ int post_write_msg(RSocket& s, ibv_sge* sgl, int nsge, uint32_t msg, int flags, 
 int post_write(RSocket& s, ibv_sge* sgl, int nsge, uint32_t wr_data, int flags, uint64_t addr,
                uint32_t rkey);
 WireSge to_peer(const RSocket& s, WireSge sge);
+// rsocket_keepalive.cc: set and changed under the socket's lock; forget before
+// the socket is freed, without its lock.
+int set_keepalive(RSocket& s, bool on);
+void set_keepalive_time(RSocket& s, unsigned seconds);
+void forget_keepalive(RSocket& s);
+// cm: the id's connection failed (its QP entered Error while established, or the
+// agent ended it for that reason) rather than ended by a DREQ.
+bool connection_lost(rdma_cm_id* id);
 int take_cq_event(RSocket& s, std::unique_lock<std::mutex>& lock);
 void arm_cq(RSocket& s);
 

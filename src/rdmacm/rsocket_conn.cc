@@ -55,6 +55,7 @@ RSocket* make_socket(int domain, rdma_cm_id* id) {
 
 void destroy_socket(RSocket* s) {
   remove(s);
+  forget_keepalive(*s);
   free_endpoint(*s);
   if (s->id != nullptr) rdma_destroy_id(s->id);
   if (s->channel != nullptr) rdma_destroy_event_channel(s->channel);

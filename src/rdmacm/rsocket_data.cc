@@ -197,11 +197,26 @@ void on_send(RSocket& s, const ibv_wc& wc) {
       s.sbuf_bytes_avail += msg_data(msg);
       break;
   }
+  // A transfer (or keepalive) that failed: the peer is gone or unreachable
+  // (IBV_WC_RETRY_EXC_ERR). rsocket.c says EIO in SO_ERROR and lets rrecv answer
+  // 0; here the stream ends with ECONNRESET everywhere, so that a dead peer is
+  // never taken for an orderly end of stream (rsockets.md).
   if (wc.status != IBV_WC_SUCCESS && s.connected()) {
     s.phase = Phase::kError;
     s.readable = s.writable = false;
-    s.err = EIO;
+    s.err = ECONNRESET;
   }
+}
+
+// A receive flushed: the QP left RTS. After the peer's DREQ that is its close,
+// as a TCP peer's FIN: what was received may be read, then rrecv answers 0. A QP
+// that failed while the connection was up (the peer died: its retries or its
+// liveness probe ran out) is a reset: ECONNRESET, as TCP's after a lost peer.
+void end_by_flush(RSocket& s) {
+  const bool lost = connection_lost(s.id);
+  s.phase = lost ? Phase::kError : Phase::kDisconnected;
+  if (lost) s.err = ECONNRESET;
+  s.readable = s.writable = false;
 }
 
 }  // namespace
@@ -288,12 +303,7 @@ int poll_cq(RSocket& s) {
         continue;
       }
       if (wc.status != IBV_WC_SUCCESS) {
-        // Flushed: the QP left RTS (the peer's DREQ, or it is gone). As a TCP
-        // peer's FIN: what was received may be read, then rrecv answers 0.
-        if (s.connected()) {
-          s.phase = Phase::kDisconnected;
-          s.readable = s.writable = false;
-        }
+        if (s.connected()) end_by_flush(s);
         continue;
       }
       ++received;

@@ -40,8 +40,31 @@ int set_socket_level(RSocket& s, int name, int value) {
     case SO_OOBINLINE:
       s.oobinline = value != 0;
       return 0;
+    case SO_KEEPALIVE:  // rsocket_keepalive.cc
+      return set_keepalive(s, value != 0);
     default:
-      return fail(ENOTSUP);  // SO_KEEPALIVE: no keepalive service (rsockets.md)
+      return fail(ENOTSUP);
+  }
+}
+
+// rsocket.c: TCP_KEEPIDLE is the keepalive period in seconds; TCP_KEEPCNT and
+// TCP_KEEPINTVL are accepted and change nothing (the QP's retry count decides
+// when an unanswered keepalive ends the connection).
+int set_tcp_level(RSocket& s, int name, int value) {
+  switch (name) {
+    case TCP_NODELAY:
+      s.nodelay = value != 0;
+      return 0;
+    case TCP_MAXSEG:
+    case TCP_KEEPCNT:
+    case TCP_KEEPINTVL:
+      return 0;
+    case TCP_KEEPIDLE:
+      if (value <= 0) return fail(EINVAL);
+      set_keepalive_time(s, unsigned(value));
+      return 0;
+    default:
+      return fail(ENOTSUP);
   }
 }
 
@@ -94,12 +117,7 @@ SOFTRDMA_CM_EXPORT int rsetsockopt(int fd, int level, int name, const void* optv
       }
       return set_socket_level(*s, name, value);
     case IPPROTO_TCP:
-      if (name == TCP_NODELAY) {
-        s->nodelay = value != 0;
-        return 0;
-      }
-      if (name == TCP_MAXSEG) return 0;
-      return fail(ENOTSUP);
+      return set_tcp_level(*s, name, value);
     case IPPROTO_IP:
       if (name == IP_TOS)
         return rdma_set_option(s->id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &value, sizeof value);
@@ -133,7 +151,7 @@ SOFTRDMA_CM_EXPORT int rgetsockopt(int fd, int level, int name, void* optval, so
       case SO_SNDBUF:
         return get_int(int(s->sbuf_size), optval, optlen);
       case SO_KEEPALIVE:
-        return get_int(0, optval, optlen);
+        return get_int(s->keepalive, optval, optlen);
       case SO_OOBINLINE:
         return get_int(s->oobinline, optval, optlen);
       case SO_TYPE:
@@ -149,6 +167,10 @@ SOFTRDMA_CM_EXPORT int rgetsockopt(int fd, int level, int name, void* optval, so
   }
   if (level == IPPROTO_TCP && name == TCP_NODELAY) return get_int(s->nodelay, optval, optlen);
   if (level == IPPROTO_TCP && name == TCP_MAXSEG) return get_int(int(kMaxTransfer), optval, optlen);
+  if (level == IPPROTO_TCP && name == TCP_KEEPIDLE)
+    return get_int(int(s->keepalive_time), optval, optlen);
+  if (level == IPPROTO_TCP && (name == TCP_KEEPCNT || name == TCP_KEEPINTVL))
+    return get_int(1, optval, optlen);  // rsocket.c: not applicable, reported as 1
   if (level == SOL_RDMA) {
     switch (name) {
       case RDMA_SQSIZE:

@@ -6,6 +6,7 @@
 #include "transport/fake/fault_injector.h"
 #include "transport/pcap_writer.h"
 #include "transport/udp/udp_transport.h"
+#include "wire/ip_udp.h"
 
 namespace softrdma::runtime {
 
@@ -14,9 +15,12 @@ namespace {
 // UDP, then capture closest to the wire, then faults on top (so the capture shows
 // what really crossed the socket: an injected loss is not in the file).
 std::unique_ptr<transport::Transport> open_transport(const Settings& s, std::string& error,
-                                                     transport::FaultInjector*& faults) {
+                                                     transport::FaultInjector*& faults,
+                                                     StatusSegment* status) {
   transport::UdpConfig udp;
   udp.address = s.address;
+  // Issue 14 defect 5: the transport counts its drops where `softrdma status` reads.
+  if (status != nullptr) udp.counters = status->transport_counters();
   std::unique_ptr<transport::Transport> t = transport::UdpTransport::open(udp, error);
   if (!t) return nullptr;
   if (!s.pcap_path.empty()) {
@@ -39,24 +43,23 @@ std::unique_ptr<transport::Transport> open_transport(const Settings& s, std::str
 
 std::unique_ptr<Node> Node::open(const Settings& settings, std::string& error) {
   std::unique_ptr<Node> node(new Node(settings));
-  node->transport_ = open_transport(settings, error, node->faults_);
+  // The segment first: the transport counts into it from its first packet.
+  node->status_ = StatusSegment::create(settings.device_name);
+  node->transport_ = open_transport(settings, error, node->faults_, node->status_.get());
   if (!node->transport_) return nullptr;
   engine::DeviceConfig config;
   config.name = settings.device_name;
-  node->status_ = StatusSegment::create(settings.device_name, node->transport_->describe());
-  if (node->status_) config.counters = node->status_->counters();
+  if (node->status_) {
+    node->status_->set_address(node->transport_->describe());
+    config.counters = node->status_->counters();
+  }
   config.max_unacked_packets = settings.max_unacked_packets;
   config.idle_probe_interval_ns = int64_t(settings.idle_probe_ms) * 1'000'000;
   node->device_ = std::make_unique<engine::Device>(config, *node->transport_);
-  if (node->status_) {
-    StatusSegment* status = node->status_.get();
-    node->device_->set_qp_observer([status](const engine::Qp& qp, bool gone) {
-      uint8_t peer[16];
-      std::memcpy(peer, qp.attr().ah_attr.grh.dgid.raw, sizeof peer);
-      return status->update_qp(qp.qpn(), qp.attr().dest_qp_num, uint8_t(qp.type()),
-                               uint8_t(qp.state()), peer, gone);
-    });
-  }
+  Node* raw = node.get();
+  node->device_->set_qp_observer(
+      [raw](const engine::Qp& qp, bool gone) { return raw->observe_qp(qp, gone); });
+  node->watch_addresses();
   if (!settings.progress_thread) {
     // Issue 6 defect 7: the mode is kept for processes that always poll, and says
     // what it costs (docs/configuration.md).
@@ -68,7 +71,7 @@ std::unique_ptr<Node> Node::open(const Settings& settings, std::string& error) {
   if (settings.progress_thread) {
     engine::Device* device = node->device_.get();
     progress::ProgressHooks hooks;
-    hooks.progress = [device] { return device->progress(); };
+    hooks.progress = [raw] { return raw->turn(); };
     hooks.next_deadline_ns = [device] { return device->next_deadline(); };
     hooks.fds = {node->transport_->rx_fd()};
     node->loop_ = std::make_unique<progress::ProgressLoop>(std::move(hooks));
@@ -79,7 +82,25 @@ std::unique_ptr<Node> Node::open(const Settings& settings, std::string& error) {
   return node;
 }
 
+// Issue 14 defect 12 (docs/decisions/gid-table.md, "Addresses that come and go"):
+// an IPv4 address off loopback may get its interface's link-local address (GID 0)
+// after the device opened, and lose it. A loopback or IPv6 device's table never
+// changes: no watcher. Without one (netlink refused), the table stays as opened.
+void Node::watch_addresses() {
+  const std::vector<wire::Gid>& gids = device_->gids();
+  if (!wire::gid_is_ipv4(gids.back()) || (wire::gid_to_ipv4(gids.back()) >> 24) == 127) return;
+  engine::Device* device = device_.get();
+  std::string error;
+  address_watcher_ = AddressWatcher::start([device] { device->refresh_gids(); }, error);
+  if (!address_watcher_) {
+    std::fprintf(stderr, "%s; the GID table will not follow address changes\n", error.c_str());
+    return;
+  }
+  device->refresh_gids();  // what changed between the device's opening and the watch
+}
+
 Node::~Node() {
+  address_watcher_.reset();  // before the device it calls
   if (loop_) loop_->stop();
   if (device_) device_->set_wakeup(nullptr);
   loop_.reset();
@@ -88,7 +109,37 @@ Node::~Node() {
 }
 
 bool Node::progress_inline() {
-  return loop_ ? loop_->run_once() : device_->progress();
+  return loop_ ? loop_->run_once() : turn();
+}
+
+engine::QpCounters* Node::observe_qp(const engine::Qp& qp, bool gone) {
+  if (!gone && qp.state() == IBV_QPS_ERR && qp.type() == IBV_QPT_RC && qp_error_listener_) {
+    std::lock_guard lock(qp_errors_mutex_);
+    qp_errors_.push_back(qp.qpn());
+    qp_errors_pending_.store(true, std::memory_order_release);
+  }
+  if (!status_) return nullptr;
+  StatusQpUpdate row{qp.qpn(), qp.attr().dest_qp_num, uint8_t(qp.type()), uint8_t(qp.state()),
+                     {}};
+  std::memcpy(row.peer, qp.attr().ah_attr.grh.dgid.raw, sizeof row.peer);
+  return status_->update_qp(row, gone);
+}
+
+bool Node::turn() {
+  const bool worked = device_->progress();
+  // One atomic load per turn; the list is taken only when a QP entered Error.
+  if (qp_errors_pending_.load(std::memory_order_acquire)) report_qp_errors();
+  return worked;
+}
+
+[[gnu::cold]] void Node::report_qp_errors() {
+  std::vector<uint32_t> errors;
+  {
+    std::lock_guard lock(qp_errors_mutex_);
+    errors.swap(qp_errors_);
+    qp_errors_pending_.store(false, std::memory_order_relaxed);
+  }
+  for (uint32_t qpn : errors) qp_error_listener_(qpn);
 }
 
 }  // namespace softrdma::runtime

@@ -3,10 +3,16 @@
 // The verbs library and the tools open devices through here only.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "engine/device.h"
+#include "runtime/address_watcher.h"
 #include "progress/loop.h"
 #include "runtime/settings.h"
 #include "runtime/status_segment.h"
@@ -39,9 +45,25 @@ class Node {
   progress::ProgressLoop* loop() { return loop_.get(); }
   // The fault injector on top of the transport, when SOFTRDMA_FAULTS asked for one.
   transport::FaultInjector* faults() { return faults_; }
+  // The process's status segment for this device; null when none could be made.
+  const StatusSegment* status() const { return status_.get(); }
+  // Told the number of each RC QP that entered Error (a connection that failed —
+  // retries exhausted, a fatal error — or an ibv_modify_qp to Error), after the
+  // engine's turn, with no engine lock held: softrdma's librdmacm ends the rdma_cm
+  // connection of such a QP (docs/decisions/rdma-cm.md, "A peer that dies").
+  // Set once, before QPs exist.
+  void set_qp_error_listener(std::function<void(uint32_t qpn)> listener) {
+    qp_error_listener_ = std::move(listener);
+  }
 
  private:
   explicit Node(const Settings& settings) : settings_(settings) {}
+  // The engine's QP observer: the status segment's row, and QPs entering Error.
+  engine::QpCounters* observe_qp(const engine::Qp& qp, bool gone);
+  // One turn of the engine, then the QPs that entered Error meanwhile are told.
+  bool turn();
+  void report_qp_errors();
+  void watch_addresses();
 
   Settings settings_;
   std::unique_ptr<StatusSegment> status_;  // outlives the device: its counters live there
@@ -49,6 +71,16 @@ class Node {
   transport::FaultInjector* faults_ = nullptr;  // inside transport_, when configured
   std::unique_ptr<engine::Device> device_;
   std::unique_ptr<progress::ProgressLoop> loop_;
+  // For a device whose GID table follows the host's addresses (an IPv4
+  // SOFTRDMA_ADDR off loopback); stopped before the device closes.
+  std::unique_ptr<AddressWatcher> address_watcher_;
+
+  // QPs that entered Error, noted under the QP's lock by observe_qp and told by
+  // turn() once no lock is held (DESIGN.md §5: no system call under a QP lock).
+  std::function<void(uint32_t)> qp_error_listener_;
+  std::mutex qp_errors_mutex_;  // leaf
+  std::vector<uint32_t> qp_errors_;
+  std::atomic<bool> qp_errors_pending_{false};
 };
 
 }  // namespace softrdma::runtime

@@ -3,31 +3,51 @@
 // process and device, /dev/shm/softrdma-<pid>-<device>, that `softrdma status`
 // reads, like `rdma statistic` for a kernel device.
 //
-// The engine's counters live in the segment itself (DeviceConfig::counters), so
-// publishing them costs nothing: the engine's owner writes them where it always
-// did. QP rows are written on the cold paths (create, state change, destroy). The
-// file is removed when the device closes; one left by a killed process is removed
-// by the next reader that finds its pid gone.
+// The engine's and the UDP transport's counters live in the segment itself
+// (DeviceConfig::counters, UdpConfig::counters), so publishing them costs nothing:
+// their owners write them where they always did. QP rows are written on the cold
+// paths (create, state change, destroy), one row per QP found through an index
+// the owner keeps, in a table that grows with the QPs (issue 14 defect 11).
+//
+// The file is created exclusively, never through a link, readable by its owner
+// only; a name taken by anything else is never adopted (issue 14 defect 8,
+// docs/decisions/status-segment-safety.md). It is removed when the device closes
+// or the process exits normally (defect 9); one left by a killed process is
+// removed by the next reader of the same user that finds its pid gone.
 #pragma once
+
+#include <sys/types.h>
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/counters.h"
+#include "engine/limits.h"
+#include "transport/udp/udp_counters.h"
 
 namespace softrdma::runtime {
 
-inline constexpr char kStatusMagic[8] = {'s', 'r', 'd', 'm', 'a', 's', 't', '1'};
-inline constexpr uint32_t kStatusQpRows = 65536;
+// "2": the layout of issue 14 (transport counters, growing table); a reader of
+// another layout skips the file.
+inline constexpr char kStatusMagic[8] = {'s', 'r', 'd', 'm', 'a', 's', 't', '2'};
+// Rows the segment can grow to (address space is reserved for them, memory and
+// file grow as rows are used): one per QP the device allows.
+inline constexpr uint32_t kStatusMaxQpRows = 1u << 18;
+static_assert(kStatusMaxQpRows >= engine::DeviceLimits{}.max_qp, "a row for every QP");
 
 struct StatusHeader {
   char magic[8];
-  uint32_t header_bytes;   // sizeof(StatusHeader): a reader of another build refuses
-  uint32_t counter_count;  // number of engine counters that follow the header
-  uint32_t qp_rows;
+  uint32_t header_bytes;             // sizeof(StatusHeader)
+  uint32_t counter_count;            // engine counters that follow the header
+  uint32_t transport_counter_count;  // then the UDP transport's
+  uint32_t row_bytes;                // sizeof(StatusQpRow): the rows follow
   int32_t pid;
+  // Rows [0, rows_in_use) may hold a QP (qpn 0: a free row). Raised by the owner
+  // only after the file holds those rows; a reader also bounds it by the file size.
+  uint32_t rows_in_use;
   char device[64];
   char address[64];
 };
@@ -43,38 +63,71 @@ struct StatusQpRow {
   engine::QpCounters counters;  // live: the engine counts into them
 };
 
+// What update_qp writes into a QP's row.
+struct StatusQpUpdate {
+  uint32_t qpn;
+  uint32_t dest_qpn;
+  uint8_t type;
+  uint8_t state;
+  uint8_t peer[16];
+};
+
 class StatusSegment {
  public:
-  // Creates the file for this process and `device`; null when /dev/shm cannot
-  // be used (the device then works without it).
+  // Creates this process's file for `device` in `directory` (/dev/shm; tests
+  // name another). Null when no file can be made (the device then works without
+  // it). A name already taken by something this process did not create is left
+  // alone and another name is used, said once on stderr.
   static std::unique_ptr<StatusSegment> create(const std::string& device,
-                                               const std::string& address);
+                                               const std::string& directory = "/dev/shm");
   ~StatusSegment();  // unmaps and removes the file
   StatusSegment(const StatusSegment&) = delete;
   StatusSegment& operator=(const StatusSegment&) = delete;
 
+  // The transport's address, known once it is open (after the segment).
+  void set_address(const std::string& address);
   engine::EngineCounters* counters() { return counters_; }
-  // Cold paths, under the engine: a QP's row set, or freed when `gone`.
-  // Returns the row's counters (where the QP is to count), null when gone or full.
-  engine::QpCounters* update_qp(uint32_t qpn, uint32_t dest_qpn, uint8_t type, uint8_t state,
-                                const uint8_t (&peer)[16], bool gone);
+  transport::UdpCounters* transport_counters() { return transport_counters_; }
+  const transport::UdpCounters* transport_counters() const { return transport_counters_; }
+  // Cold paths, under the engine: the QP's row set (made when new), or freed when
+  // `gone`. Returns the row's counters (where the QP is to count); null when gone
+  // or when the table cannot grow.
+  engine::QpCounters* update_qp(const StatusQpUpdate& qp, bool gone);
   const std::string& path() const { return path_; }
+  size_t file_bytes() const { return file_bytes_; }
+  // Test hook: rows update_qp has looked at since the segment was made (one per
+  // call: the row is found through the index, the table is never scanned).
+  uint64_t rows_examined() const { return rows_examined_; }
 
  private:
   StatusSegment() = default;
+  bool map_initial(int fd, const std::string& device);
+  [[gnu::cold]] bool grow_rows();
+  StatusQpRow* new_row();
+
   std::string path_;
-  int owner_pid_ = 0;  // a forked child must not remove its parent's file
-  void* base_ = nullptr;
-  size_t bytes_ = 0;
+  int fd_ = -1;        // kept to grow the file
+  pid_t owner_pid_ = 0;  // a forked child must not remove its parent's file
+  void* base_ = nullptr;     // the reserved range; the file is mapped at its start
+  size_t reserved_bytes_ = 0;
+  size_t file_bytes_ = 0;
+  StatusHeader* header_ = nullptr;
   engine::EngineCounters* counters_ = nullptr;
+  transport::UdpCounters* transport_counters_ = nullptr;
   StatusQpRow* rows_ = nullptr;
+  uint32_t row_capacity_ = 0;  // rows the file holds now
+  uint32_t rows_in_use_ = 0;   // high-water mark, published in the header
+  std::unordered_map<uint32_t, uint32_t> row_of_qpn_;  // the owner's index
+  std::vector<uint32_t> free_rows_;                    // below rows_in_use_
+  uint64_t rows_examined_ = 0;
 };
 
 // What a reader found: one entry per live process and device.
 struct StatusReport {
   int pid = 0;
   std::string device, address, path;
-  std::vector<std::pair<std::string, uint64_t>> counters;
+  std::vector<std::pair<std::string, uint64_t>> counters;            // the engine's
+  std::vector<std::pair<std::string, uint64_t>> transport_counters;  // UDP's
   struct Qp {
     uint32_t qpn, dest_qpn;
     uint8_t type, state;
@@ -84,8 +137,12 @@ struct StatusReport {
   std::vector<Qp> qps;
 };
 
-// Reads every segment of the host; removes those whose process is gone (counted in
-// `stale_removed`). Malformed files are skipped, never trusted past their size.
-std::vector<StatusReport> read_status_segments(int& stale_removed);
+// Reads every segment of the host in `directory` that this user may trust: a
+// regular file (never through a link) owned by the reader, or, for root, by the
+// user that runs the process it describes. Removes the reader's own segments whose
+// process is gone, counting in `stale_removed` only removals that succeeded.
+// Malformed files are skipped, never trusted past their size.
+std::vector<StatusReport> read_status_segments(int& stale_removed,
+                                               const std::string& directory = "/dev/shm");
 
 }  // namespace softrdma::runtime

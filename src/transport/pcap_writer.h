@@ -72,6 +72,7 @@ class CaptureTransport final : public Transport {
   int rx_fd() const override { return inner_->rx_fd(); }
   Gid local_gid() const override { return inner_->local_gid(); }
   std::vector<Gid> local_gids() const override { return inner_->local_gids(); }
+  bool refresh_addresses() override { return inner_->refresh_addresses(); }
   TransportCounters counters() const override { return inner_->counters(); }
   std::string describe() const override;
   uint16_t udp_port() const override { return inner_->udp_port(); }

@@ -107,6 +107,9 @@ class Transport {
   // Every address this transport receives on and sends from, local_gid() first; a
   // further one is the interface's IPv6 link-local address (docs/decisions/gid-table.md).
   virtual std::vector<Gid> local_gids() const { return {local_gid()}; }
+  // The host's addresses changed (docs/decisions/gid-table.md): serve what is new,
+  // stop serving what went. True when local_gids() changed. With the engine held.
+  virtual bool refresh_addresses() { return false; }
 
   virtual TransportCounters counters() const = 0;
 

@@ -1,6 +1,8 @@
 // Asynchronous events (ibv_get_async_event(3)): the engine's events, routed to
 // their context by Process (process.cc), wait in the context's queue; async_fd
 // is readable while the queue holds one.
+#include <sys/eventfd.h>
+
 #include <algorithm>
 
 #include "verbs/objects.h"
@@ -79,7 +81,45 @@ void drop_async_events(Context& ctx, const void* object) {
   std::erase_if(ctx.events, [&](const ibv_async_event& e) { return element_of(e) == object; });
 }
 
+void push_qp_error(Context& ctx, uint32_t qpn) {
+  std::lock_guard lock(ctx.events_mutex);
+  if (ctx.qp_error_fd < 0) return;  // nobody asked
+  ctx.qp_errors.push_back(qpn);
+  eventfd_post(ctx.qp_error_fd);
+}
+
 }  // namespace softrdma::verbs
+
+// SOFTRDMA_PRIVATE_1, for softrdma's librdmacm only: the kernel's rdma_cm learns
+// that a connection failed inside the kernel; softrdma's, a library above the
+// verbs API, learns it here without taking the application's async events (the
+// application may read those itself). A non-blocking fd, readable while numbers
+// of RC QPs of `context` that entered Error (since the first call) wait in
+// softrdma_take_qp_error. -1 with errno on failure.
+SOFTRDMA_EXPORT int softrdma_qp_error_fd(ibv_context* context) {
+  return guard_minus1([&] {
+    Context* ctx = to_context(context);
+    std::lock_guard lock(ctx->events_mutex);
+    if (ctx->qp_error_fd < 0)
+      ctx->qp_error_fd = eventfd(0, EFD_SEMAPHORE | EFD_NONBLOCK | EFD_CLOEXEC);
+    return ctx->qp_error_fd;
+  });
+}
+
+// The oldest such QP number: 0, or -1 with EAGAIN when none waits.
+SOFTRDMA_EXPORT int softrdma_take_qp_error(ibv_context* context, uint32_t* qpn) {
+  return guard_minus1([&] {
+    Context* ctx = to_context(context);
+    std::lock_guard lock(ctx->events_mutex);
+    if (ctx->qp_error_fd < 0 || eventfd_take(ctx->qp_error_fd) != 0 || ctx->qp_errors.empty()) {
+      errno = EAGAIN;
+      return -1;
+    }
+    *qpn = ctx->qp_errors.front();
+    ctx->qp_errors.pop_front();
+    return 0;
+  });
+}
 
 // Blocks until an event arrives unless the application made async_fd
 // non-blocking (then -1 with EAGAIN). 0 or -1.

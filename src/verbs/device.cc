@@ -146,6 +146,7 @@ SOFTRDMA_EXPORT int ibv_close_device(ibv_context* context) {
   const bool stale = Process::get().stale(ctx);
   if (!stale) Process::get().remove_context(ctx);
   close(context->async_fd);
+  if (ctx->qp_error_fd >= 0) close(ctx->qp_error_fd);
   close(context->cmd_fd);
   pthread_mutex_destroy(&context->mutex);
   if (!stale) Process::get().release();

@@ -43,6 +43,11 @@ struct Context {
   // eventfd unit (EFD_SEMAPHORE) per queued event makes async_fd readable.
   std::mutex events_mutex;
   std::deque<ibv_async_event> events;
+  // softrdma_qp_error_fd (async.cc): RC QPs of this context that entered Error,
+  // for softrdma's librdmacm; the eventfd is made on first ask (-1 until then).
+  // Both under events_mutex.
+  int qp_error_fd = -1;
+  std::deque<uint32_t> qp_errors;
 
   // Last: rdma-core finds the verbs_context slots by offset back from the
   // ibv_context (verbs_get_ctx()), and the ibv_context is its last member.
@@ -206,6 +211,9 @@ struct Qp {
   // (EBUSY). A plain PD is not held: an imported one may be unimported first, as
   // with rdma-core, so a QP never reads its `pd` after creation.
   Pd* parent_domain = nullptr;
+  // The application (or librdmacm) moved it to Error itself: that is not a failed
+  // connection, and softrdma_qp_error_fd does not report it. Cleared by RESET.
+  std::atomic<bool> error_requested{false};
 
   ibv_qp* ibv() { return &ex.qp_base; }
 };

@@ -112,6 +112,7 @@ runtime::Node* Process::acquire(int& err) {
   // Set before any QP or CQ exists, so before the progress thread can post.
   engine::Device* device = &node->device();
   device->set_async_notify([this, device] { route_events(*device); });
+  node->set_qp_error_listener([this](uint32_t qpn) { route_qp_error(qpn); });
   node_ = std::move(node);
   node_users_ = 1;
   return node_.get();
@@ -183,6 +184,13 @@ void Process::remove_srq(Srq* srq) {
 void Process::route_events(engine::Device& device) {
   engine::AsyncEvent event;
   while (device.next_async_event(event)) deliver(event);
+}
+
+void Process::route_qp_error(uint32_t qpn) {
+  std::lock_guard lock(route_mutex_);
+  auto it = qps_.find(qpn);
+  if (it != qps_.end() && !it->second->error_requested.load(std::memory_order_relaxed))
+    push_qp_error(*it->second->ctx, qpn);
 }
 
 void Process::deliver(const engine::AsyncEvent& event) {

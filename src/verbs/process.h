@@ -63,6 +63,7 @@ class Process {
   Process();
   void route_events(engine::Device& device);
   void deliver(const engine::AsyncEvent& event);
+  void route_qp_error(uint32_t qpn);
   void warn_once(const std::string& message);
   static void before_fork();
   static void after_fork_in_parent();
@@ -91,6 +92,9 @@ void push_async_event(Context& ctx, const ibv_async_event& event);
 // Drops the queued, not yet taken events that name `qp` / `cq` (their objects are
 // being destroyed; the kernel does the same, ib_uverbs_release_uevent).
 void drop_async_events(Context& ctx, const void* object);
+// Queues the number of a QP of `ctx` that entered Error for softrdma_qp_error_fd's
+// reader, if there is one (async.cc).
+void push_qp_error(Context& ctx, uint32_t qpn);
 
 // False once the process forked or the context's Node is gone: calls on it are EIO.
 inline bool live(Context* ctx) { return !Process::get().stale(ctx); }

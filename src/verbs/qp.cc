@@ -238,8 +238,14 @@ SOFTRDMA_EXPORT ibv_qp* softrdma_create_gsi_qp(ibv_pd* pd, ibv_qp_init_attr* att
 SOFTRDMA_EXPORT int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int attr_mask) {
   return guard_errno([&] {
     if (!live(ibqp->context)) return EIO;
-    if (int err = to_qp(ibqp)->qp->modify(*attr, attr_mask)) return err;
+    Qp* qp = to_qp(ibqp);
+    // Before the engine's change, which is when the observer sees the state.
+    const bool to_error = (attr_mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_ERR;
+    if (to_error) qp->error_requested.store(true, std::memory_order_relaxed);
+    if (int err = qp->qp->modify(*attr, attr_mask)) return err;
     if (attr_mask & IBV_QP_STATE) ibqp->state = attr->qp_state;
+    if ((attr_mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RESET)
+      qp->error_requested.store(false, std::memory_order_relaxed);
     return 0;
   });
 }

@@ -274,9 +274,9 @@ softrdma_client_test(ucx_info_without_sysfs_view OWN_ENVIRONMENT
 # ucx_perftest server and client (-p port, the client names 127.0.0.1) on one
 # transport: UCP tag matching latency and bandwidth, RMA put and get (which UCP
 # emulates over active messages on UD), small and large messages; and in event
-# mode (-E sleep: the worker sleeps on completion events between messages). UCX
-# 1.13's ud_verbs takes a RoCE packet's IP version from wc.sl, where only mlx5 puts
-# it: UCX_UD_VERBS_ETH_DGID_CHECK=n, as on Soft-RoCE (docs/decisions/ucx.md).
+# mode (-E sleep: the worker sleeps on completion events between messages). No
+# UCX_UD_VERBS_ETH_DGID_CHECK: UCX 1.13's ud_verbs takes a RoCE packet's IP
+# version from wc.sl, which softrdma fills as RoCE NICs do (docs/decisions/ucx.md).
 function(ucx_perftest_tests tls)
   set(prefix ucx_perftest.${tls})
   # rc_verbs connects through an auxiliary transport (UCX's wireup: "no auxiliary
@@ -300,12 +300,21 @@ function(ucx_perftest_tests tls)
       set(mode -E ${wait})
     endif()
     softrdma_client_test(${name} PAIR OWN_ENVIRONMENT TIMEOUT 120
-      ENV UCX_TLS=${tls_list} UCX_NET_DEVICES=softrdma0:1 UCX_UD_VERBS_ETH_DGID_CHECK=n
+      ENV UCX_TLS=${tls_list} UCX_NET_DEVICES=softrdma0:1
       COMMAND $<TARGET_FILE:softrdma> run -- ${UCX_PERFTEST} -t ${test} -s ${size} -n ${iters} ${mode}
       EXPECT "^Final:\\s+${iters}\\s")
   endforeach()
 endfunction()
 ucx_perftest_tests(ud_verbs)
+# UCX as most users (and Open MPI) run it: no UCX variable at all, so UCX picks its
+# transports itself, softrdma0's among them (issue 14 defect 7).
+softrdma_client_test(ucx_perftest.defaults.tag_lat PAIR OWN_ENVIRONMENT TIMEOUT 120
+  COMMAND $<TARGET_FILE:softrdma> run -- ${UCX_PERFTEST} -t tag_lat -s 8 -n 1000
+  EXPECT "^Final:\\s+1000\\s")
+softrdma_client_test(ucx_perftest.defaults_net_softrdma0.tag_bw PAIR OWN_ENVIRONMENT TIMEOUT 120
+  ENV UCX_NET_DEVICES=softrdma0:1
+  COMMAND $<TARGET_FILE:softrdma> run -- ${UCX_PERFTEST} -t tag_bw -s 65536 -n 200
+  EXPECT "^Final:\\s+200\\s")
 # rc_verbs: RC QPs receiving from a shared receive queue (docs/decisions/srq.md).
 ucx_perftest_tests(rc_verbs)
 

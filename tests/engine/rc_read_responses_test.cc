@@ -87,3 +87,49 @@ INSTANTIATE_TEST_SUITE_P(
 
 }  // namespace
 }  // namespace softrdma::engine::testing
+
+namespace softrdma::engine::testing {
+namespace {
+
+// Issue 14 defect 2: Linux Soft-RoCE answers a READ re-requested from inside
+// the message by continuing the first request's sequence (MIDDLE ... LAST at the
+// re-requested PSNs), never with a new FIRST; late answers to the first request
+// look the same. Both carry the right bytes at the right PSNs.
+class ContinuedReadResponses : public RcPairTest {};
+
+TEST_F(ContinuedReadResponses, ReRequestAnsweredAsAContinuationCompletesTheRead) {
+  constexpr uint32_t kPackets = 4;
+  constexpr uint32_t kLostFrom = 2;  // b's answers from here on are lost
+  fill(b, 0, kPackets * 1024, 7);
+  const auto b_gid = b.device->gids()[1];
+  const uint32_t a_psn = options_.a_psn;
+  net_.drop([b_gid, a_psn](const transport::fake::FakePacket& p) {
+    return p.src == b_gid && p.src_port != kForgedPort &&
+           !wire::psn_before(p.psn(), wire::psn_add(a_psn, kLostFrom));
+  }, transport::fake::FakeNetwork::kEvery);
+  ASSERT_EQ(post(a, IBV_WR_RDMA_READ, 0, kPackets * 1024, 0, 1), 0);
+  pump();  // FIRST and MIDDLE placed; the rest lost
+  // The timeout re-requests from the first missing PSN.
+  const uint64_t requests_before = a.counters().retries.load();
+  ASSERT_TRUE(run_until([&] { return a.counters().retries.load() > requests_before; }));
+  // The answer comes as Soft-RoCE sends it: the first request's MIDDLE and LAST.
+  const uint8_t continuation[] = {op::kRcReadResponseMiddle, op::kRcReadResponseLast};
+  for (uint32_t k = 0; k < 2; ++k) {
+    const uint32_t index = kLostFrom + k;
+    auto bytes = response(continuation[k], a.qp->qpn(), wire::psn_add(a_psn, int32_t(index)),
+                          wire::syndrome::ack());
+    wire::PacketView view(bytes);
+    auto payload = view.payload();
+    std::copy_n(b.mem.data() + index * 1024, payload.size(), payload.begin());
+    net_.inject(b_gid, a.device->gids()[1], std::move(bytes), kForgedPort);
+  }
+  pump();
+  const auto done = poll(a.scq);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, IBV_WC_SUCCESS);
+  EXPECT_TRUE(same(a, 0, b, 0, kPackets * 1024));
+  EXPECT_EQ(a.counters().bad_read_responses.load(), 0u);
+}
+
+}  // namespace
+}  // namespace softrdma::engine::testing

@@ -65,6 +65,9 @@ TEST_F(UdPairTest, ASendArrivesAfterTheGrhWithTheSendersQpNumber) {
   EXPECT_EQ(grh[20], 0x45);
   EXPECT_EQ(std::memcmp(grh + 20 + 12, a.device->gids()[1].data() + 12, 4), 0);
   EXPECT_EQ(std::memcmp(grh + 20 + 16, b.device->gids()[1].data() + 12, 4), 0);
+  // IBA A17.4.5.1's packet-type flag, where RoCE NICs put it (and UCX reads it):
+  // RoCEv2 (UDP) over IPv4.
+  EXPECT_EQ(received[0].sl, 0x8 | 0x2);
 }
 
 // IBA 10.2.5: the controlled Q_Key bit sends the QP's own Q_Key; another Q_Key

@@ -145,6 +145,17 @@ TEST(SoftRoceReplay, CapturedReqIsAnsweredAndTheRtuEstablishes) {
   EXPECT_EQ(rep.responder_resources, 1);
   EXPECT_EQ(rep.initiator_depth, 1);
 
+  // The Linux CM reads a Starting PSN as the PSN its sender will receive: the
+  // Soft-RoCE client expects its first request at the REQ's PSN and sends its own
+  // from the REP's (drivers/infiniband/core/cm.c: the active side's rq_psn is its
+  // REQ's Starting PSN, the passive side's sq_psn is the REQ's).
+  ibv_qp_attr qp_attr{};
+  ibv_qp_init_attr qp_init{};
+  ASSERT_EQ(ibv_query_qp(child->qp, &qp_attr, IBV_QP_SQ_PSN | IBV_QP_RQ_PSN, &qp_init), 0);
+  EXPECT_EQ(qp_attr.sq_psn, req.starting_psn);
+  EXPECT_EQ(qp_attr.rq_psn, rep.starting_psn);
+  EXPECT_NE(rep.starting_psn, req.starting_psn);  // chosen afresh, not echoed
+
   // Its RTU establishes the connection.
   w::CmRtu rtu;
   rtu.transaction_id = req.transaction_id;

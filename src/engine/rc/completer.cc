@@ -209,12 +209,23 @@ void Completer::on_read_response(PacketView packet, Nanos now) {
 // awaited PSN that breaks this (an ONLY inside a longer request, a LAST where FIRST
 // belongs, a NAK syndrome) is not data of this READ: it is dropped and counted,
 // and the retry timer asks again (issue 6 defect 2).
+// A re-request from inside a READ (IBA 9.7.5.1.2: the responder re-executes it
+// from its PSN) may be answered in either of two forms: afresh (FIRST at the
+// re-requested PSN, as softrdma's responder does) or as the continuation of the
+// first request for that range (MIDDLE ... LAST, as Linux Soft-RoCE does; its own
+// completer takes both). Late responses to the first request have the second
+// form too. Both are the same bytes at the same PSNs, so both are taken.
 bool Completer::response_in_place(const SendWqe& w, PacketView packet) const {
   const uint32_t i = w.read_packets_received;
   if (i < w.read_chunk_begin || i >= w.next_packet) return false;  // not asked for now
-  const uint8_t wanted = message_operation(MessageKind::kReadResponse, i - w.read_chunk_begin,
-                                           w.next_packet - w.read_chunk_begin);
-  if ((uint8_t(packet.get(bth::kOpcode)) & 0x1f) != wanted) return false;
+  const uint8_t opcode = uint8_t(packet.get(bth::kOpcode)) & 0x1f;
+  const auto in_request = [&](uint32_t begin, uint32_t end) {
+    return opcode == message_operation(MessageKind::kReadResponse, i - begin, end - begin);
+  };
+  const bool in_sequence = in_request(w.read_chunk_begin, w.next_packet) ||
+                           (w.read_range_begin < w.read_chunk_begin &&
+                            in_request(w.read_range_begin, w.read_requested));
+  if (!in_sequence) return false;
   return !packet.info().has(Header::kAeth) ||
          syndrome::type(uint8_t(packet.get(aeth::kSyndrome))) == syndrome::kAck;
 }

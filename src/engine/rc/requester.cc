@@ -253,6 +253,7 @@ bool Requester::send_read_request(SendWqe& wqe) {
     p.set(reth::kRkey, wqe.rkey);
     p.set(reth::kDmaLength, len);
     count_send(psn, chunk);
+    if (wqe.next_packet >= wqe.read_requested) wqe.read_range_begin = wqe.next_packet;
     wqe.read_chunk_begin = wqe.next_packet;
     wqe.next_packet += chunk;
     wqe.read_requested = std::max(wqe.read_requested, wqe.next_packet);

@@ -44,6 +44,18 @@ void write_grh(const transport::RxPacket& from, uint8_t (&grh)[kGrhBytes]) {
   }
 }
 
+// IBA A17.4.5.1: for RoCEv2 a UD completion carries "a flag that indicates if the
+// received frame is an IPv4, IPv6 or RoCE packet". verbs has no field for it;
+// RoCE NICs (ConnectX, whose completion format fills it in) report it in `sl`,
+// which RoCE has no other use for (no LRH, so no service level arrives): bit 3
+// "UDP header present" (RoCEv2), bits 2:0 the L3 header, 1 IPv6, 2 IPv4. UCX's
+// ud_verbs reads it there to find the destination address in the 40 GRH bytes
+// (decisions/ucx.md).
+uint8_t roce_packet_type(const transport::RxPacket& from) {
+  constexpr uint8_t kRoceV2 = 0x8, kIpv6 = 0x1, kIpv4 = 0x2;
+  return kRoceV2 | (gid_is_ipv4(from.src) ? kIpv4 : kIpv6);
+}
+
 }  // namespace
 
 Datagram::Datagram(Qp& qp) : qp_(qp) {}
@@ -163,6 +175,7 @@ bool Datagram::receive(PacketView p, const transport::RxPacket& from) {
   wc.qp_num = qp_.qpn();
   wc.src_qp = uint32_t(p.get(deth::kSrcQp));
   wc.wc_flags = IBV_WC_GRH;
+  wc.sl = roce_packet_type(from);
   if (p.info().has(Header::kImmDt)) {
     wc.wc_flags |= IBV_WC_WITH_IMM;
     wc.imm_data = htonl(uint32_t(p.get(immdt::kImmediate)));

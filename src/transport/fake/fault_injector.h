@@ -76,6 +76,7 @@ class FaultInjector final : public Transport {
   int rx_fd() const override { return epoll_fd_; }
   Gid local_gid() const override { return inner_->local_gid(); }
   std::vector<Gid> local_gids() const override { return inner_->local_gids(); }
+  bool refresh_addresses() override { return inner_->refresh_addresses(); }
   TransportCounters counters() const override;
   std::string describe() const override;
   uint16_t udp_port() const override { return inner_->udp_port(); }

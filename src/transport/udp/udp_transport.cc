@@ -139,9 +139,11 @@ UdpTransport::UdpTransport(const UdpConfig& config, int fd, Gid gid)
     : config_(config), rx_fd_(fd), local_gid_(gid), port_(config.port),
       ipv6_(!wire::gid_is_ipv4(gid)),
       rx_(std::make_unique<RxRing>(std::max<size_t>(1, config.rx_ring_packets))),
-      port_fds_(std::make_unique<std::array<std::atomic<int>, kSourcePorts>>()) {
+      port_fds_(std::make_unique<std::array<std::atomic<int>, kSourcePorts>>()),
+      counters_(config.counters != nullptr ? *config.counters : own_counters_) {
   for (auto& entry : *port_fds_) entry.store(-1, std::memory_order_relaxed);
   rcvbuf_bytes_ = udp::set_receive_buffer(fd, config.rcvbuf_bytes);
+  counters_.rx_buffer_bytes.store(uint64_t(rcvbuf_bytes_), std::memory_order_relaxed);
   udp::set_send_buffer(fd, config.sndbuf_bytes);
   udp::enable_packet_info(fd, ipv6_);
   if (ipv6_) udp::accept_zero_udp_checksum(fd);
@@ -195,6 +197,34 @@ void UdpTransport::serve_link_local() {
   link_local_gid_ = gid;
   link_local_ifindex_ = ifindex;
   watch(fd);
+}
+
+void UdpTransport::stop_serving_link_local() {
+  if (link_local_fd_ < 0) return;
+  if (epoll_fd_ >= 0) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, link_local_fd_, nullptr);
+  std::erase(rx_fds_, link_local_fd_);
+  close(link_local_fd_);  // datagrams already in the ring stay valid (it owns its buffers)
+  link_local_fd_ = -1;
+  link_local_gid_ = Gid{};
+  link_local_ifindex_ = 0;
+}
+
+// An interface that gets its link-local address after the device opened (a service
+// started before the network was up), or loses it (link down), or gets another:
+// served from when it can be bound until it goes. A tentative address (IPv6
+// duplicate address detection still running) cannot be bound yet; the kernel's
+// next message, when DAD ends, brings another try.
+bool UdpTransport::refresh_addresses() {
+  if (ipv6_ || (wire::gid_to_ipv4(local_gid_) >> 24) == 127) return false;
+  Gid gid;
+  uint32_t ifindex = 0;
+  const bool present = udp::find_link_local(wire::gid_to_ipv4(local_gid_), gid, ifindex);
+  const bool served = link_local_fd_ >= 0;
+  if (served && present && gid == link_local_gid_ && ifindex == link_local_ifindex_) return false;
+  if (!served && !present) return false;
+  stop_serving_link_local();
+  if (present) serve_link_local();
+  return served || link_local_fd_ >= 0;
 }
 
 std::vector<Gid> UdpTransport::local_gids() const {

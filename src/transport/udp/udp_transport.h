@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "transport/transport.h"
+#include "transport/udp/udp_counters.h"
 
 struct mmsghdr;
 
@@ -37,6 +38,9 @@ struct UdpConfig {
   size_t rx_ring_packets = 32;
   // Most source-port sockets to open; beyond, packets leave from `port`.
   size_t max_source_port_sockets = 64;
+  // Where to count (the process's status segment, runtime/status_segment.h); it
+  // must outlive the transport. Null: in the transport.
+  UdpCounters* counters = nullptr;
 };
 
 // 4096 bytes of payload (largest path MTU) + every header RoCEv2 may carry, rounded.
@@ -66,6 +70,7 @@ class UdpTransport final : public Transport {
   int rx_fd() const override { return epoll_fd_ >= 0 ? epoll_fd_ : rx_fd_; }
   Gid local_gid() const override { return local_gid_; }
   std::vector<Gid> local_gids() const override;
+  bool refresh_addresses() override;
   TransportCounters counters() const override;
   std::string describe() const override;
   uint16_t udp_port() const override { return port_; }
@@ -89,6 +94,7 @@ class UdpTransport final : public Transport {
   // is served too, on port 4791 (docs/decisions/gid-table.md). Quietly not, when it
   // cannot be bound.
   void serve_link_local();
+  void stop_serving_link_local();
   // The socket a packet leaves from: by destination family, then by source port.
   int socket_for(const TxPacket& packet);
   bool sendable(const Gid& dst) const;
@@ -142,13 +148,8 @@ class UdpTransport final : public Transport {
   mutable std::mutex port_fds_mutex_;
   std::vector<int> owned_port_fds_;  // guarded by port_fds_mutex_
 
-  struct AtomicCounters {
-    std::atomic<uint64_t> tx_packets{0}, tx_bytes{0}, tx_errors{0}, tx_port_fallback{0};
-    std::atomic<uint64_t> rx_packets{0}, rx_bytes{0}, rx_bad_icrc{0}, rx_truncated{0},
-        rx_ipv4_id_solved{0};
-    std::atomic<uint64_t> tx_gso_sends{0}, tx_gso_segments{0}, tx_gso_refused{0},
-        rx_gro_datagrams{0}, rx_gro_segments{0};
-  } counters_;
+  UdpCounters own_counters_;  // used when the config names no cells
+  UdpCounters& counters_;     // own_counters_ or UdpConfig::counters
 };
 
 }  // namespace softrdma::transport
