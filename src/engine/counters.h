@@ -23,6 +23,8 @@ namespace softrdma::engine {
   X(retries)                /* go-back-N restarts charged to retry_cnt */    \
   X(retry_streak_max)       /* most consecutive retries without progress */  \
   X(retransmitted_packets)                                                   \
+  X(idle_probes_sent)       /* RC liveness probes, retries included */       \
+  X(idle_probes_failed)     /* probes unanswered: the QP went to Error */    \
   X(uc_packets_dropped)     /* UC: outside a message begun in sequence */    \
   X(uc_messages_dropped)    /* UC: a message lost part-way or refused */     \
   X(ud_bad_qkey)            /* UD: DETH Q_Key is not the QP's (IBA 10.2.5) */ \

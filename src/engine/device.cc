@@ -434,9 +434,15 @@ bool Device::turn(bool receive) {
   const Nanos now = clock_.now();
   staging_ = true;
   bool worked = serve_doorbells(now);
+  // A timer is due: take first what has already arrived. A process that was
+  // descheduled past a deadline finds the ACK that answers it waiting in its own
+  // socket, possibly behind a burst of other packets; firing the timer before
+  // reading it retransmits what the peer has (issue 14 defect 3).
+  const bool timers_due = now >= next_deadline_.load(std::memory_order_acquire);
+  const int bursts = timers_due ? kBurstsBeforeTimers : 1;
   if (receive)
-    for (transport::Transport* from : receivers_) worked |= this->receive(*from, now);
-  if (now >= next_deadline_.load(std::memory_order_acquire)) worked |= run_timers(now);
+    for (transport::Transport* from : receivers_) worked |= this->receive(*from, now, bursts);
+  if (timers_due) worked |= run_timers(now);
   if (receive) worked |= serve_busy(now);
   tx_->flush();
   publish_staged();
@@ -482,18 +488,23 @@ void Device::push_completion(Cq& cq, const ibv_wc& wc, bool solicited, Nanos tim
   }
 }
 
-// One receive burst from `from`; the QPs that got packets then send their
-// coalesced ACKs.
-bool Device::receive(transport::Transport& from, Nanos now) {
+// Up to `bursts` receive bursts from `from`, until one comes back short; after
+// each, the QPs that got packets send their coalesced ACKs.
+bool Device::receive(transport::Transport& from, Nanos now, int bursts) {
   std::array<transport::RxPacket, 32> burst;
-  const size_t n = from.rx_burst(burst);
-  for (size_t i = 0; i < n; ++i) dispatch(burst[i], now);
-  for (Qp* qp : touched_) {
-    qp->touched_ = false;
-    qp->protocol().on_burst_end(now);
+  bool got = false;
+  for (int b = 0; b < bursts; ++b) {
+    const size_t n = from.rx_burst(burst);
+    for (size_t i = 0; i < n; ++i) dispatch(burst[i], now);
+    for (Qp* qp : touched_) {
+      qp->touched_ = false;
+      qp->protocol().on_burst_end(now);
+    }
+    touched_.clear();
+    got |= n > 0;
+    if (n < burst.size()) break;
   }
-  touched_.clear();
-  return n > 0;
+  return got;
 }
 
 void Device::want_tx(Qp& qp) {

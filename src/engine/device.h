@@ -199,7 +199,9 @@ class Device {
   // Engine held. ibv_destroy_qp(3) of a QP still attached to a group is EBUSY, as
   // the kernel answers it (uverbs_free_qp: the user detaches first).
   bool attached_anywhere(const Qp* qp) const;
-  bool receive(transport::Transport& from, Nanos now);
+  bool receive(transport::Transport& from, Nanos now, int bursts);
+  // Receive bursts a turn takes, at most, before it runs due timers (2048 packets).
+  static constexpr int kBurstsBeforeTimers = 64;
   bool run_timers(Nanos now);
   void publish_staged();
   void push_completion(Cq& cq, const ibv_wc& wc, bool solicited, Nanos timestamp,

@@ -73,6 +73,16 @@ struct DeviceConfig {
   // AckReq (IBA 9.7.5.1.4) is set on the last packet of each message and at least
   // every this many packets of a long one, so ACKs stay timely and coalesced.
   uint32_t ack_request_interval = 16;
+  // The longest wait between two consecutive retransmission timeouts of an RC QP
+  // whose Local ACK Timeout is shorter (docs/decisions/retransmission.md): waits
+  // double from the measured round trip up to this, so a peer that stalls for
+  // seconds survives while a dead one is still reported within
+  // (retry_cnt + 1) x this.
+  int64_t max_retry_interval_ns = 1'000'000'000;
+  // An RC QP in RTS with nothing outstanding that has heard nothing from its peer
+  // for this long sends it a probe (a duplicate request every responder answers,
+  // docs/decisions/retransmission.md "Idle connections"); 0: never.
+  int64_t idle_probe_interval_ns = 1'000'000'000;
   // Where the engine's counters live (the runtime puts them in the process's status
   // segment, runtime/status_segment.h); null: in the device itself.
   EngineCounters* counters = nullptr;

@@ -54,6 +54,7 @@ std::unique_ptr<Node> Node::open(const Settings& settings, std::string& error) {
     config.counters = node->status_->counters();
   }
   config.max_unacked_packets = settings.max_unacked_packets;
+  config.idle_probe_interval_ns = int64_t(settings.idle_probe_ms) * 1'000'000;
   node->device_ = std::make_unique<engine::Device>(config, *node->transport_);
   Node* raw = node.get();
   node->device_->set_qp_observer(

@@ -9,6 +9,8 @@ namespace softrdma::runtime {
 
 namespace {
 
+constexpr uint32_t kMaxIdleProbeMs = 3'600'000;  // an hour
+
 const char* env(const char* name) {
   const char* v = std::getenv(name);
   return (v != nullptr && *v != '\0') ? v : nullptr;
@@ -20,6 +22,15 @@ bool parse_window(const char* text, uint32_t& out) {
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || end != s.data() + s.size()) return false;
   if (v < 1 || v > engine::kMaxWindowPackets) return false;
+  out = v;
+  return true;
+}
+
+bool parse_idle_probe_ms(const char* text, uint32_t& out) {
+  std::string_view s(text);
+  uint32_t v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size() || v > kMaxIdleProbeMs) return false;
   out = v;
   return true;
 }
@@ -61,6 +72,12 @@ std::optional<Settings> Settings::from_environment(std::string& error) {
             std::to_string(engine::kMaxWindowPackets) + ", not \"" + v + "\"";
     return std::nullopt;
   }
+  if (const char* v = env("SOFTRDMA_IDLE_PROBE_MS");
+      v != nullptr && !parse_idle_probe_ms(v, s.idle_probe_ms)) {
+    error = "SOFTRDMA_IDLE_PROBE_MS must be a number of milliseconds from 0 (off) to " +
+            std::to_string(kMaxIdleProbeMs) + ", not \"" + v + "\"";
+    return std::nullopt;
+  }
   const std::optional<bool> view = sysfs_view_from_environment(error);
   if (!view) return std::nullopt;
   s.sysfs_view = *view;
@@ -79,6 +96,7 @@ std::vector<std::pair<std::string, std::string>> Settings::describe() const {
       {"SOFTRDMA_FAULTS", faults.empty() ? "(off)" : faults},
       {"SOFTRDMA_PROGRESS", progress_thread ? "thread" : "inline"},
       {"SOFTRDMA_WINDOW", std::to_string(max_unacked_packets)},
+      {"SOFTRDMA_IDLE_PROBE_MS", idle_probe_ms == 0 ? "0 (off)" : std::to_string(idle_probe_ms)},
       {"SOFTRDMA_SYSFS_VIEW", sysfs_view ? "on" : "off"},
   };
 }

@@ -30,6 +30,10 @@ struct Settings {
   bool progress_thread = true;
   // SOFTRDMA_WINDOW: most unacknowledged packets per QP (1..4096).
   uint32_t max_unacked_packets = 64;
+  // SOFTRDMA_IDLE_PROBE_MS: an RC QP that has nothing outstanding and has heard
+  // nothing from its peer for this many milliseconds probes it, so that a killed
+  // peer is noticed (docs/decisions/retransmission.md); 0: never. 0..3600000.
+  uint32_t idle_probe_ms = 1000;
   // SOFTRDMA_SYSFS_VIEW: "on" (default) or "off": whether `softrdma run` shows the
   // program a sysfs and /dev view describing the device (tools/run/).
   bool sysfs_view = true;

@@ -14,6 +14,8 @@ void build_node(Node& n, transport::fake::FakeNetwork& net, const transport::Gid
   n.transport = net.attach(gid);
   DeviceConfig config;
   config.max_unacked_packets = o.window;
+  config.idle_probe_interval_ns = o.idle_probe;
+  config.max_retry_interval_ns = o.max_retry_interval;
   n.device = std::make_unique<Device>(config, *n.transport, clock);
   int err = 0;
   n.pd = n.device->alloc_pd(err);

@@ -21,15 +21,28 @@ void Completer::reset(uint32_t sq_psn, Nanos /*now*/) {
   rnr_retries_left_ = attr.rnr_retry;
   deadline_ = kNever;
   read_rerequested_ = false;
+  rto_.reset();
 }
 
 bool Completer::outstanding() const {
   return psn_diff(conn_.requester().next_psn(), una_psn_) > 0;
 }
 
+void Completer::on_first_send(uint32_t psn) {
+  if (rto_.wants_sample()) rto_.on_first_send(psn, conn_.qp().device().clock().now());
+}
+
+// Never shorter than the QP's Local ACK Timeout (IBA 9.7.6.1.1), longer when the
+// measured round trip is, doubling with each consecutive timeout, bounded.
+Nanos Completer::retry_interval(uint32_t extra_doublings) const {
+  const int64_t floor = ack_timeout_ns(conn_.qp().attr().timeout);
+  return rto_.interval(floor == INT64_MAX ? kNever : floor,
+                       conn_.qp().device().config().max_retry_interval_ns, extra_doublings);
+}
+
 void Completer::restart_timer(Nanos now) {
-  const int64_t timeout = ack_timeout_ns(conn_.qp().attr().timeout);
-  deadline_ = timeout == INT64_MAX ? kNever : now + timeout;
+  const Nanos wait = retry_interval();
+  deadline_ = wait == kNever ? kNever : now + wait;
   conn_.qp().device().arm_timer(conn_.qp(), deadline_);
 }
 
@@ -64,6 +77,7 @@ void Completer::on_response(PacketView packet, Nanos now) {
   // IBA 9.7.5.2.1: a response outside [una, first PSN never sent) answers nothing
   // outstanding (a late duplicate, or a ghost): ignore it.
   if (psn_before(psn, una_psn_) || !psn_before(psn, conn_.requester().high_psn())) {
+    if (conn_.liveness().answers_probe(psn)) return;  // the peer is alive: nothing else
     bump(conn_.qp().device().counters().out_of_sequence_responses);
     return;
   }
@@ -261,8 +275,10 @@ void Completer::progress_made(Nanos now) {
   retries_left_ = attr.retry_cnt;
   rnr_retries_left_ = attr.rnr_retry;
   read_rerequested_ = false;
+  rto_.on_acknowledged(una_psn_, now);
   deadline_ = kNever;
   if (outstanding()) restart_timer(now);
+  conn_.requester().on_progress(una_psn_);
   conn_.requester().run(now);
 }
 
@@ -277,6 +293,7 @@ void Completer::retry(uint32_t psn, Nanos now, Cause cause) {
   // Late responses to what was sent before this retry must not trigger another:
   // one retry per gap until progress or the next timeout.
   read_rerequested_ = true;
+  rto_.on_retry();  // Karn: what is resent times no round trip
   conn_.requester().rewind(psn, cause == Cause::kTimeout);
   restart_timer(now);
   conn_.requester().run(now);
@@ -298,6 +315,7 @@ void Completer::on_timer(Nanos now) {
   if (!sending_state()) return;  // a timer left from before Error/Reset
   if (!outstanding()) return;
   bump(conn_.qp().device().counters().retransmit_timeouts);
+  rto_.on_timeout();  // the retry's timer waits twice as long (RFC 6298 5.5)
   retry(una_psn_, now, Cause::kTimeout);
 }
 

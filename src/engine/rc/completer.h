@@ -1,6 +1,7 @@
 // RC completer (IBA 9.7.5.2 "requester side, response handling"): consumes ACKs,
 // NAKs, READ responses and ATOMIC ACKs; completes send WQEs in order; owns the
-// retransmission timer (retry_cnt) and the RNR retry count (rnr_retry).
+// retransmission timer (retry_cnt; its timing: RetransmitTimer) and the RNR retry
+// count (rnr_retry).
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include <span>
 
 #include "engine/clock.h"
+#include "engine/rc/retransmit_timer.h"
 #include "engine/wqe.h"
 #include "wire/packet.h"
 
@@ -29,6 +31,13 @@ class Completer {
   void stop_timers();
   // Oldest PSN not yet acknowledged.
   uint32_t una_psn() const { return una_psn_; }
+  // PSNs were sent and not yet acknowledged.
+  bool outstanding() const;
+  // The requester sent `psn` for the first time (a round-trip sample may start).
+  void on_first_send(uint32_t psn);
+  // The wait before the next timeout (docs/decisions/retransmission.md); the
+  // liveness probe waits as long, doubled once more per unanswered probe.
+  Nanos retry_interval(uint32_t extra_doublings = 0) const;
 
  private:
   void complete_unacknowledged();
@@ -47,11 +56,10 @@ class Completer {
   void fail_head(ibv_wc_status status, Nanos now);
   bool sq_empty_or_unsent();
   void progress_made(Nanos now);
-  // Go back N from `psn`, charged to retry_cnt. After a timeout the first packet of
-  // the restart goes twice (docs/decisions/rc-engine.md "Restarts").
+  // Go back N from `psn`, charged to retry_cnt. After a timeout the restart is
+  // gentle: a small window, growing as ACKs return (docs/decisions/retransmission.md).
   enum class Cause { kGapOrNak, kTimeout };
   void retry(uint32_t psn, Nanos now, Cause cause = Cause::kGapOrNak);
-  bool outstanding() const;
   bool sending_state() const;
   void restart_timer(Nanos now);
 
@@ -60,6 +68,7 @@ class Completer {
   uint8_t retries_left_ = 7;
   uint8_t rnr_retries_left_ = 7;
   Nanos deadline_ = kNever;
+  RetransmitTimer rto_;
   // A retry was made since the last progress: a late response or ACK that shows
   // the same gap again must not retry again (one retry per gap, until progress or
   // the next timeout).

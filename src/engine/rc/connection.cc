@@ -15,7 +15,8 @@ RcConnection::RcConnection(Qp& qp)
       acknowledged_(qp.type() != IBV_QPT_UC),
       requester_(*this),
       completer_(*this),
-      responder_(*this) {}
+      responder_(*this),
+      liveness_(*this) {}
 
 wire::PacketView RcConnection::emit(uint8_t opcode, size_t payload_len, uint32_t psn) {
   bump(qp_.counters().tx_packets);
@@ -34,6 +35,7 @@ void RcConnection::on_packet(wire::PacketView packet, const transport::RxPacket&
   } else {
     responder_.on_request(packet, now);
   }
+  liveness_.heard(now);  // after the completer: it asks whether a probe was answered
 }
 
 void RcConnection::on_send_posted(Nanos now) { requester_.run(now); }
@@ -52,7 +54,7 @@ Nanos RcConnection::deadline() const {
   Nanos d = completer_.deadline();
   const Nanos pause = requester_.paused_until();
   if (pause != 0 && pause < d) d = pause;
-  return d;
+  return std::min(d, liveness_.deadline());
 }
 
 void RcConnection::on_timer(Nanos now) {
@@ -62,6 +64,7 @@ void RcConnection::on_timer(Nanos now) {
     requester_.run(now);
   }
   completer_.on_timer(now);
+  liveness_.on_timer(now);
 }
 
 void RcConnection::load_path() {
@@ -83,6 +86,7 @@ void RcConnection::on_state_change(ibv_qp_state from, ibv_qp_state to, Nanos now
     // Timers armed before must not act on the QP once it is reconnected.
     completer_.stop_timers();
     requester_.pause_until(0);
+    liveness_.stop();
   }
   if (to == IBV_QPS_RTR && from != IBV_QPS_RTR) {
     load_path();
@@ -91,6 +95,7 @@ void RcConnection::on_state_change(ibv_qp_state from, ibv_qp_state to, Nanos now
   if (to == IBV_QPS_RTS && from == IBV_QPS_RTR) {
     requester_.reset(qp_.attr().sq_psn);
     completer_.reset(qp_.attr().sq_psn, now);
+    liveness_.start(now);
   }
   // IBA 10.3.1: SQD is where the primary path may be changed (SQD->SQD with IBV_QP_AV).
   if (to == IBV_QPS_SQD && from == IBV_QPS_SQD) {

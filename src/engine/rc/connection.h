@@ -11,6 +11,7 @@
 
 #include "engine/protocol.h"
 #include "engine/rc/completer.h"
+#include "engine/rc/liveness.h"
 #include "engine/rc/path.h"
 #include "engine/rc/requester.h"
 #include "engine/rc/responder.h"
@@ -39,6 +40,7 @@ class RcConnection final : public Protocol {
   Requester& requester() { return requester_; }
   Completer& completer() { return completer_; }
   Responder& responder() { return responder_; }
+  const Liveness& liveness() const { return liveness_; }
 
   // The opcode of `operation` (IBA 9.2.1: low 5 bits) on this QP's transport.
   uint8_t opcode(uint8_t operation) const { return uint8_t(opcode_base_ | operation); }
@@ -59,6 +61,7 @@ class RcConnection final : public Protocol {
   Requester requester_;
   Completer completer_;
   Responder responder_;
+  Liveness liveness_;
 };
 
 }  // namespace softrdma::engine::rc

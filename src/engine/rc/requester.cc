@@ -32,7 +32,7 @@ void Requester::reset(uint32_t sq_psn) {
   high_psn_ = next_psn_;
   send_index_ = conn_.qp().sq().head();
   paused_until_ = 0;
-  restarting_ = false;
+  resume_window_ = 0;
 }
 
 bool Requester::run(Nanos now) {
@@ -115,10 +115,15 @@ bool Requester::start(SendWqe& wqe, Nanos now) {
 // unacknowledged one. With nothing unacknowledged one packet may always go.
 uint32_t Requester::window_space(uint32_t psn) const {
   if (!conn_.acknowledged()) return burst_left_;
-  const uint32_t limit = conn_.qp().device().config().max_unacked_packets;
+  const uint32_t limit = window_limit();
   const int32_t in_flight = psn_diff(psn, conn_.completer().una_psn());
   if (in_flight <= 0) return limit;
   return in_flight >= int32_t(limit) ? 0 : limit - uint32_t(in_flight);
+}
+
+uint32_t Requester::window_limit() const {
+  const uint32_t limit = conn_.qp().device().config().max_unacked_packets;
+  return resume_window_ != 0 ? std::min(resume_window_, limit) : limit;
 }
 
 // `psns`: how many PSNs the packet stands for (a READ request: its responses).
@@ -127,6 +132,8 @@ void Requester::count_send(uint32_t psn, uint32_t psns) {
   if (psn_before(psn, high_psn_)) {
     bump(conn_.qp().device().counters().retransmitted_packets);
     bump(conn_.qp().counters().retransmitted_packets);
+  } else if (conn_.acknowledged()) {
+    conn_.completer().on_first_send(psn);
   }
   const uint32_t end = psn_add(psn, psns);
   if (psn_before(high_psn_, end)) high_psn_ = end;
@@ -193,9 +200,9 @@ bool Requester::send_data_packet(SendWqe& wqe) {
   const OpcodeInfo& info = p.info();
   const DeviceConfig& config = conn_.qp().device().config();
   // IBA 9.7.5.1.4: AckReq at least twice per window, or a window smaller than the
-  // interval would wait for the ACK timer.
-  const uint32_t interval = std::max<uint32_t>(
-      1, std::min(config.ack_request_interval, config.max_unacked_packets / 2));
+  // interval would wait for the ACK timer (a gentle restart's: every packet).
+  const uint32_t interval =
+      std::max<uint32_t>(1, std::min(config.ack_request_interval, window_limit() / 2));
   const bool last = info.is(kOpLast);
   // UC asks for no ACK (IBA 9.8: AckReq is 0; so do Soft-RoCE's UC captures).
   p.set(bth::kAckReq, conn_.acknowledged() && (last || (index + 1) % interval == 0));
@@ -214,7 +221,6 @@ bool Requester::send_data_packet(SendWqe& wqe) {
     return false;
   }
   count_send(psn, 1);
-  repeat_if_restarting(p);
   ++wqe.next_packet;
   return true;
 }
@@ -230,11 +236,15 @@ bool Requester::send_read_request(SendWqe& wqe) {
     const uint32_t psn = psn_add(wqe.first_psn, wqe.next_packet);
     const uint32_t space = window_space(psn);
     if (space == 0) return false;
-    // A re-request (after a loss) asks again for no more than was asked before: the
-    // responder answers a duplicate READ only within PSNs it has already passed
-    // (IBA 9.7.5.1.2), so a longer one would be ignored until retries ran out.
-    const uint32_t end = wqe.read_requested > wqe.next_packet ? wqe.read_requested : wqe.npackets;
-    const uint32_t chunk = std::min(space, end - wqe.next_packet);
+    // A re-request (after a loss) asks again for exactly the rest of what was asked
+    // before, whatever the window: the responder answers a duplicate READ only within
+    // PSNs it has already passed (IBA 9.7.5.1.2), so one reaching past where it
+    // stands would be ignored until retries ran out, and it may stand at the end of
+    // any request it executed: a shorter re-request (a gentle restart's window) would
+    // leave a boundary the next one straddles. It is one request packet either way.
+    const bool again = wqe.read_requested > wqe.next_packet;
+    const uint32_t end = again ? wqe.read_requested : wqe.npackets;
+    const uint32_t chunk = again ? end - wqe.next_packet : std::min(space, end - wqe.next_packet);
     const uint64_t offset = uint64_t(wqe.next_packet) * mtu;
     const uint64_t len = std::min<uint64_t>(uint64_t(chunk) * mtu, wqe.length - offset);
     PacketView p = emit_request(wqe, conn_.opcode(op::kReadRequest), 0, psn);
@@ -243,7 +253,6 @@ bool Requester::send_read_request(SendWqe& wqe) {
     p.set(reth::kRkey, wqe.rkey);
     p.set(reth::kDmaLength, len);
     count_send(psn, chunk);
-    repeat_if_restarting(p);
     if (wqe.next_packet >= wqe.read_requested) wqe.read_range_begin = wqe.next_packet;
     wqe.read_chunk_begin = wqe.next_packet;
     wqe.next_packet += chunk;
@@ -263,27 +272,12 @@ void Requester::send_atomic(SendWqe& wqe) {
         wqe.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? wqe.swap : wqe.compare_add);
   p.set(atomic_eth::kCompare, wqe.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? wqe.compare_add : 0);
   count_send(wqe.first_psn, 1);
-  repeat_if_restarting(p);
   wqe.next_packet = 1;
-}
-
-// A retry is wasted unless its first request and a response to it both arrive; on
-// a path losing a share L of packets that fails with probability ~2L, and
-// retry_cnt + 1 wasted retries in a row end the QP (IBA 9.7.6.1.3). After a timeout a
-// second copy of the first request, asking for an ACK, brings that to ~3L^2. The
-// responder treats the copy as a duplicate (IBA 9.7.5.1.2): re-acknowledged, a READ
-// re-executed, an ATOMIC replayed.
-void Requester::repeat_if_restarting(PacketView packet) {
-  if (!restarting_) return;
-  restarting_ = false;
-  packet.set(bth::kAckReq, 1);
-  conn_.qp().device().tx().repeat_last();
-  bump(conn_.qp().device().counters().retransmitted_packets);
 }
 
 // Go back N: the WQE holding `psn` resends from there; every later WQE that was
 // (partly) sent resends whole, keeping the PSNs it was given.
-void Requester::rewind(uint32_t psn, bool repeat_first) {
+void Requester::rewind(uint32_t psn, bool gently) {
   Ring<SendWqe>& sq = conn_.qp().sq();
   for (uint32_t i = sq.head(); i != sq.tail(); ++i) {
     SendWqe& w = sq.at(i);
@@ -297,9 +291,23 @@ void Requester::rewind(uint32_t psn, bool repeat_first) {
       sq.at(j).state = SendState::kSending;
     }
     send_index_ = i;
-    restarting_ = repeat_first;
+    if (gently) {
+      resume_window_ = kResumeWindow;
+      resume_una_ = psn;
+    }
     return;
   }
+}
+
+// Slow start after a gentle restart: every PSN acknowledged lets one more go, so
+// the window doubles each round trip until it is the configured one again.
+void Requester::on_progress(uint32_t una) {
+  if (resume_window_ == 0) return;
+  const int32_t acked = psn_diff(una, resume_una_);
+  if (acked <= 0) return;
+  resume_una_ = una;
+  resume_window_ += uint32_t(acked);
+  if (resume_window_ >= conn_.qp().device().config().max_unacked_packets) resume_window_ = 0;
 }
 
 }  // namespace softrdma::engine::rc

@@ -25,9 +25,15 @@ class Requester {
   // UC has no window: a burst per engine turn; true while more waits for the next.
   bool run(Nanos now);
   // Go back N (IBA 9.7.4.1.3): resend from `psn`, which lies in an outstanding WQE.
-  // `repeat_first`: the first packet resent goes twice and asks for an ACK (a retry
-  // after a timeout, docs/decisions/rc-engine.md "Restarts").
-  void rewind(uint32_t psn, bool repeat_first = false);
+  // `gently` (a retry after a timeout): resume with kResumeWindow packets, the
+  // window growing by what each ACK acknowledges, as TCP restarts after an RTO
+  // (docs/decisions/retransmission.md "Resuming").
+  void rewind(uint32_t psn, bool gently = false);
+  // The completer saw everything before `una` acknowledged.
+  void on_progress(uint32_t una);
+  // Packets a gentle restart resends before the first ACK comes back: two, each
+  // asking for an ACK, so that one lost packet or ACK does not waste the retry.
+  static constexpr uint32_t kResumeWindow = 2;
   // Hold all sending until `until` (after an RNR NAK, IBA 9.7.5.2.8).
   void pause_until(Nanos until) { paused_until_ = until; }
   Nanos paused_until() const { return paused_until_; }
@@ -50,19 +56,21 @@ class Requester {
   bool send_packets(SendWqe& wqe);
   wire::PacketView emit_request(const SendWqe& wqe, uint8_t opcode, size_t len, uint32_t psn);
   uint32_t window_space(uint32_t psn) const;
+  // The window in force: the configured one, or a gentle restart's smaller one.
+  uint32_t window_limit() const;
   bool send_data_packet(SendWqe& wqe);
   bool send_read_request(SendWqe& wqe);
   void send_atomic(SendWqe& wqe);
   uint8_t data_opcode(const SendWqe& wqe, uint32_t index) const;
   bool gather(const SendWqe& wqe, uint64_t offset, std::span<uint8_t> out);
-  void repeat_if_restarting(wire::PacketView packet);
 
   RcConnection& conn_;
   uint32_t next_psn_ = 0;     // PSN for the next new WQE
   uint32_t send_index_ = 0;   // SQ index of the WQE being sent
   uint32_t high_psn_ = 0;     // first PSN never sent: below it, a send is a resend
   Nanos paused_until_ = 0;
-  bool restarting_ = false;  // the next packet sent begins a restart
+  uint32_t resume_window_ = 0;  // after a timeout: the window while it grows; 0: none
+  uint32_t resume_una_ = 0;     // the oldest unacknowledged PSN it last grew at
   uint32_t burst_left_ = 0;  // UC: packets this run may still send
 };
 
