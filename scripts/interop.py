@@ -175,6 +175,14 @@ def commands(case, direction, softrdma, port, share_host, pcap):
     host_cmd = fill(host_tpl, case, "host", port, share_host).replace("{addr}", addr)
     guest_cmd = fill(guest_tpl, case, "guest", port, "/mnt/share").replace("{addr}", addr)
     wrap = lambda c: f"sh -c {shlex.quote(c)}" if re.search(r"[;|&]", c) else c
+    if case.gid0:
+        # GID 0 is the IPv6 link-local address: usable once duplicate address
+        # detection has finished on each side's interface (about a second after the
+        # link comes up, which for the guest is about when it reports ready).
+        host_cmd_prefix = link_local_ready("tap0")
+        guest_cmd = f"{link_local_ready('eth0')}; {guest_cmd}"
+    else:
+        host_cmd_prefix = "true"
     guest_cmd = wrap(guest_cmd)
     if sr_serves:
         check = ready_check(HOST_READY, case, port, "$RXE_RUNDIR/host.out")
@@ -201,7 +209,13 @@ def commands(case, direction, softrdma, port, share_host, pcap):
                 f"[ $n -gt 1200 ] && exit 99; sleep 0.1; done; "
                 f"timeout {case.timeout} {run} {wrap(host_cmd)}; rc=$?; "
                 f"touch $RXE_RUNDIR/client.done; exit $rc")
-    return capture_around(host, pcap), guest
+    return capture_around(f"{host_cmd_prefix}; {host}", pcap), guest
+
+
+def link_local_ready(interface):
+    return (f"n=0; until ip -6 addr show dev {interface} scope link | grep -q inet6 && "
+            f"! ip -6 addr show dev {interface} tentative | grep -q inet6; do "
+            f"n=$((n+1)); [ $n -gt 300 ] && break; sleep 0.1; done")
 
 
 # tcpdump on the tap device, started by the host command (inside the netns) with
@@ -211,7 +225,7 @@ def commands(case, direction, softrdma, port, share_host, pcap):
 def capture_around(body, pcap):
     log = f"{pcap}.tcpdump.log"
     return (f"ulimit -c unlimited; tcpdump -Z root -i tap0 --immediate-mode -U -s 0 -w {pcap} > {log} 2>&1 & cap=$!; "
-            f"n=0; until grep -q 'listening on' {log}; do n=$((n+1)); [ $n -gt 100 ] && break; "
+            f"n=0; until grep -qs 'listening on' {log}; do n=$((n+1)); [ $n -gt 100 ] && break; "
             f"sleep 0.1; done; ( {body} ); rc=$?; sleep 0.3; kill $cap; wait $cap; exit $rc")
 
 
