@@ -55,6 +55,7 @@ class Case:
     persistent: bool = False      # the server serves until stopped: its exit status is not judged
     directions: tuple = ("sr-server", "sr-client")
     tool_race: str = ""           # the tool's own failure, retried: see run_with_retries
+    fixed_port: int = 0           # a tool that always uses this port
 
 
 def pingpong(tool, extra="", **kw):
@@ -121,8 +122,9 @@ CASES = [
     Case("ucmatose", "ucmatose -p {port} -C 20",
          "ucmatose -s {addr} -p {port} -C 20", "cm", expect=r"data transfers complete",
          data_both_ways=True),
-    Case("udaddy", "udaddy -b {addr} -p {port}", "udaddy -s {addr} -p {port}", "cm",
-         expect=r"return status 0"),
+    # udaddy's -p is the port space, not the port: it always uses port 7174.
+    Case("udaddy", "udaddy -b {addr}", "udaddy -s {addr}", "cm",
+         expect=r"return status 0", fixed_port=7174),
     Case("rdma_server", "rdma_server -p {port}", "rdma_client -s {addr} -p {port}", "cm",
          expect=r"rdma_(client|server): end 0", data_both_ways=True),
     Case("rstream", "rstream -p {port} -S 65536 -C 200 -T v",
@@ -332,8 +334,9 @@ def main():
         for direction in case.directions:
             if args.direction and direction != args.direction:
                 continue
-            ok, tally, seconds, why, output = run_with_retries(case, direction, args,
-                                                               args.port + i, workdir)
+            port = case.fixed_port or args.port + i
+            ok, tally, seconds, why, output = run_with_retries(case, direction, args, port,
+                                                               workdir)
             (workdir / f"{case.name}.{direction}.log").write_text(output)
             verdict = "PASS" if ok else "FAIL"
             passed, failed = passed + ok, failed + (not ok)
