@@ -73,13 +73,19 @@ bool Node::run_phase(uint32_t phase) {
     const int64_t now = now_ns();
     const bool worked = step(phase, now);
     if (phase_done_sent_ && peer_phases_done_ > phase && receivers_done()) break;
-    if (oob_->closed()) {
-      errors_.fatal(oob_->error() + " before the end of phase " + std::to_string(phase));
-      break;
-    }
     if (worked) {
       last_progress_ns_ = now;
       continue;
+    }
+    // A peer that finished the phase (its last) closes the channel once it has
+    // sent its last frames, while this side may still be closing its own last UD
+    // rounds (kUdQuietNs of quiet first): that close is no error; the stall timeout
+    // still bounds the wait. Before the peer finished, a close is fatal, once the
+    // frames that came with it are handled (a step did nothing). Under load in CI
+    // the quiet time outlasted the peer.
+    if (oob_->closed() && peer_phases_done_ <= phase) {
+      errors_.fatal(oob_->error() + " before the end of phase " + std::to_string(phase));
+      break;
     }
     if (now - last_progress_ns_ > int64_t(config_.stall_timeout_ms) * 1'000'000) {
       dump_state(now);
