@@ -25,10 +25,12 @@ import dataclasses
 import os
 import re
 import shlex
+import struct
 import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -232,10 +234,46 @@ def capture_around(body, pcap):
 
 
 def icrc_tally(pcap):
+    """(good, bad) ICRCs: IPv4 packets by the harness's own checker, IPv6 ones (GID 0,
+    link-local) here, as IBA A17.8 masks an IPv6 header: traffic class, flow label
+    and hop limit set to ones."""
     out = subprocess.run([sys.executable, str(PEER_VM / "tools" / "check-icrc.py"), pcap],
                          capture_output=True, text=True).stdout
     m = re.search(r"(\d+) RoCEv2 packets with good ICRC, (\d+) bad", out)
-    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+    good, bad = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+    good6, bad6 = ipv6_icrc_tally(pcap)
+    return good + good6, bad + bad6
+
+
+def ipv6_icrc_tally(pcap):
+    data = Path(pcap).read_bytes() if Path(pcap).exists() else b""
+    if len(data) < 24 or struct.unpack("<I", data[:4])[0] not in (0xa1b2c3d4, 0xa1b23c4d):
+        return 0, 0
+    good = bad = 0
+    pos = 24
+    while pos + 16 <= len(data):
+        caplen = struct.unpack("<I", data[pos + 8:pos + 12])[0]
+        frame = data[pos + 16:pos + 16 + caplen]
+        pos += 16 + caplen
+        if len(frame) < 14 + 40 + 8 + 12 + 4 or frame[12:14] != b"\x86\xdd" or frame[20] != 17:
+            continue
+        ip = frame[14:14 + 40 + struct.unpack(">H", frame[18:20])[0]]
+        if struct.unpack(">H", ip[42:44])[0] != 4791:
+            continue
+        header = bytearray(ip[:40])
+        header[0] |= 0x0F
+        header[1:4] = b"\xff\xff\xff"
+        header[7] = 0xFF
+        udp = bytearray(ip[40:48])
+        udp[6:8] = b"\xff\xff"
+        bth = bytearray(ip[48:60])
+        bth[4] = 0xFF
+        crc = zlib.crc32(b"\xff" * 8 + bytes(header) + bytes(udp) + bytes(bth) + ip[60:-4])
+        if struct.pack("<I", crc) == ip[-4:]:
+            good += 1
+        else:
+            bad += 1
+    return good, bad
 
 
 def data_both_ways(pcap):
