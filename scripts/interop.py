@@ -325,7 +325,7 @@ def run_case(case, direction, args, port, workdir):
     return not why, f"icrc {good}/{good + bad}", seconds, "; ".join(why), output
 
 
-def run_with_retries(case, direction, args, port, workdir, attempts=3):
+def run_with_retries(case, direction, args, port, workdir, attempts=5):
     """A run that failed only as the tool itself fails (its own race, case.tool_race)
     is run again, at most `attempts` times in all; every other failure stands."""
     for attempt in range(1, attempts + 1):
