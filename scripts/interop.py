@@ -389,7 +389,7 @@ def main():
 
 
 def write_table(path, rows):
-    lines = ["| case | direction | result | ICRC good/all | why not |", "|---|---|---|---|---|"]
+    lines = ["| case | direction | result | ICRC good/all | notes |", "|---|---|---|---|---|"]
     lines += [f"| `{n}` | {d} | {v} | {t} | {w} |" for n, d, v, t, w in rows]
     Path(path).write_text("\n".join(lines) + "\n")
 
