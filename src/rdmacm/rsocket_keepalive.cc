@@ -51,8 +51,11 @@ void run() {
     auto next = svc.due.begin();
     for (auto it = svc.due.begin(); it != svc.due.end(); ++it)
       if (it->second < next->second) next = it;
-    if (Clock::now() < next->second) {
-      svc.changed.wait_until(lock, next->second);
+    // A copy: wait_until reads its deadline again after waking, and the entry may
+    // be erased meanwhile (the socket closed) — ASan caught the reference.
+    const Clock::time_point deadline = next->second;
+    if (Clock::now() < deadline) {
+      svc.changed.wait_until(lock, deadline);
       continue;
     }
     RSocket* s = next->first;
