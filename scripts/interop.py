@@ -228,7 +228,7 @@ def link_local_ready(interface):
 # short run is all of them (linux-peer-vm/README.md, "Facts and pitfalls").
 def capture_around(body, pcap):
     log = f"{pcap}.tcpdump.log"
-    return (f"ulimit -c unlimited; tcpdump -Z root -i tap0 --immediate-mode -U -s 0 -w {pcap} > {log} 2>&1 & cap=$!; "
+    return (f"tcpdump -Z root -i tap0 --immediate-mode -U -s 0 -w {pcap} > {log} 2>&1 & cap=$!; "
             f"n=0; until grep -qs 'listening on' {log}; do n=$((n+1)); [ $n -gt 100 ] && break; "
             f"sleep 0.1; done; ( {body} ); rc=$?; sleep 0.3; kill $cap; wait $cap; exit $rc")
 
