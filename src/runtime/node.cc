@@ -43,7 +43,10 @@ std::unique_ptr<transport::Transport> open_transport(const Settings& s, std::str
 
 std::unique_ptr<Node> Node::open(const Settings& settings, std::string& error) {
   std::unique_ptr<Node> node(new Node(settings));
-  // The segment first: the transport counts into it from its first packet.
+  // Segments left by this user's processes that were killed (no exit handler ran:
+  // decisions/status-segment-safety.md), then this one's segment first: the
+  // transport counts into it from its first packet.
+  remove_stale_status_segments();
   node->status_ = StatusSegment::create(settings.device_name);
   node->transport_ = open_transport(settings, error, node->faults_, node->status_.get());
   if (!node->transport_) return nullptr;

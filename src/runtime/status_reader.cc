@@ -134,6 +134,36 @@ bool trusted(const struct stat& st, int pid) {
 
 }  // namespace
 
+// The pid a segment of this layout names, from its header alone; 0 if not one.
+static int segment_pid(int fd, const struct stat& st) {
+  using namespace status_file;
+  StatusHeader h{};
+  if (size_t(st.st_size) < fixed_bytes() || !read_exactly(fd, &h, sizeof h, 0) ||
+      !header_of_this_layout(h))
+    return 0;
+  return int(h.pid);
+}
+
+int remove_stale_status_segments(const std::string& directory) {
+  using namespace status_file;
+  int removed = 0;
+  DIR* dir = opendir(directory.c_str());
+  if (dir == nullptr) return 0;
+  while (dirent* entry = readdir(dir)) {
+    if (std::strncmp(entry->d_name, kPrefix, sizeof kPrefix - 1) != 0) continue;
+    const std::string path = directory + "/" + entry->d_name;
+    struct stat st {};
+    const int fd = open_for_reading(path, st);
+    if (fd < 0) continue;
+    const int pid = segment_pid(fd, st);
+    close(fd);
+    if (pid == 0 || process_exists(pid) || st.st_uid != geteuid()) continue;
+    if (remove_if_same(path, st.st_dev, st.st_ino)) ++removed;
+  }
+  closedir(dir);
+  return removed;
+}
+
 std::vector<StatusReport> read_status_segments(int& stale_removed, const std::string& directory) {
   using namespace status_file;
   stale_removed = 0;

@@ -145,4 +145,10 @@ struct StatusReport {
 std::vector<StatusReport> read_status_segments(int& stale_removed,
                                                const std::string& directory = "/dev/shm");
 
+// The same removal of this user's segments whose process is gone (a process
+// killed by a signal runs no exit handler), reading headers only: run when a
+// device opens, so that killed processes' segments do not pile up. Returns how
+// many removals succeeded.
+int remove_stale_status_segments(const std::string& directory = "/dev/shm");
+
 }  // namespace softrdma::runtime

@@ -3,6 +3,7 @@
 // file that grows with the rows and starts small.
 #include "runtime/status_segment.h"
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -115,6 +116,37 @@ TEST(StatusSegmentTest, ExitRemovesASegmentNeverClosed) {
   EXPECT_EQ(testing_support::exit_code_of(child), 0);
   EXPECT_TRUE(testing_support::segments_of(child, dir.path()).empty())
       << "the exiting process removed its segment";
+}
+
+// A process killed by a signal runs no exit handler; the next device to open
+// removes its segment (and leaves a live process's alone).
+TEST(StatusSegmentTest, AKilledProcesssSegmentIsRemovedByTheNextOpen) {
+  testing_support::TempDirectory dir;
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto segment = StatusSegment::create("dev0", dir.path());
+    const char byte = segment != nullptr ? 'r' : 'x';
+    if (write(ready[1], &byte, 1) != 1) _exit(3);
+    pause();
+    _exit(0);
+  }
+  char byte = 0;
+  ASSERT_EQ(read(ready[0], &byte, 1), 1);
+  ASSERT_EQ(byte, 'r');
+  auto mine = StatusSegment::create("dev0", dir.path());
+  ASSERT_NE(mine, nullptr);
+  EXPECT_EQ(remove_stale_status_segments(dir.path()), 0) << "both processes are alive";
+  kill(child, SIGKILL);
+  testing_support::exit_code_of(child);
+  ASSERT_FALSE(testing_support::segments_of(child, dir.path()).empty());
+  EXPECT_EQ(remove_stale_status_segments(dir.path()), 1);
+  EXPECT_TRUE(testing_support::segments_of(child, dir.path()).empty());
+  EXPECT_FALSE(testing_support::segments_of(getpid(), dir.path()).empty());
+  close(ready[0]);
+  close(ready[1]);
 }
 
 }  // namespace
