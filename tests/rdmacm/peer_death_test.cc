@@ -37,6 +37,21 @@ int first_completion(ibv_cq* cq) {
   return -1;
 }
 
+// An rsocket listening on 127.0.0.1:`port`; `send_buffer` (SO_SNDBUF, set before
+// binding, as accepted sockets inherit it) when not 0. -1 on failure.
+int rsocket_listener(uint16_t port, int send_buffer = 0) {
+  sockaddr_in address = ipv4("127.0.0.1", port);
+  const int listener = rsocket(AF_INET, SOCK_STREAM, 0);
+  if (listener < 0) return -1;
+  if ((send_buffer != 0 && rsetsockopt(listener, SOL_SOCKET, SO_SNDBUF, &send_buffer,
+                                       sizeof send_buffer) != 0) ||
+      rbind(listener, as_sockaddr(address), sizeof address) != 0 || rlisten(listener, 4) != 0) {
+    rclose(listener);
+    return -1;
+  }
+  return listener;
+}
+
 // The server's first look at its receive side grants the client credits (a
 // control message). Done while the client answers, and followed by 200 ms of
 // rpoll (the client writes nothing) for that message to be acknowledged, so that
@@ -102,11 +117,8 @@ TEST(PeerDeath, UnansweringClientWithWorkOutstandingIsDisconnected) {
 // -1 with ECONNRESET (rather than blocking for ever, as before keepalives).
 TEST(PeerDeath, KeepaliveEndsABlockedReadFromAnUnansweringPeer) {
   const uint16_t port = free_port();
-  sockaddr_in address = ipv4("127.0.0.1", port);
-  int listener = rsocket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(listener, 0);
-  ASSERT_EQ(rbind(listener, as_sockaddr(address), sizeof address), 0);
-  ASSERT_EQ(rlisten(listener, 4), 0);
+  const int listener = rsocket_listener(port);
+  ASSERT_GE(listener, 0) << std::strerror(errno);
   PeerProcess client("rsocket", port);
   int server = raccept(listener, nullptr, nullptr);
   ASSERT_GE(server, 0) << std::strerror(errno);
@@ -136,11 +148,8 @@ TEST(PeerDeath, KeepaliveEndsABlockedReadFromAnUnansweringPeer) {
 // rrecv returns -1 with ECONNRESET, not 0: the peer did not close, it died.
 TEST(PeerDeath, KilledClientEndsAnIdleBlockedReadOnOneHost) {
   const uint16_t port = free_port();
-  sockaddr_in address = ipv4("127.0.0.1", port);
-  int listener = rsocket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(listener, 0);
-  ASSERT_EQ(rbind(listener, as_sockaddr(address), sizeof address), 0);
-  ASSERT_EQ(rlisten(listener, 4), 0);
+  const int listener = rsocket_listener(port);
+  ASSERT_GE(listener, 0) << std::strerror(errno);
   PeerProcess client("rsocket", port);
   int server = raccept(listener, nullptr, nullptr);
   ASSERT_GE(server, 0) << std::strerror(errno);
@@ -162,13 +171,9 @@ TEST(PeerDeath, KilledClientEndsAnIdleBlockedReadOnOneHost) {
 // The keepalive goes unanswered and rsend returns -1 with ECONNRESET.
 TEST(PeerDeath, KeepaliveEndsASendWaitingForCreditsFromAnUnansweringPeer) {
   const uint16_t port = free_port();
-  sockaddr_in address = ipv4("127.0.0.1", port);
-  int listener = rsocket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(listener, 0);
-  int big = 1 << 20;  // more send buffer than the client's 128 KiB receive buffer
-  ASSERT_EQ(rsetsockopt(listener, SOL_SOCKET, SO_SNDBUF, &big, sizeof big), 0);
-  ASSERT_EQ(rbind(listener, as_sockaddr(address), sizeof address), 0);
-  ASSERT_EQ(rlisten(listener, 4), 0);
+  // More send buffer than the client's 128 KiB receive buffer.
+  const int listener = rsocket_listener(port, 1 << 20);
+  ASSERT_GE(listener, 0) << std::strerror(errno);
   PeerProcess client("rsocket", port);
   int server = raccept(listener, nullptr, nullptr);
   ASSERT_GE(server, 0) << std::strerror(errno);
