@@ -16,8 +16,10 @@ ALLOWED = {
     "wire": {"wire"},
     "transport": {"wire", "transport"},
     "progress": {"progress"},
-    "engine": {"wire", "engine", "transport/transport.h"},
-    "runtime": {"wire", "engine", "progress", "transport", "runtime"},
+    # The same-host path: node segments and cross-memory attach, below the engine.
+    "samehost": {"wire", "samehost", "transport/transport.h"},
+    "engine": {"wire", "engine", "samehost", "transport/transport.h"},
+    "runtime": {"wire", "engine", "progress", "samehost", "transport", "runtime"},
     "verbs": {"wire", "engine", "runtime", "verbs", "progress", "transport/transport.h"},
     # librdmacm sits on the public verbs API (and the pure wire code for CM MADs),
     # never on the engine: it must work as a separate library over libibverbs.so.1.

@@ -140,11 +140,13 @@ void print_processes() {
     if (r.pid == getpid()) continue;
     std::printf("process %d  device %s  %s\n", r.pid, r.device.c_str(), r.address.c_str());
     for (const auto& q : r.qps) {
-      std::printf("  qp %u  type %s  state %s  dest_qp %u  peer %s  tx %llu  rx %llu  retx %llu\n",
+      std::printf("  qp %u  type %s  state %s  dest_qp %u  peer %s  path %s  tx %llu  rx %llu  "
+                  "retx %llu  host_ops %llu\n",
                   q.qpn, q.type == IBV_QPT_RC ? "RC" : q.type == IBV_QPT_UC ? "UC" : "UD",
                   qp_state_name(q.state), q.dest_qpn, gid_text(to_gid(q.peer)).c_str(),
-                  (unsigned long long)q.tx_packets, (unsigned long long)q.rx_packets,
-                  (unsigned long long)q.retransmitted_packets);
+                  q.path != 0 ? "host" : "udp", (unsigned long long)q.tx_packets,
+                  (unsigned long long)q.rx_packets, (unsigned long long)q.retransmitted_packets,
+                  (unsigned long long)q.host_operations);
     }
     for (const auto& [name, value] : r.counters)
       if (value != 0) std::printf("  engine.%-26s %llu\n", name.c_str(), (unsigned long long)value);

@@ -48,7 +48,14 @@ namespace softrdma::engine {
   X(memory_operations_refused) /* a bind or local invalidation refused */ \
   X(remote_invalidations_refused) /* a SEND with Invalidate's R_Key refused */ \
   X(rx_mcast_no_group)      /* DestQP 0xFFFFFF to a group no QP is attached to */ \
-  X(rx_mcast_self_blocked)  /* a copy kept from the QP that sent it (BLOCK_SELF_MCAST_LB) */
+  X(rx_mcast_self_blocked)  /* a copy kept from the QP that sent it (BLOCK_SELF_MCAST_LB) */ \
+  X(host_writes)            /* RDMA WRITEs executed into a same-host peer */ \
+  X(host_reads)             /* RDMA READs executed from a same-host peer */ \
+  X(host_atomics)           /* ATOMICs executed on a same-host peer's memory */ \
+  X(host_bytes)             /* bytes those moved */ \
+  X(host_refused)           /* refused by the peer's published rights (NAK's status) */ \
+  X(host_peer_not_ready)    /* the peer's QP could not receive: retried as a loss */ \
+  X(peer_faults_taken)      /* same-host peers ended one of this device's QPs */
 
 struct EngineCounters {
 #define SOFTRDMA_DECLARE_COUNTER(name) std::atomic<uint64_t> name{0};
@@ -72,6 +79,8 @@ struct QpCounters {
   std::atomic<uint64_t> tx_packets{0};
   std::atomic<uint64_t> rx_packets{0};
   std::atomic<uint64_t> retransmitted_packets{0};
+  // WRITE/READ/ATOMICs executed on a same-host peer's memory (no packet).
+  std::atomic<uint64_t> host_operations{0};
 };
 
 inline void bump(std::atomic<uint64_t>& c, uint64_t by = 1) {

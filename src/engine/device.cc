@@ -8,6 +8,7 @@
 
 #include "engine/guarded_memory.h"
 #include "engine/tx_batch.h"
+#include "samehost/host.h"
 #include "wire/packet.h"
 
 namespace softrdma::engine {
@@ -57,6 +58,38 @@ Device::Device(DeviceConfig config, transport::Transport& transport, const Clock
   gids_.store(gid_tables_.back().get(), std::memory_order_release);
   // Before any peer can reach registered memory (docs/decisions/memory-faults.md).
   install_memory_fault_handler();
+  if (config_.host != nullptr) mrs_.set_node(&config_.host->node());
+}
+
+QpCounters* Device::note_qp(const Qp& qp, bool gone) {
+  if (config_.host != nullptr) {
+    samehost::NodeSegment& node = config_.host->node();
+    if (gone) {
+      node.remove_qp(qp.qpn());
+    } else {
+      const ibv_qp_attr& a = qp.attr();
+      node.publish_qp(qp.qpn(), samehost::QpGrant{uint32_t(a.qp_state), uint32_t(qp.type()),
+                                                  qp.pd() != nullptr ? qp.pd()->handle() : 0,
+                                                  uint32_t(a.qp_access_flags),
+                                                  a.dest_qp_num & 0xffffff});
+    }
+  }
+  return qp_observer_ ? qp_observer_(qp, gone) : nullptr;
+}
+
+bool Device::take_peer_faults(Nanos now) {
+  if (config_.host == nullptr || !config_.host->faults_pending()) return false;
+  config_.host->take_faults([&](uint32_t qpn, uint32_t event) {
+    auto it = qps_.find(qpn);
+    if (it == qps_.end()) return;
+    Qp& qp = *it->second;
+    const ibv_qp_state state = qp.state();
+    if (state == IBV_QPS_ERR || state == IBV_QPS_RESET) return;
+    bump(counters_.peer_faults_taken);
+    post_async_event(AsyncEvent{ibv_event_type(event), qpn, nullptr});
+    qp.enter_error(now);
+  });
+  return true;
 }
 
 transport::Transport& Device::route(const Gid& dst) {
@@ -434,6 +467,7 @@ bool Device::turn(bool receive) {
   const Nanos now = clock_.now();
   staging_ = true;
   bool worked = serve_doorbells(now);
+  worked |= take_peer_faults(now);
   // A timer is due: take first what has already arrived. A process that was
   // descheduled past a deadline finds the ACK that answers it waiting in its own
   // socket, possibly behind a burst of other packets; firing the timer before

@@ -137,9 +137,10 @@ class Device {
   // the QP's counters are to live (its row), or null.
   using QpObserver = std::function<QpCounters*(const Qp&, bool gone)>;
   void set_qp_observer(QpObserver observer) { qp_observer_ = std::move(observer); }
-  QpCounters* note_qp(const Qp& qp, bool gone = false) {
-    return qp_observer_ ? qp_observer_(qp, gone) : nullptr;
-  }
+  // It also publishes the QP to same-host peers (samehost/node_segment.h).
+  QpCounters* note_qp(const Qp& qp, bool gone = false);
+  // The same-host path, or null (DeviceConfig::host).
+  samehost::Host* host() const { return config_.host; }
   // The engine's owner queued output for `qp` that it produces in bursts
   // (Protocol::on_tx_ready), a burst per QP and turn.
   void want_tx(Qp& qp);
@@ -203,6 +204,9 @@ class Device {
   // Receive bursts a turn takes, at most, before it runs due timers (2048 packets).
   static constexpr int kBurstsBeforeTimers = 64;
   bool run_timers(Nanos now);
+  // Faults same-host peers met while acting for this device's QPs (a remote access
+  // error there ends the QP here too, as a NAK's sender's does).
+  bool take_peer_faults(Nanos now);
   void publish_staged();
   void push_completion(Cq& cq, const ibv_wc& wc, bool solicited, Nanos timestamp,
                        TmInfo tm = {});

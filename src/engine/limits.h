@@ -5,6 +5,10 @@
 #include <cstdint>
 #include <string>
 
+namespace softrdma::samehost {
+class Host;
+}
+
 namespace softrdma::engine {
 
 struct EngineCounters;
@@ -86,6 +90,9 @@ struct DeviceConfig {
   // Where the engine's counters live (the runtime puts them in the process's status
   // segment, runtime/status_segment.h); null: in the device itself.
   EngineCounters* counters = nullptr;
+  // The same-host path (docs/decisions/same-host.md): this process's node segment
+  // and its peers; null: every QP uses the wire.
+  samehost::Host* host = nullptr;
 };
 
 }  // namespace softrdma::engine

@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "engine/pd.h"
+#include "samehost/node_segment.h"
 
 namespace softrdma::engine {
 
@@ -125,7 +126,31 @@ Mr* MrTable::reg(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access,
   by_key_.emplace(raw->key, std::move(mr));
   live_.insert(raw);
   pd->users.fetch_add(1);
+  publish(*raw);
   return raw;
+}
+
+void MrTable::publish(const Mr& mr) {
+  if (node_ == nullptr) return;
+  node_->publish_key(mr.key, samehost::KeyGrant{reinterpret_cast<uintptr_t>(mr.addr), mr.iova,
+                                                mr.length, mr.pd->handle(), uint32_t(mr.access),
+                                                0});
+}
+
+// A window's range is in its MR's address space; what peers need is where its
+// first byte is in this process, and the address they name it by.
+void MrTable::publish(const Mw& mw) {
+  if (node_ == nullptr || !mw.bound || mw.mr == nullptr) return;
+  uint8_t* host = mw.mr->translate(mw.va, mw.length);
+  if (host == nullptr) return;
+  const uint64_t named_from = (mw.access & IBV_ACCESS_ZERO_BASED) ? 0 : mw.va;
+  node_->publish_key(mw.rkey, samehost::KeyGrant{reinterpret_cast<uintptr_t>(host), named_from,
+                                                 mw.length, mw.pd->handle(),
+                                                 uint32_t(mw.access), mw.qpn});
+}
+
+void MrTable::revoke(uint32_t key) {
+  if (node_ != nullptr) node_->revoke_key(key);
 }
 
 int MrTable::dereg(Mr* mr) {
@@ -135,6 +160,7 @@ int MrTable::dereg(Mr* mr) {
   auto it = by_key_.find(mr->key);
   if (it == by_key_.end() || it->second.get() != mr) return EINVAL;
   if (mr->windows != 0) return EBUSY;  // ibv_alloc_mw(3): windows are still bound to it
+  revoke(mr->key);
   mr->pd->users.fetch_sub(1);
   live_.erase(mr);
   by_key_.erase(it);
@@ -166,6 +192,8 @@ int MrTable::rereg(Mr* mr, Pd* pd, void* addr, uint64_t length, int access) {
   if (access & IBV_ACCESS_ZERO_BASED) mr->iova = 0;
   mr->access = access;
   generation_.fetch_add(1, std::memory_order_release);
+  revoke(mr->key);
+  publish(*mr);
   return 0;
 }
 

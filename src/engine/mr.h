@@ -19,6 +19,10 @@
 
 #include "engine/mw.h"
 
+namespace softrdma::samehost {
+class NodeSegment;
+}
+
 namespace softrdma::engine {
 
 class Pd;
@@ -54,6 +58,9 @@ enum class AccessError : uint8_t { kNone, kBadKey, kWrongPd, kOutOfBounds, kNoPe
 class MrTable {
  public:
   MrTable();
+  // Publishes every R_Key's rights to same-host peers, and revokes them, from now
+  // on (samehost/node_segment.h); set before the first registration.
+  void set_node(samehost::NodeSegment* node) { node_ = node; }
   // Validates flags (IBA 10.6.3.1: remote write/atomic need local write) and keys it.
   Mr* reg(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access, int& err);
   int dereg(Mr* mr);
@@ -114,6 +121,13 @@ class MrTable {
   Mw* window_of(uint32_t rkey) const;
   void unbind(Mw& mw);
   static int check(void* addr, uint64_t length, int access);
+  // Same-host peers (table lock held exclusively): the key's rights as the
+  // responder checks them, and their end (which waits for accesses in flight).
+  void publish(const Mr& mr);
+  void publish(const Mw& mw);
+  void revoke(uint32_t key);
+
+  samehost::NodeSegment* node_ = nullptr;
 
   mutable std::shared_mutex mutex_;
   std::atomic<uint64_t> generation_{0};

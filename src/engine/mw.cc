@@ -89,6 +89,7 @@ size_t MrTable::window_count() const {
 }
 
 void MrTable::unbind(Mw& mw) {
+  if (mw.bound) revoke(mw.rkey);
   if (mw.mr != nullptr) mw.mr->windows--;
   mw.mr = nullptr;
   mw.bound = false;
@@ -131,6 +132,7 @@ bool MrTable::bind(const MwBind& b, const Pd* qp_pd, uint32_t qpn) {
   mw->length = b.length;
   mw->access = b.access;
   mw->qpn = mw->type == IBV_MW_TYPE_2 ? qpn : 0;
+  publish(*mw);
   return true;
 }
 

@@ -49,6 +49,8 @@ class Protocol {
   virtual void on_timer(Nanos now) = 0;
   // The QP moved to a new state (after modify_qp succeeded).
   virtual void on_state_change(ibv_qp_state from, ibv_qp_state to, Nanos now) = 0;
+  // Its peer is reached by the same-host path (docs/decisions/same-host.md).
+  virtual bool on_same_host() const { return false; }
 };
 
 }  // namespace softrdma::engine

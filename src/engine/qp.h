@@ -97,6 +97,7 @@ class Qp {
   uint32_t path_mtu_bytes() const;
   std::mutex& mutex() const { return mutex_; }
   Protocol& protocol() { return *protocol_; }
+  bool on_same_host() const { return protocol_->on_same_host(); }
 
   // This QP's traffic counters (engine owner writes; see counters.h).
   QpCounters& counters() { return *counters_; }

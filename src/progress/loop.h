@@ -120,6 +120,13 @@ class ProgressLoop {
   const int epoll_fd_;
   const int aside_epoll_fd_;  // the wake eventfd only
   const int wake_fd_;
+
+ public:
+  // The descriptor wake() writes; other processes may be given it (same-host
+  // peers ring it: samehost/host.h).
+  int wake_fd() const { return wake_fd_; }
+
+ private:
   std::thread thread_;
   std::atomic<pid_t> tid_{0};
   std::atomic<bool> stopping_{false};

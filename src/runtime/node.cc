@@ -1,8 +1,11 @@
 #include "runtime/node.h"
 
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <cstring>
 
+#include "runtime/status_registry.h"
 #include "transport/fake/fault_injector.h"
 #include "transport/pcap_writer.h"
 #include "transport/udp/udp_transport.h"
@@ -56,6 +59,8 @@ std::unique_ptr<Node> Node::open(const Settings& settings, std::string& error) {
     node->status_->set_address(node->transport_->describe());
     config.counters = node->status_->counters();
   }
+  node->open_same_host();
+  config.host = node->host_.get();
   config.max_unacked_packets = settings.max_unacked_packets;
   config.idle_probe_interval_ns = int64_t(settings.idle_probe_ms) * 1'000'000;
   node->device_ = std::make_unique<engine::Device>(config, *node->transport_);
@@ -80,9 +85,26 @@ std::unique_ptr<Node> Node::open(const Settings& settings, std::string& error) {
     node->loop_ = std::make_unique<progress::ProgressLoop>(std::move(hooks));
     progress::ProgressLoop* loop = node->loop_.get();
     device->set_wakeup([loop] { loop->wake(); });
+    if (node->host_) node->host_->set_doorbell(loop->wake_fd());
     node->loop_->start();
   }
   return node;
+}
+
+void Node::open_same_host() {
+  if (!settings_.same_host) return;
+  std::string why;
+  const std::vector<wire::Gid> gids = transport_->local_gids();
+  host_ = samehost::Host::open(gids, why);
+  if (!host_) {
+    samehost::say_once("no same-host path (" + why + "); every peer is reached by UDP");
+    return;
+  }
+  // A process that exits without closing its device removes the names too.
+  for (const std::string& name : host_->node().names()) {
+    struct stat st {};
+    if (lstat(name.c_str(), &st) == 0) status_registry::add(name, st.st_dev, st.st_ino);
+  }
 }
 
 // Issue 14 defect 12 (docs/decisions/gid-table.md, "Addresses that come and go"):
@@ -108,6 +130,14 @@ Node::~Node() {
   if (device_) device_->set_wakeup(nullptr);
   loop_.reset();
   device_.reset();
+  if (host_) {
+    for (const std::string& name : host_->node().names()) {
+      dev_t dev;
+      ino_t ino;
+      status_registry::remove(name, dev, ino);
+    }
+  }
+  host_.reset();
   transport_.reset();
 }
 
@@ -123,7 +153,7 @@ engine::QpCounters* Node::observe_qp(const engine::Qp& qp, bool gone) {
   }
   if (!status_) return nullptr;
   StatusQpUpdate row{qp.qpn(), qp.attr().dest_qp_num, uint8_t(qp.type()), uint8_t(qp.state()),
-                     {}};
+                     {}, uint8_t(qp.on_same_host() ? 1 : 0)};
   std::memcpy(row.peer, qp.attr().ah_attr.grh.dgid.raw, sizeof row.peer);
   return status_->update_qp(row, gone);
 }

@@ -16,6 +16,7 @@
 #include "progress/loop.h"
 #include "runtime/settings.h"
 #include "runtime/status_segment.h"
+#include "samehost/host.h"
 #include "transport/transport.h"
 
 namespace softrdma::transport {
@@ -64,11 +65,15 @@ class Node {
   bool turn();
   void report_qp_errors();
   void watch_addresses();
+  // The same-host path (docs/decisions/same-host.md), unless the settings put
+  // everything on the wire or no node segment could be made (said once).
+  void open_same_host();
 
   Settings settings_;
   std::unique_ptr<StatusSegment> status_;  // outlives the device: its counters live there
   std::unique_ptr<transport::Transport> transport_;
   transport::FaultInjector* faults_ = nullptr;  // inside transport_, when configured
+  std::unique_ptr<samehost::Host> host_;  // outlives the device, which publishes there
   std::unique_ptr<engine::Device> device_;
   std::unique_ptr<progress::ProgressLoop> loop_;
   // For a device whose GID table follows the host's addresses (an IPv4

@@ -59,6 +59,15 @@ std::optional<Settings> Settings::from_environment(std::string& error) {
   if (const char* v = env("SOFTRDMA_ADDR")) s.address = v;
   if (const char* v = env("SOFTRDMA_PCAP")) s.pcap_path = v;
   if (const char* v = env("SOFTRDMA_FAULTS")) s.faults = v;
+  if (const char* v = env("SOFTRDMA_TRANSPORT")) {
+    const std::string mode(v);
+    if (mode != "auto" && mode != "udp") {
+      error = "SOFTRDMA_TRANSPORT must be \"auto\" or \"udp\", not \"" + mode + "\"";
+      return std::nullopt;
+    }
+    s.same_host = mode == "auto";
+  }
+  if (!s.pcap_path.empty() || !s.faults.empty()) s.same_host = false;
   if (const char* v = env("SOFTRDMA_PROGRESS")) {
     const std::string mode(v);
     if (mode != "thread" && mode != "inline") {
@@ -94,6 +103,7 @@ std::vector<std::pair<std::string, std::string>> Settings::describe() const {
       {"SOFTRDMA_ADDR", address.empty() ? "(per-process loopback address)" : address},
       {"SOFTRDMA_PCAP", pcap_path.empty() ? "(off)" : pcap_path},
       {"SOFTRDMA_FAULTS", faults.empty() ? "(off)" : faults},
+      {"SOFTRDMA_TRANSPORT", same_host ? "auto (same-host path where possible)" : "udp"},
       {"SOFTRDMA_PROGRESS", progress_thread ? "thread" : "inline"},
       {"SOFTRDMA_WINDOW", std::to_string(max_unacked_packets)},
       {"SOFTRDMA_IDLE_PROBE_MS", idle_probe_ms == 0 ? "0 (off)" : std::to_string(idle_probe_ms)},

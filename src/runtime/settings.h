@@ -25,6 +25,11 @@ struct Settings {
   // SOFTRDMA_FAULTS: impair the traffic (transport/fake/fault_settings.h), e.g.
   // "loss=0.05,dup=0.01,reorder=0.02,seed=7" — to test an application's error paths.
   std::string faults;
+  // SOFTRDMA_TRANSPORT: "auto" (default) takes the same-host path to softrdma
+  // processes of this host and user (docs/decisions/same-host.md) and UDP to the
+  // rest; "udp" puts everything on the wire. SOFTRDMA_PCAP and SOFTRDMA_FAULTS
+  // need packets: with either, "auto" means "udp".
+  bool same_host = true;
   // SOFTRDMA_PROGRESS: "thread" (default) runs the engine on its own thread;
   // "inline" makes progress only when the application polls.
   bool progress_thread = true;

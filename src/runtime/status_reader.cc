@@ -29,8 +29,8 @@ constexpr size_t kUdpCounters = sizeof(transport::UdpCounters) / sizeof(uint64_t
 // A row as plain bytes: the reader copies rows, it never uses the writer's atomics.
 struct RawRow {
   uint32_t qpn, dest_qpn;
-  uint8_t type, state, reserved[6], peer[16];
-  uint64_t tx_packets, rx_packets, retransmitted_packets;
+  uint8_t type, state, path, reserved[5], peer[16];
+  uint64_t tx_packets, rx_packets, retransmitted_packets, host_operations;
 };
 static_assert(sizeof(RawRow) == sizeof(StatusQpRow));
 static_assert(offsetof(RawRow, tx_packets) == offsetof(StatusQpRow, counters));
@@ -67,7 +67,8 @@ void read_rows(int fd, const struct stat& st, uint32_t rows_in_use, StatusReport
       const RawRow& r = chunk[i];
       if (r.qpn == 0) continue;
       StatusReport::Qp q{r.qpn, r.dest_qpn, r.type, r.state, {},
-                         r.tx_packets, r.rx_packets, r.retransmitted_packets};
+                         r.tx_packets, r.rx_packets, r.retransmitted_packets, r.path,
+                         r.host_operations};
       std::memcpy(q.peer, r.peer, sizeof q.peer);
       out.qps.push_back(q);
     }

@@ -214,6 +214,7 @@ engine::QpCounters* StatusSegment::update_qp(const StatusQpUpdate& qp, bool gone
   row->dest_qpn = qp.dest_qpn;
   row->type = qp.type;
   row->state = qp.state;
+  row->path = qp.path;
   std::memcpy(row->peer, qp.peer, sizeof row->peer);
   qpn.store(qp.qpn, std::memory_order_release);
   return &row->counters;

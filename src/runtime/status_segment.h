@@ -58,7 +58,8 @@ struct StatusQpRow {
   uint32_t dest_qpn;
   uint8_t type;   // ibv_qp_type
   uint8_t state;  // ibv_qp_state
-  uint8_t reserved[6];
+  uint8_t path;   // 1: the same-host path (docs/decisions/same-host.md); 0: UDP
+  uint8_t reserved[5];
   uint8_t peer[16];  // the connected peer's GID
   engine::QpCounters counters;  // live: the engine counts into them
 };
@@ -70,6 +71,7 @@ struct StatusQpUpdate {
   uint8_t type;
   uint8_t state;
   uint8_t peer[16];
+  uint8_t path;
 };
 
 class StatusSegment {
@@ -133,6 +135,8 @@ struct StatusReport {
     uint8_t type, state;
     uint8_t peer[16];
     uint64_t tx_packets, rx_packets, retransmitted_packets;
+    uint8_t path = 0;
+    uint64_t host_operations = 0;
   };
   std::vector<Qp> qps;
 };

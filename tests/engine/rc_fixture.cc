@@ -3,16 +3,25 @@
 #include <arpa/inet.h>
 
 #include <cstring>
+#include <filesystem>
 #include <random>
+#include <system_error>
 
 namespace softrdma::engine::testing {
 
 namespace {
 
 void build_node(Node& n, transport::fake::FakeNetwork& net, const transport::Gid& gid,
-                const Clock& clock, const RcOptions& o) {
+                const Clock& clock, const RcOptions& o, const std::string& node_directory) {
   n.transport = net.attach(gid);
   DeviceConfig config;
+  if (o.same_host) {
+    std::string why;
+    const std::vector<transport::Gid> gids{gid};
+    n.host = samehost::Host::open(gids, why, node_directory);
+    ASSERT_NE(n.host, nullptr) << why;
+    config.host = n.host.get();
+  }
   config.max_unacked_packets = o.window;
   config.idle_probe_interval_ns = o.idle_probe;
   config.max_retry_interval_ns = o.max_retry_interval;
@@ -99,13 +108,35 @@ void RcPairTest::TearDown() {
   b.device.reset();
   a.transport.reset();
   b.transport.reset();
+  a.host.reset();
+  b.host.reset();
 }
+
+NodeDirectory::NodeDirectory() {
+  char name[] = "/tmp/softrdma-nodes.XXXXXX";
+  path_ = mkdtemp(name) != nullptr ? std::string(name) + "/" : "/tmp/";
+}
+
+NodeDirectory::~NodeDirectory() {
+  std::error_code ec;
+  if (path_ != "/tmp/") std::filesystem::remove_all(path_, ec);
+}
+
+std::string path_name(const ::testing::TestParamInfo<TestPath>& info) {
+  return info.param == TestPath::kHost ? "SameHost" : "Wire";
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, RcPathTest, ::testing::Values(TestPath::kWire, TestPath::kHost),
+                         path_name);
 
 void RcPairTest::connect(const RcOptions& options) {
   TearDown();
   options_ = options;
-  build_node(a, net_, transport::fake::ipv4_gid(10, 0, 0, 1), clock_, options);
-  build_node(b, net_, transport::fake::ipv4_gid(10, 0, 0, 2), clock_, options);
+  options_.same_host |= same_host_;
+  build_node(a, net_, transport::fake::ipv4_gid(10, 0, 0, 1), clock_, options_,
+             node_directory_.path());
+  build_node(b, net_, transport::fake::ipv4_gid(10, 0, 0, 2), clock_, options_,
+             node_directory_.path());
   const int all = options.type == IBV_QPT_UC
                       ? IBV_ACCESS_REMOTE_WRITE
                       : IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/device.h"
+#include "samehost/host.h"
 #include "transport/fake/fake_network.h"
 
 namespace softrdma::engine::testing {
@@ -34,9 +35,24 @@ struct RcOptions {
   // DeviceConfig::idle_probe_interval_ns and max_retry_interval_ns (the product's).
   Nanos idle_probe = DeviceConfig{}.idle_probe_interval_ns;
   Nanos max_retry_interval = DeviceConfig{}.max_retry_interval_ns;
+  // Both devices publish node segments (in the test's own directory): RDMA WRITE,
+  // READ and ATOMIC then take the same-host path (docs/decisions/same-host.md).
+  bool same_host = false;
+};
+
+// The test's own directory for node segments (removed with it).
+class NodeDirectory {
+ public:
+  NodeDirectory();
+  ~NodeDirectory();
+  const std::string& path() const { return path_; }  // ends with '/'
+
+ private:
+  std::string path_;
 };
 
 struct Node {
+  std::unique_ptr<samehost::Host> host;  // RcOptions::same_host; outlives the device
   std::unique_ptr<transport::fake::FakeTransport> transport;
   std::unique_ptr<Device> device;
   Pd* pd = nullptr;
@@ -103,11 +119,27 @@ class RcPairTest : public ::testing::Test {
   Node& peer(Node& n) { return &n == &a ? b : a; }
 
   static constexpr Nanos kStep = 250'000;  // 250 us
+  // Set by RcPathTest: every connect() of the test takes this path.
+  bool same_host_ = false;
+  NodeDirectory node_directory_;
   RcOptions options_;
   ManualClock clock_;
   transport::fake::FakeNetwork net_;
   Node a;
   Node b;
+};
+
+// The same test body over both paths a connected QP may take: the wire, and the
+// same-host path (the requester executes WRITE/READ/ATOMIC on the peer's memory).
+enum class TestPath { kWire, kHost };
+std::string path_name(const ::testing::TestParamInfo<TestPath>& info);
+
+class RcPathTest : public RcPairTest, public ::testing::WithParamInterface<TestPath> {
+ protected:
+  void SetUp() override {
+    same_host_ = GetParam() == TestPath::kHost;
+    RcPairTest::SetUp();
+  }
 };
 
 }  // namespace softrdma::engine::testing

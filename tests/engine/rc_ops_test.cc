@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 
 #include <cstring>
+#include <tuple>
 
 #include "engine/rc_fixture.h"
 #include "wire/opcodes.h"
@@ -16,18 +17,29 @@ namespace op = wire::op;
 constexpr size_t kSrc = 0;
 constexpr size_t kDst = 128 * 1024;
 
-class RcOpsTest : public RcPairTest, public ::testing::WithParamInterface<uint32_t> {};
+class RcOpsTest : public RcPairTest,
+                  public ::testing::WithParamInterface<std::tuple<TestPath, uint32_t>> {
+ protected:
+  void SetUp() override {
+    same_host_ = std::get<0>(GetParam()) == TestPath::kHost;
+    RcPairTest::SetUp();
+  }
+  static uint32_t size() { return std::get<1>(GetParam()); }
+};
 
 // Sizes around the 1024-byte path MTU: empty, tiny, exactly one MTU, one byte over,
-// several packets with a short last one, and many packets.
+// several packets with a short last one, and many packets; over the wire and the
+// same-host path.
 INSTANTIATE_TEST_SUITE_P(Sizes, RcOpsTest,
-                         ::testing::Values(0u, 1u, 1024u, 1025u, 3000u, 65536u));
+                         ::testing::Combine(::testing::Values(TestPath::kWire, TestPath::kHost),
+                                            ::testing::Values(0u, 1u, 1024u, 1025u, 3000u,
+                                                              65536u)));
 
 uint32_t packets(uint32_t len) { return len == 0 ? 1 : (len + 1023) / 1024; }
 
 // SEND lands in the posted receive buffer; both sides complete once (IBA 9.7.4.1.1).
 TEST_P(RcOpsTest, SendDeliversIntoReceiveBuffer) {
-  const uint32_t len = GetParam();
+  const uint32_t len = size();
   fill(a, kSrc, len, 1);
   post_recv(b, kDst, 70000, 77);
   ASSERT_EQ(post(a, IBV_WR_SEND, kSrc, len, 0, 11), 0);
@@ -51,7 +63,7 @@ TEST_P(RcOpsTest, SendDeliversIntoReceiveBuffer) {
 
 // SEND with immediate: the immediate reaches the receive completion unchanged.
 TEST_P(RcOpsTest, SendWithImmediateCarriesImmediate) {
-  const uint32_t len = GetParam();
+  const uint32_t len = size();
   fill(a, kSrc, len, 2);
   post_recv(b, kDst, 70000, 1);
   ASSERT_EQ(post_with(a, IBV_WR_SEND_WITH_IMM, kSrc, len, 0, 1,
@@ -70,7 +82,7 @@ TEST_P(RcOpsTest, SendWithImmediateCarriesImmediate) {
 
 // RDMA WRITE places the bytes without the remote CPU: no receive completion.
 TEST_P(RcOpsTest, WriteLandsInRemoteMemory) {
-  const uint32_t len = GetParam();
+  const uint32_t len = size();
   fill(a, kSrc, len, 3);
   ASSERT_EQ(post(a, IBV_WR_RDMA_WRITE, kSrc, len, kDst, 5), 0);
   pump();
@@ -84,7 +96,7 @@ TEST_P(RcOpsTest, WriteLandsInRemoteMemory) {
 
 // WRITE with immediate consumes a receive WQE and reports the immediate.
 TEST_P(RcOpsTest, WriteWithImmediateConsumesReceive) {
-  const uint32_t len = GetParam();
+  const uint32_t len = size();
   fill(a, kSrc, len, 4);
   post_recv(b, 0, 0, 9);
   ASSERT_EQ(post_with(a, IBV_WR_RDMA_WRITE_WITH_IMM, kSrc, len, kDst, 1,
@@ -103,7 +115,7 @@ TEST_P(RcOpsTest, WriteWithImmediateConsumesReceive) {
 
 // RDMA READ fetches remote bytes into the local buffer (IBA 9.7.4.1.4).
 TEST_P(RcOpsTest, ReadFetchesRemoteMemory) {
-  const uint32_t len = GetParam();
+  const uint32_t len = size();
   fill(b, kDst, len, 5);
   ASSERT_EQ(post(a, IBV_WR_RDMA_READ, kSrc, len, kDst, 8), 0);
   pump();
@@ -116,7 +128,7 @@ TEST_P(RcOpsTest, ReadFetchesRemoteMemory) {
 }
 
 // Compare-and-swap swaps only on a match and always returns the old value (IBA 9.4.5).
-TEST_F(RcPairTest, CompareSwapSwapsOnMatchOnly) {
+TEST_P(RcPathTest, CompareSwapSwapsOnMatchOnly) {
   store64(b, 64, 0x1111);
   ASSERT_EQ(post_atomic(a, IBV_WR_ATOMIC_CMP_AND_SWP, 0, 64, 0x2222, 0x3333, 1), 0);
   pump();
@@ -136,7 +148,7 @@ TEST_F(RcPairTest, CompareSwapSwapsOnMatchOnly) {
 }
 
 // Fetch-and-add adds and returns the previous value, in posting order.
-TEST_F(RcPairTest, FetchAddAddsAndReturnsOld) {
+TEST_P(RcPathTest, FetchAddAddsAndReturnsOld) {
   store64(b, 128, 40);
   for (int i = 0; i < 3; ++i)
     ASSERT_EQ(post_atomic(a, IBV_WR_ATOMIC_FETCH_AND_ADD, 8 * i, 128, 2, 0, i), 0);
@@ -151,7 +163,7 @@ TEST_F(RcPairTest, FetchAddAddsAndReturnsOld) {
 }
 
 // A gather list of several SGEs is sent as one message; inline data is read at post.
-TEST_F(RcPairTest, GatherListAndInlineData) {
+TEST_P(RcPathTest, GatherListAndInlineData) {
   fill(a, 0, 3000, 6);
   post_recv(b, kDst, 4096, 1);
   ibv_sge sges[3] = {{a.addr(0), 1000, a.mr->key},
@@ -187,7 +199,7 @@ TEST_F(RcPairTest, GatherListAndInlineData) {
 }
 
 // Unsignaled WRs complete silently; the signaled one after them still completes.
-TEST_F(RcPairTest, UnsignaledWorkCompletesSilently) {
+TEST_P(RcPathTest, UnsignaledWorkCompletesSilently) {
   for (int i = 0; i < 4; ++i) ASSERT_EQ(post(a, IBV_WR_RDMA_WRITE, 0, 100, kDst, i, 0), 0);
   ASSERT_EQ(post(a, IBV_WR_RDMA_WRITE, 0, 100, kDst, 99), 0);
   pump();
@@ -210,7 +222,7 @@ TEST_F(RcPairTest, AcksAreCoalesced) {
 }
 
 // Both directions at once on one connection.
-TEST_F(RcPairTest, BothDirectionsAtOnce) {
+TEST_P(RcPathTest, BothDirectionsAtOnce) {
   fill(a, 0, 5000, 8);
   fill(b, 0, 5000, 9);
   post_recv(a, kDst, 8192, 1);

@@ -27,9 +27,10 @@ std::string run_status() {
   return out;
 }
 
-// The child: a connected pair, one WRITE of 4 KiB completed, then the QPNs to the
-// parent, then it waits to be killed.
-[[noreturn]] void child_main(int report_fd) {
+// The child: a connected pair over `transport` (SOFTRDMA_TRANSPORT), one WRITE of
+// 4 KiB completed, then the QPNs to the parent, then it waits to be killed.
+[[noreturn]] void child_main(int report_fd, const char* transport) {
+  setenv("SOFTRDMA_TRANSPORT", transport, 1);
   Pair pair;
   ibv_sge sge{pair.a.addr(0), 4096, pair.a.mr->lkey};
   if (post_send(pair.a.qp, IBV_WR_RDMA_WRITE, sge, 1, pair.b.addr(0), pair.b.mr->rkey) != 0 ||
@@ -41,14 +42,22 @@ std::string run_status() {
   for (;;) pause();
 }
 
-TEST(SoftrdmaStatus, ShowsARunningProcessAndForgetsAKilledOne) {
+// Over the wire and over the same-host path: each QP row says which it takes and
+// counts what it did (packets; operations executed on the peer's memory).
+class SoftrdmaStatus : public ::testing::TestWithParam<const char*> {
+ protected:
+  bool wire() const { return std::string(GetParam()) == "udp"; }
+};
+INSTANTIATE_TEST_SUITE_P(Paths, SoftrdmaStatus, ::testing::Values("udp", "auto"));
+
+TEST_P(SoftrdmaStatus, ShowsARunningProcessAndForgetsAKilledOne) {
   int fds[2];
   ASSERT_EQ(pipe(fds), 0);
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
     close(fds[0]);
-    child_main(fds[1]);
+    child_main(fds[1], GetParam());
   }
   close(fds[1]);
   char line[64] = {};
@@ -65,16 +74,25 @@ TEST(SoftrdmaStatus, ShowsARunningProcessAndForgetsAKilledOne) {
         << "qp " << qpn << " in\n" << out;
   }
   EXPECT_NE(out.find("engine.rx_packets"), std::string::npos) << "its traffic is counted\n" << out;
-  // Per QP: the 4 KiB WRITE is 4 packets at the pair's 1024-byte MTU, a sends them
-  // and b receives them (and ACKs at least once).
   const size_t row_b = out.find("  qp " + std::to_string(qpn_b) + "  type");
   ASSERT_NE(row_b, std::string::npos);
   const std::string line_b = out.substr(row_b, out.find('\n', row_b) - row_b);
-  EXPECT_NE(line_b.find("rx 4 "), std::string::npos) << line_b;
   const size_t row_a = out.find("  qp " + std::to_string(qpn_a) + "  type");
   ASSERT_NE(row_a, std::string::npos);
   const std::string line_a = out.substr(row_a, out.find('\n', row_a) - row_a);
-  EXPECT_NE(line_a.find("tx 4 "), std::string::npos) << line_a;
+  if (wire()) {
+    // Per QP: the 4 KiB WRITE is 4 packets at the pair's 1024-byte MTU, a sends
+    // them and b receives them (and ACKs at least once).
+    EXPECT_NE(line_b.find("path udp"), std::string::npos) << line_b;
+    EXPECT_NE(line_b.find("rx 4 "), std::string::npos) << line_b;
+    EXPECT_NE(line_a.find("tx 4 "), std::string::npos) << line_a;
+  } else {
+    // a executed the WRITE on b's memory itself: no packet, one operation.
+    EXPECT_NE(line_a.find("path host"), std::string::npos) << line_a;
+    EXPECT_NE(line_a.find("tx 0  rx 0  retx 0  host_ops 1"), std::string::npos) << line_a;
+    EXPECT_NE(line_b.find("rx 0 "), std::string::npos) << line_b;
+    EXPECT_NE(out.find("engine.host_writes"), std::string::npos) << out;
+  }
 
   const std::string segment = "/dev/shm/softrdma-" + std::to_string(child) + "-softrdma0";
   EXPECT_TRUE(std::filesystem::exists(segment));

@@ -66,7 +66,8 @@ void Completer::complete_unacknowledged() {
 // soon as it is the oldest WQE: nothing on the wire answers it.
 void Completer::complete_local_heads() {
   Ring<SendWqe>& sq = conn_.qp().sq();
-  while (!sq.empty() && sq.front().is_local() && sq.front().state == SendState::kSent)
+  while (!sq.empty() && (sq.front().is_local() || sq.front().on_host) &&
+         sq.front().state == SendState::kSent)
     complete_head(IBV_WC_SUCCESS);
 }
 
@@ -106,7 +107,7 @@ bool Completer::acknowledge_through(uint32_t psn, Nanos now) {
   bool lost_response = false;
   while (!sq.empty() && sq.front().state != SendState::kQueued) {
     SendWqe& w = sq.front();
-    if (w.is_local()) {  // executed already; every WQE before it has completed
+    if (w.is_local() || w.on_host) {  // executed already; every WQE before it has completed
       complete_head(IBV_WC_SUCCESS);
       continue;
     }

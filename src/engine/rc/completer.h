@@ -39,9 +39,12 @@ class Completer {
   // liveness probe waits as long, doubled once more per unanswered probe.
   Nanos retry_interval(uint32_t extra_doublings = 0) const;
 
+  // Completes the oldest WQEs that were executed without the wire (binds, local
+  // invalidations, the same-host path) once nothing before them is outstanding.
+  void complete_local_heads();
+
  private:
   void complete_unacknowledged();
-  void complete_local_heads();
   void on_ack(wire::PacketView packet, Nanos now);
   void on_read_response(wire::PacketView packet, Nanos now);
   void on_atomic_ack(wire::PacketView packet, Nanos now);

@@ -5,6 +5,7 @@
 
 #include "engine/device.h"
 #include "engine/qp.h"
+#include "samehost/host.h"
 #include "wire/psn.h"
 
 namespace softrdma::engine::rc {
@@ -79,6 +80,10 @@ void RcConnection::load_path() {
   path_.src_port = transport::roce_source_port(qp_.qpn());
   path_.pkey = qp_.device().pkey();
   path_.mtu = qp_.path_mtu_bytes();
+  // XRC's receive side picks its SRQ (and PD) per request (IBA A14): on the wire.
+  samehost::Host* host = qp_.device().host();
+  const bool connected = qp_.type() == IBV_QPT_RC || qp_.type() == IBV_QPT_UC;
+  path_.peer = host != nullptr && connected ? host->peer(path_.dst) : nullptr;
 }
 
 void RcConnection::on_state_change(ibv_qp_state from, ibv_qp_state to, Nanos now) {

@@ -34,6 +34,7 @@ class RcConnection final : public Protocol {
   Nanos deadline() const override;
   void on_timer(Nanos now) override;
   void on_state_change(ibv_qp_state from, ibv_qp_state to, Nanos now) override;
+  bool on_same_host() const override { return path_.peer != nullptr; }
 
   Qp& qp() { return qp_; }
   const Path& path() const { return path_; }

@@ -3,11 +3,16 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "engine/counters.h"
 #include "engine/tx_batch.h"
 #include "transport/transport.h"
 #include "wire/fields.h"
+
+namespace softrdma::samehost {
+struct Peer;
+}
 
 namespace softrdma::engine::rc {
 
@@ -19,6 +24,9 @@ struct Path {
   uint16_t src_port = 0xc000;
   uint16_t pkey = 0xffff;
   uint32_t mtu = 1024;
+  // A same-host peer (docs/decisions/same-host.md): its memory operations are
+  // executed here (rc/requester_host.cc); null: everything goes on the wire.
+  std::shared_ptr<samehost::Peer> peer;
 };
 
 // Builds one packet addressed along `path`, with the BTH filled in.

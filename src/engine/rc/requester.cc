@@ -22,7 +22,8 @@ uint32_t Requester::rd_atomic_outstanding() const {
   uint32_t n = 0;
   for (uint32_t i = sq.head(); psn_index_before(i, send_index_); ++i) {
     const SendWqe& w = sq.at(i);
-    if (w.needs_response() && w.state != SendState::kComplete) ++n;
+    // One executed on a same-host peer has its result already.
+    if (w.needs_response() && !w.on_host && w.state != SendState::kComplete) ++n;
   }
   return n;
 }
@@ -101,6 +102,11 @@ bool Requester::start(SendWqe& wqe, Nanos now) {
     conn_.fail(now, IBV_EVENT_QP_ACCESS_ERR);
     return false;
   }
+  if (executes_on_host(wqe)) return execute_on_host(wqe, now);
+  return start_on_wire(wqe);
+}
+
+bool Requester::start_on_wire(SendWqe& wqe) {
   wqe.first_psn = next_psn_;
   wqe.npackets = wqe.is_atomic() ? 1 : packets_for(wqe.length, conn_.path().mtu);
   wqe.next_packet = 0;

@@ -3,12 +3,18 @@
 // go-back-N retransmission when the completer asks.
 #pragma once
 
+#include <sys/uio.h>
+
 #include <cstdint>
 #include <span>
 
 #include "engine/clock.h"
 #include "engine/wqe.h"
 #include "wire/packet.h"
+
+namespace softrdma::samehost {
+struct Peer;
+}
 
 namespace softrdma::engine::rc {
 
@@ -49,6 +55,17 @@ class Requester {
  private:
   bool may_start(const SendWqe& wqe) const;
   bool start(SendWqe& wqe, Nanos now);
+  // Assigns the WQE its PSNs: it goes on the wire.
+  bool start_on_wire(SendWqe& wqe);
+  // The same-host path (requester_host.cc).
+  enum class HostVerdict : uint8_t { kGo, kWire, kNotReady, kAccess, kInvalidRequest };
+  bool executes_on_host(const SendWqe& wqe) const;
+  bool execute_on_host(SendWqe& wqe, Nanos now);
+  HostVerdict check_on_host(const SendWqe& wqe, samehost::Peer& peer, uint64_t& host_addr) const;
+  uint32_t local_iovecs(const SendWqe& wqe, std::span<iovec> out) const;
+  int transfer_on_host(SendWqe& wqe, samehost::Peer& peer, uint64_t host_addr);
+  bool retry_on_host(SendWqe& wqe, Nanos now);
+  void refuse_on_host(SendWqe& wqe, HostVerdict verdict, Nanos now);
   // Binds and local invalidations (requester_local.cc): executed here, in queue order.
   bool execute_local(SendWqe& wqe, Nanos now);
   bool check_local_sges(const SendWqe& wqe) const;
@@ -72,6 +89,7 @@ class Requester {
   uint32_t resume_window_ = 0;  // after a timeout: the window while it grows; 0: none
   uint32_t resume_una_ = 0;     // the oldest unacknowledged PSN it last grew at
   uint32_t burst_left_ = 0;  // UC: packets this run may still send
+  uint32_t host_retries_ = 0;  // same-host: consecutive tries the peer's QP refused
 };
 
 }  // namespace softrdma::engine::rc

@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <optional>
 
 #include "engine/device.h"
 #include "engine/guarded_memory.h"
 #include "engine/qp.h"
 #include "engine/rc/connection.h"
 #include "engine/sgl.h"
+#include "samehost/host.h"
 #include "wire/messages.h"
 #include "wire/psn.h"
 
@@ -400,6 +402,10 @@ Responder::Verdict Responder::do_atomic(PacketView p) {
     if (reinterpret_cast<uintptr_t>(host) % 8 != 0) return Verdict::kInvalidRequest;
     const AtomicOp op =
         p.info().is(kOpCompareSwap) ? AtomicOp::kCompareSwap : AtomicOp::kFetchAdd;
+    // Same-host peers execute ATOMICs on this memory too, under this lock
+    // (IBV_ATOMIC_HCA: atomic with respect to every other ATOMIC of the device).
+    std::optional<samehost::AtomicsGuard> host_atomics;
+    if (samehost::Host* host = qp.device().host()) host_atomics.emplace(host->node().header());
     if (!guarded_atomic(op, reinterpret_cast<uint64_t*>(host), p.get(atomic_eth::kCompare),
                         p.get(atomic_eth::kSwapAdd), original))
       return unmapped();

@@ -1,0 +1,192 @@
+// The same-host path of a connected QP (docs/decisions/same-host.md): the
+// requester executes an RDMA WRITE, READ or ATOMIC itself, against the memory of
+// the peer process, as that peer's RNIC would on receiving the request — after the
+// checks its responder makes (IBA 10.2.4.2 the QP's remote access rights, 10.6.3
+// the R_Key's PD, rights and range, 9.4.5 alignment), with the same outcome for
+// each: a refused request completes with the status its NAK would give and ends
+// the peer's QP as that NAK's sender's ends (IBA 9.9.3.1.2).
+//
+// Order (IBA 9.5): a request executed here must not overtake one still on the
+// wire, so it waits until every PSN sent is acknowledged. A peer QP that cannot
+// take requests yet (not in RTR/RTS) is a lost packet: retried after the QP's
+// timeout, retry_cnt times, then IBV_WC_RETRY_EXC_ERR.
+#include <sys/uio.h>
+
+#include <array>
+#include <cstring>
+
+#include "engine/device.h"
+#include "engine/guarded_memory.h"
+#include "engine/qp.h"
+#include "engine/rc/connection.h"
+#include "engine/rc/requester.h"
+#include "samehost/host.h"
+#include "wire/psn.h"
+
+namespace softrdma::engine::rc {
+
+namespace {
+
+int right_needed(const SendWqe& wqe) {
+  if (wqe.is_read()) return IBV_ACCESS_REMOTE_READ;
+  if (wqe.is_atomic()) return IBV_ACCESS_REMOTE_ATOMIC;
+  return IBV_ACCESS_REMOTE_WRITE;
+}
+
+// IBA 9.6.1.1: a QP takes requests in RTR, RTS, SQD and SQE.
+bool takes_requests(uint32_t state) {
+  return state == IBV_QPS_RTR || state == IBV_QPS_RTS || state == IBV_QPS_SQD ||
+         state == IBV_QPS_SQE;
+}
+
+}  // namespace
+
+bool Requester::executes_on_host(const SendWqe& wqe) const {
+  // A TM SRQ's rendezvous READ completes on the SRQ's CQ through the wire's
+  // completer (tag_matching.md): it stays on the wire.
+  if (!conn_.path().peer || wqe.tm != TmSend::kNone) return false;
+  return wqe.opcode == IBV_WR_RDMA_WRITE || wqe.is_read() || wqe.is_atomic();
+}
+
+// What the peer's responder would answer, before any byte moves.
+Requester::HostVerdict Requester::check_on_host(const SendWqe& wqe, samehost::Peer& peer,
+                                                uint64_t& host_addr) const {
+  const auto target = peer.node->qp(conn_.path().dest_qpn);
+  if (!target || !takes_requests(target->state) || target->type != uint32_t(conn_.qp().type()))
+    return HostVerdict::kNotReady;
+  const int need = right_needed(wqe);
+  if ((target->access & uint32_t(need)) == 0) return HostVerdict::kInvalidRequest;
+  if (wqe.length > conn_.qp().device().limits().max_msg_size) return HostVerdict::kInvalidRequest;
+  if (wqe.is_atomic() && wqe.remote_addr % 8 != 0) return HostVerdict::kInvalidRequest;
+  const uint64_t length = wqe.is_atomic() ? 8 : wqe.length;
+  if (length == 0) return HostVerdict::kGo;  // the responder checks no key for it
+  const auto grant = peer.node->key(wqe.rkey);
+  if (!grant) return peer.node->key_overflow() ? HostVerdict::kWire : HostVerdict::kAccess;
+  const uint64_t va = wqe.remote_addr;
+  if (grant->pd != target->pd || (grant->qpn != 0 && grant->qpn != conn_.path().dest_qpn) ||
+      (grant->access & uint32_t(need)) != uint32_t(need) || va < grant->iova ||
+      length > grant->length || va - grant->iova > grant->length - length)
+    return HostVerdict::kAccess;
+  host_addr = grant->host_addr + (va - grant->iova);
+  if (wqe.is_atomic() && host_addr % 8 != 0) return HostVerdict::kInvalidRequest;
+  return HostVerdict::kGo;
+}
+
+// The local side of the transfer: the WQE's buffers (checked by start()).
+uint32_t Requester::local_iovecs(const SendWqe& wqe, std::span<iovec> out) const {
+  if (wqe.inline_data != nullptr) {
+    out[0] = {wqe.inline_data, wqe.length};
+    return 1;
+  }
+  Qp& qp = conn_.qp();
+  auto access = qp.device().mrs().access();
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < wqe.sgl.count && n < out.size(); ++i) {
+    const Sge& sge = wqe.sgl.sges[i];
+    if (sge.length == 0) continue;
+    AccessError why;
+    uint8_t* p = access.resolve(sge.lkey, qp.pd(), sge.addr, sge.length, 0, why);
+    out[n++] = {p, sge.length};
+  }
+  return n;
+}
+
+int Requester::transfer_on_host(SendWqe& wqe, samehost::Peer& peer, uint64_t host_addr) {
+  EngineCounters& counters = conn_.qp().device().counters();
+  if (wqe.is_atomic()) {
+    uint64_t before = 0;
+    iovec word{&before, 8};
+    iovec remote{reinterpret_cast<void*>(host_addr), 8};
+    samehost::AtomicsGuard guard(peer.node->header());
+    if (int err = peer.memory->read({&word, 1}, {&remote, 1}); err != 0) return err;
+    uint64_t after = before + wqe.compare_add;
+    if (wqe.opcode == IBV_WR_ATOMIC_CMP_AND_SWP) after = before == wqe.compare_add ? wqe.swap : before;
+    iovec value{&after, 8};
+    if (int err = peer.memory->write({&value, 1}, {&remote, 1}); err != 0) return err;
+    const Sge& sge = wqe.sgl.sges[0];
+    auto access = conn_.qp().device().mrs().access();
+    AccessError why;
+    uint8_t* result = access.resolve(sge.lkey, conn_.qp().pd(), sge.addr, 8, 0, why);
+    if (result == nullptr || !guarded_copy(result, &before, 8)) return EFAULT;
+    bump(counters.host_atomics);
+    bump(conn_.qp().counters().host_operations);
+    return 0;
+  }
+  if (wqe.length == 0) return 0;
+  std::array<iovec, 64> local;
+  const uint32_t n = local_iovecs(wqe, local);
+  iovec remote{reinterpret_cast<void*>(host_addr), wqe.length};
+  const int err = wqe.is_read() ? peer.memory->read({local.data(), n}, {&remote, 1})
+                                : peer.memory->write({local.data(), n}, {&remote, 1});
+  if (err != 0) return err;
+  bump(conn_.qp().counters().host_operations);
+  bump(wqe.is_read() ? counters.host_reads : counters.host_writes);
+  bump(counters.host_bytes, wqe.length);
+  return 0;
+}
+
+// Executes the WQE on the peer; false when the requester must stop for now (a
+// wait, a retry, an error).
+bool Requester::execute_on_host(SendWqe& wqe, Nanos now) {
+  // IBA 9.5: nothing still on the wire may be overtaken; the ACK that clears the
+  // way runs the requester again.
+  if (conn_.acknowledged() && conn_.completer().una_psn() != next_psn_) return false;
+  samehost::Peer& peer = *conn_.path().peer;
+  uint64_t host_addr = 0;
+  int err = 0;
+  // The key is looked up inside the access: the peer's ibv_dereg_mr waits for it
+  // to end, or this lookup misses the key (NodeSegment::revoke_key).
+  peer.node->begin_access();
+  HostVerdict verdict = check_on_host(wqe, peer, host_addr);
+  if (verdict == HostVerdict::kGo) err = transfer_on_host(wqe, peer, host_addr);
+  peer.node->end_access();
+  if (verdict == HostVerdict::kWire) return start_on_wire(wqe);
+  if (verdict == HostVerdict::kGo && err == EFAULT) verdict = HostVerdict::kAccess;
+  if (verdict == HostVerdict::kGo && err != 0) verdict = HostVerdict::kNotReady;
+  if (verdict == HostVerdict::kNotReady) return retry_on_host(wqe, now);
+  host_retries_ = 0;
+  if (verdict != HostVerdict::kGo) {
+    refuse_on_host(wqe, verdict, now);
+    return false;
+  }
+  wqe.first_psn = next_psn_;  // takes no PSN, as a bind
+  wqe.npackets = 0;
+  wqe.next_packet = 0;
+  wqe.on_host = true;
+  wqe.state = SendState::kSent;
+  return true;
+}
+
+// The peer's QP cannot take the request (not yet connected, gone): as a lost
+// request, retried after the QP's Local ACK Timeout, at most retry_cnt times.
+bool Requester::retry_on_host(SendWqe& wqe, Nanos now) {
+  Qp& qp = conn_.qp();
+  bump(qp.device().counters().host_peer_not_ready);
+  if (host_retries_++ >= qp.attr().retry_cnt || !conn_.path().peer->usable()) {
+    host_retries_ = 0;
+    wqe.status = IBV_WC_RETRY_EXC_ERR;
+    conn_.fail(now, std::nullopt);
+    return false;
+  }
+  const Nanos until = now + std::max<Nanos>(conn_.completer().retry_interval(), 1'000'000);
+  pause_until(until);
+  qp.device().arm_timer(qp, until);
+  return false;
+}
+
+// IBA 9.9.3.1.2: the status the NAK would give here, and the peer's QP ends with
+// the event its responder would raise.
+void Requester::refuse_on_host(SendWqe& wqe, HostVerdict verdict, Nanos now) {
+  Qp& qp = conn_.qp();
+  bump(qp.device().counters().host_refused);
+  const bool access = verdict == HostVerdict::kAccess;
+  wqe.status = access ? IBV_WC_REM_ACCESS_ERR : IBV_WC_REM_INV_REQ_ERR;
+  samehost::Peer& peer = *conn_.path().peer;
+  if (peer.node->report_fault(conn_.path().dest_qpn,
+                              access ? IBV_EVENT_QP_ACCESS_ERR : IBV_EVENT_QP_REQ_ERR))
+    peer.ring();
+  conn_.completer().complete_local_heads();
+  conn_.fail(now, std::nullopt);
+}
+
+}  // namespace softrdma::engine::rc

@@ -1,0 +1,68 @@
+// The same-host path (docs/decisions/same-host.md): this process's node segment,
+// which lets processes of the host act as its RNIC's DMA engine, and the peers it
+// acts for in turn. The engine asks `peer(gid)` when a QP connects: a peer means
+// the QP's operations are executed here against the peer's memory; null means the
+// wire (another host, another user, a process forced to UDP, or cross-memory
+// attach refused, which is said once, in one line).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+
+#include "samehost/node_segment.h"
+#include "samehost/process_memory.h"
+
+namespace softrdma::samehost {
+
+// Another softrdma process of this host, reached as its DMA engine.
+struct Peer {
+  std::unique_ptr<PeerNode> node;
+  std::unique_ptr<ProcessMemory> memory;
+  int doorbell = -1;  // the peer's doorbell (pidfd_getfd(2)); -1 without one
+  ~Peer();
+  // Wakes the peer's progress thread (it has faults to take).
+  void ring() const;
+  bool usable() const { return node->serving() && memory->alive(); }
+};
+
+class Host {
+ public:
+  // Publishes this process's node segment under `gids`; null and why when it cannot.
+  static std::unique_ptr<Host> open(std::span<const Gid> gids, std::string& why,
+                                    const std::string& directory = kNodeDirectory);
+  ~Host();
+  Host(const Host&) = delete;
+  Host& operator=(const Host&) = delete;
+
+  NodeSegment& node() { return *node_; }
+  // The eventfd peers write after reporting a fault: the progress loop's own wake
+  // descriptor, which it drains (-1 without a progress thread: faults are then
+  // taken at the next poll).
+  void set_doorbell(int fd) { node_->header().doorbell_fd = fd; }
+  // Engine owner, each turn: a few loads when nothing was reported.
+  bool faults_pending() const { return node_->faults_pending(); }
+  // Engine owner: hands each fault peers reported to `take` (QPN, ibv_event_type).
+  void take_faults(const std::function<void(uint32_t, uint32_t)>& take);
+  // The process serving `gid` on this host, if this process may act for it; the
+  // same object while that process lives. Cold path (QP connection).
+  std::shared_ptr<Peer> peer(const Gid& gid);
+
+ private:
+  Host() = default;
+  std::shared_ptr<Peer> attach(const Gid& gid);
+
+  std::unique_ptr<NodeSegment> node_;
+  std::string directory_;
+  std::mutex peers_mutex_;
+  std::map<Gid, std::shared_ptr<Peer>> peers_;
+};
+
+// Says once per process and reason, on stderr, why a peer is reached by the wire.
+void say_once(const std::string& line);
+
+}  // namespace softrdma::samehost

@@ -1,0 +1,336 @@
+#include "samehost/node_segment.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace softrdma::samehost {
+
+namespace {
+
+constexpr char kPrefix[] = "softrdma-node-";
+
+size_t align(size_t n) { return (n + 63) & ~size_t(63); }
+
+KeyTable::Value encode(const KeyGrant& g) {
+  return {g.host_addr, g.iova, g.length, uint64_t(g.pd) | uint64_t(g.access) << 32, g.qpn};
+}
+KeyGrant decode_key(const KeyTable::Value& v) {
+  return {v[0], v[1], v[2], uint32_t(v[3]), uint32_t(v[3] >> 32), uint32_t(v[4])};
+}
+QpTable::Value encode(const QpGrant& g) {
+  return {uint64_t(g.state) | uint64_t(g.type) << 32, uint64_t(g.pd) | uint64_t(g.access) << 32,
+          g.dest_qpn};
+}
+QpGrant decode_qp(const QpTable::Value& v) {
+  return {uint32_t(v[0]), uint32_t(v[0] >> 32), uint32_t(v[1]), uint32_t(v[1] >> 32),
+          uint32_t(v[2])};
+}
+
+bool process_exists(pid_t pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
+
+uint64_t random_word() {
+  uint64_t v = 0;
+  while (v == 0)
+    if (getrandom(&v, sizeof v, 0) != sizeof v) v = uint64_t(getpid()) * 0x9e3779b97f4a7c15u;
+  return v;
+}
+
+// The pid a segment file names (0: not a finished segment of this layout).
+pid_t owner_of(int fd) {
+  NodeHeader h;
+  if (pread(fd, &h, sizeof h, 0) != ssize_t(sizeof h)) return 0;
+  uint64_t magic;
+  std::memcpy(&magic, &h.magic, sizeof magic);
+  return magic == kNodeMagic && h.version == kNodeVersion ? pid_t(h.pid) : 0;
+}
+
+// Removes `path` if it is a stale segment of this user (its owner has exited).
+bool remove_if_stale(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st {};
+  const bool regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  const pid_t pid = regular ? owner_of(fd) : 0;
+  close(fd);
+  if (!regular || st.st_uid != geteuid()) return false;
+  // An unfinished file (pid 0) is a writer's that died before it wrote the magic,
+  // or one still being written: only the former is old.
+  if (pid == 0 && st.st_mtime + 10 > time(nullptr)) return false;
+  if (pid != 0 && process_exists(pid)) return false;
+  return unlink(path.c_str()) == 0;
+}
+
+void init_atomics_lock(pthread_mutex_t& m) {
+  pthread_mutexattr_t attr;
+  pthread_mutexattr_init(&attr);
+  pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+  pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+  pthread_mutex_init(&m, &attr);
+  pthread_mutexattr_destroy(&attr);
+}
+
+}  // namespace
+
+size_t NodeLayout::keys_offset() { return align(sizeof(NodeHeader)); }
+size_t NodeLayout::qps_offset() {
+  return keys_offset() + align(sizeof(KeyTable::Slot) * kKeys);
+}
+size_t NodeLayout::peers_offset() { return qps_offset() + align(sizeof(QpTable::Slot) * kQps); }
+size_t NodeLayout::faults_offset() { return peers_offset() + align(sizeof(PeerSlot) * kPeers); }
+size_t NodeLayout::size() { return faults_offset() + align(sizeof(FaultCell) * kFaults); }
+
+std::string node_name(const Gid& gid, const std::string& directory) {
+  static const char hex[] = "0123456789abcdef";
+  std::string name = directory + kPrefix;
+  for (uint8_t b : gid) {
+    name += hex[b >> 4];
+    name += hex[b & 15];
+  }
+  return name;
+}
+
+int remove_stale_node_segments(const std::string& directory) {
+  DIR* dir = opendir(directory.c_str());
+  if (dir == nullptr) return 0;
+  int removed = 0;
+  while (dirent* entry = readdir(dir)) {
+    if (std::strncmp(entry->d_name, kPrefix, sizeof kPrefix - 1) != 0) continue;
+    if (remove_if_stale(directory + entry->d_name)) ++removed;
+  }
+  closedir(dir);
+  return removed;
+}
+
+AtomicsGuard::AtomicsGuard(NodeHeader& header) : header_(header) {
+  if (pthread_mutex_lock(&header_.atomics) == EOWNERDEAD)
+    pthread_mutex_consistent(&header_.atomics);  // its holder died: the lock is free again
+}
+AtomicsGuard::~AtomicsGuard() { pthread_mutex_unlock(&header_.atomics); }
+
+std::unique_ptr<NodeSegment> NodeSegment::create(std::span<const Gid> gids, std::string& why,
+                                                 const std::string& directory) {
+  if (gids.empty()) return nullptr;
+  std::unique_ptr<NodeSegment> node(new NodeSegment);
+  const std::string first = node_name(gids.front(), directory);
+  remove_if_stale(first);
+  const int fd = open(first.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    why = first + ": " + std::strerror(errno);
+    return nullptr;
+  }
+  node->names_.push_back(first);
+  if (ftruncate(fd, off_t(NodeLayout::size())) != 0) {
+    why = first + ": " + std::strerror(errno);
+    close(fd);
+    return nullptr;  // the destructor unlinks it
+  }
+  node->base_ = mmap(nullptr, NodeLayout::size(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (node->base_ == MAP_FAILED) {
+    node->base_ = nullptr;
+    why = first + ": mmap: " + std::strerror(errno);
+    return nullptr;
+  }
+  auto* base = static_cast<char*>(node->base_);
+  node->header_ = reinterpret_cast<NodeHeader*>(base);
+  node->keys_ = KeyTable(reinterpret_cast<KeyTable::Slot*>(base + NodeLayout::keys_offset()),
+                         NodeLayout::kKeys);
+  node->qps_ = QpTable(reinterpret_cast<QpTable::Slot*>(base + NodeLayout::qps_offset()),
+                       NodeLayout::kQps);
+  node->peers_ = reinterpret_cast<PeerSlot*>(base + NodeLayout::peers_offset());
+  node->faults_ = reinterpret_cast<FaultCell*>(base + NodeLayout::faults_offset());
+  for (uint32_t i = 0; i < NodeLayout::kFaults; ++i)
+    node->faults_[i].seq.store(i, std::memory_order_relaxed);
+  node->creator_ = getpid();
+  NodeHeader& h = *node->header_;
+  h.version = kNodeVersion;
+  h.pid = uint32_t(getpid());
+  h.uid = uint32_t(geteuid());
+  h.key_capacity = NodeLayout::kKeys;
+  h.qp_capacity = NodeLayout::kQps;
+  h.peer_capacity = NodeLayout::kPeers;
+  node->probe_word_ = random_word();
+  h.probe_addr = reinterpret_cast<uint64_t>(&node->probe_word_);
+  h.probe_value = node->probe_word_;
+  h.serving.store(1, std::memory_order_relaxed);
+  h.doorbell_fd = -1;
+  init_atomics_lock(h.atomics);
+  h.magic.store(kNodeMagic, std::memory_order_release);
+  // The other GIDs name the same file (a peer may know this device by any of them).
+  for (size_t i = 1; i < gids.size(); ++i) {
+    const std::string alias = node_name(gids[i], directory);
+    if (alias == first) continue;
+    remove_if_stale(alias);
+    if (link(first.c_str(), alias.c_str()) == 0) node->names_.push_back(alias);
+  }
+  return node;
+}
+
+NodeSegment::~NodeSegment() {
+  if (getpid() == creator_) {
+    if (header_ != nullptr) header_->serving.store(0, std::memory_order_release);
+    for (const std::string& name : names_) unlink(name.c_str());
+  }
+  if (base_ != nullptr) munmap(base_, NodeLayout::size());
+}
+
+void NodeSegment::publish_key(uint32_t key, const KeyGrant& grant) {
+  if (!keys_.put(key, encode(grant))) header_->key_overflow.store(1, std::memory_order_release);
+}
+
+void NodeSegment::revoke_key(uint32_t key) {
+  if (!keys_.erase(key)) return;
+  wait_for_accesses();
+}
+
+// Dekker with PeerNode::begin_access: the key's removal is ordered before the
+// slots are read, a peer's odd `access` before its lookup; so either the peer's
+// lookup misses the key, or this sees the access and waits for it to end.
+void NodeSegment::wait_for_accesses() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (uint32_t i = 0; i < NodeLayout::kPeers; ++i) {
+    PeerSlot& slot = peers_[i];
+    const pid_t pid = pid_t(slot.pid.load(std::memory_order_acquire));
+    if (pid == 0) continue;
+    const uint64_t seen = slot.access.load(std::memory_order_seq_cst);
+    if ((seen & 1) == 0) continue;
+    for (uint32_t spins = 0; slot.access.load(std::memory_order_acquire) == seen; ++spins) {
+      sched_yield();
+      // A peer that died inside an access never ends it.
+      if (spins % 1024 == 1023 && !process_exists(pid)) break;
+    }
+  }
+}
+
+bool NodeSegment::take_fault(uint32_t& qpn, uint32_t& event) {
+  const uint64_t head = header_->faults_head.load(std::memory_order_relaxed);
+  FaultCell& cell = faults_[head % NodeLayout::kFaults];
+  if (cell.seq.load(std::memory_order_acquire) != head + 1) return false;
+  const uint64_t fault = cell.fault.load(std::memory_order_relaxed);
+  cell.seq.store(head + NodeLayout::kFaults, std::memory_order_release);
+  header_->faults_head.store(head + 1, std::memory_order_relaxed);
+  qpn = uint32_t(fault);
+  event = uint32_t(fault >> 32);
+  return true;
+}
+
+void NodeSegment::publish_qp(uint32_t qpn, const QpGrant& grant) { qps_.put(qpn, encode(grant)); }
+void NodeSegment::remove_qp(uint32_t qpn) { qps_.erase(qpn); }
+
+std::unique_ptr<PeerNode> PeerNode::open(const Gid& gid, std::string& why,
+                                         const std::string& directory) {
+  const std::string name = node_name(gid, directory);
+  const int fd = ::open(name.c_str(), O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    why = errno == ENOENT ? "no softrdma process of this host serves that GID"
+                          : name + ": " + std::strerror(errno);
+    return nullptr;
+  }
+  struct stat st {};
+  const pid_t pid = owner_of(fd);
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+      size_t(st.st_size) != NodeLayout::size() || pid == 0) {
+    close(fd);
+    why = name + " is not a node segment of this user and layout";
+    return nullptr;
+  }
+  void* base = mmap(nullptr, NodeLayout::size(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) {
+    why = name + ": mmap: " + std::strerror(errno);
+    return nullptr;
+  }
+  std::unique_ptr<PeerNode> peer(new PeerNode);
+  peer->base_ = base;
+  auto* bytes = static_cast<char*>(base);
+  peer->header_ = reinterpret_cast<NodeHeader*>(bytes);
+  peer->keys_ = KeyTable(reinterpret_cast<KeyTable::Slot*>(bytes + NodeLayout::keys_offset()),
+                         NodeLayout::kKeys);
+  peer->qps_ = QpTable(reinterpret_cast<QpTable::Slot*>(bytes + NodeLayout::qps_offset()),
+                       NodeLayout::kQps);
+  peer->peers_ = reinterpret_cast<PeerSlot*>(bytes + NodeLayout::peers_offset());
+  peer->faults_ = reinterpret_cast<FaultCell*>(bytes + NodeLayout::faults_offset());
+  peer->pid_ = pid;
+  peer->probe_addr_ = peer->header_->probe_addr;
+  peer->probe_value_ = peer->header_->probe_value;
+  return peer;
+}
+
+PeerNode::~PeerNode() {
+  if (slot_ != nullptr) {
+    slot_->access.store(0, std::memory_order_release);
+    slot_->pid.store(0, std::memory_order_release);
+  }
+  if (base_ != nullptr) munmap(base_, NodeLayout::size());
+}
+
+std::optional<KeyGrant> PeerNode::key(uint32_t rkey) const {
+  auto v = keys_.get(rkey);
+  if (!v) return std::nullopt;
+  return decode_key(*v);
+}
+
+std::optional<QpGrant> PeerNode::qp(uint32_t qpn) const {
+  auto v = qps_.get(qpn);
+  if (!v) return std::nullopt;
+  return decode_qp(*v);
+}
+
+bool PeerNode::join() {
+  if (slot_ != nullptr) return true;
+  const uint32_t self = uint32_t(getpid());
+  for (uint32_t i = 0; i < NodeLayout::kPeers; ++i) {
+    PeerSlot& slot = peers_[i];
+    uint32_t holder = slot.pid.load(std::memory_order_acquire);
+    // A slot whose process exited is free again.
+    if (holder != 0 && process_exists(pid_t(holder))) continue;
+    if (!slot.pid.compare_exchange_strong(holder, self)) continue;
+    slot.access.store(0, std::memory_order_release);
+    slot_ = &slot;
+    return true;
+  }
+  return false;
+}
+
+void PeerNode::begin_access() {
+  slot_->access.store(slot_->access.load(std::memory_order_relaxed) + 1,
+                      std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+bool PeerNode::report_fault(uint32_t qpn, uint32_t event) {
+  NodeHeader& h = *header_;
+  uint64_t tail = h.faults_tail.load(std::memory_order_relaxed);
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    FaultCell& cell = faults_[tail % NodeLayout::kFaults];
+    const uint64_t seq = cell.seq.load(std::memory_order_acquire);
+    if (seq == tail) {
+      if (h.faults_tail.compare_exchange_weak(tail, tail + 1, std::memory_order_relaxed)) {
+        cell.fault.store(uint64_t(qpn) | uint64_t(event) << 32, std::memory_order_relaxed);
+        cell.seq.store(tail + 1, std::memory_order_release);
+        return true;
+      }
+    } else if (int64_t(seq - tail) < 0) {
+      return false;  // full
+    } else {
+      tail = h.faults_tail.load(std::memory_order_relaxed);
+    }
+  }
+  return false;
+}
+
+void PeerNode::end_access() {
+  slot_->access.store(slot_->access.load(std::memory_order_relaxed) + 1,
+                      std::memory_order_release);
+}
+
+}  // namespace softrdma::samehost

@@ -1,0 +1,212 @@
+// The node segment: what a softrdma process publishes so that processes of the
+// same host can act as its RNIC's DMA engine (docs/decisions/same-host.md).
+//
+// `/dev/shm/softrdma-node-<GID in hex>`, one name (hard link) per GID the device
+// serves, created exclusively without following links, mode 0600: only processes
+// of the same user open it, and those may reach the owner's memory anyway
+// (cross-memory attach, process_memory.h). It holds
+//   - a header: the owner's pid and a probe word that proves the pid is the owner;
+//   - the R_Keys the owner's responder would honour, with their PD, rights and
+//     range (published at ibv_reg_mr, a window's bind; revoked before ibv_dereg_mr
+//     returns, after every access in flight through it ended);
+//   - the owner's QPs: state, type, PD, remote access rights;
+//   - a slot per peer process, through which revocation waits for its accesses;
+//   - the lock every RNIC of the host takes for an ATOMIC (IBV_ATOMIC_HCA).
+// The owner writes, peers read; peers trust nothing they read (published_table.h).
+#pragma once
+
+#include <pthread.h>
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "samehost/published_table.h"
+#include "transport/transport.h"
+
+namespace softrdma::samehost {
+
+using transport::Gid;
+
+// What an R_Key grants (IBA 10.6.3: an MR's or a bound memory window's rights).
+struct KeyGrant {
+  uint64_t host_addr = 0;  // where `iova` is in the owner's address space
+  uint64_t iova = 0;
+  uint64_t length = 0;
+  uint32_t pd = 0;      // the owner's PD handle
+  uint32_t access = 0;  // IBV_ACCESS_*
+  uint32_t qpn = 0;     // a type 2 window: the only QP it serves; 0: any QP of the PD
+};
+
+// What a peer needs to know of one of the owner's QPs.
+struct QpGrant {
+  uint32_t state = 0;  // ibv_qp_state
+  uint32_t type = 0;   // ibv_qp_type
+  uint32_t pd = 0;
+  uint32_t access = 0;  // qp_access_flags
+  uint32_t dest_qpn = 0;
+};
+
+inline constexpr char kNodeDirectory[] = "/dev/shm/";
+inline constexpr uint64_t kNodeMagic = 0x45444f4e414d4452;  // "RDMANODE"
+inline constexpr uint32_t kNodeVersion = 1;
+
+struct NodeHeader {
+  std::atomic<uint64_t> magic;  // written last, once the rest is
+  uint32_t version;
+  uint32_t pid;
+  uint32_t uid;
+  uint32_t key_capacity;
+  uint32_t qp_capacity;
+  uint32_t peer_capacity;
+  uint64_t probe_addr;
+  uint64_t probe_value;
+  std::atomic<uint32_t> key_overflow;  // a key could not be published: use the wire
+  std::atomic<uint32_t> serving;       // 1 until the owner closes its device
+  int32_t doorbell_fd;                 // the owner's eventfd (its number there)
+  pthread_mutex_t atomics;             // robust, process-shared
+  // Faults peers found while acting for the owner's QPs (a remote access error
+  // ends the owner's QP too, IBA 9.9.3.1.2): a bounded multi-producer queue,
+  // drained by the owner's engine.
+  std::atomic<uint64_t> faults_head;   // next to take (owner)
+  std::atomic<uint64_t> faults_tail;   // next to fill (peers, by compare-exchange)
+};
+
+// One queued fault: `seq` says whose turn the cell is (Vyukov's bounded queue).
+struct FaultCell {
+  std::atomic<uint64_t> seq;
+  std::atomic<uint64_t> fault;  // QPN | event << 32
+};
+
+// A peer process's place in the owner's segment: `access` is odd while the peer
+// is inside an access (NodeSegment::revoke_key waits for it to move on).
+struct PeerSlot {
+  std::atomic<uint32_t> pid;
+  std::atomic<uint32_t> unused;
+  std::atomic<uint64_t> access;
+};
+
+using KeyTable = PublishedTable<5>;
+using QpTable = PublishedTable<3>;
+
+// The segment's shape, the same for owner and peers.
+struct NodeLayout {
+  static constexpr uint32_t kKeys = 16384, kQps = 16384, kPeers = 256, kFaults = 256;
+  static size_t keys_offset();
+  static size_t qps_offset();
+  static size_t peers_offset();
+  static size_t faults_offset();
+  static size_t size();
+};
+
+// The lock for ATOMICs: held by whichever RNIC of the host executes one, so that
+// ATOMICs on one location are atomic with respect to each other (IBV_ATOMIC_HCA).
+// A holder that died releases it (a robust mutex).
+class AtomicsGuard {
+ public:
+  explicit AtomicsGuard(NodeHeader& header);
+  ~AtomicsGuard();
+  AtomicsGuard(const AtomicsGuard&) = delete;
+  AtomicsGuard& operator=(const AtomicsGuard&) = delete;
+
+ private:
+  NodeHeader& header_;
+};
+
+// The owner's side.
+class NodeSegment {
+ public:
+  // Creates the segment under every name of `gids` in `directory` (tests use
+  // their own); null and why when it cannot.
+  static std::unique_ptr<NodeSegment> create(std::span<const Gid> gids, std::string& why,
+                                             const std::string& directory = kNodeDirectory);
+  ~NodeSegment();  // unlinks every name
+  NodeSegment(const NodeSegment&) = delete;
+  NodeSegment& operator=(const NodeSegment&) = delete;
+
+  void publish_key(uint32_t key, const KeyGrant& grant);
+  // After it returns no peer reaches memory through `key` (ibv_dereg_mr(3)).
+  void revoke_key(uint32_t key);
+  void publish_qp(uint32_t qpn, const QpGrant& grant);
+  void remove_qp(uint32_t qpn);
+  // The next fault a peer reported (QPN and ibv_event_type); false when none.
+  bool take_fault(uint32_t& qpn, uint32_t& event);
+  bool faults_pending() const {
+    return header_->faults_head.load(std::memory_order_relaxed) !=
+           header_->faults_tail.load(std::memory_order_acquire);
+  }
+  NodeHeader& header() { return *header_; }
+  const std::vector<std::string>& names() const { return names_; }
+
+ private:
+  NodeSegment() = default;
+  void wait_for_accesses();
+
+  void* base_ = nullptr;
+  NodeHeader* header_ = nullptr;
+  KeyTable keys_;
+  QpTable qps_;
+  PeerSlot* peers_ = nullptr;
+  FaultCell* faults_ = nullptr;
+  std::vector<std::string> names_;
+  pid_t creator_ = 0;        // a forked child must not unlink its parent's names
+  uint64_t probe_word_ = 0;  // the word peers read to prove who they reach
+};
+
+// A peer's view of another process's segment.
+class PeerNode {
+ public:
+  // Opens the segment of `gid`: null when no softrdma process of this user serves
+  // it (the wire then carries the traffic), with why.
+  static std::unique_ptr<PeerNode> open(const Gid& gid, std::string& why,
+                                        const std::string& directory = kNodeDirectory);
+  ~PeerNode();
+  PeerNode(const PeerNode&) = delete;
+  PeerNode& operator=(const PeerNode&) = delete;
+
+  pid_t pid() const { return pid_; }
+  uint64_t probe_addr() const { return probe_addr_; }
+  uint64_t probe_value() const { return probe_value_; }
+  bool serving() const { return header_->serving.load(std::memory_order_acquire) != 0; }
+  bool key_overflow() const { return header_->key_overflow.load(std::memory_order_acquire); }
+  std::optional<KeyGrant> key(uint32_t rkey) const;
+  std::optional<QpGrant> qp(uint32_t qpn) const;
+  NodeHeader& header() { return *header_; }
+
+  // Claims a peer slot for this process; false when every slot is taken.
+  bool join();
+  // Brackets every access through a key: between them, the owner's revoke_key
+  // waits (the key must be looked up after begin_access()).
+  void begin_access();
+  void end_access();
+  // Reports that acting for the owner's QP `qpn` failed with `event`; false when
+  // the owner's queue is full (it is then told nothing: its QP lives on).
+  bool report_fault(uint32_t qpn, uint32_t event);
+
+ private:
+  PeerNode() = default;
+
+  void* base_ = nullptr;
+  NodeHeader* header_ = nullptr;
+  KeyTable keys_;
+  QpTable qps_;
+  PeerSlot* peers_ = nullptr;
+  FaultCell* faults_ = nullptr;
+  PeerSlot* slot_ = nullptr;
+  pid_t pid_ = 0;
+  uint64_t probe_addr_ = 0;
+  uint64_t probe_value_ = 0;
+};
+
+// `<directory>softrdma-node-<hex>` for a GID.
+std::string node_name(const Gid& gid, const std::string& directory = kNodeDirectory);
+// Removes this user's node segments whose owner has exited (a killed process
+// runs no destructor); returns how many were removed.
+int remove_stale_node_segments(const std::string& directory = kNodeDirectory);
+
+}  // namespace softrdma::samehost

@@ -1,0 +1,213 @@
+// Node segments (samehost/node_segment.h): what a process publishes for the
+// processes of its host, found by any of its GIDs; revocation that waits for
+// accesses in flight; faults queued to the owner; a lock that survives a dead
+// holder; and names that no planted link or foreign file can hijack.
+#include "samehost/node_segment.h"
+
+#include <fcntl.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "samehost/host.h"
+
+namespace softrdma::samehost {
+namespace {
+
+class NodeSegmentTest : public ::testing::Test {
+ protected:
+  NodeSegmentTest() {
+    char name[] = "/tmp/softrdma-node-test.XXXXXX";
+    dir_ = std::string(mkdtemp(name)) + "/";
+  }
+  ~NodeSegmentTest() override {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  static Gid gid(uint8_t last) {
+    Gid g{};
+    g[10] = g[11] = 0xff;
+    g[12] = 10;
+    g[15] = last;
+    return g;
+  }
+  std::unique_ptr<NodeSegment> create(std::vector<Gid> gids) {
+    std::string why;
+    auto node = NodeSegment::create(gids, why, dir_);
+    EXPECT_NE(node, nullptr) << why;
+    return node;
+  }
+  std::unique_ptr<PeerNode> open(const Gid& g) {
+    std::string why;
+    return PeerNode::open(g, why, dir_);
+  }
+  std::string dir_;
+};
+
+TEST_F(NodeSegmentTest, EveryGidNamesTheSegmentAndOnlyItsOwnerMayOpenIt) {
+  auto node = create({gid(1), gid(2)});
+  ASSERT_NE(node, nullptr);
+  ASSERT_EQ(node->names().size(), 2u);
+  for (const std::string& name : node->names()) {
+    struct stat st {};
+    ASSERT_EQ(lstat(name.c_str(), &st), 0) << name;
+    EXPECT_EQ(st.st_mode & 07777, 0600u);
+    EXPECT_EQ(st.st_uid, geteuid());
+  }
+  for (uint8_t g : {1, 2}) {
+    auto peer = open(gid(g));
+    ASSERT_NE(peer, nullptr);
+    EXPECT_EQ(peer->pid(), getpid());
+    EXPECT_TRUE(peer->serving());
+  }
+  EXPECT_EQ(open(gid(3)), nullptr);
+  const auto names = node->names();
+  node.reset();
+  for (const std::string& name : names) EXPECT_FALSE(std::filesystem::exists(name)) << name;
+}
+
+TEST_F(NodeSegmentTest, KeysAndQpsArePublishedAndRevoked) {
+  auto node = create({gid(1)});
+  auto peer = open(gid(1));
+  ASSERT_NE(peer, nullptr);
+  node->publish_key(0xabcd, KeyGrant{0x1000, 0x2000, 4096, 3, IBV_ACCESS_REMOTE_WRITE, 0});
+  node->publish_qp(77, QpGrant{IBV_QPS_RTS, IBV_QPT_RC, 3, IBV_ACCESS_REMOTE_READ, 78});
+  ASSERT_TRUE(peer->join());
+  peer->begin_access();
+  const auto key = peer->key(0xabcd);
+  peer->end_access();
+  ASSERT_TRUE(key.has_value());
+  EXPECT_EQ(key->host_addr, 0x1000u);
+  EXPECT_EQ(key->iova, 0x2000u);
+  EXPECT_EQ(key->length, 4096u);
+  EXPECT_EQ(key->pd, 3u);
+  EXPECT_EQ(key->access, uint32_t(IBV_ACCESS_REMOTE_WRITE));
+  const auto qp = peer->qp(77);
+  ASSERT_TRUE(qp.has_value());
+  EXPECT_EQ(qp->state, uint32_t(IBV_QPS_RTS));
+  EXPECT_EQ(qp->dest_qpn, 78u);
+  node->revoke_key(0xabcd);
+  node->remove_qp(77);
+  EXPECT_FALSE(peer->key(0xabcd).has_value());
+  EXPECT_FALSE(peer->qp(77).has_value());
+}
+
+// ibv_dereg_mr(3) must not return while a peer still writes through the key: the
+// revocation waits for the access that began before it.
+TEST_F(NodeSegmentTest, RevocationWaitsForAnAccessInFlight) {
+  auto node = create({gid(1)});
+  auto peer = open(gid(1));
+  ASSERT_TRUE(peer->join());
+  node->publish_key(9, KeyGrant{1, 1, 1, 1, IBV_ACCESS_REMOTE_WRITE, 0});
+  peer->begin_access();
+  ASSERT_TRUE(peer->key(9).has_value());
+  std::atomic<bool> revoked{false};
+  std::thread owner([&] {
+    node->revoke_key(9);
+    revoked.store(true);
+  });
+  // The key is gone for new lookups at once; the revocation still waits.
+  while (peer->key(9).has_value()) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(revoked.load()) << "returned while an access through the key was in flight";
+  peer->end_access();
+  owner.join();
+  EXPECT_TRUE(revoked.load());
+}
+
+TEST_F(NodeSegmentTest, FaultsReachTheOwnerInOrderAndAFullQueueRefuses) {
+  auto node = create({gid(1)});
+  auto peer = open(gid(1));
+  EXPECT_FALSE(node->faults_pending());
+  for (uint32_t i = 0; i < NodeLayout::kFaults; ++i) ASSERT_TRUE(peer->report_fault(100 + i, 7));
+  EXPECT_FALSE(peer->report_fault(1, 1)) << "full";
+  EXPECT_TRUE(node->faults_pending());
+  uint32_t qpn, event;
+  for (uint32_t i = 0; i < NodeLayout::kFaults; ++i) {
+    ASSERT_TRUE(node->take_fault(qpn, event));
+    EXPECT_EQ(qpn, 100 + i);
+    EXPECT_EQ(event, 7u);
+  }
+  EXPECT_FALSE(node->take_fault(qpn, event));
+  EXPECT_TRUE(peer->report_fault(5, 6)) << "room again";
+}
+
+// A peer that died holding the ATOMIC lock does not block the host's atomics.
+TEST_F(NodeSegmentTest, TheAtomicsLockOutlivesAHolderThatDied) {
+  auto node = create({gid(1)});
+  const pid_t child = fork();
+  if (child == 0) {
+    auto peer = open(gid(1));
+    new AtomicsGuard(peer->header());  // held, never released
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  pthread_mutex_t& lock = node->header().atomics;
+  ASSERT_EQ(pthread_mutex_trylock(&lock), EOWNERDEAD) << "held by the dead child";
+  pthread_mutex_consistent(&lock);
+  pthread_mutex_unlock(&lock);
+  { AtomicsGuard guard(node->header()); }  // takes and releases it
+  EXPECT_EQ(pthread_mutex_trylock(&lock), 0);
+  pthread_mutex_unlock(&lock);
+}
+
+// A process killed before its destructor ran leaves its names; the next process
+// of the user that publishes removes them.
+TEST_F(NodeSegmentTest, AKilledProcesssSegmentIsRemovedByTheNext) {
+  const pid_t child = fork();
+  if (child == 0) {
+    std::string why;
+    auto node = NodeSegment::create(std::vector<Gid>{gid(4)}, why, dir_);
+    _exit(node != nullptr ? 0 : 1);  // no destructor runs
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  const std::string name = node_name(gid(4), dir_);
+  ASSERT_TRUE(std::filesystem::exists(name)) << "left behind";
+  EXPECT_EQ(remove_stale_node_segments(dir_), 1);
+  EXPECT_FALSE(std::filesystem::exists(name));
+}
+
+// A link planted at the name is neither followed nor replaced; its target is
+// untouched, and the device goes on without a node segment.
+TEST_F(NodeSegmentTest, APlantedLinkIsNotFollowed) {
+  const std::string victim = dir_ + "victim";
+  {
+    const int fd = ::open(victim.c_str(), O_WRONLY | O_CREAT, 0600);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(write(fd, "keep", 4), 4);
+    close(fd);
+  }
+  ASSERT_EQ(symlink(victim.c_str(), node_name(gid(5), dir_).c_str()), 0);
+  std::string why;
+  EXPECT_EQ(NodeSegment::create(std::vector<Gid>{gid(5)}, why, dir_), nullptr);
+  EXPECT_NE(why.find("File exists"), std::string::npos) << why;
+  EXPECT_EQ(std::filesystem::file_size(victim), 4u);
+  EXPECT_EQ(open(gid(5)), nullptr) << "a peer does not follow it either";
+}
+
+// A file another user planted under a GID's name is not believed by peers.
+TEST_F(NodeSegmentTest, AForeignFileIsNotOpened) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to plant a file as another user";
+  auto node = create({gid(6)});
+  const std::string name = node_name(gid(6), dir_);
+  const passwd* nobody = getpwnam("nobody");
+  ASSERT_EQ(chown(name.c_str(), nobody != nullptr ? nobody->pw_uid : 65534, 0), 0);
+  std::string why;
+  EXPECT_EQ(PeerNode::open(gid(6), why, dir_), nullptr);
+  EXPECT_NE(why.find("not a node segment of this user"), std::string::npos) << why;
+}
+
+}  // namespace
+}  // namespace softrdma::samehost
