@@ -53,6 +53,7 @@ namespace softrdma::engine {
   X(host_reads)             /* RDMA READs executed from a same-host peer */ \
   X(host_atomics)           /* ATOMICs executed on a same-host peer's memory */ \
   X(host_bytes)             /* bytes those moved */ \
+  X(host_calls)             /* cross-memory-attach system calls that moved them */ \
   X(host_refused)           /* refused by the peer's published rights (NAK's status) */ \
   X(host_peer_not_ready)    /* the peer's QP could not receive: retried as a loss */ \
   X(peer_faults_taken)      /* same-host peers ended one of this device's QPs */

@@ -54,11 +54,15 @@ bool Requester::run(Nanos now) {
     if (wqe.state == SendState::kQueued) {
       // IBA 11.2.5.3 SQD: WQEs not yet begun wait for the return to RTS.
       if (qp.state() == IBV_QPS_SQD || !may_start(wqe)) break;
-      if (!start(wqe, now)) return false;
+      if (!start(wqe, now)) {
+        flush_host_batch(now);
+        return false;
+      }
     }
     if (wqe.state == SendState::kSending && !send_packets(wqe)) break;
     ++send_index_;
   }
+  if (!flush_host_batch(now)) return false;
   conn_.completer().on_sent(now);
   const bool more = !conn_.acknowledged() && burst_left_ == 0 && send_index_ != sq.tail() &&
                     qp.state() == IBV_QPS_RTS;
@@ -95,7 +99,7 @@ bool Requester::check_local_sges(const SendWqe& wqe) const {
 // Assigns the WQE its PSNs (IBA 9.7.4.1.1: one per request packet; a READ takes
 // one per response packet) after checking its local buffers.
 bool Requester::start(SendWqe& wqe, Nanos now) {
-  if (wqe.is_local()) return execute_local(wqe, now);
+  if (wqe.is_local()) return flush_host_batch(now) && execute_local(wqe, now);
   if (wqe.status != IBV_WC_SUCCESS || !check_local_sges(wqe)) {
     // IBA 10.8.3.1 / ibv_poll_cq(3): local protection error, QP to Error.
     wqe.status = IBV_WC_LOC_PROT_ERR;
@@ -103,6 +107,7 @@ bool Requester::start(SendWqe& wqe, Nanos now) {
     return false;
   }
   if (executes_on_host(wqe)) return execute_on_host(wqe, now);
+  if (!flush_host_batch(now)) return false;  // what was batched goes first (IBA 9.5)
   return start_on_wire(wqe);
 }
 

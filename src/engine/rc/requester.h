@@ -61,6 +61,12 @@ class Requester {
   enum class HostVerdict : uint8_t { kGo, kWire, kNotReady, kAccess, kInvalidRequest };
   bool executes_on_host(const SendWqe& wqe) const;
   bool execute_on_host(SendWqe& wqe, Nanos now);
+  bool execute_alone_on_host(SendWqe& wqe, Nanos now);
+  void mark_executed_on_host(SendWqe& wqe);
+  // requester_host_batch.cc: true when the WQE joined the batch of WRITEs.
+  bool batch_on_host(SendWqe& wqe);
+  // Executes the batch; false when the QP must stop (a retry, an error).
+  bool flush_host_batch(Nanos now);
   HostVerdict check_on_host(const SendWqe& wqe, samehost::Peer& peer, uint64_t& host_addr) const;
   uint32_t local_iovecs(const SendWqe& wqe, std::span<iovec> out) const;
   int transfer_on_host(SendWqe& wqe, samehost::Peer& peer, uint64_t host_addr);

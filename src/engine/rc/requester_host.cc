@@ -98,6 +98,7 @@ int Requester::transfer_on_host(SendWqe& wqe, samehost::Peer& peer, uint64_t hos
     iovec word{&before, 8};
     iovec remote{reinterpret_cast<void*>(host_addr), 8};
     samehost::AtomicsGuard guard(peer.node->header());
+    bump(counters.host_calls, 2);
     if (int err = peer.memory->read({&word, 1}, {&remote, 1}); err != 0) return err;
     uint64_t after = before + wqe.compare_add;
     if (wqe.opcode == IBV_WR_ATOMIC_CMP_AND_SWP) after = before == wqe.compare_add ? wqe.swap : before;
@@ -116,6 +117,7 @@ int Requester::transfer_on_host(SendWqe& wqe, samehost::Peer& peer, uint64_t hos
   std::array<iovec, 64> local;
   const uint32_t n = local_iovecs(wqe, local);
   iovec remote{reinterpret_cast<void*>(host_addr), wqe.length};
+  bump(counters.host_calls);
   const int err = wqe.is_read() ? peer.memory->read({local.data(), n}, {&remote, 1})
                                 : peer.memory->write({local.data(), n}, {&remote, 1});
   if (err != 0) return err;
@@ -126,11 +128,19 @@ int Requester::transfer_on_host(SendWqe& wqe, samehost::Peer& peer, uint64_t hos
 }
 
 // Executes the WQE on the peer; false when the requester must stop for now (a
-// wait, a retry, an error).
+// wait, a retry, an error). Consecutive WRITEs that pass the checks are batched
+// (requester_host_batch.cc): a posted list leaves in one system call.
 bool Requester::execute_on_host(SendWqe& wqe, Nanos now) {
   // IBA 9.5: nothing still on the wire may be overtaken; the ACK that clears the
   // way runs the requester again.
   if (conn_.acknowledged() && conn_.completer().una_psn() != next_psn_) return false;
+  if (batch_on_host(wqe)) return true;
+  // Alone, after what was batched (IBA 9.5 order).
+  if (!flush_host_batch(now)) return false;
+  return execute_alone_on_host(wqe, now);
+}
+
+bool Requester::execute_alone_on_host(SendWqe& wqe, Nanos now) {
   samehost::Peer& peer = *conn_.path().peer;
   uint64_t host_addr = 0;
   int err = 0;
@@ -149,12 +159,16 @@ bool Requester::execute_on_host(SendWqe& wqe, Nanos now) {
     refuse_on_host(wqe, verdict, now);
     return false;
   }
+  mark_executed_on_host(wqe);
+  return true;
+}
+
+void Requester::mark_executed_on_host(SendWqe& wqe) {
   wqe.first_psn = next_psn_;  // takes no PSN, as a bind
   wqe.npackets = 0;
   wqe.next_packet = 0;
   wqe.on_host = true;
   wqe.state = SendState::kSent;
-  return true;
 }
 
 // The peer's QP cannot take the request (not yet connected, gone): as a lost

@@ -1,0 +1,106 @@
+// Consecutive RDMA WRITEs to a same-host peer in one system call: a posted list
+// (ibv_post_send with many WRs, perftest's --post_list) would otherwise cost one
+// process_vm_writev(2) each, and the call, not the copy, is what an 8-byte WRITE
+// costs. The batch is checked WQE by WQE as each joins it (the same checks as
+// alone), executed when something else must go (a READ, an ATOMIC, a packet, the
+// end of the requester's run) and completes in queue order like the rest.
+//
+// One access bracket (NodeSegment::revoke_key waits for it) covers the whole
+// batch, from the first lookup to the copy. If the copy fails, each WQE is
+// executed again alone, in order, so the one that fails gets its own status (a
+// WRITE repeated writes the same bytes).
+#include <sys/uio.h>
+
+#include <array>
+#include <climits>
+
+#include "engine/device.h"
+#include "engine/qp.h"
+#include "engine/rc/connection.h"
+#include "engine/rc/requester.h"
+#include "samehost/host.h"
+
+namespace softrdma::engine::rc {
+
+namespace {
+
+struct HostBatch {
+  static constexpr uint32_t kWqes = 64;
+  static constexpr uint32_t kLocal = IOV_MAX;
+  const Requester* owner = nullptr;  // the requester whose run holds it
+  samehost::Peer* peer = nullptr;
+  bool open = false;  // its access bracket is open
+  uint32_t wqes = 0;
+  uint32_t locals = 0;
+  uint64_t bytes = 0;
+  std::array<uint32_t, kWqes> index{};  // send queue indices, in order
+  std::array<iovec, kWqes> remote{};
+  std::array<iovec, kLocal> local{};
+};
+
+// The engine's owner's: a batch lives within one requester run on one thread.
+HostBatch& host_batch() {
+  static thread_local HostBatch batch;
+  return batch;
+}
+
+}  // namespace
+
+bool Requester::batch_on_host(SendWqe& wqe) {
+  if (wqe.opcode != IBV_WR_RDMA_WRITE || wqe.length == 0) return false;
+  HostBatch& b = host_batch();
+  if (b.open && b.owner != this) return false;
+  const uint32_t sges = wqe.inline_data != nullptr ? 1 : wqe.sgl.count;
+  if (b.wqes == HostBatch::kWqes || b.locals + sges > HostBatch::kLocal) return false;
+  samehost::Peer& peer = *conn_.path().peer;
+  if (!b.open) {
+    peer.node->begin_access();
+    b = HostBatch{};
+    b.owner = this;
+    b.peer = &peer;
+    b.open = true;
+  }
+  uint64_t host_addr = 0;
+  if (check_on_host(wqe, peer, host_addr) != HostVerdict::kGo) return false;
+  const uint32_t n = local_iovecs(wqe, {b.local.data() + b.locals, HostBatch::kLocal - b.locals});
+  b.locals += n;
+  b.remote[b.wqes] = {reinterpret_cast<void*>(host_addr), wqe.length};
+  b.index[b.wqes++] = send_index_;  // start() is given the WQE at send_index_
+  b.bytes += wqe.length;
+  mark_executed_on_host(wqe);
+  return true;
+}
+
+bool Requester::flush_host_batch(Nanos now) {
+  HostBatch& b = host_batch();
+  if (!b.open || b.owner != this) return true;
+  samehost::Peer& peer = *b.peer;
+  const int err =
+      b.wqes == 0 ? 0 : peer.memory->write({b.local.data(), b.locals}, {b.remote.data(), b.wqes});
+  peer.node->end_access();
+  b.open = false;
+  b.owner = nullptr;
+  EngineCounters& counters = conn_.qp().device().counters();
+  if (b.wqes != 0) bump(counters.host_calls);
+  if (err == 0) {
+    bump(counters.host_writes, b.wqes);
+    bump(counters.host_bytes, b.bytes);
+    bump(conn_.qp().counters().host_operations, b.wqes);
+    return true;
+  }
+  // Each again alone, from the first: the requester resumes there if one waits.
+  Ring<SendWqe>& sq = conn_.qp().sq();
+  const HostBatch failed = b;
+  for (uint32_t i = 0; i < failed.wqes; ++i) {
+    sq.at(failed.index[i]).state = SendState::kQueued;
+    sq.at(failed.index[i]).on_host = false;
+  }
+  for (uint32_t i = 0; i < failed.wqes; ++i) {
+    if (execute_alone_on_host(sq.at(failed.index[i]), now)) continue;
+    send_index_ = failed.index[i];
+    return false;
+  }
+  return true;
+}
+
+}  // namespace softrdma::engine::rc
