@@ -100,6 +100,9 @@ void Node::open_same_host() {
     samehost::say_once("no same-host path (" + why + "); every peer is reached by UDP");
     return;
   }
+  // A same-host peer found dead leaves its status segment too (it ran no exit
+  // handler): removed at once, so a killed peer leaves nothing in /dev/shm.
+  host_->set_on_peer_gone([] { remove_stale_status_segments(); });
   // A process that exits without closing its device removes the names too.
   for (const std::string& name : host_->node().names()) {
     struct stat st {};

@@ -1,5 +1,6 @@
 #include "samehost/host.h"
 
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -42,9 +43,24 @@ void Peer::ring() const {
   (void)!::write(doorbell, &one, sizeof one);
 }
 
+// Yama's ptrace_scope 1 (Ubuntu's default) lets a process attach only to its own
+// descendants unless the target names its tracers: every process may then act as
+// this one's RNIC, as UCX allows its peers (the same user's processes could attach
+// to each other under scope 0 anyway). Scopes 2 and 3 are left as they are: cross-
+// memory attach then fails and peers use UDP, saying why once.
+static void allow_same_user_peers() {
+  FILE* f = std::fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+  if (f == nullptr) return;
+  int scope = -1;
+  if (std::fscanf(f, "%d", &scope) != 1) scope = -1;
+  std::fclose(f);
+  if (scope == 1) prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+}
+
 std::unique_ptr<Host> Host::open(std::span<const Gid> gids, std::string& why,
                                  const std::string& directory) {
   remove_stale_node_segments(directory);
+  allow_same_user_peers();
   std::unique_ptr<Host> host(new Host);
   host->directory_ = directory;
   host->node_ = NodeSegment::create(gids, why, directory);
@@ -63,16 +79,30 @@ std::shared_ptr<Peer> Host::peer(const Gid& gid) {
   std::lock_guard lock(peers_mutex_);
   auto it = peers_.find(gid);
   if (it != peers_.end() && it->second->usable()) return it->second;
-  if (it != peers_.end()) peers_.erase(it);  // it exited; another may serve the GID now
+  if (it != peers_.end()) {
+    // It exited (another process may serve the GID now): what it left goes.
+    peers_.erase(it);
+    peer_gone();
+  }
   std::shared_ptr<Peer> peer = attach(gid);
   if (peer) peers_.emplace(gid, peer);
   return peer;
 }
 
+void Host::peer_gone() {
+  remove_stale_node_segments(directory_);
+  if (on_peer_gone_) on_peer_gone_();
+}
+
 std::shared_ptr<Peer> Host::attach(const Gid& gid) {
   std::string why;
   auto node = PeerNode::open(gid, why, directory_);
-  if (!node) return nullptr;  // no same-host process serves it: the wire, silently
+  if (!node) {
+    // Another host's GID: the wire, silently. A process of this host that cannot
+    // be served is said once.
+    if (!why.empty()) say_once("same-host peer reached by UDP: " + why);
+    return nullptr;
+  }
   Reach reach;
   auto memory = ProcessMemory::attach(node->pid(), node->probe_addr(), node->probe_value(), reach);
   if (!memory) {

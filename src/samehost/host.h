@@ -51,6 +51,11 @@ class Host {
   // The process serving `gid` on this host, if this process may act for it; the
   // same object while that process lives. Cold path (QP connection).
   std::shared_ptr<Peer> peer(const Gid& gid);
+  // A peer's process was found gone (a QP failed because of it): what it left in
+  // /dev/shm goes now, not at the next device opened somewhere — its node segment
+  // here, and whatever `on_peer_gone` removes (the runtime: status segments).
+  void peer_gone();
+  void set_on_peer_gone(std::function<void()> fn) { on_peer_gone_ = std::move(fn); }
 
  private:
   Host() = default;
@@ -58,6 +63,7 @@ class Host {
 
   std::unique_ptr<NodeSegment> node_;
   std::string directory_;
+  std::function<void()> on_peer_gone_;
   std::mutex peers_mutex_;
   std::map<Gid, std::shared_ptr<Peer>> peers_;
 };

@@ -231,8 +231,10 @@ std::unique_ptr<PeerNode> PeerNode::open(const Gid& gid, std::string& why,
   const std::string name = node_name(gid, directory);
   const int fd = ::open(name.c_str(), O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
-    why = errno == ENOENT ? "no softrdma process of this host serves that GID"
-                          : name + ": " + std::strerror(errno);
+    why = errno == ENOENT   ? ""  // no softrdma process of this host serves that GID
+          : errno == EACCES ? "its node segment belongs to another user (cross-memory "
+                              "attach needs the same user)"
+                            : name + ": " + std::strerror(errno);
     return nullptr;
   }
   struct stat st {};

@@ -162,7 +162,7 @@ class NodeSegment {
 class PeerNode {
  public:
   // Opens the segment of `gid`: null when no softrdma process of this user serves
-  // it (the wire then carries the traffic), with why.
+  // it (the wire then carries the traffic), with why (empty: nobody serves it).
   static std::unique_ptr<PeerNode> open(const Gid& gid, std::string& why,
                                         const std::string& directory = kNodeDirectory);
   ~PeerNode();

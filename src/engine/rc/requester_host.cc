@@ -176,7 +176,9 @@ void Requester::mark_executed_on_host(SendWqe& wqe) {
 bool Requester::retry_on_host(SendWqe& wqe, Nanos now) {
   Qp& qp = conn_.qp();
   bump(qp.device().counters().host_peer_not_ready);
-  if (host_retries_++ >= qp.attr().retry_cnt || !conn_.path().peer->usable()) {
+  const bool gone = !conn_.path().peer->usable();
+  if (gone) qp.device().host()->peer_gone();
+  if (host_retries_++ >= qp.attr().retry_cnt || gone) {
     host_retries_ = 0;
     wqe.status = IBV_WC_RETRY_EXC_ERR;
     conn_.fail(now, std::nullopt);

@@ -1,0 +1,230 @@
+// The same-host path through the verbs API, between processes (issue 15,
+// docs/decisions/same-host.md): where cross-memory attach is refused the wire
+// carries the traffic and the process says why in one line; a peer killed in the
+// middle of a stream of WRITEs ends the survivor's QP in bounded time and leaves
+// nothing in /dev/shm. Each child sets SOFTRDMA_TRANSPORT=auto itself: these tests
+// are about the same-host path whatever the suite's variant.
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "verbs/verbs_fixture.h"
+
+namespace softrdma::verbs::testing {
+namespace {
+
+// What a child wrote on stderr, and its exit code, once it ended.
+struct ChildResult {
+  int exit_code = -1;
+  std::string stderr_text;
+};
+
+template <typename Body>
+ChildResult run_child(Body body) {
+  int err[2];
+  if (pipe(err) != 0) return {};
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(err[0]);
+    dup2(err[1], STDERR_FILENO);
+    setenv("SOFTRDMA_TRANSPORT", "auto", 1);
+    _exit(body());
+  }
+  close(err[1]);
+  ChildResult r;
+  char buffer[4096];
+  for (ssize_t n; (n = read(err[0], buffer, sizeof buffer)) > 0;) r.stderr_text.append(buffer, size_t(n));
+  close(err[0]);
+  int status = 0;
+  if (waitpid(pid, &status, 0) == pid && WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+  return r;
+}
+
+// A 4 KiB WRITE from a to b of a pair inside this process; 0 when the bytes arrived.
+int write_through_a_pair() {
+  Pair pair;
+  if (pair.a.qp == nullptr || pair.b.qp == nullptr) return 10;
+  for (size_t i = 0; i < 4096; ++i) pair.a.buf[i] = uint8_t(i * 7);
+  ibv_sge sge{pair.a.addr(0), 4096, pair.a.mr->lkey};
+  if (post_send(pair.a.qp, IBV_WR_RDMA_WRITE, sge, 1, pair.b.addr(0), pair.b.mr->rkey) != 0)
+    return 11;
+  const auto wcs = poll_n(pair.a.cq, 1);
+  if (wcs.size() != 1 || wcs[0].status != IBV_WC_SUCCESS) return 12;
+  return std::memcmp(pair.a.buf.data(), pair.b.buf.data(), 4096) == 0 ? 0 : 13;
+}
+
+// Docker's default seccomp profile on older kernels answers ENOSYS.
+bool forbid_cross_memory_attach() {
+  sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 2, 0),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_writev, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+  };
+  sock_fprog program{sizeof filter / sizeof filter[0], filter};
+  return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+         prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) == 0;
+}
+
+TEST(SameHost, ASeccompProfileThatForbidsItFallsBackToUdpAndSaysSoOnce) {
+  const ChildResult r = run_child([] {
+    if (!forbid_cross_memory_attach()) return 20;
+    const int first = write_through_a_pair();
+    return first != 0 ? first : write_through_a_pair();
+  });
+  EXPECT_EQ(r.exit_code, 0) << r.stderr_text;
+  const std::string line = "reached by UDP: process_vm_readv is forbidden here (a seccomp profile)";
+  const size_t at = r.stderr_text.find(line);
+  EXPECT_NE(at, std::string::npos) << r.stderr_text;
+  EXPECT_EQ(r.stderr_text.find(line, at + 1), std::string::npos) << "said once\n" << r.stderr_text;
+}
+
+// Without the restriction the same pair says nothing: the line above is about it.
+TEST(SameHost, APermittedPairSaysNothing) {
+  const ChildResult r = run_child(write_through_a_pair);
+  EXPECT_EQ(r.exit_code, 0) << r.stderr_text;
+  EXPECT_EQ(r.stderr_text.find("reached by UDP"), std::string::npos) << r.stderr_text;
+}
+
+
+// One end of a connection between two processes: what the other needs to know.
+struct Endpoint {
+  uint32_t qpn;
+  ibv_gid gid;
+  uint64_t addr;
+  uint32_t rkey;
+};
+
+struct Ends {
+  ibv_context* ctx = nullptr;
+  ibv_pd* pd = nullptr;
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = nullptr;
+  ibv_mr* mr = nullptr;
+  std::vector<uint8_t> buf = std::vector<uint8_t>(1 << 16);
+
+  bool open() {
+    int n = 0;
+    ibv_device** list = ibv_get_device_list(&n);
+    if (list == nullptr || n < 1) return false;
+    ctx = ibv_open_device(list[0]);
+    ibv_free_device_list(list);
+    if (ctx == nullptr || (pd = ibv_alloc_pd(ctx)) == nullptr) return false;
+    if ((cq = ibv_create_cq(ctx, 256, nullptr, nullptr, 0)) == nullptr) return false;
+    ibv_qp_init_attr init{};
+    init.send_cq = init.recv_cq = cq;
+    init.qp_type = IBV_QPT_RC;
+    init.cap = ibv_qp_cap{64, 16, 1, 1, 0};
+    qp = ibv_create_qp(pd, &init);
+    mr = ibv_reg_mr(pd, buf.data(), buf.size(), kAllAccess);
+    return qp != nullptr && mr != nullptr;
+  }
+  Endpoint self() const {
+    Endpoint e{qp->qp_num, {}, uint64_t(uintptr_t(buf.data())), mr->rkey};
+    ibv_query_gid(ctx, 1, 1, &e.gid);
+    return e;
+  }
+};
+
+// Exchanges endpoints over `fd` and connects `ends` to the other side.
+bool connect_over(int fd, Ends& ends, Endpoint& other) {
+  const Endpoint mine = ends.self();
+  if (write(fd, &mine, sizeof mine) != ssize_t(sizeof mine)) return false;
+  if (read(fd, &other, sizeof other) != ssize_t(sizeof other)) return false;
+  Pair::connect(ends.qp, other.qpn, other.gid, 1);
+  return true;
+}
+
+std::string gid_hex(const ibv_gid& gid) {
+  char text[33];
+  for (int i = 0; i < 16; ++i) std::snprintf(text + 2 * i, 3, "%02x", gid.raw[i]);
+  return text;
+}
+
+// A target killed while its peer WRITEs into it: the survivor's QP ends with an
+// error completion, the rest flushed, in bounded time; and what the dead process
+// had in /dev/shm is gone once the survivor noticed.
+TEST(SameHost, APeerKilledInTheMiddleOfWritesEndsTheQpAndLeavesNothing) {
+  setenv("SOFTRDMA_TRANSPORT", "auto", 1);
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  const pid_t target = fork();
+  if (target == 0) {
+    close(sv[0]);
+    Ends ends;
+    Endpoint other{};
+    if (!ends.open() || !connect_over(sv[1], ends, other)) _exit(1);
+    char ready = 'r';
+    (void)!write(sv[1], &ready, 1);
+    for (;;) pause();
+  }
+  close(sv[1]);
+  Ends ends;
+  ASSERT_TRUE(ends.open());
+  Endpoint other{};
+  ASSERT_TRUE(connect_over(sv[0], ends, other));
+  char ready;
+  ASSERT_EQ(read(sv[0], &ready, 1), 1);
+  const std::string node = "/dev/shm/softrdma-node-" + gid_hex(other.gid);
+  ASSERT_TRUE(std::filesystem::exists(node)) << node;
+
+  ibv_sge sge{uint64_t(uintptr_t(ends.buf.data())), 4096, ends.mr->lkey};
+  int posted = 0, completed = 0, errors = 0;
+  ibv_wc_status first_error = IBV_WC_SUCCESS;
+  auto killed_at = std::chrono::steady_clock::time_point{};
+  const auto guard = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < guard && (errors == 0 || completed < posted)) {
+    if (completed == 200 && killed_at == std::chrono::steady_clock::time_point{}) {
+      kill(target, SIGKILL);
+      waitpid(target, nullptr, 0);
+      killed_at = std::chrono::steady_clock::now();
+    }
+    if (errors == 0 && posted - completed < 16 &&
+        post_send(ends.qp, IBV_WR_RDMA_WRITE, sge, uint64_t(posted), other.addr, other.rkey) == 0)
+      ++posted;
+    ibv_wc wc{};
+    while (ibv_poll_cq(ends.cq, 1, &wc) == 1) {
+      ++completed;
+      if (wc.status != IBV_WC_SUCCESS && errors++ == 0) first_error = wc.status;
+    }
+  }
+  ASSERT_GT(errors, 0) << "the survivor never noticed";
+  EXPECT_EQ(first_error, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_EQ(completed, posted) << "every WRITE completed, the rest flushed";
+  ibv_qp_attr attr{};
+  ibv_qp_init_attr init{};
+  ASSERT_EQ(ibv_query_qp(ends.qp, &attr, IBV_QP_STATE, &init), 0);
+  EXPECT_EQ(attr.qp_state, IBV_QPS_ERR);
+  const double noticed_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - killed_at).count();
+  std::printf("the survivor's QP ended %.1f ms after the kill\n", noticed_ms);
+  EXPECT_FALSE(std::filesystem::exists(node)) << "the dead peer's node segment is gone";
+  EXPECT_FALSE(std::filesystem::exists("/dev/shm/softrdma-" + std::to_string(target) + "-softrdma0"))
+      << "and its status segment";
+  ibv_destroy_qp(ends.qp);
+  ibv_dereg_mr(ends.mr);
+  ibv_destroy_cq(ends.cq);
+  ibv_dealloc_pd(ends.pd);
+  ibv_close_device(ends.ctx);
+  close(sv[0]);
+}
+
+}  // namespace
+}  // namespace softrdma::verbs::testing
