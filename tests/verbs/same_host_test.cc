@@ -226,5 +226,55 @@ TEST(SameHost, APeerKilledInTheMiddleOfWritesEndsTheQpAndLeavesNothing) {
   close(sv[0]);
 }
 
+// Another user's process may not act for this one (the kernel's ptrace rules):
+// its WRITE goes over UDP, lands all the same, and it says why once.
+TEST(SameHost, AnotherUsersProcessIsReachedByUdpAndSaysSo) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to run a peer as another user (CI runs as root)";
+  setenv("SOFTRDMA_TRANSPORT", "auto", 1);
+  int sv[2], err[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  ASSERT_EQ(pipe(err), 0);
+  const pid_t writer = fork();
+  if (writer == 0) {
+    close(sv[0]);
+    dup2(err[1], STDERR_FILENO);
+    const passwd* nobody = getpwnam("nobody");
+    if (setgid(nobody != nullptr ? nobody->pw_gid : 65534) != 0 ||
+        setuid(nobody != nullptr ? nobody->pw_uid : 65534) != 0)
+      _exit(2);
+    Ends ends;
+    Endpoint other{};
+    if (!ends.open() || !connect_over(sv[1], ends, other)) _exit(3);
+    for (size_t i = 0; i < 4096; ++i) ends.buf[i] = uint8_t(i * 13);
+    ibv_sge sge{uint64_t(uintptr_t(ends.buf.data())), 4096, ends.mr->lkey};
+    if (post_send(ends.qp, IBV_WR_RDMA_WRITE, sge, 1, other.addr, other.rkey) != 0) _exit(4);
+    const auto wcs = poll_n(ends.cq, 1);
+    _exit(wcs.size() == 1 && wcs[0].status == IBV_WC_SUCCESS ? 0 : 5);
+  }
+  close(sv[1]);
+  close(err[1]);
+  Ends ends;
+  ASSERT_TRUE(ends.open());
+  Endpoint other{};
+  ASSERT_TRUE(connect_over(sv[0], ends, other));
+  std::string said;
+  char buffer[4096];
+  for (ssize_t n; (n = read(err[0], buffer, sizeof buffer)) > 0;) said.append(buffer, size_t(n));
+  int status = 0;
+  ASSERT_EQ(waitpid(writer, &status, 0), writer);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << said;
+  for (size_t i = 0; i < 4096; ++i) ASSERT_EQ(ends.buf[i], uint8_t(i * 13)) << i;
+  EXPECT_NE(said.find("reached by UDP: its node segment belongs to another user"),
+            std::string::npos)
+      << said;
+  ibv_destroy_qp(ends.qp);
+  ibv_dereg_mr(ends.mr);
+  ibv_destroy_cq(ends.cq);
+  ibv_dealloc_pd(ends.pd);
+  ibv_close_device(ends.ctx);
+  close(sv[0]);
+  close(err[0]);
+}
+
 }  // namespace
 }  // namespace softrdma::verbs::testing
