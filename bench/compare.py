@@ -10,6 +10,12 @@ Runs, interleaved and repeated (median, min-max of the rounds):
              its wireup in UCX 1.13)
   libfabric  fi_pingpong with the tcp provider (FI_EP_MSG, and FI_EP_RDM)
   floors     bench/udp_floor: UDP ping-pong, UDP streams (sendto, sendmmsg, GSO+GRO)
+Same host (issue 15): softrdma over both paths (the same-host path a user gets,
+and SOFTRDMA_TRANSPORT=udp), UCX with UCX_TLS=sm, libfabric's shm provider, and
+bench/shm_floor (a cache line ping-ponged between processes, a 1 MiB memcpy, one
+process_vm_writev). The load average is read before each case; the report marks
+figures taken on a busy machine (a ratio to a floor measured under load means
+little).
 and prints each softrdma figure as a ratio to its peers and floor, with CPU seconds
 (both processes, user + system) per GB moved. Writes the Markdown table into
 docs/performance.md (between the compare markers) and PNG plots into docs/.
@@ -68,20 +74,23 @@ class Bench:
     def __init__(self, build, quick):
         self.softrdma = os.path.join(build, "tools", "softrdma")
         self.floor = os.path.join(build, "bench", "udp_floor")
+        self.shm_floor = os.path.join(build, "bench", "shm_floor")
         self.quick = quick
-        self.samples = {}  # name -> list of (value, cpu_per_gb or None)
+        self.samples = {}  # name -> list of (value, cpu_per_gb or None, load before)
+        self.load = 0.0    # the 1-minute load average before the case running now
 
     def add(self, name, value, cpu_per_gb=None):
-        self.samples.setdefault(name, []).append((value, cpu_per_gb))
+        self.samples.setdefault(name, []).append((value, cpu_per_gb, self.load))
 
     # --- softrdma: perftest ---
-    def perftest(self, tool, size, extra=(), iters=None):
+    def perftest(self, tool, size, extra=(), iters=None, path="udp"):
         port = next_port()
         base = [self.softrdma, "run", "--", tool, "-p", str(port), "-s", str(size)] + list(extra)
         if iters:
             base += ["-n", str(iters)]
+        env = {"SOFTRDMA_TRANSPORT": "udp" if path == "udp" else "auto"}
         for attempt in range(3):
-            out, srv, cpu = timed_pair(base, base + ["127.0.0.1"])
+            out, srv, cpu = timed_pair(base, base + ["127.0.0.1"], env)
             rows = [l.split() for l in out.splitlines()
                     if re.match(r"^\s*%d\s+\d+\s" % size, l)]
             if rows:
@@ -91,21 +100,22 @@ class Bench:
                 break
         raise RuntimeError("%s -s %d failed:\n%s" % (tool, size, out[-2000:]))
 
-    def softrdma_latency(self, tool, label):
-        row, _ = self.perftest(tool, 8, iters=3000 if self.quick else 20000)
+    def softrdma_latency(self, tool, label, path="udp"):
+        row, _ = self.perftest(tool, 8, iters=3000 if self.quick else 20000, path=path)
         self.add(label, float(row[4]))  # t_typical, usec
 
-    def softrdma_bandwidth(self, tool, size, qps, label):
+    def softrdma_bandwidth(self, tool, size, qps, label, path="udp"):
         # About 512 MiB a run (the CPU figure includes starting the processes).
         iters = max(200, min(100000, (512 << 20) // size // qps)) if not self.quick else 500
-        row, cpu = self.perftest(tool, size, ["-q", str(qps)], iters)
+        row, cpu = self.perftest(tool, size, ["-q", str(qps)], iters, path)
         gbps = float(row[3]) * 8 / 1000  # BW average, MB/s
         moved = size * iters * qps / 1e9
         self.add(label, gbps, cpu / moved if moved else None)
 
-    def softrdma_rate(self, label):
+    def softrdma_rate(self, label, path="udp"):
         # perftest: iterations a multiple of the post list.
-        row, _ = self.perftest("ib_write_bw", 8, ["--post_list=32"], 2048 if self.quick else 200000)
+        row, _ = self.perftest("ib_write_bw", 8, ["--post_list=32"],
+                               2048 if self.quick else 200000, path)
         self.add(label, float(row[4]))  # MsgRate, Mpps
 
     # --- UCX over TCP, and over softrdma (ud_verbs) ---
@@ -113,7 +123,7 @@ class Bench:
         port = next_port()
         env = {"UCX_TLS": "rc_verbs,ud_verbs" if tls == "rc_verbs" else tls}
         server = ["ucx_perftest", "-p", str(port)]
-        if tls != "tcp":
+        if tls not in ("tcp", "sm"):
             # On softrdma0, each process in `softrdma run`'s sysfs view; UCX 1.13's
             # ud_verbs needs its GRH check off (docs/decisions/ucx.md).
             env.update(UCX_NET_DEVICES="softrdma0:1")
@@ -131,21 +141,21 @@ class Bench:
 
     def ucx_bandwidth(self, test, size, label, tls="tcp"):
         iters = 500 if self.quick else max(200, min(100000, (512 << 20) // size))
-        if tls != "tcp":
+        if tls not in ("tcp", "sm"):
             iters = min(iters, 2000)  # about 2 GiB at 1 MiB: UD moves ~0.3-0.5 GB/s here
         row, cpu = self.ucx(test, size, iters, tls)
         gbps = float(row[6]) * 8 * 1.048576 / 1000  # overall MB/s (MiB) -> Gb/s
         moved = size * iters / 1e9
         self.add(label, gbps, cpu / moved)
 
-    def ucx_rate(self, label):
-        row, _ = self.ucx("ucp_put_bw", 8, 20000 if self.quick else 500000)
+    def ucx_rate(self, label, tls="tcp"):
+        row, _ = self.ucx("ucp_put_bw", 8, 20000 if self.quick else 500000, tls)
         self.add(label, float(row[8]) / 1e6)  # overall msg/s -> M/s
 
     # --- libfabric tcp ---
-    def fabric(self, ep, size, iters, label, measure):
+    def fabric(self, ep, size, iters, label, measure, provider="tcp"):
         port = next_port()
-        common = ["fi_pingpong", "-p", "tcp", "-e", ep, "-I", str(iters), "-S", str(size)]
+        common = ["fi_pingpong", "-p", provider, "-e", ep, "-I", str(iters), "-S", str(size)]
         out, _, _ = timed_pair(common + ["-B", str(port)], common + ["-P", str(port), "127.0.0.1"])
         # "bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec"; bytes as 8, 4k, 1m.
         rows = [l.split() for l in out.splitlines() if re.match(r"^\s*\d+[kmg]?\s+\S+\s+=", l)]
@@ -189,6 +199,23 @@ class Bench:
                                 "0.5" if self.quick else "1.5"])
         self.add("floor UDP 4 KiB %s" % mode, float(re.search(r"gbps ([\d.]+)", srv).group(1)))
 
+    def shm_floors(self):
+        out = subprocess.run([self.shm_floor, "pingpong", "20000" if self.quick else "200000"],
+                             capture_output=True, text=True, check=True).stdout
+        self.add("floor shm ping-pong one-way",
+                 float(re.search(r"one_way_us ([\d.]+)", out).group(1)))
+        out = subprocess.run([self.shm_floor, "memcpy", "500" if self.quick else "4000"],
+                             capture_output=True, text=True, check=True).stdout
+        self.add("floor memcpy 1 MiB", float(re.search(r"gbps ([\d.]+)", out).group(1)))
+        for size, calls in ((8, 200000), (1 << 20, 2000)):
+            out = subprocess.run([self.shm_floor, "cma", str(size), str(calls // (10 if self.quick else 1))],
+                                 capture_output=True, text=True, check=True).stdout
+            if size == 8:
+                self.add("floor CMA call 8 B latency",
+                         float(re.search(r"cma_8_us ([\d.]+)", out).group(1)))
+            else:
+                self.add("floor CMA 1 MiB", float(re.search(r"_gbps ([\d.]+)", out).group(1)))
+
     def idle_cpu(self):
         """% of a core a softrdma context with a QP uses while nothing happens."""
         port = next_port()
@@ -216,10 +243,22 @@ def cases(b):
     qps = [1, 8] if not b.quick else [1]
     out = []
     for tool in ("ib_write_lat", "ib_send_lat", "ib_read_lat", "ib_atomic_lat"):
-        label = "softrdma %s 8 B" % tool
-        out.append((label, lambda tool=tool, label=label: b.softrdma_latency(tool, label)))
-    label = "softrdma 8 B WRITE rate (post list 32), M/s"
-    out.append((label, lambda label=label: b.softrdma_rate(label)))
+        for path, who in (("udp", "softrdma"), ("host", "softrdma same-host")):
+            label = "%s %s 8 B" % (who, tool)
+            out.append((label, lambda tool=tool, label=label, path=path:
+                        b.softrdma_latency(tool, label, path)))
+    for path, who in (("udp", "softrdma"), ("host", "softrdma same-host")):
+        label = "%s 8 B WRITE rate (post list 32), M/s" % who
+        out.append((label, lambda label=label, path=path: b.softrdma_rate(label, path)))
+    for test in ("tag_lat", "ucp_put_lat"):
+        label = "UCX sm %s 8 B" % test
+        out.append((label, lambda test=test, label=label: b.ucx_latency(test, label, "sm")))
+    label = "UCX sm ucp_put_bw 8 B rate, M/s"
+    out.append((label, lambda label=label: b.ucx_rate(label, "sm")))
+    label = "libfabric shm fi_pingpong rdm 8 B"
+    out.append((label, lambda label=label:
+                b.fabric("rdm", 8, 2000 if b.quick else 20000, label, "usec", "shm")))
+    out.append(("floors shm", b.shm_floors))
     for test, tls in (("ucp_put_lat", "tcp"), ("tag_lat", "tcp"), ("tag_lat", "ud_verbs"),
                       ("tag_lat", "rc_verbs"), ("ucp_put_lat", "rc_verbs")):
         label = "UCX %s %s 8 B" % (tls if tls == "tcp" else tls + " on softrdma", test)
@@ -240,6 +279,16 @@ def cases(b):
                 label = "softrdma %s %s %d QP" % (tool, human(size), q)
                 out.append((label, lambda tool=tool, size=size, q=q, label=label:
                             b.softrdma_bandwidth(tool, size, q, label)))
+            label = "softrdma same-host %s %s 1 QP" % (tool, human(size))
+            out.append((label, lambda tool=tool, size=size, label=label:
+                        b.softrdma_bandwidth(tool, size, 1, label, "host")))
+        for test in ("tag_bw", "ucp_put_bw", "ucp_get"):
+            label = "UCX sm %s %s" % (test, human(size))
+            out.append((label, lambda test=test, size=size, label=label:
+                        b.ucx_bandwidth(test, size, label, "sm")))
+        label = "libfabric shm fi_pingpong rdm %s" % human(size)
+        out.append((label, lambda size=size, label=label:
+                    b.fabric("rdm", size, 200 if b.quick else 2000, label, "gbps", "shm")))
         for test in ("ucp_put_bw", "ucp_get", "tag_bw"):
             label = "UCX tcp %s %s" % (test, human(size))
             out.append((label, lambda test=test, size=size, label=label:
@@ -289,6 +338,7 @@ if __name__ == "__main__":
         for i, case in enumerate(all_cases):
             print("round %d/%d case %d/%d" % (r + 1, rounds, i + 1, len(all_cases)),
                   file=sys.stderr, flush=True)
+            bench.load = os.getloadavg()[0]
             try:
                 case()
             except Exception as e:  # a peer tool failing is reported, not fatal

@@ -20,6 +20,14 @@ LAT = [
     ("UCX rc_verbs on softrdma tag_lat 8 B", "UCX tcp tag_lat 8 B", None),
     ("UCX rc_verbs on softrdma ucp_put_lat 8 B", "UCX tcp ucp_put_lat 8 B", None),
     ("rstream rsockets on softrdma 64 B latency", "rstream TCP sockets 64 B latency", None),
+    # Same host (issue 15): the same-host path against shared-memory peers and floors.
+    ("softrdma same-host ib_send_lat 8 B", "UCX sm tag_lat 8 B", None),
+    ("softrdma same-host ib_send_lat 8 B", "libfabric shm fi_pingpong rdm 8 B", None),
+    ("softrdma same-host ib_send_lat 8 B", "floor shm ping-pong one-way", None),
+    ("softrdma same-host ib_write_lat 8 B", "UCX sm ucp_put_lat 8 B", None),
+    ("softrdma same-host ib_write_lat 8 B", "floor CMA call 8 B latency", None),
+    ("softrdma same-host ib_write_lat 8 B", "softrdma ib_write_lat 8 B", None),
+    ("softrdma same-host ib_read_lat 8 B", "softrdma ib_read_lat 8 B", None),
 ]
 BW = [
     ("softrdma ib_write_bw 1 MiB 1 QP", "floor UDP 4 KiB gso", 0.5),
@@ -35,7 +43,31 @@ BW = [
     ("UCX rc_verbs on softrdma ucp_put_bw 1 MiB", "UCX tcp ucp_put_bw 1 MiB", None),
     ("UCX rc_verbs on softrdma ucp_get 1 MiB", "UCX tcp ucp_get 1 MiB", None),
     ("rstream rsockets on softrdma 1 MiB", "rstream TCP sockets 1 MiB", None),
+    # Same host (issue 15): at least UCX sm's tag_bw and libfabric shm (ratio >= 1).
+    ("softrdma same-host ib_write_bw 1 MiB 1 QP", "UCX sm tag_bw 1 MiB", 1.0),
+    ("softrdma same-host ib_read_bw 1 MiB 1 QP", "UCX sm tag_bw 1 MiB", 1.0),
+    ("softrdma same-host ib_send_bw 1 MiB 1 QP", "UCX sm tag_bw 1 MiB", 1.0),
+    ("softrdma same-host ib_write_bw 1 MiB 1 QP", "libfabric shm fi_pingpong rdm 1 MiB", 1.0),
+    ("softrdma same-host ib_read_bw 1 MiB 1 QP", "libfabric shm fi_pingpong rdm 1 MiB", 1.0),
+    ("softrdma same-host ib_send_bw 1 MiB 1 QP", "libfabric shm fi_pingpong rdm 1 MiB", 1.0),
+    ("softrdma same-host ib_write_bw 1 MiB 1 QP", "floor CMA 1 MiB", None),
+    ("softrdma same-host ib_write_bw 1 MiB 1 QP", "floor memcpy 1 MiB", None),
+    ("softrdma same-host 8 B WRITE rate (post list 32), M/s", "UCX sm ucp_put_bw 8 B rate, M/s",
+     None),
 ]
+
+# Issue 15's absolute targets for the same-host path (medians on an idle machine):
+# (figure, "lower" or "higher", bound).
+ABSOLUTE = [
+    ("softrdma same-host ib_send_lat 8 B", "lower", 0.5),
+    ("softrdma same-host ib_write_lat 8 B", "lower", 1.0),
+    ("softrdma same-host ib_read_lat 8 B", "lower", 1.5),
+    ("softrdma same-host ib_atomic_lat 8 B", "lower", 1.5),
+    ("softrdma same-host 8 B WRITE rate (post list 32), M/s", "higher", 5.0),
+]
+# A 1-minute load average above this before a case marks its figure as taken on
+# a busy machine (this machine has 2 cores; idle reads below 0.5).
+BUSY_LOAD = 1.0
 
 
 def summary(values):
@@ -51,24 +83,45 @@ class Report:
     def value(self, name):
         if name not in self.samples:
             return None
-        return summary([v for v, _ in self.samples[name]])[0]
+        return summary([s[0] for s in self.samples[name]])[0]
 
     def cpu(self, name):
-        values = [c for _, c in self.samples.get(name, []) if c is not None]
+        values = [s[1] for s in self.samples.get(name, []) if s[1] is not None]
         return statistics.median(values) if values else None
 
+    def load(self, name):
+        """The highest load average read before any of the figure's rounds."""
+        return max(s[2] for s in self.samples[name])
+
     def figures_table(self):
-        lines = ["| figure | median | min–max | CPU s/GB (both ends) |", "|---|---:|---:|---:|"]
+        lines = ["| figure | median | min–max | CPU s/GB (both ends) | load before |",
+                 "|---|---:|---:|---:|---:|"]
         for name in sorted(self.samples):
-            med, lo, hi = summary([v for v, _ in self.samples[name]])
+            med, lo, hi = summary([s[0] for s in self.samples[name]])
             cpu = self.cpu(name)
             unit = unit_of(name)
-            lines.append("| %s | %.3g %s | %.3g–%.3g | %s |" % (
-                name, med, unit, lo, hi, "%.2f" % cpu if cpu is not None else ""))
+            load = self.load(name)
+            busy = " **busy**" if load > BUSY_LOAD else ""
+            lines.append("| %s | %.3g %s | %.3g–%.3g | %s | %.2f%s |" % (
+                name, med, unit, lo, hi, "%.2f" % cpu if cpu is not None else "", load, busy))
+        return "\n".join(lines)
+
+    def absolute_table(self):
+        lines = ["| same-host figure | median | issue 15 target | met |", "|---|---:|---|---|"]
+        for name, kind, bound in ABSOLUTE:
+            v = self.value(name)
+            if v is None:
+                lines.append("| %s | (not measured) | | |" % name)
+                continue
+            met = v <= bound if kind == "lower" else v >= bound
+            busy = " (busy machine)" if self.load(name) > BUSY_LOAD else ""
+            lines.append("| %s | %.3g %s%s | %s %.3g | %s |" % (
+                name, v, unit_of(name), busy, "≤" if kind == "lower" else "≥", bound,
+                "yes" if met else "**no**"))
         return "\n".join(lines)
 
     def ratio_table(self):
-        lines = ["| softrdma | against | ratio | issue 6 target | met |",
+        lines = ["| softrdma | against | ratio | target (issue 6; same-host: 15) | met |",
                  "|---|---|---:|---|---|"]
         for rows, lower in ((LAT, True), (BW, False)):
             for ours, other, target in rows:
@@ -98,6 +151,7 @@ class Report:
                 "Made by `bench/compare.sh` (%d round%s, interleaved; medians with min–max)."
                 % (self.rounds, "" if self.rounds == 1 else "s"),
                 "", "### Ratios and targets", "", self.ratio_table(),
+                "", "### Same-host targets (issue 15)", "", self.absolute_table(),
                 "", "### Every figure", "", self.figures_table(), "",
                 "![latency](compare_latency.png) ![bandwidth](compare_bandwidth.png)"
                 " ![message rate](compare_rate.png)", ""]
