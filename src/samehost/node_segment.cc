@@ -128,6 +128,7 @@ std::unique_ptr<NodeSegment> NodeSegment::create(std::span<const Gid> gids, std:
     return nullptr;
   }
   node->names_.push_back(first);
+  node->creator_ = getpid();
   if (ftruncate(fd, off_t(NodeLayout::size())) != 0) {
     why = first + ": " + std::strerror(errno);
     close(fd);
@@ -150,7 +151,6 @@ std::unique_ptr<NodeSegment> NodeSegment::create(std::span<const Gid> gids, std:
   node->faults_ = reinterpret_cast<FaultCell*>(base + NodeLayout::faults_offset());
   for (uint32_t i = 0; i < NodeLayout::kFaults; ++i)
     node->faults_[i].seq.store(i, std::memory_order_relaxed);
-  node->creator_ = getpid();
   NodeHeader& h = *node->header_;
   h.version = kNodeVersion;
   h.pid = uint32_t(getpid());
@@ -268,7 +268,8 @@ std::unique_ptr<PeerNode> PeerNode::open(const Gid& gid, std::string& why,
 }
 
 PeerNode::~PeerNode() {
-  if (slot_ != nullptr) {
+  // A forked child's copy must not free the slot its parent still uses.
+  if (slot_ != nullptr && slot_->pid.load(std::memory_order_relaxed) == uint32_t(getpid())) {
     slot_->access.store(0, std::memory_order_release);
     slot_->pid.store(0, std::memory_order_release);
   }

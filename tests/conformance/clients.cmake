@@ -251,6 +251,14 @@ add_test(NAME conformance.pyverbs_suite
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/pyverbs_suite.py ${pyverbs_args})
 set_tests_properties(conformance.pyverbs_suite PROPERTIES TIMEOUT 1300 LABELS conformance
   RESOURCE_LOCK huge_pages)  # UCX's tests would take the pages it reserves
+# The same suite over the wire (docs/decisions/same-host.md): the same expected
+# outcomes, so both paths pass with the same counts.
+set(pyverbs_udp_args ${pyverbs_args})
+list(TRANSFORM pyverbs_udp_args REPLACE "pyverbs_table.md$" "pyverbs_table_udp.md")
+add_test(NAME conformance.pyverbs_suite.udp
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/pyverbs_suite.py ${pyverbs_udp_args})
+set_tests_properties(conformance.pyverbs_suite.udp PROPERTIES TIMEOUT 1300 LABELS conformance
+  RESOURCE_LOCK huge_pages ENVIRONMENT SOFTRDMA_TRANSPORT=udp)
 # UCX (Debian's ucx-utils and libucx0, UCX 1.13) on softrdma0, each process under
 # `softrdma run` and its sysfs view (docs/decisions/ucx.md). LD_BIND_NOW: UCX's
 # libuct_ib links libmlx5.so.1, and every symbol it imports must resolve in the stub.
