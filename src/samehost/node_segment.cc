@@ -86,7 +86,7 @@ size_t NodeLayout::qps_offset() {
 }
 size_t NodeLayout::peers_offset() { return qps_offset() + align(sizeof(QpTable::Slot) * kQps); }
 size_t NodeLayout::faults_offset() { return peers_offset() + align(sizeof(PeerSlot) * kPeers); }
-size_t NodeLayout::size() { return faults_offset() + align(sizeof(FaultCell) * kFaults); }
+size_t NodeLayout::size() { return faults_offset() + align(sizeof(FaultQueue::Cell) * kFaults); }
 
 std::string node_name(const Gid& gid, const std::string& directory) {
   static const char hex[] = "0123456789abcdef";
@@ -148,9 +148,10 @@ std::unique_ptr<NodeSegment> NodeSegment::create(std::span<const Gid> gids, std:
   node->qps_ = QpTable(reinterpret_cast<QpTable::Slot*>(base + NodeLayout::qps_offset()),
                        NodeLayout::kQps);
   node->peers_ = reinterpret_cast<PeerSlot*>(base + NodeLayout::peers_offset());
-  node->faults_ = reinterpret_cast<FaultCell*>(base + NodeLayout::faults_offset());
-  for (uint32_t i = 0; i < NodeLayout::kFaults; ++i)
-    node->faults_[i].seq.store(i, std::memory_order_relaxed);
+  node->faults_ = FaultQueue(&node->header_->faults,
+                            reinterpret_cast<FaultQueue::Cell*>(base + NodeLayout::faults_offset()),
+                            NodeLayout::kFaults);
+  node->faults_.init();
   NodeHeader& h = *node->header_;
   h.version = kNodeVersion;
   h.pid = uint32_t(getpid());
@@ -212,14 +213,10 @@ void NodeSegment::wait_for_accesses() {
 }
 
 bool NodeSegment::take_fault(uint32_t& qpn, uint32_t& event) {
-  const uint64_t head = header_->faults_head.load(std::memory_order_relaxed);
-  FaultCell& cell = faults_[head % NodeLayout::kFaults];
-  if (cell.seq.load(std::memory_order_acquire) != head + 1) return false;
-  const uint64_t fault = cell.fault.load(std::memory_order_relaxed);
-  cell.seq.store(head + NodeLayout::kFaults, std::memory_order_release);
-  header_->faults_head.store(head + 1, std::memory_order_relaxed);
-  qpn = uint32_t(fault);
-  event = uint32_t(fault >> 32);
+  FaultQueue::Value fault;
+  if (!faults_.pop(fault)) return false;
+  qpn = uint32_t(fault[0]);
+  event = uint32_t(fault[0] >> 32);
   return true;
 }
 
@@ -260,7 +257,9 @@ std::unique_ptr<PeerNode> PeerNode::open(const Gid& gid, std::string& why,
   peer->qps_ = QpTable(reinterpret_cast<QpTable::Slot*>(bytes + NodeLayout::qps_offset()),
                        NodeLayout::kQps);
   peer->peers_ = reinterpret_cast<PeerSlot*>(bytes + NodeLayout::peers_offset());
-  peer->faults_ = reinterpret_cast<FaultCell*>(bytes + NodeLayout::faults_offset());
+  peer->faults_ = FaultQueue(&peer->header_->faults,
+                            reinterpret_cast<FaultQueue::Cell*>(bytes + NodeLayout::faults_offset()),
+                            NodeLayout::kFaults);
   peer->pid_ = pid;
   peer->probe_addr_ = peer->header_->probe_addr;
   peer->probe_value_ = peer->header_->probe_value;
@@ -311,24 +310,7 @@ void PeerNode::begin_access() {
 }
 
 bool PeerNode::report_fault(uint32_t qpn, uint32_t event) {
-  NodeHeader& h = *header_;
-  uint64_t tail = h.faults_tail.load(std::memory_order_relaxed);
-  for (int attempt = 0; attempt < 64; ++attempt) {
-    FaultCell& cell = faults_[tail % NodeLayout::kFaults];
-    const uint64_t seq = cell.seq.load(std::memory_order_acquire);
-    if (seq == tail) {
-      if (h.faults_tail.compare_exchange_weak(tail, tail + 1, std::memory_order_relaxed)) {
-        cell.fault.store(uint64_t(qpn) | uint64_t(event) << 32, std::memory_order_relaxed);
-        cell.seq.store(tail + 1, std::memory_order_release);
-        return true;
-      }
-    } else if (int64_t(seq - tail) < 0) {
-      return false;  // full
-    } else {
-      tail = h.faults_tail.load(std::memory_order_relaxed);
-    }
-  }
-  return false;
+  return faults_.push({uint64_t(qpn) | uint64_t(event) << 32});
 }
 
 void PeerNode::end_access() {

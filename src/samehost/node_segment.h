@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "samehost/published_table.h"
+#include "samehost/shared_queue.h"
 #include "transport/transport.h"
 
 namespace softrdma::samehost {
@@ -71,17 +72,12 @@ struct NodeHeader {
   int32_t doorbell_fd;                 // the owner's eventfd (its number there)
   pthread_mutex_t atomics;             // robust, process-shared
   // Faults peers found while acting for the owner's QPs (a remote access error
-  // ends the owner's QP too, IBA 9.9.3.1.2): a bounded multi-producer queue,
-  // drained by the owner's engine.
-  std::atomic<uint64_t> faults_head;   // next to take (owner)
-  std::atomic<uint64_t> faults_tail;   // next to fill (peers, by compare-exchange)
+  // ends the owner's QP too, IBA 9.9.3.1.2), drained by the owner's engine; each
+  // is QPN | ibv_event_type << 32.
+  SharedQueueHeader faults;
 };
 
-// One queued fault: `seq` says whose turn the cell is (Vyukov's bounded queue).
-struct FaultCell {
-  std::atomic<uint64_t> seq;
-  std::atomic<uint64_t> fault;  // QPN | event << 32
-};
+using FaultQueue = SharedQueue<1>;
 
 // A peer process's place in the owner's segment: `access` is odd while the peer
 // is inside an access (NodeSegment::revoke_key waits for it to move on).
@@ -136,10 +132,7 @@ class NodeSegment {
   void remove_qp(uint32_t qpn);
   // The next fault a peer reported (QPN and ibv_event_type); false when none.
   bool take_fault(uint32_t& qpn, uint32_t& event);
-  bool faults_pending() const {
-    return header_->faults_head.load(std::memory_order_relaxed) !=
-           header_->faults_tail.load(std::memory_order_acquire);
-  }
+  bool faults_pending() const { return !faults_.empty(); }
   NodeHeader& header() { return *header_; }
   const std::vector<std::string>& names() const { return names_; }
 
@@ -152,7 +145,7 @@ class NodeSegment {
   KeyTable keys_;
   QpTable qps_;
   PeerSlot* peers_ = nullptr;
-  FaultCell* faults_ = nullptr;
+  FaultQueue faults_;
   std::vector<std::string> names_;
   pid_t creator_ = 0;        // a forked child must not unlink its parent's names
   uint64_t probe_word_ = 0;  // the word peers read to prove who they reach
@@ -196,7 +189,7 @@ class PeerNode {
   KeyTable keys_;
   QpTable qps_;
   PeerSlot* peers_ = nullptr;
-  FaultCell* faults_ = nullptr;
+  FaultQueue faults_;
   PeerSlot* slot_ = nullptr;
   pid_t pid_ = 0;
   uint64_t probe_addr_ = 0;
