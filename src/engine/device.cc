@@ -7,6 +7,7 @@
 #include <cerrno>
 
 #include "engine/guarded_memory.h"
+#include "engine/rc/host_batch.h"
 #include "engine/tx_batch.h"
 #include "samehost/host.h"
 #include "wire/packet.h"
@@ -59,6 +60,11 @@ Device::Device(DeviceConfig config, transport::Transport& transport, const Clock
   // Before any peer can reach registered memory (docs/decisions/memory-faults.md).
   install_memory_fault_handler();
   if (config_.host != nullptr) mrs_.set_node(&config_.host->node());
+}
+
+rc::HostBatch& Device::host_batch() {
+  if (!host_batch_) host_batch_ = std::make_unique<rc::HostBatch>();
+  return *host_batch_;
 }
 
 QpCounters* Device::note_qp(const Qp& qp, bool gone) {

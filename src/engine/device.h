@@ -37,6 +37,10 @@
 
 namespace softrdma::engine {
 
+namespace rc {
+struct HostBatch;
+}
+
 using transport::Gid;
 
 struct AsyncEvent {
@@ -141,6 +145,8 @@ class Device {
   QpCounters* note_qp(const Qp& qp, bool gone = false);
   // The same-host path, or null (DeviceConfig::host).
   samehost::Host* host() const { return config_.host; }
+  // The engine owner's batch of same-host WRITEs (rc/host_batch.h).
+  rc::HostBatch& host_batch();
   // The engine's owner queued output for `qp` that it produces in bursts
   // (Protocol::on_tx_ready), a burst per QP and turn.
   void want_tx(Qp& qp);
@@ -268,6 +274,7 @@ class Device {
   std::deque<AsyncEvent> events_;
   std::function<void()> async_notify_;
   QpObserver qp_observer_;
+  std::unique_ptr<rc::HostBatch> host_batch_;  // made at first use
 };
 
 }  // namespace softrdma::engine

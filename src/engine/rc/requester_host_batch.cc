@@ -17,38 +17,16 @@
 #include "engine/device.h"
 #include "engine/qp.h"
 #include "engine/rc/connection.h"
+#include "engine/rc/host_batch.h"
 #include "engine/rc/requester.h"
 #include "samehost/host.h"
 
 namespace softrdma::engine::rc {
 
-namespace {
-
-struct HostBatch {
-  static constexpr uint32_t kWqes = 64;
-  static constexpr uint32_t kLocal = IOV_MAX;
-  const Requester* owner = nullptr;  // the requester whose run holds it
-  samehost::Peer* peer = nullptr;
-  bool open = false;  // its access bracket is open
-  uint32_t wqes = 0;
-  uint32_t locals = 0;
-  uint64_t bytes = 0;
-  std::array<uint32_t, kWqes> index{};  // send queue indices, in order
-  std::array<iovec, kWqes> remote{};
-  std::array<iovec, kLocal> local{};
-};
-
-// The engine's owner's: a batch lives within one requester run on one thread.
-HostBatch& host_batch() {
-  static thread_local HostBatch batch;
-  return batch;
-}
-
-}  // namespace
 
 bool Requester::batch_on_host(SendWqe& wqe) {
   if (wqe.opcode != IBV_WR_RDMA_WRITE || wqe.length == 0) return false;
-  HostBatch& b = host_batch();
+  HostBatch& b = conn_.qp().device().host_batch();
   if (b.open && b.owner != this) return false;
   const uint32_t sges = wqe.inline_data != nullptr ? 1 : wqe.sgl.count;
   if (b.wqes == HostBatch::kWqes || b.locals + sges > HostBatch::kLocal) return false;
@@ -72,7 +50,7 @@ bool Requester::batch_on_host(SendWqe& wqe) {
 }
 
 bool Requester::flush_host_batch(Nanos now) {
-  HostBatch& b = host_batch();
+  HostBatch& b = conn_.qp().device().host_batch();
   if (!b.open || b.owner != this) return true;
   samehost::Peer& peer = *b.peer;
   const int err =

@@ -1,0 +1,35 @@
+// The batch of WRITEs the same-host path builds within one requester run
+// (rc/requester_host_batch.cc). One per device, used by the engine's owner: it
+// lives within a turn. (Not thread_local: a library that is dlopen'ed has only a
+// little static TLS to give, and this is 16 KiB.)
+#pragma once
+
+#include <sys/uio.h>
+
+#include <array>
+#include <climits>
+#include <cstdint>
+
+namespace softrdma::samehost {
+struct Peer;
+}
+
+namespace softrdma::engine::rc {
+
+class Requester;
+
+struct HostBatch {
+  static constexpr uint32_t kWqes = 64;
+  static constexpr uint32_t kLocal = IOV_MAX;
+  const Requester* owner = nullptr;  // the requester whose run holds it
+  samehost::Peer* peer = nullptr;
+  bool open = false;  // its access bracket is open
+  uint32_t wqes = 0;
+  uint32_t locals = 0;
+  uint64_t bytes = 0;
+  std::array<uint32_t, kWqes> index{};  // send queue indices, in order
+  std::array<iovec, kWqes> remote{};
+  std::array<iovec, kLocal> local{};
+};
+
+}  // namespace softrdma::engine::rc
