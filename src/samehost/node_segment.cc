@@ -88,6 +88,22 @@ size_t NodeLayout::peers_offset() { return qps_offset() + align(sizeof(QpTable::
 size_t NodeLayout::faults_offset() { return peers_offset() + align(sizeof(PeerSlot) * kPeers); }
 size_t NodeLayout::size() { return faults_offset() + align(sizeof(FaultQueue::Cell) * kFaults); }
 
+NodeView NodeView::at(void* base) {
+  auto* bytes = static_cast<char*>(base);
+  NodeView v;
+  v.base = base;
+  v.header = reinterpret_cast<NodeHeader*>(bytes);
+  v.keys = KeyTable(reinterpret_cast<KeyTable::Slot*>(bytes + NodeLayout::keys_offset()),
+                    NodeLayout::kKeys);
+  v.qps = QpTable(reinterpret_cast<QpTable::Slot*>(bytes + NodeLayout::qps_offset()),
+                  NodeLayout::kQps);
+  v.peers = reinterpret_cast<PeerSlot*>(bytes + NodeLayout::peers_offset());
+  v.faults = FaultQueue(&v.header->faults,
+                        reinterpret_cast<FaultQueue::Cell*>(bytes + NodeLayout::faults_offset()),
+                        NodeLayout::kFaults);
+  return v;
+}
+
 std::string node_name(const Gid& gid, const std::string& directory) {
   static const char hex[] = "0123456789abcdef";
   std::string name = directory + kPrefix;
@@ -134,25 +150,16 @@ std::unique_ptr<NodeSegment> NodeSegment::create(std::span<const Gid> gids, std:
     close(fd);
     return nullptr;  // the destructor unlinks it
   }
-  node->base_ = mmap(nullptr, NodeLayout::size(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  node->view_.base = mmap(nullptr, NodeLayout::size(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
-  if (node->base_ == MAP_FAILED) {
-    node->base_ = nullptr;
+  if (node->view_.base == MAP_FAILED) {
+    node->view_.base = nullptr;
     why = first + ": mmap: " + std::strerror(errno);
     return nullptr;
   }
-  auto* base = static_cast<char*>(node->base_);
-  node->header_ = reinterpret_cast<NodeHeader*>(base);
-  node->keys_ = KeyTable(reinterpret_cast<KeyTable::Slot*>(base + NodeLayout::keys_offset()),
-                         NodeLayout::kKeys);
-  node->qps_ = QpTable(reinterpret_cast<QpTable::Slot*>(base + NodeLayout::qps_offset()),
-                       NodeLayout::kQps);
-  node->peers_ = reinterpret_cast<PeerSlot*>(base + NodeLayout::peers_offset());
-  node->faults_ = FaultQueue(&node->header_->faults,
-                            reinterpret_cast<FaultQueue::Cell*>(base + NodeLayout::faults_offset()),
-                            NodeLayout::kFaults);
-  node->faults_.init();
-  NodeHeader& h = *node->header_;
+  node->view_ = NodeView::at(node->view_.base);
+  node->view_.faults.init();
+  NodeHeader& h = *node->view_.header;
   h.version = kNodeVersion;
   h.pid = uint32_t(getpid());
   h.uid = uint32_t(geteuid());
@@ -178,18 +185,19 @@ std::unique_ptr<NodeSegment> NodeSegment::create(std::span<const Gid> gids, std:
 
 NodeSegment::~NodeSegment() {
   if (getpid() == creator_) {
-    if (header_ != nullptr) header_->serving.store(0, std::memory_order_release);
+    if (view_.header != nullptr) view_.header->serving.store(0, std::memory_order_release);
     for (const std::string& name : names_) unlink(name.c_str());
   }
-  if (base_ != nullptr) munmap(base_, NodeLayout::size());
+  if (view_.base != nullptr) munmap(view_.base, NodeLayout::size());
 }
 
 void NodeSegment::publish_key(uint32_t key, const KeyGrant& grant) {
-  if (!keys_.put(key, encode(grant))) header_->key_overflow.store(1, std::memory_order_release);
+  if (!view_.keys.put(key, encode(grant)))
+    view_.header->key_overflow.store(1, std::memory_order_release);
 }
 
 void NodeSegment::revoke_key(uint32_t key) {
-  if (!keys_.erase(key)) return;
+  if (!view_.keys.erase(key)) return;
   wait_for_accesses();
 }
 
@@ -199,7 +207,7 @@ void NodeSegment::revoke_key(uint32_t key) {
 void NodeSegment::wait_for_accesses() {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   for (uint32_t i = 0; i < NodeLayout::kPeers; ++i) {
-    PeerSlot& slot = peers_[i];
+    PeerSlot& slot = view_.peers[i];
     const pid_t pid = pid_t(slot.pid.load(std::memory_order_acquire));
     if (pid == 0) continue;
     const uint64_t seen = slot.access.load(std::memory_order_seq_cst);
@@ -214,14 +222,16 @@ void NodeSegment::wait_for_accesses() {
 
 bool NodeSegment::take_fault(uint32_t& qpn, uint32_t& event) {
   FaultQueue::Value fault;
-  if (!faults_.pop(fault)) return false;
+  if (!view_.faults.pop(fault)) return false;
   qpn = uint32_t(fault[0]);
   event = uint32_t(fault[0] >> 32);
   return true;
 }
 
-void NodeSegment::publish_qp(uint32_t qpn, const QpGrant& grant) { qps_.put(qpn, encode(grant)); }
-void NodeSegment::remove_qp(uint32_t qpn) { qps_.erase(qpn); }
+void NodeSegment::publish_qp(uint32_t qpn, const QpGrant& grant) {
+  view_.qps.put(qpn, encode(grant));
+}
+void NodeSegment::remove_qp(uint32_t qpn) { view_.qps.erase(qpn); }
 
 std::unique_ptr<PeerNode> PeerNode::open(const Gid& gid, std::string& why,
                                          const std::string& directory) {
@@ -249,20 +259,10 @@ std::unique_ptr<PeerNode> PeerNode::open(const Gid& gid, std::string& why,
     return nullptr;
   }
   std::unique_ptr<PeerNode> peer(new PeerNode);
-  peer->base_ = base;
-  auto* bytes = static_cast<char*>(base);
-  peer->header_ = reinterpret_cast<NodeHeader*>(bytes);
-  peer->keys_ = KeyTable(reinterpret_cast<KeyTable::Slot*>(bytes + NodeLayout::keys_offset()),
-                         NodeLayout::kKeys);
-  peer->qps_ = QpTable(reinterpret_cast<QpTable::Slot*>(bytes + NodeLayout::qps_offset()),
-                       NodeLayout::kQps);
-  peer->peers_ = reinterpret_cast<PeerSlot*>(bytes + NodeLayout::peers_offset());
-  peer->faults_ = FaultQueue(&peer->header_->faults,
-                            reinterpret_cast<FaultQueue::Cell*>(bytes + NodeLayout::faults_offset()),
-                            NodeLayout::kFaults);
+  peer->view_ = NodeView::at(base);
   peer->pid_ = pid;
-  peer->probe_addr_ = peer->header_->probe_addr;
-  peer->probe_value_ = peer->header_->probe_value;
+  peer->probe_addr_ = peer->view_.header->probe_addr;
+  peer->probe_value_ = peer->view_.header->probe_value;
   return peer;
 }
 
@@ -272,17 +272,17 @@ PeerNode::~PeerNode() {
     slot_->access.store(0, std::memory_order_release);
     slot_->pid.store(0, std::memory_order_release);
   }
-  if (base_ != nullptr) munmap(base_, NodeLayout::size());
+  if (view_.base != nullptr) munmap(view_.base, NodeLayout::size());
 }
 
 std::optional<KeyGrant> PeerNode::key(uint32_t rkey) const {
-  auto v = keys_.get(rkey);
+  auto v = view_.keys.get(rkey);
   if (!v) return std::nullopt;
   return decode_key(*v);
 }
 
 std::optional<QpGrant> PeerNode::qp(uint32_t qpn) const {
-  auto v = qps_.get(qpn);
+  auto v = view_.qps.get(qpn);
   if (!v) return std::nullopt;
   return decode_qp(*v);
 }
@@ -291,7 +291,7 @@ bool PeerNode::join() {
   if (slot_ != nullptr) return true;
   const uint32_t self = uint32_t(getpid());
   for (uint32_t i = 0; i < NodeLayout::kPeers; ++i) {
-    PeerSlot& slot = peers_[i];
+    PeerSlot& slot = view_.peers[i];
     uint32_t holder = slot.pid.load(std::memory_order_acquire);
     // A slot whose process exited is free again.
     if (holder != 0 && process_exists(pid_t(holder))) continue;
@@ -310,7 +310,7 @@ void PeerNode::begin_access() {
 }
 
 bool PeerNode::report_fault(uint32_t qpn, uint32_t event) {
-  return faults_.push({uint64_t(qpn) | uint64_t(event) << 32});
+  return view_.faults.push({uint64_t(qpn) | uint64_t(event) << 32});
 }
 
 void PeerNode::end_access() {

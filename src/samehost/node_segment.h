@@ -114,6 +114,18 @@ class AtomicsGuard {
   NodeHeader& header_;
 };
 
+// A mapped segment seen through its layout (owner and peers alike).
+struct NodeView {
+  void* base = nullptr;
+  NodeHeader* header = nullptr;
+  KeyTable keys;
+  QpTable qps;
+  PeerSlot* peers = nullptr;
+  FaultQueue faults;
+  // The segment mapped at `base` (NodeLayout::size() bytes).
+  static NodeView at(void* base);
+};
+
 // The owner's side.
 class NodeSegment {
  public:
@@ -132,20 +144,15 @@ class NodeSegment {
   void remove_qp(uint32_t qpn);
   // The next fault a peer reported (QPN and ibv_event_type); false when none.
   bool take_fault(uint32_t& qpn, uint32_t& event);
-  bool faults_pending() const { return !faults_.empty(); }
-  NodeHeader& header() { return *header_; }
+  bool faults_pending() const { return !view_.faults.empty(); }
+  NodeHeader& header() { return *view_.header; }
   const std::vector<std::string>& names() const { return names_; }
 
  private:
   NodeSegment() = default;
   void wait_for_accesses();
 
-  void* base_ = nullptr;
-  NodeHeader* header_ = nullptr;
-  KeyTable keys_;
-  QpTable qps_;
-  PeerSlot* peers_ = nullptr;
-  FaultQueue faults_;
+  NodeView view_;
   std::vector<std::string> names_;
   pid_t creator_ = 0;        // a forked child must not unlink its parent's names
   uint64_t probe_word_ = 0;  // the word peers read to prove who they reach
@@ -165,11 +172,11 @@ class PeerNode {
   pid_t pid() const { return pid_; }
   uint64_t probe_addr() const { return probe_addr_; }
   uint64_t probe_value() const { return probe_value_; }
-  bool serving() const { return header_->serving.load(std::memory_order_acquire) != 0; }
-  bool key_overflow() const { return header_->key_overflow.load(std::memory_order_acquire); }
+  bool serving() const { return view_.header->serving.load(std::memory_order_acquire) != 0; }
+  bool key_overflow() const { return view_.header->key_overflow.load(std::memory_order_acquire); }
   std::optional<KeyGrant> key(uint32_t rkey) const;
   std::optional<QpGrant> qp(uint32_t qpn) const;
-  NodeHeader& header() { return *header_; }
+  NodeHeader& header() { return *view_.header; }
 
   // Claims a peer slot for this process; false when every slot is taken.
   bool join();
@@ -184,12 +191,7 @@ class PeerNode {
  private:
   PeerNode() = default;
 
-  void* base_ = nullptr;
-  NodeHeader* header_ = nullptr;
-  KeyTable keys_;
-  QpTable qps_;
-  PeerSlot* peers_ = nullptr;
-  FaultQueue faults_;
+  NodeView view_;
   PeerSlot* slot_ = nullptr;
   pid_t pid_ = 0;
   uint64_t probe_addr_ = 0;

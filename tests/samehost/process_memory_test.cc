@@ -3,20 +3,17 @@
 // apart — another user, a seccomp profile, a process that is gone, the wrong one.
 #include "samehost/process_memory.h"
 
-#include <linux/filter.h>
-#include <linux/seccomp.h>
 #include <pwd.h>
 #include <signal.h>
-#include <stddef.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <cstring>
+
+#include "support/seccomp_filter.h"
 
 namespace softrdma::samehost {
 namespace {
@@ -116,19 +113,7 @@ int reach_from_a_restricted_child(Setup setup) {
   return exit_code(child);
 }
 
-// Docker's default profile on older kernels: the calls answer ENOSYS.
-bool forbid_cross_memory_attach() {
-  sock_filter filter[] = {
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 2, 0),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_writev, 1, 0),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
-  };
-  sock_fprog program{sizeof filter / sizeof filter[0], filter};
-  return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
-         prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) == 0;
-}
+using testing_support::forbid_cross_memory_attach;
 
 TEST(ProcessMemory, ASeccompProfileThatForbidsItIsSaid) {
   EXPECT_EQ(reach_from_a_restricted_child(forbid_cross_memory_attach), int(Reach::kNoSyscall));

@@ -4,14 +4,9 @@
 // middle of a stream of WRITEs ends the survivor's QP in bounded time and leaves
 // nothing in /dev/shm. Each child sets SOFTRDMA_TRANSPORT=auto itself: these tests
 // are about the same-host path whatever the suite's variant.
-#include <linux/filter.h>
-#include <linux/seccomp.h>
 #include <pwd.h>
 #include <signal.h>
-#include <stddef.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "support/seccomp_filter.h"
 #include "verbs/verbs_fixture.h"
 
 namespace softrdma::verbs::testing {
@@ -69,19 +65,7 @@ int write_through_a_pair() {
   return std::memcmp(pair.a.buf.data(), pair.b.buf.data(), 4096) == 0 ? 0 : 13;
 }
 
-// Docker's default seccomp profile on older kernels answers ENOSYS.
-bool forbid_cross_memory_attach() {
-  sock_filter filter[] = {
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 2, 0),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_writev, 1, 0),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
-  };
-  sock_fprog program{sizeof filter / sizeof filter[0], filter};
-  return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
-         prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) == 0;
-}
+using testing_support::forbid_cross_memory_attach;
 
 TEST(SameHost, ASeccompProfileThatForbidsItFallsBackToUdpAndSaysSoOnce) {
   const ChildResult r = run_child([] {
@@ -119,6 +103,17 @@ struct Ends {
   ibv_qp* qp = nullptr;
   ibv_mr* mr = nullptr;
   std::vector<uint8_t> buf = std::vector<uint8_t>(1 << 16);
+
+  Ends() = default;
+  Ends(const Ends&) = delete;
+  Ends& operator=(const Ends&) = delete;
+  ~Ends() {
+    if (qp != nullptr) ibv_destroy_qp(qp);
+    if (mr != nullptr) ibv_dereg_mr(mr);
+    if (cq != nullptr) ibv_destroy_cq(cq);
+    if (pd != nullptr) ibv_dealloc_pd(pd);
+    if (ctx != nullptr) ibv_close_device(ctx);
+  }
 
   bool open() {
     int n = 0;
@@ -218,11 +213,6 @@ TEST(SameHost, APeerKilledInTheMiddleOfWritesEndsTheQpAndLeavesNothing) {
   EXPECT_FALSE(std::filesystem::exists(node)) << "the dead peer's node segment is gone";
   EXPECT_FALSE(std::filesystem::exists("/dev/shm/softrdma-" + std::to_string(target) + "-softrdma0"))
       << "and its status segment";
-  ibv_destroy_qp(ends.qp);
-  ibv_dereg_mr(ends.mr);
-  ibv_destroy_cq(ends.cq);
-  ibv_dealloc_pd(ends.pd);
-  ibv_close_device(ends.ctx);
   close(sv[0]);
 }
 
@@ -267,11 +257,6 @@ TEST(SameHost, AnotherUsersProcessIsReachedByUdpAndSaysSo) {
   EXPECT_NE(said.find("reached by UDP: its node segment belongs to another user"),
             std::string::npos)
       << said;
-  ibv_destroy_qp(ends.qp);
-  ibv_dereg_mr(ends.mr);
-  ibv_destroy_cq(ends.cq);
-  ibv_dealloc_pd(ends.pd);
-  ibv_close_device(ends.ctx);
   close(sv[0]);
   close(err[0]);
 }
