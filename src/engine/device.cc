@@ -62,42 +62,6 @@ Device::Device(DeviceConfig config, transport::Transport& transport, const Clock
   if (config_.host != nullptr) mrs_.set_node(&config_.host->node());
 }
 
-rc::HostBatch& Device::host_batch() {
-  if (!host_batch_) host_batch_ = std::make_unique<rc::HostBatch>();
-  return *host_batch_;
-}
-
-QpCounters* Device::note_qp(const Qp& qp, bool gone) {
-  if (config_.host != nullptr) {
-    samehost::NodeSegment& node = config_.host->node();
-    if (gone) {
-      node.remove_qp(qp.qpn());
-    } else {
-      const ibv_qp_attr& a = qp.attr();
-      node.publish_qp(qp.qpn(), samehost::QpGrant{uint32_t(a.qp_state), uint32_t(qp.type()),
-                                                  qp.pd() != nullptr ? qp.pd()->handle() : 0,
-                                                  uint32_t(a.qp_access_flags),
-                                                  a.dest_qp_num & 0xffffff});
-    }
-  }
-  return qp_observer_ ? qp_observer_(qp, gone) : nullptr;
-}
-
-bool Device::take_peer_faults(Nanos now) {
-  if (config_.host == nullptr || !config_.host->faults_pending()) return false;
-  config_.host->take_faults([&](uint32_t qpn, uint32_t event) {
-    auto it = qps_.find(qpn);
-    if (it == qps_.end()) return;
-    Qp& qp = *it->second;
-    const ibv_qp_state state = qp.state();
-    if (state == IBV_QPS_ERR || state == IBV_QPS_RESET) return;
-    bump(counters_.peer_faults_taken);
-    post_async_event(AsyncEvent{ibv_event_type(event), qpn, nullptr});
-    qp.enter_error(now);
-  });
-  return true;
-}
-
 transport::Transport& Device::route(const Gid& dst) {
   if (wire::gid_is_multicast(dst)) return transport_;  // the others carry no groups
   for (transport::Transport* t : extra_)

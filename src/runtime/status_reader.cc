@@ -145,23 +145,33 @@ static int segment_pid(int fd, const struct stat& st) {
   return int(h.pid);
 }
 
-int remove_stale_status_segments(const std::string& directory) {
+// Calls visit(path, fd, st) for every regular file of `directory` named like a
+// status segment, opened for reading (closed after the call).
+template <typename Visit>
+static void for_each_segment(const std::string& directory, Visit visit) {
   using namespace status_file;
-  int removed = 0;
   DIR* dir = opendir(directory.c_str());
-  if (dir == nullptr) return 0;
+  if (dir == nullptr) return;
   while (dirent* entry = readdir(dir)) {
     if (std::strncmp(entry->d_name, kPrefix, sizeof kPrefix - 1) != 0) continue;
     const std::string path = directory + "/" + entry->d_name;
     struct stat st {};
     const int fd = open_for_reading(path, st);
     if (fd < 0) continue;
-    const int pid = segment_pid(fd, st);
+    visit(path, fd, st);
     close(fd);
-    if (pid == 0 || process_exists(pid) || st.st_uid != geteuid()) continue;
-    if (remove_if_same(path, st.st_dev, st.st_ino)) ++removed;
   }
   closedir(dir);
+}
+
+int remove_stale_status_segments(const std::string& directory) {
+  using namespace status_file;
+  int removed = 0;
+  for_each_segment(directory, [&](const std::string& path, int fd, const struct stat& st) {
+    const int pid = segment_pid(fd, st);
+    if (pid == 0 || process_exists(pid) || st.st_uid != geteuid()) return;
+    if (remove_if_same(path, st.st_dev, st.st_ino)) ++removed;
+  });
   return removed;
 }
 
@@ -169,27 +179,17 @@ std::vector<StatusReport> read_status_segments(int& stale_removed, const std::st
   using namespace status_file;
   stale_removed = 0;
   std::vector<StatusReport> reports;
-  DIR* dir = opendir(directory.c_str());
-  if (dir == nullptr) return reports;
-  while (dirent* entry = readdir(dir)) {
-    if (std::strncmp(entry->d_name, kPrefix, sizeof kPrefix - 1) != 0) continue;
-    const std::string path = directory + "/" + entry->d_name;
-    struct stat st {};
-    const int fd = open_for_reading(path, st);
-    if (fd < 0) continue;
+  for_each_segment(directory, [&](const std::string& path, int fd, const struct stat& st) {
     StatusReport report;
-    const bool parsed = parse(fd, st, report);
-    close(fd);
-    if (!parsed) continue;
+    if (!parse(fd, st, report)) return;
     report.path = path;
     if (!process_exists(report.pid)) {
       // Only the reader's own leftovers, and only if still the file read.
       if (st.st_uid == geteuid() && remove_if_same(path, st.st_dev, st.st_ino)) ++stale_removed;
-      continue;
+      return;
     }
     if (trusted(st, report.pid)) reports.push_back(std::move(report));
-  }
-  closedir(dir);
+  });
   return reports;
 }
 

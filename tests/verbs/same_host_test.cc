@@ -232,14 +232,18 @@ TEST(SameHost, AnotherUsersProcessIsReachedByUdpAndSaysSo) {
     if (setgid(nobody != nullptr ? nobody->pw_gid : 65534) != 0 ||
         setuid(nobody != nullptr ? nobody->pw_uid : 65534) != 0)
       _exit(2);
-    Ends ends;
-    Endpoint other{};
-    if (!ends.open() || !connect_over(sv[1], ends, other)) _exit(3);
-    for (size_t i = 0; i < 4096; ++i) ends.buf[i] = uint8_t(i * 13);
-    ibv_sge sge{uint64_t(uintptr_t(ends.buf.data())), 4096, ends.mr->lkey};
-    if (post_send(ends.qp, IBV_WR_RDMA_WRITE, sge, 1, other.addr, other.rkey) != 0) _exit(4);
-    const auto wcs = poll_n(ends.cq, 1);
-    _exit(wcs.size() == 1 && wcs[0].status == IBV_WC_SUCCESS ? 0 : 5);
+    // The device closes (its segments go) before _exit, which runs no exit handler.
+    const int code = [&] {
+      Ends ends;
+      Endpoint other{};
+      if (!ends.open() || !connect_over(sv[1], ends, other)) return 3;
+      for (size_t i = 0; i < 4096; ++i) ends.buf[i] = uint8_t(i * 13);
+      ibv_sge sge{uint64_t(uintptr_t(ends.buf.data())), 4096, ends.mr->lkey};
+      if (post_send(ends.qp, IBV_WR_RDMA_WRITE, sge, 1, other.addr, other.rkey) != 0) return 4;
+      const auto wcs = poll_n(ends.cq, 1);
+      return wcs.size() == 1 && wcs[0].status == IBV_WC_SUCCESS ? 0 : 5;
+    }();
+    _exit(code);
   }
   close(sv[1]);
   close(err[1]);
