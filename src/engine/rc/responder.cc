@@ -374,6 +374,7 @@ std::optional<uint32_t> Responder::send_read_packets(Response& r, uint32_t budge
       nak_psn_ = psn_add(r.psn, i);
       return std::nullopt;
     }
+    if (i == 0 && r.repeat_first) qp.device().tx().repeat_last();
   }
   return produced;
 }
@@ -471,6 +472,13 @@ void Responder::on_duplicate(PacketView p, Nanos /*now*/) {
     r.va = va;
     r.rkey = rkey;
     r.len = len;
+    // The requester asks again from the first response it lacks and drops every
+    // later one until that arrives (IBA 9.7.5.2.1, responses in PSN order): its
+    // retry is wasted if that one response is lost. A second copy makes that L^2 on
+    // a path losing a share L; the requester drops the copy it does not need as a
+    // duplicate response (docs/decisions/retransmission.md "A retry's first packet
+    // and its answer").
+    r.repeat_first = true;
     queue_response(r, true);
   } else if (info.is(kOpAtomic)) {
     for (const AtomicResult& r : atomic_results_) {

@@ -68,6 +68,7 @@ class Responder {
     uint64_t original = 0;  // ATOMIC
     const uint8_t* host = nullptr;  // READ: the range, resolved when it executed
     uint64_t generation = 0;        // the MR table's generation then
+    bool repeat_first = false;      // READ asked again: its first response goes twice
   };
   bool queue_response(const Response& r, bool duplicate = false);
   void drop_responses_from(uint32_t psn);
