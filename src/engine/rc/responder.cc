@@ -32,6 +32,7 @@ void Responder::reset(uint32_t rq_psn, uint32_t max_dest_rd_atomic) {
   msn_ = 0;
   nak_outstanding_ = false;
   ack_pending_ = false;
+  ack_twice_ = false;
   message_ = Message::kNone;
   recv_offset_ = 0;
   atomic_results_.assign(std::max<uint32_t>(1, max_dest_rd_atomic), AtomicResult{});
@@ -290,6 +291,7 @@ bool Responder::queue_response(const Response& r, bool duplicate) {
   responses_[(responses_head_ + responses_count_) % responses_.size()] = r;
   ++responses_count_;
   ack_pending_ = false;  // the responses acknowledge everything before them
+  ack_twice_ = false;
   conn_.qp().device().want_tx(conn_.qp());
   return true;
 }
@@ -494,7 +496,12 @@ void Responder::on_duplicate(PacketView p, Nanos /*now*/) {
       }
     }
   } else {
-    ack_pending_ = true;  // SEND/WRITE: re-acknowledge (coalesced)
+    // SEND/WRITE: acknowledged again (coalesced), by two copies of the ACK: a
+    // duplicate is what a retry looks like here, and the retry hinges on this one
+    // ACK (its packets arrive in one burst and draw one; docs/decisions/
+    // retransmission.md "A retry's first packet and its answer").
+    ack_pending_ = true;
+    ack_twice_ = true;
   }
 }
 
@@ -503,11 +510,16 @@ void Responder::on_burst_end() {
   if (!ack_pending_ || responses_count_ > 0) return;
   ack_pending_ = false;
   send_ack(syndrome::ack(), psn_add(epsn_, -1));
+  if (ack_twice_) conn_.qp().device().tx().repeat_last();
+  ack_twice_ = false;
 }
 
 void Responder::send_ack(uint8_t syn, uint32_t psn) {
   produce_all();  // PSN order: a NAK must not overtake queued responses
-  if (syndrome::type(syn) != syndrome::kAck) ack_pending_ = false;  // a NAK acks before it
+  if (syndrome::type(syn) != syndrome::kAck) {  // a NAK acks before it
+    ack_pending_ = false;
+    ack_twice_ = false;
+  }
   PacketView r = conn_.emit(conn_.opcode(op::kAcknowledge), 0, psn);
   r.set(aeth::kSyndrome, syn);
   r.set(aeth::kMsn, msn_);

@@ -93,6 +93,7 @@ class Responder {
   uint32_t nak_psn_ = 0;  // PSN an error NAK carries: the request's, or the READ response that failed
   bool nak_outstanding_ = false;  // one NAK per sequence error (IBA 9.7.5.1.3)
   bool ack_pending_ = false;
+  bool ack_twice_ = false;  // the pending ACK answers a duplicate: send it twice
   enum class Message : uint8_t { kNone, kSend, kWrite } message_ = Message::kNone;
   uint64_t recv_offset_ = 0;   // SEND: bytes placed into the receive WQE
   uint64_t write_va_ = 0;      // WRITE: next address
