@@ -34,6 +34,7 @@ void Requester::reset(uint32_t sq_psn) {
   send_index_ = conn_.qp().sq().head();
   paused_until_ = 0;
   resume_window_ = 0;
+  repeat_first_ = false;
 }
 
 bool Requester::run(Nanos now) {
@@ -232,6 +233,7 @@ bool Requester::send_data_packet(SendWqe& wqe) {
     return false;
   }
   count_send(psn, 1);
+  repeat_if_first_of_retry(p);
   ++wqe.next_packet;
   return true;
 }
@@ -264,6 +266,7 @@ bool Requester::send_read_request(SendWqe& wqe) {
     p.set(reth::kRkey, wqe.rkey);
     p.set(reth::kDmaLength, len);
     count_send(psn, chunk);
+    repeat_if_first_of_retry(p);
     if (wqe.next_packet >= wqe.read_requested) wqe.read_range_begin = wqe.next_packet;
     wqe.read_chunk_begin = wqe.next_packet;
     wqe.next_packet += chunk;
@@ -283,12 +286,30 @@ void Requester::send_atomic(SendWqe& wqe) {
         wqe.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? wqe.swap : wqe.compare_add);
   p.set(atomic_eth::kCompare, wqe.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? wqe.compare_add : 0);
   count_send(wqe.first_psn, 1);
+  repeat_if_first_of_retry(p);
   wqe.next_packet = 1;
+}
+
+// A retry gets nowhere unless its first packet arrives: the responder takes requests
+// in PSN order (IBA 9.7.5.1.3: one NAK for a gap, later packets dropped silently),
+// and the requester takes a READ's answer from the response it lacks on (IBA
+// 9.7.5.2.1). Sent once, one loss wastes the retry (about L on a path losing a share
+// L), and retry_cnt + 1 wasted in a row end the QP (IBA 9.7.6.1.3); a long message
+// at 10 % loss makes hundreds of retries. A second copy, back to back, makes that
+// L^2; the responder treats it as the duplicate it is (IBA 9.7.5.1.2: acknowledged
+// again, a READ re-executed from its PSN, an ATOMIC replayed).
+void Requester::repeat_if_first_of_retry(PacketView packet) {
+  if (!repeat_first_) return;
+  repeat_first_ = false;
+  packet.set(bth::kAckReq, 1);
+  conn_.qp().device().tx().repeat_last();
+  bump(conn_.qp().device().counters().retransmitted_packets);
+  bump(conn_.qp().counters().retransmitted_packets);
 }
 
 // Go back N: the WQE holding `psn` resends from there; every later WQE that was
 // (partly) sent resends whole, keeping the PSNs it was given.
-void Requester::rewind(uint32_t psn, bool gently) {
+void Requester::rewind(uint32_t psn, Rewind why) {
   Ring<SendWqe>& sq = conn_.qp().sq();
   for (uint32_t i = sq.head(); i != sq.tail(); ++i) {
     SendWqe& w = sq.at(i);
@@ -302,10 +323,11 @@ void Requester::rewind(uint32_t psn, bool gently) {
       sq.at(j).state = SendState::kSending;
     }
     send_index_ = i;
-    if (gently) {
+    if (why == Rewind::kRetryAfterTimeout) {
       resume_window_ = kResumeWindow;
       resume_una_ = psn;
     }
+    repeat_first_ = why != Rewind::kRnr;  // an RNR NAK's resend is no retry
     return;
   }
 }

@@ -30,11 +30,14 @@ class Requester {
   // Sends as much queued work as the window, fences and max_rd_atomic allow.
   // UC has no window: a burst per engine turn; true while more waits for the next.
   bool run(Nanos now);
+  // What a rewind is for: a retry (IBA 9.7.6.1.3, charged to retry_cnt) after a NAK
+  // or a response gap, one after a timeout, or the resend an RNR NAK asked for.
+  enum class Rewind : uint8_t { kRnr, kRetry, kRetryAfterTimeout };
   // Go back N (IBA 9.7.4.1.3): resend from `psn`, which lies in an outstanding WQE.
-  // `gently` (a retry after a timeout): resume with kResumeWindow packets, the
-  // window growing by what each ACK acknowledges, as TCP restarts after an RTO
-  // (docs/decisions/retransmission.md "Resuming").
-  void rewind(uint32_t psn, bool gently = false);
+  // After a timeout: resume with kResumeWindow packets, the window growing by what
+  // each ACK acknowledges, as TCP restarts after an RTO. A retry sends its first
+  // packet twice (docs/decisions/retransmission.md "Resuming").
+  void rewind(uint32_t psn, Rewind why);
   // The completer saw everything before `una` acknowledged.
   void on_progress(uint32_t una);
   // Packets a gentle restart resends before the first ACK comes back: two, each
@@ -81,6 +84,8 @@ class Requester {
   uint32_t window_space(uint32_t psn) const;
   // The window in force: the configured one, or a gentle restart's smaller one.
   uint32_t window_limit() const;
+  // The first packet of a retry: its second copy (IBA 9.7.5.1.2: a duplicate).
+  void repeat_if_first_of_retry(wire::PacketView packet);
   bool send_data_packet(SendWqe& wqe);
   bool send_read_request(SendWqe& wqe);
   void send_atomic(SendWqe& wqe);
@@ -94,6 +99,7 @@ class Requester {
   Nanos paused_until_ = 0;
   uint32_t resume_window_ = 0;  // after a timeout: the window while it grows; 0: none
   uint32_t resume_una_ = 0;     // the oldest unacknowledged PSN it last grew at
+  bool repeat_first_ = false;   // a retry's first packet is yet to go: send it twice
   uint32_t burst_left_ = 0;  // UC: packets this run may still send
   uint32_t host_retries_ = 0;  // same-host: consecutive tries the peer's QP refused
 };

@@ -34,6 +34,7 @@ void Responder::reset(uint32_t rq_psn, uint32_t max_dest_rd_atomic) {
   msn_ = 0;
   nak_outstanding_ = false;
   ack_pending_ = false;
+  ack_twice_ = false;
   message_ = Message::kNone;
   recv_offset_ = 0;
   atomic_results_.assign(std::max<uint32_t>(1, max_dest_rd_atomic), AtomicResult{});
@@ -292,6 +293,7 @@ bool Responder::queue_response(const Response& r, bool duplicate) {
   responses_[(responses_head_ + responses_count_) % responses_.size()] = r;
   ++responses_count_;
   ack_pending_ = false;  // the responses acknowledge everything before them
+  ack_twice_ = false;
   conn_.qp().device().want_tx(conn_.qp());
   return true;
 }
@@ -376,6 +378,7 @@ std::optional<uint32_t> Responder::send_read_packets(Response& r, uint32_t budge
       nak_psn_ = psn_add(r.psn, i);
       return std::nullopt;
     }
+    if (i == 0 && r.repeat_first) qp.device().tx().repeat_last();
   }
   return produced;
 }
@@ -477,6 +480,13 @@ void Responder::on_duplicate(PacketView p, Nanos /*now*/) {
     r.va = va;
     r.rkey = rkey;
     r.len = len;
+    // The requester asks again from the first response it lacks and drops every
+    // later one until that arrives (IBA 9.7.5.2.1, responses in PSN order): its
+    // retry is wasted if that one response is lost. A second copy makes that L^2 on
+    // a path losing a share L; the requester drops the copy it does not need as a
+    // duplicate response (docs/decisions/retransmission.md "A retry's first packet
+    // and its answer").
+    r.repeat_first = true;
     queue_response(r, true);
   } else if (info.is(kOpAtomic)) {
     for (const AtomicResult& r : atomic_results_) {
@@ -492,7 +502,12 @@ void Responder::on_duplicate(PacketView p, Nanos /*now*/) {
       }
     }
   } else {
-    ack_pending_ = true;  // SEND/WRITE: re-acknowledge (coalesced)
+    // SEND/WRITE: acknowledged again (coalesced), by two copies of the ACK: a
+    // duplicate is what a retry looks like here, and the retry hinges on this one
+    // ACK (its packets arrive in one burst and draw one; docs/decisions/
+    // retransmission.md "A retry's first packet and its answer").
+    ack_pending_ = true;
+    ack_twice_ = true;
   }
 }
 
@@ -501,11 +516,16 @@ void Responder::on_burst_end() {
   if (!ack_pending_ || responses_count_ > 0) return;
   ack_pending_ = false;
   send_ack(syndrome::ack(), psn_add(epsn_, -1));
+  if (ack_twice_) conn_.qp().device().tx().repeat_last();
+  ack_twice_ = false;
 }
 
 void Responder::send_ack(uint8_t syn, uint32_t psn) {
   produce_all();  // PSN order: a NAK must not overtake queued responses
-  if (syndrome::type(syn) != syndrome::kAck) ack_pending_ = false;  // a NAK acks before it
+  if (syndrome::type(syn) != syndrome::kAck) {  // a NAK acks before it
+    ack_pending_ = false;
+    ack_twice_ = false;
+  }
   PacketView r = conn_.emit(conn_.opcode(op::kAcknowledge), 0, psn);
   r.set(aeth::kSyndrome, syn);
   r.set(aeth::kMsn, msn_);

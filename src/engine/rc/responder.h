@@ -68,6 +68,7 @@ class Responder {
     uint64_t original = 0;  // ATOMIC
     const uint8_t* host = nullptr;  // READ: the range, resolved when it executed
     uint64_t generation = 0;        // the MR table's generation then
+    bool repeat_first = false;      // READ asked again: its first response goes twice
   };
   bool queue_response(const Response& r, bool duplicate = false);
   void drop_responses_from(uint32_t psn);
@@ -92,6 +93,7 @@ class Responder {
   uint32_t nak_psn_ = 0;  // PSN an error NAK carries: the request's, or the READ response that failed
   bool nak_outstanding_ = false;  // one NAK per sequence error (IBA 9.7.5.1.3)
   bool ack_pending_ = false;
+  bool ack_twice_ = false;  // the pending ACK answers a duplicate: send it twice
   enum class Message : uint8_t { kNone, kSend, kWrite } message_ = Message::kNone;
   uint64_t recv_offset_ = 0;   // SEND: bytes placed into the receive WQE
   uint64_t write_va_ = 0;      // WRITE: next address
