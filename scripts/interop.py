@@ -380,12 +380,21 @@ def main():
             passed, failed = passed + ok, failed + (not ok)
             print(f"{verdict}  {case.name:26} {direction:9}  {tally:14} {seconds:5.1f} s"
                   + (f"  {why}" if why else ""), flush=True)
+            if not ok:
+                print_tail(output)
             rows.append((case.name, direction, verdict, tally, why))
     print(f"interop: logs and captures in {workdir}")
     if args.table:
         write_table(args.table, rows)
     print(f"interop: {passed} passed, {failed} failed")
     return 0 if failed == 0 else 1
+
+
+def print_tail(output, lines=40):
+    """A failure's last lines, so that a CI log on another machine says why."""
+    for line in output.splitlines()[-lines:]:
+        print(f"    | {line}")
+    print(flush=True)
 
 
 def write_table(path, rows):

@@ -46,12 +46,15 @@ stage() {
   fi
 
   echo "=== $name: configure and build in $dir"
+  local started=$SECONDS
   if ! cmake -S . -B "$dir" "${generator[@]}" "$@" ||
      ! cmake --build "$dir" --parallel "$jobs"; then
     echo "=== $name: BUILD FAILED (counted as one failure; its tests did not run)"
     failed=$((failed + 1))
     return
   fi
+  echo "=== $name: built in $((SECONDS - started)) s"
+  started=$SECONDS
 
   local ctest_args=()
   if [[ -n $exclude ]]; then
@@ -64,6 +67,7 @@ stage() {
   local log=$dir/ctest.log
   ctest --test-dir "$dir" --output-on-failure --timeout "$test_timeout" \
     --parallel "$jobs" "${ctest_args[@]}" 2>&1 | tee "$log" || true
+  echo "=== $name: tests ran in $((SECONDS - started)) s"
 
   # ctest closes with "NN% tests passed, F tests failed out of T".
   local summary
@@ -111,9 +115,10 @@ interop_stage() {
     runner=(sudo --preserve-env=SOFTRDMA_PEER_VM)
   fi
   echo "=== interop: softrdma against Linux Soft-RoCE in a VM (scripts/interop.sh --subset ci)"
-  local log=build/interop.log
+  local log=build/interop.log started=$SECONDS
   SOFTRDMA_INTEROP_NO_BUILD=1 "${runner[@]}" bash scripts/interop.sh --subset ci \
     --keep build/interop 2>&1 | tee "$log" || true
+  echo "=== interop: ran in $((SECONDS - started)) s"
   local summary
   summary=$(grep -E '^interop: [0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1 || true)
   if [[ $summary =~ ([0-9]+)\ passed,\ ([0-9]+)\ failed ]] && ((BASH_REMATCH[1] > 0)); then
