@@ -53,7 +53,12 @@ int connected_attributes(const CmId& id, ibv_qp_attr& attr, int& mask) {
     attr.dest_qp_num = n.remote_qpn;
     attr.rq_psn = n.receive_psn;
     attr.max_dest_rd_atomic = n.responder_resources;
-    attr.min_rnr_timer = 12;  // 0.64 ms (IBA Table 45), what rdma_cm's peers use
+    // The kernel's CM gives RC 0 (cm_init_qp_rtr_attr, drivers/infiniband/core/
+    // cm.c): 655.36 ms by IBA Table 45. Programs count on that window to post a
+    // receive after the peer's SEND: with rnr_retry 5 it is ~3.9 s, where 0.64 ms
+    // would leave ~4 ms, lost to a descheduled process (rdma-core's
+    // test_rdmacm_async_traffic_external_qp under load).
+    attr.min_rnr_timer = 0;
     attr.ah_attr.is_global = 1;
     attr.ah_attr.grh.dgid = c.remote_gid;
     attr.ah_attr.grh.sgid_index = uint8_t(c.sgid_index);

@@ -6,66 +6,10 @@
 #include <cstring>
 #include <vector>
 
-#include "rdmacm/rdmacm_fixture.h"
+#include "rdmacm/connecting.h"
 
 namespace softrdma::rdmacm::testing {
 namespace {
-
-// The next event of a channel, expected to be `type` (the test fails otherwise).
-rdma_cm_event* expect_event(rdma_event_channel* channel, rdma_cm_event_type type) {
-  rdma_cm_event* event = next_event(channel);
-  EXPECT_NE(event, nullptr) << "no event, expected " << rdma_event_str(type);
-  if (event != nullptr) {
-    EXPECT_EQ(event->event, type) << rdma_event_str(event->event) << " status " << event->status;
-  }
-  return event;
-}
-
-struct Side {
-  rdma_event_channel* channel = rdma_create_event_channel();
-  rdma_cm_id* id = nullptr;
-  ~Side() {
-    if (id != nullptr) rdma_destroy_id(id);
-    rdma_destroy_event_channel(channel);
-  }
-};
-
-ibv_qp_init_attr rc_attr() {
-  ibv_qp_init_attr attr{};
-  attr.qp_type = IBV_QPT_RC;
-  attr.cap.max_send_wr = attr.cap.max_recv_wr = 8;
-  attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
-  return attr;
-}
-
-// A listener on 127.0.0.1 and a client resolved to it, with a QP.
-struct Connecting {
-  Side server, client;
-  uint16_t port = free_port();
-
-  Connecting() {
-    EXPECT_EQ(rdma_create_id(server.channel, &server.id, nullptr, RDMA_PS_TCP), 0);
-    sockaddr_in address = ipv4("127.0.0.1", port);
-    EXPECT_EQ(rdma_bind_addr(server.id, as_sockaddr(address)), 0);
-    EXPECT_EQ(rdma_listen(server.id, 4), 0);
-    EXPECT_EQ(rdma_create_id(client.channel, &client.id, nullptr, RDMA_PS_TCP), 0);
-    EXPECT_EQ(rdma_resolve_addr(client.id, nullptr, as_sockaddr(address), 2000), 0);
-    rdma_ack_cm_event(expect_event(client.channel, RDMA_CM_EVENT_ADDR_RESOLVED));
-    EXPECT_EQ(rdma_resolve_route(client.id, 2000), 0);
-    rdma_ack_cm_event(expect_event(client.channel, RDMA_CM_EVENT_ROUTE_RESOLVED));
-    ibv_qp_init_attr attr = rc_attr();
-    EXPECT_EQ(rdma_create_qp(client.id, nullptr, &attr), 0);
-  }
-
-  int connect(const char* private_data) {
-    rdma_conn_param param{};
-    param.private_data = private_data;
-    param.private_data_len = uint8_t(std::strlen(private_data) + 1);
-    param.responder_resources = param.initiator_depth = 1;
-    param.retry_count = param.rnr_retry_count = 7;
-    return rdma_connect(client.id, &param);
-  }
-};
 
 TEST(Connect, AcceptedConnectionCarriesDataAndDisconnects) {
   Connecting c;
