@@ -144,7 +144,7 @@ def run_single(args, env):
 #   the peer's disconnect is handled before its last message was polled; fixed
 #   upstream by draining first (libfabric 697688386). An RNIC's CQ, like
 #   softrdma's and rxe's, still holds a destroyed QP's completions; mlx5's does
-#   not (docs/decisions/libfabric.md "Teardown").
+#   not (docs/conformance.md "Teardown").
 TOOL_FAILURES = (
     (re.compile(r"Correlation coefficient|Can't produce a report"),
      "perftest's CPU-clock calibration failed"),
