@@ -56,6 +56,9 @@ namespace softrdma::engine {
   X(host_calls)             /* cross-memory-attach system calls that moved them */ \
   X(host_refused)           /* refused by the peer's published rights (NAK's status) */ \
   X(host_peer_not_ready)    /* the peer's QP could not receive: retried as a loss */ \
+  X(host_sends)             /* SENDs and WRITEs with immediate placed in a peer's receive */ \
+  X(host_rnr_waits)         /* no receive posted at the peer: waited its min_rnr_timer */ \
+  X(host_receives)          /* receives of this device's QPs that peers placed */ \
   X(peer_faults_taken)      /* same-host peers ended one of this device's QPs */
 
 struct EngineCounters {

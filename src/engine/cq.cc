@@ -30,7 +30,9 @@ Cq::Pushed Cq::push(const ibv_wc& wc, bool solicited, Nanos timestamp, TmInfo tm
     // solicited or an unsuccessful one.
     bool wanted = armed_ == Armed::kNext ||
                   (armed_ == Armed::kSolicited && (solicited || wc.status != IBV_WC_SUCCESS));
-    if (wanted && notify_) {
+    if (wanted && notify_ && batching_) {
+      fire_deferred_ = true;
+    } else if (wanted && notify_) {
       armed_ = Armed::kNo;
       fire = notify_;
     }
@@ -114,6 +116,27 @@ void Cq::arm(bool solicited_only) {
       armed_ = Armed::kNo;
       fire = notify_;
     }
+  }
+  if (fire) fire();
+}
+
+void Cq::begin_batch() {
+  std::lock_guard lock(mutex_);
+  batching_ = true;
+}
+
+void Cq::end_batch() {
+  std::function<void()> fire;
+  {
+    std::lock_guard lock(mutex_);
+    batching_ = false;
+    if (fire_deferred_ && count_ > 0 && armed_ != Armed::kNo && notify_) {
+      armed_ = Armed::kNo;
+      fired_since_poll_ = true;
+      unannounced_ = false;
+      fire = notify_;
+    }
+    fire_deferred_ = false;
   }
   if (fire) fire();
 }

@@ -74,6 +74,13 @@ class Cq {
   void arm(bool solicited_only);
   // Called (outside the CQ lock) when an armed notification fires.
   void set_notify(std::function<void()> fn) { notify_ = std::move(fn); }
+  // An extended CQ's poll batch (ibv_start_poll .. ibv_end_poll) is open: a
+  // notification due meanwhile waits for its end and fires only if what it
+  // announces is still there. A completion the batch itself polled announces
+  // nothing: the application has it, and an event for it would send the
+  // application to a CQ found empty (ibv_rc_pingpong -e -t takes that as an error).
+  void begin_batch();
+  void end_batch();
 
   std::atomic<uint32_t> users{0};  // QPs bound to this CQ
 
@@ -90,6 +97,8 @@ class Cq {
   // Completions came that no notification announced and no poll has seen since.
   bool unannounced_ = false;
   bool fired_since_poll_ = false;  // a notification fired since the last poll
+  bool batching_ = false;          // begin_batch .. end_batch
+  bool fire_deferred_ = false;     // a notification came due while batching_
   std::function<void()> notify_;
 };
 

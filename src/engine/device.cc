@@ -75,7 +75,9 @@ void Device::add_transport(transport::Transport& extra) {
   receivers_.push_back(&extra);
 }
 
-Device::~Device() = default;
+// The QPs go first: they hand back what they hold of the other objects (CQ and PD
+// users, their same-host receive queues).
+Device::~Device() { qps_.clear(); }
 
 Pd* Device::alloc_pd(int& err) {
   std::lock_guard lock(objects_mutex_);
@@ -438,6 +440,7 @@ bool Device::turn(bool receive) {
   staging_ = true;
   bool worked = serve_doorbells(now);
   worked |= take_peer_faults(now);
+  worked |= take_host_notices(now);
   // A timer is due: take first what has already arrived. A process that was
   // descheduled past a deadline finds the ACK that answers it waiting in its own
   // socket, possibly behind a burst of other packets; firing the timer before

@@ -147,6 +147,8 @@ class Device {
   samehost::Host* host() const { return config_.host; }
   // The engine owner's batch of same-host WRITEs (rc/host_batch.h).
   rc::HostBatch& host_batch();
+  // Engine held: the QP whose receive queue peers consume under `index` (null: none).
+  void note_host_recv(uint32_t index, Qp* qp);
   // The engine's owner queued output for `qp` that it produces in bursts
   // (Protocol::on_tx_ready), a burst per QP and turn.
   void want_tx(Qp& qp);
@@ -213,6 +215,8 @@ class Device {
   // Faults same-host peers met while acting for this device's QPs (a remote access
   // error there ends the QP here too, as a NAK's sender's does).
   bool take_peer_faults(Nanos now);
+  // Receives same-host peers placed, which their notices name.
+  bool take_host_notices(Nanos now);
   void publish_staged();
   void push_completion(Cq& cq, const ibv_wc& wc, bool solicited, Nanos timestamp,
                        TmInfo tm = {});
@@ -275,6 +279,7 @@ class Device {
   std::function<void()> async_notify_;
   QpObserver qp_observer_;
   std::unique_ptr<rc::HostBatch> host_batch_;  // made at first use
+  std::unordered_map<uint32_t, Qp*> host_recvs_;  // note_host_recv
 };
 
 }  // namespace softrdma::engine

@@ -22,10 +22,31 @@ QpCounters* Device::note_qp(const Qp& qp, bool gone) {
       node.publish_qp(qp.qpn(), samehost::QpGrant{uint32_t(a.qp_state), uint32_t(qp.type()),
                                                   qp.pd() != nullptr ? qp.pd()->handle() : 0,
                                                   uint32_t(a.qp_access_flags),
-                                                  a.dest_qp_num & 0xffffff});
+                                                  a.dest_qp_num & 0xffffff,
+                                                  qp.host_recv_queue()});
+      if (samehost::RecvState* recv = qp.host_recv())
+        recv->min_rnr_timer.store(a.min_rnr_timer, std::memory_order_relaxed);
     }
   }
   return qp_observer_ ? qp_observer_(qp, gone) : nullptr;
+}
+
+void Device::note_host_recv(uint32_t index, Qp* qp) {
+  if (qp != nullptr) {
+    host_recvs_[index] = qp;
+  } else {
+    host_recvs_.erase(index);
+  }
+}
+
+bool Device::take_host_notices(Nanos now) {
+  if (config_.host == nullptr || !config_.host->node().notices_pending()) return false;
+  uint32_t index = 0;
+  while (config_.host->node().take_notice(index)) {
+    auto it = host_recvs_.find(index);
+    if (it != host_recvs_.end()) it->second->drain_host_receives(now);
+  }
+  return true;
 }
 
 bool Device::take_peer_faults(Nanos now) {

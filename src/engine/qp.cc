@@ -64,9 +64,11 @@ Qp::Qp(Device& device, uint32_t qpn, Pd* pd, const QpInit& init)
     tm_sges_.resize(size_t(sq_.slot_count()) * device_.limits().max_tm_sge);
     tm_fin_.resize(size_t(sq_.slot_count()) * sizeof(FinBytes));
   }
+  reserve_host_receives();
 }
 
 Qp::~Qp() {
+  release_host_receives();
   if (pd_ != nullptr) pd_->users.fetch_sub(1);
   if (send_cq_ != nullptr) send_cq_->users.fetch_sub(1);
   if (recv_cq_ != nullptr) recv_cq_->users.fetch_sub(1);
@@ -230,9 +232,15 @@ int Qp::post_recv(const ibv_recv_wr* wr, const ibv_recv_wr** bad) {
       break;
     }
     const uint32_t slot = rq_.slot(rq_.tail());
-    copy_recv_wr(*wr, rq_.push_slot(), &rq_sges_[size_t(slot) * cap_.max_recv_sge]);
+    Sge* sges = &rq_sges_[size_t(slot) * cap_.max_recv_sge];
+    copy_recv_wr(*wr, rq_.push_slot(), sges);
+    // A same-host peer reads the slot's max_recv_sge entries: the unused are empty.
+    if (host_recv_ != nullptr)
+      std::fill(sges + wr->num_sge, sges + cap_.max_recv_sge, Sge{});
     rq_.publish();
   }
+  // Peers of this host may claim them now (qp_host_recv.cc).
+  if (host_recv_ != nullptr) host_recv_->posted.store(rq_.tail(), std::memory_order_release);
   if (err != 0 && bad != nullptr) *bad = wr;
   // IBA 10.3.1: in Error a posted receive completes at once, flushed.
   const bool flush = attr_.qp_state == IBV_QPS_ERR;
@@ -286,6 +294,7 @@ RecvWqe* Qp::current_recv() {
 }
 
 RecvWqe* Qp::take_recv() {
+  if (srq_ == nullptr && host_recv_ != nullptr) return take_shared_recv();
   if (srq_ == nullptr || held_.held) return current_recv();
   if (!srq_->take(held_)) return nullptr;
   held_from_ = srq_;
@@ -312,6 +321,7 @@ void Qp::forget_recv_from(const Srq& srq) {
 void Qp::complete_recv_head(const ibv_wc& wc, bool solicited) {
   if (srq_ == nullptr) {
     rq_.pop();
+    wire_holds_recv_ = false;
     push_completion(*recv_cq_, wc, solicited);
     return;
   }
@@ -352,6 +362,9 @@ void Qp::flush_receives() {
     complete_recv_head(wc, false);
     return;
   }
+  // What peers placed before the QP closed completes as it was placed.
+  drain_host_receives(device_.clock().now());
+  wire_holds_recv_ = false;
   while (!rq_.empty()) {
     const RecvWqe& w = rq_.front();
     ibv_wc wc{};
@@ -377,6 +390,8 @@ void Qp::enter_error(Nanos now) {
 void Qp::set_state(ibv_qp_state to) {
   attr_.qp_state = to;
   attr_.cur_qp_state = to;
+  // IBA 10.3.1: no message is received in Error or Reset; peers stop claiming.
+  if (to == IBV_QPS_ERR || to == IBV_QPS_RESET) close_host_receives();
   device_.note_qp(*this);
 }
 
@@ -395,6 +410,7 @@ void Qp::reset_queues() {
   rq_.clear();
   tm_sends_.store(0, std::memory_order_release);
   tm_ = TmMessage{};
+  reopen_host_receives();
 }
 
 }  // namespace softrdma::engine

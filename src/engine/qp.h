@@ -27,6 +27,7 @@
 #include "engine/ring.h"
 #include "engine/srq.h"
 #include "engine/wqe.h"
+#include "samehost/recv_queue.h"
 
 namespace softrdma::engine {
 
@@ -134,6 +135,15 @@ class Qp {
   // Completion of the WQE at the send queue's head, and of current_recv().
   void complete_send_head(ibv_wc_status status);
   void complete_recv_head(const ibv_wc& wc, bool solicited);
+  // The same-host path's receive queue (qp_host_recv.cc): processes of this host
+  // place SENDs into this QP's receive WQEs themselves. Its number as published
+  // (index + 1; 0: SENDs to this QP take the wire), and its shared state.
+  uint32_t host_recv_queue() const { return host_recv_ != nullptr ? host_recv_index_ + 1 : 0; }
+  samehost::RecvState* host_recv() const { return host_recv_; }
+  // Engine owner: completes the receives peers placed, in order (a peer left a
+  // notice, or the responder needs the queue's head); false when none was.
+  bool drain_host_receives(Nanos now, bool stop_at_failure = false);
+
   // IBA 10.3.1 / 11.2.5.4: enter the Error state; flush every outstanding WQE.
   // Engine owner, mutex() not held.
   void enter_error(Nanos now);
@@ -156,6 +166,13 @@ class Qp {
   void reset_queues();
   void flush_queues();
   void flush_receives();
+  // qp_host_recv.cc.
+  void reserve_host_receives();
+  void release_host_receives();
+  void reopen_host_receives();
+  void close_host_receives();
+  RecvWqe* take_shared_recv();
+  ibv_wc host_recv_wc(const RecvWqe& wqe, const samehost::RecvResult& result) const;
   ibv_wc make_send_wc(const SendWqe& wqe, ibv_wc_status status) const;
   void push_completion(Cq& cq, const ibv_wc& wc, bool solicited);
   bool sq_full() const;
@@ -192,6 +209,14 @@ class Qp {
   std::pmr::vector<Sge> rq_sges_;           // cap_.max_recv_sge per slot
   std::pmr::vector<uint8_t> inline_arena_;  // cap_.max_inline_data per slot
   std::unique_ptr<Protocol> protocol_;
+
+  // The same-host receive queue (qp_host_recv.cc): its shared state in the node
+  // segment, where peers write each consumed WQE's result (one per slot, in this
+  // process's memory), and whether the responder holds the head for a wire message.
+  samehost::RecvState* host_recv_ = nullptr;
+  uint32_t host_recv_index_ = 0;
+  std::vector<samehost::RecvResult> host_results_;
+  bool wire_holds_recv_ = false;
 
   // Tag matching (a QP attached to a TM SRQ). The message being received (engine
   // owner); the send queue's slots the TM SRQ may use beyond cap_.max_send_wr, one

@@ -28,11 +28,11 @@ KeyGrant decode_key(const KeyTable::Value& v) {
 }
 QpTable::Value encode(const QpGrant& g) {
   return {uint64_t(g.state) | uint64_t(g.type) << 32, uint64_t(g.pd) | uint64_t(g.access) << 32,
-          g.dest_qpn};
+          uint64_t(g.dest_qpn) | uint64_t(g.recv_queue) << 32};
 }
 QpGrant decode_qp(const QpTable::Value& v) {
   return {uint32_t(v[0]), uint32_t(v[0] >> 32), uint32_t(v[1]), uint32_t(v[1] >> 32),
-          uint32_t(v[2])};
+          uint32_t(v[2]), uint32_t(v[2] >> 32)};
 }
 
 bool process_exists(pid_t pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
@@ -86,7 +86,15 @@ size_t NodeLayout::qps_offset() {
 }
 size_t NodeLayout::peers_offset() { return qps_offset() + align(sizeof(QpTable::Slot) * kQps); }
 size_t NodeLayout::faults_offset() { return peers_offset() + align(sizeof(PeerSlot) * kPeers); }
-size_t NodeLayout::size() { return faults_offset() + align(sizeof(FaultQueue::Cell) * kFaults); }
+size_t NodeLayout::recvs_offset() {
+  return faults_offset() + align(sizeof(FaultQueue::Cell) * kFaults);
+}
+size_t NodeLayout::notices_offset() {
+  return recvs_offset() + align(sizeof(RecvState) * kRecvQueues);
+}
+size_t NodeLayout::size() {
+  return notices_offset() + align(sizeof(NoticeQueue::Cell) * kRecvQueues);
+}
 
 NodeView NodeView::at(void* base) {
   auto* bytes = static_cast<char*>(base);
@@ -101,6 +109,10 @@ NodeView NodeView::at(void* base) {
   v.faults = FaultQueue(&v.header->faults,
                         reinterpret_cast<FaultQueue::Cell*>(bytes + NodeLayout::faults_offset()),
                         NodeLayout::kFaults);
+  v.recvs = reinterpret_cast<RecvState*>(bytes + NodeLayout::recvs_offset());
+  v.notices = NoticeQueue(&v.header->notices,
+                          reinterpret_cast<NoticeQueue::Cell*>(bytes + NodeLayout::notices_offset()),
+                          NodeLayout::kRecvQueues);
   return v;
 }
 
@@ -159,6 +171,8 @@ std::unique_ptr<NodeSegment> NodeSegment::create(std::span<const Gid> gids, std:
   }
   node->view_ = NodeView::at(node->view_.base);
   node->view_.faults.init();
+  node->view_.notices.init();
+  for (uint32_t i = NodeLayout::kRecvQueues; i > 0; --i) node->free_recvs_.push_back(i - 1);
   NodeHeader& h = *node->view_.header;
   h.version = kNodeVersion;
   h.pid = uint32_t(getpid());
@@ -225,6 +239,30 @@ bool NodeSegment::take_fault(uint32_t& qpn, uint32_t& event) {
   if (!view_.faults.pop(fault)) return false;
   qpn = uint32_t(fault[0]);
   event = uint32_t(fault[0] >> 32);
+  return true;
+}
+
+RecvState* NodeSegment::reserve_recv(uint32_t& index) {
+  if (free_recvs_.empty()) return nullptr;
+  index = free_recvs_.back();
+  free_recvs_.pop_back();
+  return &view_.recvs[index];
+}
+
+void NodeSegment::release_recv(uint32_t index) {
+  close_recv(view_.recvs[index]);
+  free_recvs_.push_back(index);
+}
+
+void NodeSegment::close_recv(RecvState& state) {
+  state.qpn.store(0, std::memory_order_seq_cst);
+  wait_for_accesses();
+}
+
+bool NodeSegment::take_notice(uint32_t& index) {
+  NoticeQueue::Value notice;
+  if (!view_.notices.pop(notice)) return false;
+  index = uint32_t(notice[0]);
   return true;
 }
 
@@ -311,6 +349,21 @@ void PeerNode::begin_access() {
 
 bool PeerNode::report_fault(uint32_t qpn, uint32_t event) {
   return view_.faults.push({uint64_t(qpn) | uint64_t(event) << 32});
+}
+
+RecvState* PeerNode::recv(uint32_t recv_queue) const {
+  if (recv_queue == 0 || recv_queue > NodeLayout::kRecvQueues) return nullptr;
+  return &view_.recvs[recv_queue - 1];
+}
+
+// Dekker with the owner's Qp::drain_host_receives, which clears `noticed` before
+// it reads `placed`: either this sees the notice still waiting, or the owner's
+// read sees what was placed before it.
+bool PeerNode::notice(uint32_t recv_queue) {
+  RecvState* state = recv(recv_queue);
+  if (state == nullptr || state->noticed.exchange(1, std::memory_order_seq_cst) != 0)
+    return false;
+  return view_.notices.push({recv_queue - 1});
 }
 
 void PeerNode::end_access() {

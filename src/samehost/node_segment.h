@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "samehost/published_table.h"
+#include "samehost/recv_queue.h"
 #include "samehost/shared_queue.h"
 #include "transport/transport.h"
 
@@ -51,11 +52,12 @@ struct QpGrant {
   uint32_t pd = 0;
   uint32_t access = 0;  // qp_access_flags
   uint32_t dest_qpn = 0;
+  uint32_t recv_queue = 0;  // its RecvState's index + 1; 0: SENDs to it take the wire
 };
 
 inline constexpr char kNodeDirectory[] = "/dev/shm/";
 inline constexpr uint64_t kNodeMagic = 0x45444f4e414d4452;  // "RDMANODE"
-inline constexpr uint32_t kNodeVersion = 1;
+inline constexpr uint32_t kNodeVersion = 2;  // 2: receive queues
 
 struct NodeHeader {
   std::atomic<uint64_t> magic;  // written last, once the rest is
@@ -75,9 +77,13 @@ struct NodeHeader {
   // ends the owner's QP too, IBA 9.9.3.1.2), drained by the owner's engine; each
   // is QPN | ibv_event_type << 32.
   SharedQueueHeader faults;
+  // Receive queues peers placed messages in: RecvState indices, at most one
+  // waiting per queue (RecvState::noticed), so the queue never fills.
+  SharedQueueHeader notices;
 };
 
 using FaultQueue = SharedQueue<1>;
+using NoticeQueue = SharedQueue<1>;
 
 // A peer process's place in the owner's segment: `access` is odd while the peer
 // is inside an access (NodeSegment::revoke_key waits for it to move on).
@@ -93,10 +99,13 @@ using QpTable = PublishedTable<3>;
 // The segment's shape, the same for owner and peers.
 struct NodeLayout {
   static constexpr uint32_t kKeys = 16384, kQps = 16384, kPeers = 256, kFaults = 256;
+  static constexpr uint32_t kRecvQueues = 4096;
   static size_t keys_offset();
   static size_t qps_offset();
   static size_t peers_offset();
   static size_t faults_offset();
+  static size_t recvs_offset();
+  static size_t notices_offset();
   static size_t size();
 };
 
@@ -122,6 +131,8 @@ struct NodeView {
   QpTable qps;
   PeerSlot* peers = nullptr;
   FaultQueue faults;
+  RecvState* recvs = nullptr;  // NodeLayout::kRecvQueues of them
+  NoticeQueue notices;
   // The segment mapped at `base` (NodeLayout::size() bytes).
   static NodeView at(void* base);
 };
@@ -146,6 +157,17 @@ class NodeSegment {
   bool take_fault(uint32_t& qpn, uint32_t& event);
   bool faults_pending() const { return !view_.faults.empty(); }
   NodeHeader& header() { return *view_.header; }
+
+  // A receive queue for QP `qpn` that peers may consume (closed until open_recv);
+  // null when all are in use (SENDs to that QP then take the wire).
+  RecvState* reserve_recv(uint32_t& index);
+  void release_recv(uint32_t index);
+  // Stops peers claiming from `state` and waits for those inside an access, so
+  // that what they placed is final (a QP entering Error or Reset, or destroyed).
+  void close_recv(RecvState& state);
+  // The next receive queue a peer left a notice for; false when none.
+  bool take_notice(uint32_t& index);
+  bool notices_pending() const { return !view_.notices.empty(); }
   const std::vector<std::string>& names() const { return names_; }
 
  private:
@@ -154,6 +176,7 @@ class NodeSegment {
 
   NodeView view_;
   std::vector<std::string> names_;
+  std::vector<uint32_t> free_recvs_;  // RecvState indices not in use
   pid_t creator_ = 0;        // a forked child must not unlink its parent's names
   uint64_t probe_word_ = 0;  // the word peers read to prove who they reach
 };
@@ -187,6 +210,11 @@ class PeerNode {
   // Reports that acting for the owner's QP `qpn` failed with `event`; false when
   // the owner's queue is full (it is then told nothing: its QP lives on).
   bool report_fault(uint32_t qpn, uint32_t event);
+  // The receive queue a QpGrant names (its recv_queue), null for none or garbage.
+  RecvState* recv(uint32_t recv_queue) const;
+  // Tells the owner that `recv_queue` has placed WQEs; true when the owner must be
+  // woken (no notice of that queue was waiting yet).
+  bool notice(uint32_t recv_queue);
 
  private:
   PeerNode() = default;

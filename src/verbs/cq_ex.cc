@@ -58,7 +58,9 @@ int start_poll(ibv_cq_ex* ex, ibv_poll_cq_attr* attr) {
   if (Process::get().stale(cq->ctx)) return EIO;
   CqPollBatch& batch = *cq->batch;
   if (!batch.single_threaded) batch.lock.lock();
+  cq->cq->begin_batch();
   if (!take_with_progress(cq, true)) {
+    cq->cq->end_batch();
     if (!batch.single_threaded) batch.lock.unlock();
     return ENOENT;
   }
@@ -85,6 +87,7 @@ void end_poll(ibv_cq_ex* ex) {
   CqPollBatch& batch = batch_of(ex);
   if (!batch.open) return;
   batch.open = false;
+  to_cq(ex)->cq->end_batch();
   if (!batch.single_threaded) batch.lock.unlock();
 }
 

@@ -349,6 +349,29 @@ TEST_F(CqNotifyTest, NotArmedNeverFires) {
   EXPECT_EQ(fired_, 0);
 }
 
+// An extended CQ's batch that polls the completion it was armed for leaves no
+// event behind, and the request stays for the next completion; one still there
+// when the batch ends fires then (ibv_rc_pingpong -e -t, cq_ex.cc).
+TEST_F(CqNotifyTest, ABatchThatPolledTheCompletionLeavesNoEvent) {
+  cq_.arm(false);
+  cq_.begin_batch();
+  ASSERT_TRUE(cq_.push(wc(1)));
+  EXPECT_EQ(fired_, 0) << "not while the batch is open";
+  Completion taken;
+  ASSERT_TRUE(cq_.pop(taken));
+  cq_.end_batch();
+  EXPECT_EQ(fired_, 0) << "the batch polled what it announced";
+  ASSERT_TRUE(cq_.push(wc(2)));
+  EXPECT_EQ(fired_, 1) << "still armed for the next one";
+  cq_.arm(false);
+  cq_.begin_batch();
+  ASSERT_TRUE(cq_.push(wc(3)));
+  ASSERT_TRUE(cq_.push(wc(4)));
+  ASSERT_TRUE(cq_.pop(taken));
+  cq_.end_batch();
+  EXPECT_EQ(fired_, 2) << "what the batch left unpolled is announced at its end";
+}
+
 // "Next completion": the next completion of any kind fires once; the request is
 // one-shot, so later completions fire only after a new request (ibv_req_notify_cq(3)
 // NOTES).

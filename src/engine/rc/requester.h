@@ -5,11 +5,13 @@
 
 #include <sys/uio.h>
 
+#include <array>
 #include <cstdint>
 #include <span>
 
 #include "engine/clock.h"
 #include "engine/wqe.h"
+#include "samehost/recv_queue.h"
 #include "wire/packet.h"
 
 namespace softrdma::samehost {
@@ -61,7 +63,12 @@ class Requester {
   // Assigns the WQE its PSNs: it goes on the wire.
   bool start_on_wire(SendWqe& wqe);
   // The same-host path (requester_host.cc).
-  enum class HostVerdict : uint8_t { kGo, kWire, kNotReady, kAccess, kInvalidRequest };
+  enum class HostVerdict : uint8_t {
+    kGo, kWire, kNotReady, kAccess, kInvalidRequest, kRnr, kRemoteOperational,
+    kLocalProtection
+  };
+  // IBA 9.6.1.1: a QP takes requests in RTR, RTS, SQD and SQE.
+  static bool takes_requests_on_host(uint32_t state);
   bool executes_on_host(const SendWqe& wqe) const;
   bool execute_on_host(SendWqe& wqe, Nanos now);
   bool execute_alone_on_host(SendWqe& wqe, Nanos now);
@@ -75,6 +82,33 @@ class Requester {
   int transfer_on_host(SendWqe& wqe, samehost::Peer& peer, uint64_t host_addr);
   bool retry_on_host(SendWqe& wqe, Nanos now);
   void refuse_on_host(SendWqe& wqe, HostVerdict verdict, Nanos now);
+  void fail_on_host(SendWqe& wqe, ibv_wc_status status, Nanos now);
+  // A SEND or WRITE with immediate placed in the peer's receive WQE
+  // (requester_host_send.cc): the peer's QP and its receive queue, and where the
+  // message goes in the peer's memory.
+  struct HostTarget {
+    uint32_t pd = 0;
+    uint32_t recv_queue = 0;
+    samehost::RecvState* rq = nullptr;
+  };
+  static constexpr uint32_t kMaxPeerSges = 64;
+  struct HostIovecs {
+    std::array<iovec, kMaxPeerSges + 1> remote;
+    uint32_t count = 0;
+  };
+  static bool consumes_receive(const SendWqe& wqe);
+  bool send_on_host(SendWqe& wqe, Nanos now);
+  HostVerdict find_receiver_on_host(const SendWqe& wqe, HostTarget& target) const;
+  HostVerdict scatter_on_host(const HostTarget& target, uint32_t index, uint64_t length,
+                              HostIovecs& out) const;
+  int place_on_host(const SendWqe& wqe, const HostTarget& target, uint32_t index,
+                    HostIovecs& remote, ibv_wc_status status);
+  HostVerdict finish_on_host(const SendWqe& wqe, const HostTarget& target, uint32_t index,
+                             HostIovecs& remote, ibv_wc_status there);
+  bool conclude_send_on_host(SendWqe& wqe, HostVerdict verdict, const HostTarget& target,
+                             Nanos now);
+  bool wait_rnr_on_host(SendWqe& wqe, const HostTarget& target, Nanos now);
+  bool local_buffers_readable(const SendWqe& wqe) const;
   // Binds and local invalidations (requester_local.cc): executed here, in queue order.
   bool execute_local(SendWqe& wqe, Nanos now);
   bool check_local_sges(const SendWqe& wqe) const;
@@ -102,6 +136,7 @@ class Requester {
   bool repeat_first_ = false;   // a retry's first packet is yet to go: send it twice
   uint32_t burst_left_ = 0;  // UC: packets this run may still send
   uint32_t host_retries_ = 0;  // same-host: consecutive tries the peer's QP refused
+  uint32_t host_rnr_retries_ = 0;  // same-host: consecutive waits for a receive WQE
 };
 
 }  // namespace softrdma::engine::rc

@@ -33,18 +33,24 @@ int right_needed(const SendWqe& wqe) {
   return IBV_ACCESS_REMOTE_WRITE;
 }
 
-// IBA 9.6.1.1: a QP takes requests in RTR, RTS, SQD and SQE.
-bool takes_requests(uint32_t state) {
+}  // namespace
+
+bool Requester::takes_requests_on_host(uint32_t state) {
   return state == IBV_QPS_RTR || state == IBV_QPS_RTS || state == IBV_QPS_SQD ||
          state == IBV_QPS_SQE;
 }
-
-}  // namespace
 
 bool Requester::executes_on_host(const SendWqe& wqe) const {
   // A TM SRQ's rendezvous READ completes on the SRQ's CQ through the wire's
   // completer (tag_matching.md): it stays on the wire.
   if (!conn_.path().peer || wqe.tm != TmSend::kNone) return false;
+  // A SEND is placed in the peer's receive WQE for RC, if the peer's QP shares its
+  // receive queue (not an SRQ's); UC's stay on the wire.
+  if (consumes_receive(wqe)) {
+    if (conn_.qp().type() != IBV_QPT_RC) return false;
+    const auto target = conn_.path().peer->node->qp(conn_.path().dest_qpn);
+    return !target || target->recv_queue != 0;
+  }
   return wqe.opcode == IBV_WR_RDMA_WRITE || wqe.is_read() || wqe.is_atomic();
 }
 
@@ -52,7 +58,7 @@ bool Requester::executes_on_host(const SendWqe& wqe) const {
 Requester::HostVerdict Requester::check_on_host(const SendWqe& wqe, samehost::Peer& peer,
                                                 uint64_t& host_addr) const {
   const auto target = peer.node->qp(conn_.path().dest_qpn);
-  if (!target || !takes_requests(target->state) || target->type != uint32_t(conn_.qp().type()))
+  if (!target || !takes_requests_on_host(target->state) || target->type != uint32_t(conn_.qp().type()))
     return HostVerdict::kNotReady;
   const int need = right_needed(wqe);
   if ((target->access & uint32_t(need)) == 0) return HostVerdict::kInvalidRequest;
@@ -141,6 +147,7 @@ bool Requester::execute_on_host(SendWqe& wqe, Nanos now) {
 }
 
 bool Requester::execute_alone_on_host(SendWqe& wqe, Nanos now) {
+  if (consumes_receive(wqe)) return send_on_host(wqe, now);
   samehost::Peer& peer = *conn_.path().peer;
   uint64_t host_addr = 0;
   int err = 0;
@@ -193,14 +200,18 @@ bool Requester::retry_on_host(SendWqe& wqe, Nanos now) {
 // IBA 9.9.3.1.2: the status the NAK would give here, and the peer's QP ends with
 // the event its responder would raise.
 void Requester::refuse_on_host(SendWqe& wqe, HostVerdict verdict, Nanos now) {
-  Qp& qp = conn_.qp();
-  bump(qp.device().counters().host_refused);
   const bool access = verdict == HostVerdict::kAccess;
-  wqe.status = access ? IBV_WC_REM_ACCESS_ERR : IBV_WC_REM_INV_REQ_ERR;
   samehost::Peer& peer = *conn_.path().peer;
   if (peer.node->report_fault(conn_.path().dest_qpn,
                               access ? IBV_EVENT_QP_ACCESS_ERR : IBV_EVENT_QP_REQ_ERR))
     peer.ring();
+  fail_on_host(wqe, access ? IBV_WC_REM_ACCESS_ERR : IBV_WC_REM_INV_REQ_ERR, now);
+}
+
+// The WQE completes with `status`, after those before it; the QP enters Error.
+void Requester::fail_on_host(SendWqe& wqe, ibv_wc_status status, Nanos now) {
+  bump(conn_.qp().device().counters().host_refused);
+  wqe.status = status;
   conn_.completer().complete_local_heads();
   conn_.fail(now, std::nullopt);
 }

@@ -1,0 +1,140 @@
+// The receive queue of an RC QP as processes of this host consume it
+// (docs/decisions/same-host.md, "SENDs"): a peer that sends to this QP claims the
+// next receive WQE in the node segment (samehost::RecvState), reads its scatter
+// list from this process's memory, writes the payload and a RecvResult here with
+// cross-memory attach, and leaves a notice; this side completes the WQE when it
+// takes the notice (its next engine turn: a poll, or the progress thread woken by
+// the peer). A SEND that comes by the wire claims the same way, so the two never
+// consume one WQE twice, and WQEs complete in the order posted (IBA 10.2.9).
+#include <cstddef>
+
+#include "engine/device.h"
+#include "engine/qp.h"
+#include "samehost/host.h"
+
+namespace softrdma::engine {
+
+static_assert(sizeof(Sge) == sizeof(samehost::RecvSge) &&
+                  offsetof(Sge, addr) == offsetof(samehost::RecvSge, addr) &&
+                  offsetof(Sge, length) == offsetof(samehost::RecvSge, length) &&
+                  offsetof(Sge, lkey) == offsetof(samehost::RecvSge, lkey),
+              "peers read the receive SGEs in this layout");
+
+// At creation: an RC QP with a receive queue of its own, on a device that
+// publishes to its host. An SRQ's WQEs, UC and UD take the wire for now.
+void Qp::reserve_host_receives() {
+  samehost::Host* host = device_.host();
+  if (host == nullptr || type_ != IBV_QPT_RC || srq_ != nullptr || xrcd_ != nullptr) return;
+  uint32_t index = 0;
+  samehost::RecvState* state = host->node().reserve_recv(index);
+  if (state == nullptr) return;
+  host_recv_ = state;
+  host_recv_index_ = index;
+  host_results_.assign(rq_.slot_count(), samehost::RecvResult{});
+  state->slot_count.store(rq_.slot_count(), std::memory_order_relaxed);
+  state->max_sge.store(cap_.max_recv_sge, std::memory_order_relaxed);
+  state->sges.store(reinterpret_cast<uintptr_t>(rq_sges_.data()), std::memory_order_relaxed);
+  state->results.store(reinterpret_cast<uintptr_t>(host_results_.data()),
+                       std::memory_order_relaxed);
+  state->min_rnr_timer.store(attr_.min_rnr_timer, std::memory_order_relaxed);
+  device_.note_host_recv(index, this);
+  reopen_host_receives();
+}
+
+// Destroyed: no peer is inside the queue once this returns.
+void Qp::release_host_receives() {
+  if (host_recv_ == nullptr) return;
+  device_.note_host_recv(host_recv_index_, nullptr);
+  device_.host()->node().release_recv(host_recv_index_);
+  host_recv_ = nullptr;
+}
+
+// Empty again (Reset), and open: peers claim once the QP takes requests.
+void Qp::reopen_host_receives() {
+  if (host_recv_ == nullptr) return;
+  close_host_receives();
+  host_recv_->posted.store(0, std::memory_order_relaxed);
+  host_recv_->claimed.store(0, std::memory_order_relaxed);
+  host_recv_->placed.store(0, std::memory_order_relaxed);
+  host_recv_->noticed.store(0, std::memory_order_relaxed);
+  wire_holds_recv_ = false;
+  host_recv_->qpn.store(qpn_, std::memory_order_release);
+}
+
+// Error, Reset or destruction: no more claims, and what peers placed is final.
+void Qp::close_host_receives() {
+  if (host_recv_ == nullptr) return;
+  device_.host()->node().close_recv(*host_recv_);
+}
+
+// The wire's SEND or WRITE with immediate takes the head as a peer would: after
+// the receives peers placed before it, and never one a peer holds (that is no
+// receive for this message: RNR, IBA 9.7.5.1.4).
+RecvWqe* Qp::take_shared_recv() {
+  if (wire_holds_recv_) return current_recv();
+  drain_host_receives(device_.clock().now(), /*stop_at_failure=*/true);
+  if (rq_.empty()) return nullptr;
+  uint32_t head = rq_.head();
+  if (!host_recv_->claimed.compare_exchange_strong(head, head + 1, std::memory_order_acq_rel))
+    return nullptr;
+  wire_holds_recv_ = true;
+  return &rq_.front();
+}
+
+// A peer's result, read as untrusted: a status other than those a placement can
+// end with is a local QP operation error.
+ibv_wc Qp::host_recv_wc(const RecvWqe& wqe, const samehost::RecvResult& result) const {
+  ibv_wc wc{};
+  wc.wr_id = wqe.wr_id;
+  wc.qp_num = qpn_;
+  wc.src_qp = attr_.dest_qp_num;
+  const bool rdma = (result.flags & samehost::RecvResult::kRdmaWithImm) != 0;
+  wc.opcode = rdma ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
+  wc.byte_len = result.byte_len;
+  switch (result.status) {
+    case IBV_WC_SUCCESS:
+    case IBV_WC_LOC_LEN_ERR:
+    case IBV_WC_LOC_PROT_ERR:
+      wc.status = ibv_wc_status(result.status);
+      break;
+    default:
+      wc.status = IBV_WC_LOC_QP_OP_ERR;
+  }
+  // IBA 9.7.5.1.5: a SEND is never longer than its buffer.
+  if (wc.status == IBV_WC_SUCCESS && !rdma && wc.byte_len > wqe.length)
+    wc.status = IBV_WC_LOC_QP_OP_ERR;
+  if (wc.status != IBV_WC_SUCCESS) wc.byte_len = 0;
+  if ((result.flags & samehost::RecvResult::kWithImm) != 0 || rdma) {
+    wc.wc_flags |= IBV_WC_WITH_IMM;
+    wc.imm_data = result.imm_data;
+  }
+  return wc;
+}
+
+bool Qp::drain_host_receives(Nanos now, bool stop_at_failure) {
+  if (host_recv_ == nullptr) return false;
+  // Dekker with samehost::PeerNode::notice: cleared before `placed` is read.
+  host_recv_->noticed.store(0, std::memory_order_seq_cst);
+  const uint32_t placed = host_recv_->placed.load(std::memory_order_acquire);
+  const uint32_t claimed = host_recv_->claimed.load(std::memory_order_acquire);
+  bool drained = false;
+  // Only WQEs a peer claimed and placed: [head, min(placed, claimed)).
+  while (!rq_.empty() && !wire_holds_recv_ && int32_t(placed - rq_.head()) > 0 &&
+         int32_t(claimed - rq_.head()) > 0) {
+    const samehost::RecvResult result = host_results_[rq_.slot(rq_.head())];
+    const ibv_wc wc = host_recv_wc(rq_.front(), result);
+    const bool failed = wc.status != IBV_WC_SUCCESS;
+    if (failed && stop_at_failure) break;
+    bump(device_.counters().host_receives);
+    complete_recv_head(wc, (result.flags & samehost::RecvResult::kSolicited) != 0);
+    drained = true;
+    // IBA 9.7.5.1.5 / 9.9.3.1.2: the responder's QP ends with the message.
+    if (failed) {
+      enter_error(now);
+      break;
+    }
+  }
+  return drained;
+}
+
+}  // namespace softrdma::engine

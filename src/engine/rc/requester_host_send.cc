@@ -1,0 +1,267 @@
+// The same-host path of a SEND, SEND with immediate or RDMA WRITE with immediate
+// (docs/decisions/same-host.md, "SENDs"): the requester consumes the peer QP's
+// next receive WQE itself, as the peer's RNIC would on receiving the message. It
+// claims the WQE in the peer's node segment (samehost::RecvState), reads the WQE's
+// scatter list from the peer's memory, checks each L_Key against what the peer
+// published (IBA 10.6.3.1: PD, local write, range), and writes the payload and the
+// WQE's result into the peer's memory in one system call; the peer completes the
+// WQE at its next engine turn, woken by a notice. Outcomes are the wire's:
+//   - no WQE posted: RNR (IBA 9.7.5.1.4), retried after the peer's min_rnr_timer,
+//     rnr_retry times (7: for ever), then IBV_WC_RNR_RETRY_EXC_ERR;
+//   - a message longer than the WQE: IBV_WC_LOC_LEN_ERR there, IBV_WC_REM_INV_REQ_ERR
+//     here (IBA 9.7.5.1.5), both QPs to Error;
+//   - a scatter entry refused or unmapped: IBV_WC_LOC_PROT_ERR there,
+//     IBV_WC_REM_OP_ERR here;
+//   - WRITE with immediate: the R_Key is checked as a WRITE's first.
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <array>
+
+#include "engine/device.h"
+#include "engine/guarded_memory.h"
+#include "engine/qp.h"
+#include "engine/rc/connection.h"
+#include "engine/rc/requester.h"
+#include "samehost/host.h"
+#include "wire/fields.h"
+
+namespace softrdma::engine::rc {
+
+namespace {
+
+// The next WQE of the peer's queue, if one is posted and not yet claimed.
+bool claim_receive(samehost::RecvState& rq, uint32_t& index) {
+  uint32_t claimed = rq.claimed.load(std::memory_order_acquire);
+  const uint32_t posted = rq.posted.load(std::memory_order_acquire);
+  if (int32_t(posted - claimed) <= 0) return false;
+  if (!rq.claimed.compare_exchange_strong(claimed, claimed + 1, std::memory_order_acq_rel))
+    return false;
+  index = claimed;
+  return true;
+}
+
+}  // namespace
+
+bool Requester::consumes_receive(const SendWqe& wqe) {
+  return wqe.opcode == IBV_WR_SEND || wqe.opcode == IBV_WR_SEND_WITH_IMM ||
+         wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+}
+
+// Where the WQE `index` of the peer's queue scatters a message of `length` bytes:
+// its SGEs read from the peer and checked as its responder would (IBA 10.6.3.1),
+// clipped to the message. kGo, kInvalidRequest (too long: LOC_LEN_ERR there) or
+// kRemoteOperational (an L_Key refused: LOC_PROT_ERR there); kNotReady when the
+// peer's memory cannot be read.
+Requester::HostVerdict Requester::scatter_on_host(const HostTarget& target, uint32_t index,
+                                                  uint64_t length, HostIovecs& out) const {
+  samehost::Peer& peer = *conn_.path().peer;
+  samehost::RecvState& rq = *target.rq;
+  const uint32_t slots = rq.slot_count.load(std::memory_order_relaxed);
+  const uint32_t max_sge = rq.max_sge.load(std::memory_order_relaxed);
+  if (slots == 0 || (slots & (slots - 1)) != 0 || max_sge == 0 || max_sge > kMaxPeerSges)
+    return HostVerdict::kNotReady;
+  std::array<samehost::RecvSge, kMaxPeerSges> sges;
+  const uint64_t at = rq.sges.load(std::memory_order_relaxed) +
+                      uint64_t(index & (slots - 1)) * max_sge * sizeof(samehost::RecvSge);
+  iovec local{sges.data(), max_sge * sizeof(samehost::RecvSge)};
+  iovec remote{reinterpret_cast<void*>(at), local.iov_len};
+  bump(conn_.qp().device().counters().host_calls);
+  if (peer.memory->read({&local, 1}, {&remote, 1}) != 0) return HostVerdict::kNotReady;
+  uint64_t left = length;
+  uint64_t capacity = 0;
+  for (uint32_t i = 0; i < max_sge; ++i) {
+    const samehost::RecvSge& sge = sges[i];
+    capacity += sge.length;
+    if (sge.length == 0 || left == 0) continue;
+    const auto grant = peer.node->key(sge.lkey);
+    if (!grant || grant->pd != target.pd || (grant->access & IBV_ACCESS_LOCAL_WRITE) == 0 ||
+        sge.addr < grant->iova || sge.length > grant->length ||
+        sge.addr - grant->iova > grant->length - sge.length)
+      return HostVerdict::kRemoteOperational;
+    const uint64_t take = std::min<uint64_t>(left, sge.length);
+    out.remote[out.count++] = {reinterpret_cast<void*>(grant->host_addr + (sge.addr - grant->iova)),
+                               size_t(take)};
+    left -= take;
+  }
+  return length > capacity ? HostVerdict::kInvalidRequest : HostVerdict::kGo;
+}
+
+// The message and its result in one cross-memory write; the WQE's result alone
+// when the message failed there (`status`).
+int Requester::place_on_host(const SendWqe& wqe, const HostTarget& target, uint32_t index,
+                             HostIovecs& remote, ibv_wc_status status) {
+  samehost::Peer& peer = *conn_.path().peer;
+  samehost::RecvState& rq = *target.rq;
+  samehost::RecvResult result{};
+  result.status = uint32_t(status);
+  result.byte_len = status == IBV_WC_SUCCESS ? wqe.length : 0;
+  result.imm_data = wqe.imm_data;
+  if (wqe.opcode != IBV_WR_SEND) result.flags |= samehost::RecvResult::kWithImm;
+  if (wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) result.flags |= samehost::RecvResult::kRdmaWithImm;
+  if (wqe.flags & IBV_SEND_SOLICITED) result.flags |= samehost::RecvResult::kSolicited;
+  std::array<iovec, kMaxPeerSges + 1> local;
+  uint32_t n = 0;
+  if (status == IBV_WC_SUCCESS && wqe.length != 0) {
+    n = local_iovecs(wqe, {local.data(), kMaxPeerSges});
+  } else {
+    remote.count = 0;
+  }
+  const uint32_t slots = rq.slot_count.load(std::memory_order_relaxed);
+  const uint64_t at = rq.results.load(std::memory_order_relaxed) +
+                      uint64_t(index & (slots - 1)) * sizeof(samehost::RecvResult);
+  local[n++] = {&result, sizeof result};
+  remote.remote[remote.count++] = {reinterpret_cast<void*>(at), sizeof result};
+  bump(conn_.qp().device().counters().host_calls);
+  return peer.memory->write({local.data(), n}, {remote.remote.data(), remote.count});
+}
+
+// Executes the WQE into the peer's next receive; false when the requester must
+// stop for now (an RNR wait, a retry, an error).
+bool Requester::send_on_host(SendWqe& wqe, Nanos now) {
+  samehost::Peer& peer = *conn_.path().peer;
+  HostTarget target;
+  uint32_t index = 0;
+  ibv_wc_status there = IBV_WC_SUCCESS;
+  peer.node->begin_access();
+  HostVerdict verdict = find_receiver_on_host(wqe, target);
+  HostIovecs remote;
+  uint64_t host_addr = 0;
+  if (verdict == HostVerdict::kGo && wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+    verdict = check_on_host(wqe, peer, host_addr);
+  if (verdict == HostVerdict::kGo && !claim_receive(*target.rq, index)) verdict = HostVerdict::kRnr;
+  if (verdict == HostVerdict::kGo) {
+    if (wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+      if (wqe.length != 0) remote.remote[remote.count++] = {reinterpret_cast<void*>(host_addr), wqe.length};
+    } else {
+      const HostVerdict scattered = scatter_on_host(target, index, wqe.length, remote);
+      if (scattered == HostVerdict::kInvalidRequest) there = IBV_WC_LOC_LEN_ERR;
+      if (scattered == HostVerdict::kRemoteOperational) there = IBV_WC_LOC_PROT_ERR;
+      if (scattered == HostVerdict::kNotReady) verdict = scattered;
+    }
+  }
+  if (verdict == HostVerdict::kGo)
+    verdict = finish_on_host(wqe, target, index, remote, there);
+  peer.node->end_access();
+  return conclude_send_on_host(wqe, verdict, target, now);
+}
+
+// The peer's QP, and its receive queue if SENDs to it may be placed from here.
+Requester::HostVerdict Requester::find_receiver_on_host(const SendWqe& wqe,
+                                                        HostTarget& target) const {
+  samehost::Peer& peer = *conn_.path().peer;
+  const uint32_t dest_qpn = conn_.path().dest_qpn;
+  const auto grant = peer.node->qp(dest_qpn);
+  if (!grant || !takes_requests_on_host(grant->state) || grant->type != uint32_t(IBV_QPT_RC))
+    return HostVerdict::kNotReady;
+  if (wqe.length > conn_.qp().device().limits().max_msg_size) return HostVerdict::kInvalidRequest;
+  if (grant->recv_queue == 0) return HostVerdict::kWire;  // an SRQ's: the wire, for now
+  target.pd = grant->pd;
+  target.recv_queue = grant->recv_queue;
+  target.rq = peer.node->recv(grant->recv_queue);
+  // Closed (the QP is entering Error or Reset): as a QP that takes no request.
+  if (target.rq == nullptr || target.rq->qpn.load(std::memory_order_acquire) != dest_qpn)
+    return HostVerdict::kNotReady;
+  return HostVerdict::kGo;
+}
+
+// Writes, then tells the peer: its `placed` moves past the WQE and a notice wakes
+// its engine. A failed write of the payload leaves a protection error there.
+Requester::HostVerdict Requester::finish_on_host(const SendWqe& wqe, const HostTarget& target,
+                                                 uint32_t index, HostIovecs& remote,
+                                                 ibv_wc_status there) {
+  samehost::Peer& peer = *conn_.path().peer;
+  int err = place_on_host(wqe, target, index, remote, there);
+  // The sender's own buffer went (munmap without ibv_dereg_mr): its local
+  // protection error, as the wire's gather finds it, and the WQE claimed there is
+  // given back (nobody can have claimed after it: one sender per RC QP).
+  if (err == EFAULT && !local_buffers_readable(wqe)) {
+    uint32_t next = index + 1;
+    if (target.rq->claimed.compare_exchange_strong(next, index, std::memory_order_acq_rel))
+      return HostVerdict::kLocalProtection;
+  }
+  if (err == EFAULT && there == IBV_WC_SUCCESS) {
+    there = wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM ? IBV_WC_SUCCESS : IBV_WC_LOC_PROT_ERR;
+    if (there == IBV_WC_SUCCESS) return HostVerdict::kAccess;  // the R_Key's memory went
+    HostIovecs none;
+    err = place_on_host(wqe, target, index, none, there);
+  }
+  if (err != 0) return HostVerdict::kNotReady;
+  target.rq->placed.store(index + 1, std::memory_order_release);
+  if (peer.node->notice(target.recv_queue)) peer.ring();
+  if (there == IBV_WC_LOC_LEN_ERR) return HostVerdict::kInvalidRequest;
+  if (there == IBV_WC_LOC_PROT_ERR) return HostVerdict::kRemoteOperational;
+  return HostVerdict::kGo;
+}
+
+bool Requester::conclude_send_on_host(SendWqe& wqe, HostVerdict verdict,
+                                      const HostTarget& target, Nanos now) {
+  Qp& qp = conn_.qp();
+  switch (verdict) {
+    case HostVerdict::kGo:
+      host_retries_ = host_rnr_retries_ = 0;
+      bump(qp.device().counters().host_sends);
+      bump(qp.device().counters().host_bytes, wqe.length);
+      bump(qp.counters().host_operations);
+      mark_executed_on_host(wqe);
+      return true;
+    case HostVerdict::kWire:
+      return start_on_wire(wqe);
+    case HostVerdict::kNotReady:
+      return retry_on_host(wqe, now);
+    case HostVerdict::kRnr:
+      return wait_rnr_on_host(wqe, target, now);
+    case HostVerdict::kAccess:
+      refuse_on_host(wqe, verdict, now);
+      return false;
+    case HostVerdict::kLocalProtection:
+      bump(qp.device().counters().local_access_unmapped);
+      fail_on_host(wqe, IBV_WC_LOC_PROT_ERR, now);
+      return false;
+    default:
+      // The peer's WQE carries the error and ends its QP when completed.
+      host_retries_ = host_rnr_retries_ = 0;
+      fail_on_host(wqe, verdict == HostVerdict::kInvalidRequest ? IBV_WC_REM_INV_REQ_ERR
+                                                                : IBV_WC_REM_OP_ERR,
+                   now);
+      return false;
+  }
+}
+
+// Whether every byte of the WQE's gather list can be read here: one byte of each
+// page, through the fault-guarded copy (guarded_memory.h). Only after a failed
+// placement, to tell whose memory was missing.
+bool Requester::local_buffers_readable(const SendWqe& wqe) const {
+  std::array<iovec, kMaxPeerSges> local;
+  const uint32_t n = local_iovecs(wqe, local);
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  for (uint32_t i = 0; i < n; ++i) {
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(local[i].iov_base);
+    const uintptr_t end = begin + local[i].iov_len;
+    if (begin == 0 && local[i].iov_len != 0) return false;  // the lkey did not resolve
+    for (uintptr_t at = begin; at < end; at = (at / page + 1) * page) {
+      uint8_t byte;
+      if (!guarded_copy(&byte, reinterpret_cast<const void*>(at), 1)) return false;
+    }
+  }
+  return true;
+}
+
+// IBA 9.7.5.2.8: as after an RNR NAK, wait the peer's min_rnr_timer; rnr_retry 7
+// waits for ever.
+bool Requester::wait_rnr_on_host(SendWqe& wqe, const HostTarget& target, Nanos now) {
+  Qp& qp = conn_.qp();
+  bump(qp.device().counters().host_rnr_waits);
+  if (qp.attr().rnr_retry != 7 && host_rnr_retries_++ >= qp.attr().rnr_retry) {
+    host_rnr_retries_ = 0;
+    fail_on_host(wqe, IBV_WC_RNR_RETRY_EXC_ERR, now);
+    return false;
+  }
+  const uint32_t timer = target.rq->min_rnr_timer.load(std::memory_order_relaxed) & 31;
+  const Nanos until = now + Nanos(wire::kRnrTimerMicros[timer]) * 1000;
+  pause_until(until);
+  qp.device().arm_timer(qp, until);
+  return false;
+}
+
+}  // namespace softrdma::engine::rc

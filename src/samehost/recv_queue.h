@@ -1,0 +1,48 @@
+// The receive queue of a QP as processes of the same host consume it: the shared
+// part lives in the owner's node segment (node_segment.h), the rest in the
+// owner's memory (engine/qp_host_recv.cc; the sender's side in
+// engine/rc/requester_host_send.cc).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace softrdma::samehost {
+
+// A receive queue whose WQEs peers may consume: a SEND (or WRITE with immediate)
+// from a process of this host is placed by that process (docs/decisions/
+// same-host.md, "SENDs"). The WQEs stay in the owner's memory; a peer claims the
+// next one here, reads its scatter list there (RecvSge, max_sge per slot), writes
+// the payload and a RecvResult with cross-memory attach, then moves `placed` on
+// and leaves a notice; the owner completes the WQE when it takes the notice.
+// IBA 10.2.9: WQEs are consumed in the order they were posted, whoever consumes.
+struct RecvState {
+  std::atomic<uint32_t> qpn;        // the QP it serves; 0 while closed (nothing claims)
+  std::atomic<uint32_t> posted;     // WQEs posted so far (mod 2^32): the owner
+  std::atomic<uint32_t> claimed;    // WQEs claimed so far: compare-exchange, any process
+  std::atomic<uint32_t> placed;     // WQEs before this one a peer placed, with results
+  std::atomic<uint32_t> noticed;    // 1 while a notice of this queue waits for the owner
+  std::atomic<uint32_t> slot_count;  // WQE slots (a power of two): index mod slot_count
+  std::atomic<uint32_t> max_sge;
+  std::atomic<uint32_t> min_rnr_timer;  // IBA 9.7.5.2.8's encoding
+  std::atomic<uint64_t> sges;       // the owner's address of slot 0's first RecvSge
+  std::atomic<uint64_t> results;    // the owner's address of slot 0's RecvResult
+};
+
+// One scatter entry of a receive WQE, as the owner keeps it (engine::Sge).
+struct RecvSge {
+  uint64_t addr;
+  uint32_t length;
+  uint32_t lkey;
+};
+
+// What a peer wrote into the owner's memory for a WQE it consumed.
+struct RecvResult {
+  static constexpr uint32_t kWithImm = 1, kSolicited = 2, kRdmaWithImm = 4;
+  uint32_t byte_len;
+  uint32_t imm_data;  // network byte order
+  uint32_t status;    // ibv_wc_status
+  uint32_t flags;
+};
+
+}  // namespace softrdma::samehost

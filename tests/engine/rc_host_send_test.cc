@@ -1,0 +1,133 @@
+// SENDs on the same-host path (engine/rc/requester_host_send.cc,
+// engine/qp_host_recv.cc): the sender places the message into the receiver's
+// posted WQE, waits out the receiver's RNR timer when none is posted, and the
+// receiver completes the WQE at its next turn. What
+// both paths share (delivery, immediate data, a message too long, bad keys) is
+// tested over both by RcOpsTest and RcErrorTest.
+#include <array>
+#include <cstring>
+
+#include "engine/rc_fixture.h"
+
+namespace softrdma::engine::testing {
+namespace {
+
+constexpr size_t kDst = 128 * 1024;
+
+class RcHostSendTest : public RcPairTest {
+ protected:
+  void SetUp() override {
+    same_host_ = true;
+    RcPairTest::SetUp();
+  }
+};
+
+TEST_F(RcHostSendTest, ASendIsPlacedWithoutAPacketAndCompletesAtTheReceiver) {
+  fill(a, 0, 5000, 4);
+  post_recv(b, kDst, 8192, 77);
+  ASSERT_EQ(post(a, IBV_WR_SEND, 0, 5000, 0, 1), 0);
+  pump();
+  auto sent = poll(a.scq);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].status, IBV_WC_SUCCESS);
+  auto got = poll(b.rcq);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(got[0].wr_id, 77u);
+  EXPECT_EQ(got[0].byte_len, 5000u);
+  EXPECT_EQ(got[0].opcode, IBV_WC_RECV);
+  EXPECT_EQ(got[0].src_qp, a.qp->qpn());
+  EXPECT_TRUE(same(a, 0, b, kDst, 5000));
+  EXPECT_EQ(a.counters().tx_packets.load(), 0u) << "nothing on the wire";
+  EXPECT_EQ(a.counters().host_sends.load(), 1u);
+  EXPECT_EQ(b.counters().host_receives.load(), 1u);
+}
+
+// A scatter list of three buffers takes the message in order (IBA 10.7.2.2).
+TEST_F(RcHostSendTest, AScatterListIsFilledInOrder) {
+  fill(a, 0, 3000, 8);
+  std::array<ibv_sge, 3> sges{ibv_sge{b.addr(kDst), 1000, b.mr->key},
+                              ibv_sge{b.addr(kDst + 4096), 1000, b.mr->key},
+                              ibv_sge{b.addr(kDst + 8192), 1500, b.mr->key}};
+  ibv_recv_wr wr{};
+  wr.wr_id = 5;
+  wr.sg_list = sges.data();
+  wr.num_sge = 3;
+  ASSERT_EQ(b.qp->post_recv(&wr, nullptr), 0);
+  ASSERT_EQ(post(a, IBV_WR_SEND, 0, 3000, 0, 1), 0);
+  pump();
+  auto got = poll(b.rcq);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].byte_len, 3000u);
+  EXPECT_TRUE(same(a, 0, b, kDst, 1000));
+  EXPECT_TRUE(same(a, 1000, b, kDst + 4096, 1000));
+  EXPECT_TRUE(same(a, 2000, b, kDst + 8192, 1000));
+}
+
+// IBA 9.7.5.1.4: no receive posted is RNR; the sender waits the receiver's
+// min_rnr_timer and tries again, and the message arrives once one is posted.
+TEST_F(RcHostSendTest, NoReceivePostedWaitsTheRnrTimerThenDelivers) {
+  fill(a, 0, 100, 2);
+  ASSERT_EQ(post(a, IBV_WR_SEND, 0, 100, 0, 1), 0);
+  pump();
+  EXPECT_TRUE(poll(a.scq).empty());
+  EXPECT_EQ(a.counters().host_rnr_waits.load(), 1u);
+  post_recv(b, kDst, 100, 3);
+  ASSERT_TRUE(run_until([&] { return a.qp->sq().empty(); }));
+  EXPECT_EQ(poll(a.scq).at(0).status, IBV_WC_SUCCESS);
+  auto got = poll(b.rcq);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].wr_id, 3u);
+  EXPECT_TRUE(same(a, 0, b, kDst, 100));
+}
+
+// rnr_retry 3: four tries, then IBV_WC_RNR_RETRY_EXC_ERR and the QP in Error.
+TEST_F(RcHostSendTest, RnrRetriesExhaustedIsRnrRetryExceeded) {
+  ASSERT_EQ(post(a, IBV_WR_SEND, 0, 100, 0, 1), 0);
+  ASSERT_TRUE(run_until([&] { return a.qp->sq().empty(); }));
+  auto wcs = poll(a.scq);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_RNR_RETRY_EXC_ERR);
+  EXPECT_EQ(a.counters().host_rnr_waits.load(), uint64_t(options_.rnr_retry) + 1);
+  EXPECT_EQ(a.qp->state(), IBV_QPS_ERR);
+}
+
+// A receiver whose QP went to Error flushes its WQEs and takes no more messages:
+// the sender sees a QP that takes no request (as a lost one: RETRY_EXC_ERR).
+TEST_F(RcHostSendTest, AReceiverInErrorTakesNothingMore) {
+  post_recv(b, kDst, 100, 1);
+  b.qp->enter_error(0);
+  auto flushed = poll(b.rcq);
+  ASSERT_EQ(flushed.size(), 1u);
+  EXPECT_EQ(flushed[0].status, IBV_WC_WR_FLUSH_ERR);
+  ASSERT_EQ(post(a, IBV_WR_SEND, 0, 100, 0, 1), 0);
+  ASSERT_TRUE(run_until([&] { return a.qp->sq().empty(); }, 10'000'000'000));
+  EXPECT_EQ(poll(a.scq).at(0).status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_TRUE(poll(b.rcq).empty());
+  EXPECT_EQ(b.counters().host_receives.load(), 0u);
+}
+
+// An SRQ's WQEs are not published: SENDs to a QP that receives from one take the
+// wire and arrive.
+TEST_F(RcHostSendTest, SendsToAnSrqTakeTheWire) {
+  RcOptions o;
+  o.srq_wrs = 8;
+  o.same_host = true;
+  connect(o);
+  fill(a, 0, 64, 5);
+  ibv_sge sge{b.addr(kDst), 64, b.mr->key};
+  ibv_recv_wr wr{};
+  wr.wr_id = 9;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  ASSERT_EQ(b.srq->post_recv(&wr, nullptr), 0);
+  ASSERT_EQ(post(a, IBV_WR_SEND, 0, 64, 0, 1), 0);
+  ASSERT_TRUE(run_until([&] { return a.qp->sq().empty(); }));
+  EXPECT_EQ(poll(a.scq).at(0).status, IBV_WC_SUCCESS);
+  EXPECT_EQ(a.counters().host_sends.load(), 0u);
+  EXPECT_GT(a.counters().tx_packets.load(), 0u);
+  EXPECT_TRUE(same(a, 0, b, kDst, 64));
+}
+
+}  // namespace
+}  // namespace softrdma::engine::testing
