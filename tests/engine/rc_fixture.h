@@ -142,4 +142,13 @@ class RcPathTest : public RcPairTest, public ::testing::WithParamInterface<TestP
   }
 };
 
+// A pair whose devices publish node segments: the same-host path only.
+class RcHostPairTest : public RcPairTest {
+ protected:
+  void SetUp() override {
+    same_host_ = true;
+    RcPairTest::SetUp();
+  }
+};
+
 }  // namespace softrdma::engine::testing

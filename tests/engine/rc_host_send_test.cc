@@ -14,13 +14,7 @@ namespace {
 
 constexpr size_t kDst = 128 * 1024;
 
-class RcHostSendTest : public RcPairTest {
- protected:
-  void SetUp() override {
-    same_host_ = true;
-    RcPairTest::SetUp();
-  }
-};
+using RcHostSendTest = RcHostPairTest;
 
 TEST_F(RcHostSendTest, ASendIsPlacedWithoutAPacketAndCompletesAtTheReceiver) {
   fill(a, 0, 5000, 4);

@@ -18,12 +18,8 @@ namespace {
 
 constexpr size_t kDst = 128 * 1024;
 
-class RcHostTest : public RcPairTest {
+class RcHostTest : public RcHostPairTest {
  protected:
-  void SetUp() override {
-    same_host_ = true;
-    RcPairTest::SetUp();
-  }
   // A list of `n` WRITEs of 64 bytes, WR i from a's offset 64i to b's kDst + 64i;
   // `adjust` may change one.
   int post_list(int n, const std::function<void(int, ibv_send_wr&)>& adjust = {}) {

@@ -29,12 +29,7 @@ TEST(Connect, AcceptedConnectionCarriesDataAndDisconnects) {
   ibv_mr* out_mr = ibv_reg_mr(c.client.id->pd, outbox.data(), outbox.size(), 0);
   ASSERT_NE(in_mr, nullptr);
   ASSERT_NE(out_mr, nullptr);
-  ibv_sge rsge{uint64_t(uintptr_t(inbox.data())), 64, in_mr->lkey};
-  ibv_recv_wr rwr{};
-  rwr.sg_list = &rsge;
-  rwr.num_sge = 1;
-  ibv_recv_wr* bad_r = nullptr;
-  ASSERT_EQ(ibv_post_recv(child->qp, &rwr, &bad_r), 0);
+  ASSERT_EQ(post_recv_into(child->qp, inbox.data(), 64, in_mr), 0);
   rdma_conn_param accept{};
   accept.responder_resources = accept.initiator_depth = 1;
   const char reply[] = "welcome";
@@ -48,14 +43,7 @@ TEST(Connect, AcceptedConnectionCarriesDataAndDisconnects) {
   rdma_ack_cm_event(expect_event(c.server.channel, RDMA_CM_EVENT_ESTABLISHED));
 
   std::strcpy(outbox.data(), "over rc");
-  ibv_sge ssge{uint64_t(uintptr_t(outbox.data())), 8, out_mr->lkey};
-  ibv_send_wr swr{};
-  swr.sg_list = &ssge;
-  swr.num_sge = 1;
-  swr.opcode = IBV_WR_SEND;
-  swr.send_flags = IBV_SEND_SIGNALED;
-  ibv_send_wr* bad_s = nullptr;
-  ASSERT_EQ(ibv_post_send(c.client.id->qp, &swr, &bad_s), 0);
+  ASSERT_EQ(post_send_from(c.client.id->qp, outbox.data(), 8, out_mr), 0);
   ibv_wc wc{};
   int polled = 0;
   for (int i = 0; i < 3000000 && polled == 0; ++i) polled = ibv_poll_cq(child->recv_cq, 1, &wc);

@@ -67,4 +67,26 @@ struct Connecting {
   }
 };
 
+// One receive of `length` bytes into `buffer` (registered as `mr`) on `qp`.
+inline int post_recv_into(ibv_qp* qp, void* buffer, uint32_t length, const ibv_mr* mr) {
+  ibv_sge sge{uint64_t(uintptr_t(buffer)), length, mr->lkey};
+  ibv_recv_wr wr{};
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  ibv_recv_wr* bad = nullptr;
+  return ibv_post_recv(qp, &wr, &bad);
+}
+
+// One signaled SEND of `length` bytes from `buffer` (registered as `mr`) on `qp`.
+inline int post_send_from(ibv_qp* qp, const void* buffer, uint32_t length, const ibv_mr* mr) {
+  ibv_sge sge{uint64_t(uintptr_t(buffer)), length, mr->lkey};
+  ibv_send_wr wr{};
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr* bad = nullptr;
+  return ibv_post_send(qp, &wr, &bad);
+}
+
 }  // namespace softrdma::rdmacm::testing

@@ -90,21 +90,9 @@ TEST(RnrTimer, ReceivePostedLateWithinTheRetryBudgetGetsTheSend) {
   ASSERT_NE(in_mr, nullptr);
   ASSERT_NE(out_mr, nullptr);
 
-  ibv_sge ssge{uint64_t(uintptr_t(outbox.data())), 64, out_mr->lkey};
-  ibv_send_wr swr{};
-  swr.sg_list = &ssge;
-  swr.num_sge = 1;
-  swr.opcode = IBV_WR_SEND;
-  swr.send_flags = IBV_SEND_SIGNALED;
-  ibv_send_wr* bad_s = nullptr;
-  ASSERT_EQ(ibv_post_send(c.client.id->qp, &swr, &bad_s), 0);
+  ASSERT_EQ(post_send_from(c.client.id->qp, outbox.data(), 64, out_mr), 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  ibv_sge rsge{uint64_t(uintptr_t(inbox.data())), 64, in_mr->lkey};
-  ibv_recv_wr rwr{};
-  rwr.sg_list = &rsge;
-  rwr.num_sge = 1;
-  ibv_recv_wr* bad_r = nullptr;
-  ASSERT_EQ(ibv_post_recv(child->qp, &rwr, &bad_r), 0);
+  ASSERT_EQ(post_recv_into(child->qp, inbox.data(), 64, in_mr), 0);
 
   ibv_wc wc{};
   ASSERT_TRUE(poll_one(c.client.id->send_cq, wc));
