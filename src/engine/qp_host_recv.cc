@@ -72,7 +72,10 @@ void Qp::close_host_receives() {
 // receive for this message: RNR, IBA 9.7.5.1.4).
 RecvWqe* Qp::take_shared_recv() {
   if (wire_holds_recv_) return current_recv();
-  drain_host_receives(device_.clock().now(), /*stop_at_failure=*/true);
+  // Only when a peer placed something since (one load): a wire message, to a peer
+  // on another host above all, pays no fence or clock read for the shared queue.
+  if (host_recv_->placed.load(std::memory_order_acquire) != rq_.head())
+    drain_host_receives(device_.clock().now(), /*stop_at_failure=*/true);
   if (rq_.empty()) return nullptr;
   uint32_t head = rq_.head();
   if (!host_recv_->claimed.compare_exchange_strong(head, head + 1, std::memory_order_acq_rel))
