@@ -72,11 +72,16 @@ def pingpong(tool, extra="", **kw):
 # answers the REQ with REJ "invalid service ID" (8), and perftest's retry then uses
 # the ids it has just freed and crashes (fixed upstream). Neither is softrdma's.
 PERFTEST_CM_RACE = r"RDMA_CM_EVENT_REJECTED; error: 8"
+# perftest fits the CPU clock against gettimeofday before it reports; in the emulated
+# guest on a loaded host the fit can be poor ("Correlation coefficient r^2: 0.69 <
+# 0.9", "Can't produce a report") and the tool exits 1 after a complete run, which
+# the other side then sees as a flushed receive at the final handshake.
+PERFTEST_CALIBRATION = r"Can't produce a report"
 
 
 def perftest(tool, extra="", rdma_cm=False, **kw):
-    if rdma_cm:
-        kw.setdefault("tool_race", PERFTEST_CM_RACE)
+    races = [PERFTEST_CALIBRATION] + ([PERFTEST_CM_RACE] if rdma_cm else [])
+    kw.setdefault("tool_race", "|".join(races))
     addressing = "-R" if rdma_cm else "-x {gid}"
     base = f"{tool} -d {{dev}} {addressing} -p {{port}} {extra}"
     name = tool + (".R" if rdma_cm else "") + kw.pop("suffix", "")
