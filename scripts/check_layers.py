@@ -16,8 +16,9 @@ ALLOWED = {
     "wire": {"wire"},
     "transport": {"wire", "transport"},
     "progress": {"progress"},
-    # The same-host path: node segments and cross-memory attach, below the engine.
-    "samehost": {"wire", "samehost", "transport/transport.h"},
+    # The same-host path: node segments and cross-memory attach, below the engine;
+    # a peer wakes the owner's progress loop by its protocol (one header).
+    "samehost": {"wire", "samehost", "transport/transport.h", "progress/wake_word.h"},
     "engine": {"wire", "engine", "samehost", "transport/transport.h"},
     "runtime": {"wire", "engine", "progress", "samehost", "transport", "runtime"},
     "verbs": {"wire", "engine", "runtime", "verbs", "progress", "transport/transport.h"},

@@ -196,6 +196,9 @@ void Qp::after_state_change(ibv_qp_state from, ibv_qp_state to, Nanos now) {
     return;
   }
   protocol_->on_state_change(from, to, now);
+  // The protocol chose its path (the wire or the same host) just now: the status
+  // row written by set_state still shows the old one.
+  if (to == IBV_QPS_RTR || to == IBV_QPS_SQD) device_.note_qp(*this);
   if (to == IBV_QPS_SQD) maybe_report_drained();
 }
 

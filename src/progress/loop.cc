@@ -109,20 +109,21 @@ void ProgressLoop::stop() {
   thread_.join();
 }
 
-// Dekker with block(): wake() stores wake_pending_ then loads state_; the loop
-// stores state_ = kBlocked then loads wake_pending_. Sequentially consistent, so at
-// least one of them sees the other's store: either the loop does not block, or
-// wake() sees kBlocked and writes the eventfd. Only the exchange that moves
-// kBlocked -> kRunning writes, so concurrent wakes write once. A loop standing
+// wake_word.h says how a wake and the loop's going to sleep meet. A loop standing
 // aside (kAside) is not woken: the poller it stands aside for runs the engine,
 // timers included, and the loop looks again when the poller's time is up.
 void ProgressLoop::wake() {
-  wake_pending_.store(true, std::memory_order_seq_cst);
-  if (state_.load(std::memory_order_seq_cst) != State::kBlocked) return;
-  if (state_.exchange(State::kRunning, std::memory_order_seq_cst) != State::kBlocked) return;
-  const uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof one);
-  stats_.wake_writes.fetch_add(1, std::memory_order_relaxed);
+  if (wake_loop(*word_, wake_fd_)) stats_.wake_writes.fetch_add(1, std::memory_order_relaxed);
+}
+
+void ProgressLoop::share_wake_word(WakeWord* word) {
+  word->pending.store(word_->pending.load());
+  word->state.store(word_->state.load());
+  word_ = word;
+}
+
+void ProgressLoop::set_state(LoopState state) {
+  word_->state.store(uint32_t(state), std::memory_order_seq_cst);
 }
 
 // The loop thread never waits for the lock: when a poller holds it, the poller
@@ -153,8 +154,11 @@ void ProgressLoop::poller_satisfied(bool hand_over) {
   // The loop may be asleep until the end of the long stand-aside: tell it now
   // when the poller is likely to wait next where the loop must serve it.
   if (!hand_over) return;
-  if (state_.load(std::memory_order_seq_cst) != State::kAside) return;
-  if (state_.exchange(State::kRunning, std::memory_order_seq_cst) != State::kAside) return;
+  uint32_t aside = uint32_t(LoopState::kAside);
+  if (word_->state.load(std::memory_order_seq_cst) != aside) return;
+  if (!word_->state.compare_exchange_strong(aside, uint32_t(LoopState::kRunning),
+                                            std::memory_order_seq_cst))
+    return;
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof one);
   stats_.wake_writes.fetch_add(1, std::memory_order_relaxed);
@@ -172,13 +176,13 @@ void ProgressLoop::stand_aside() {
     const int64_t until = aside_until_ns_.load(std::memory_order_relaxed);
     if (until <= monotonic_now_ns() || stopping_.load(std::memory_order_relaxed)) return;
     stats_.asides.fetch_add(1, std::memory_order_relaxed);
-    state_.store(State::kAside, std::memory_order_seq_cst);
+    set_state(LoopState::kAside);
     epoll_event events[kMaxEvents];
     // Looks again at least every aside_check: a poller that left without a
     // hand-over is noticed within it.
     const int64_t wake_at = std::min(until, monotonic_now_ns() + options_.aside_check.count());
     const int n = wait_for_events(aside_epoll_fd_, events, wake_at);
-    state_.store(State::kRunning, std::memory_order_seq_cst);
+    set_state(LoopState::kRunning);
     if (n > 0) {
       uint64_t count;
       [[maybe_unused]] ssize_t r = read(wake_fd_, &count, sizeof count);
@@ -198,7 +202,7 @@ void ProgressLoop::run() {
   pthread_setname_np(pthread_self(), options_.thread_name.substr(0, 15).c_str());
   while (!stopping_.load(std::memory_order_relaxed)) {
     // Consumed before progress(): a wake() for work this call misses sets it again.
-    wake_pending_.store(false, std::memory_order_seq_cst);
+    word_->pending.store(0, std::memory_order_seq_cst);
     stats_.iterations.fetch_add(1, std::memory_order_relaxed);
     stand_aside();
     if (call_progress()) continue;
@@ -218,7 +222,7 @@ bool ProgressLoop::spin() {
   const int64_t until = monotonic_now_ns() + options_.spin.count();
   while (monotonic_now_ns() < until) {
     if (stopping_.load(std::memory_order_relaxed)) return true;
-    if (wake_pending_.load(std::memory_order_relaxed)) return true;
+    if (word_->pending.load(std::memory_order_relaxed) != 0) return true;
     if (poller_present()) return true;
     cpu_relax();
     sched_yield();
@@ -229,21 +233,21 @@ bool ProgressLoop::spin() {
 }
 
 void ProgressLoop::block() {
-  state_.store(State::kBlocked, std::memory_order_seq_cst);
-  if (wake_pending_.load(std::memory_order_seq_cst) || stopping_.load()) {
-    state_.store(State::kRunning, std::memory_order_seq_cst);
+  set_state(LoopState::kBlocked);
+  if (word_->pending.load(std::memory_order_seq_cst) != 0 || stopping_.load()) {
+    set_state(LoopState::kRunning);
     return;
   }
   const int64_t due = deadline();
   if (due != kNoDeadline && due <= monotonic_now_ns()) {
-    state_.store(State::kRunning, std::memory_order_seq_cst);
+    set_state(LoopState::kRunning);
     stats_.woken_by_timeout.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   stats_.blocks.fetch_add(1, std::memory_order_relaxed);
   epoll_event events[kMaxEvents];
   const int n = wait_for_events(epoll_fd_, events, due);
-  state_.store(State::kRunning, std::memory_order_seq_cst);
+  set_state(LoopState::kRunning);
   if (n < 0) return;  // EINTR: go round
   if (n == 0) {
     stats_.woken_by_timeout.fetch_add(1, std::memory_order_relaxed);

@@ -29,6 +29,8 @@
 #include <thread>
 #include <vector>
 
+#include "progress/wake_word.h"
+
 namespace softrdma::progress {
 
 struct ProgressHooks {
@@ -85,6 +87,10 @@ class ProgressLoop {
 
   // Work was queued or a timer armed: a blocked loop recomputes and calls progress().
   void wake();
+  // Keeps the wake-up words in `word` from now on (memory shared with processes
+  // that wake this loop with wake_loop() and wake_fd(); it must outlive the loop).
+  // Before start().
+  void share_wake_word(WakeWord* word);
 
   // Calls progress() once on the calling thread, unless another thread is inside
   // it right now (then that one makes the progress): returns what progress()
@@ -105,8 +111,6 @@ class ProgressLoop {
   pid_t thread_tid() const { return tid_.load(std::memory_order_acquire); }
 
  private:
-  enum class State : int { kRunning, kBlocked, kAside };
-
   void run();
   bool call_progress();
   bool spin();
@@ -114,6 +118,7 @@ class ProgressLoop {
   bool poller_present() const;
   void stand_aside();
   int64_t deadline() const;
+  void set_state(LoopState state);
 
   ProgressHooks hooks_;
   const ProgressOptions options_;
@@ -130,9 +135,10 @@ class ProgressLoop {
   std::thread thread_;
   std::atomic<pid_t> tid_{0};
   std::atomic<bool> stopping_{false};
-  // wake() and the loop's going to sleep form a Dekker pair (see loop.cc).
-  std::atomic<bool> wake_pending_{false};
-  std::atomic<State> state_{State::kRunning};
+  // wake() and the loop's going to sleep form a Dekker pair (wake_word.h): in
+  // own_word_, or in shared memory (share_wake_word).
+  WakeWord own_word_{};
+  WakeWord* word_ = &own_word_;
   mutable std::mutex progress_mutex_;  // progress() on one thread at a time
   // CLOCK_MONOTONIC ns until which the loop stands aside for a poller.
   std::atomic<int64_t> aside_until_ns_{0};

@@ -85,7 +85,11 @@ std::unique_ptr<Node> Node::open(const Settings& settings, std::string& error) {
     node->loop_ = std::make_unique<progress::ProgressLoop>(std::move(hooks));
     progress::ProgressLoop* loop = node->loop_.get();
     device->set_wakeup([loop] { loop->wake(); });
-    if (node->host_) node->host_->set_doorbell(loop->wake_fd());
+    if (node->host_) {
+      // Peers wake this loop by its own protocol, through the segment (same-host.md).
+      loop->share_wake_word(&node->host_->node().header().loop_wake);
+      node->host_->set_doorbell(loop->wake_fd());
+    }
     node->loop_->start();
   }
   return node;

@@ -37,10 +37,8 @@ Peer::~Peer() {
   if (doorbell >= 0) close(doorbell);
 }
 
-void Peer::ring() const {
-  if (doorbell < 0) return;
-  const uint64_t one = 1;
-  (void)!::write(doorbell, &one, sizeof one);
+bool Peer::ring() const {
+  return doorbell >= 0 && progress::wake_loop(node->header().loop_wake, doorbell);
 }
 
 // Yama's ptrace_scope 1 (Ubuntu's default) lets a process attach only to its own

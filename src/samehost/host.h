@@ -25,8 +25,9 @@ struct Peer {
   std::unique_ptr<ProcessMemory> memory;
   int doorbell = -1;  // the peer's doorbell (pidfd_getfd(2)); -1 without one
   ~Peer();
-  // Wakes the peer's progress thread (it has faults to take).
-  void ring() const;
+  // Wakes the peer's progress thread (it has faults or notices to take), by its
+  // loop's protocol: true when it was asleep and the doorbell was written.
+  bool ring() const;
   bool usable() const { return node->serving() && memory->alive(); }
 };
 

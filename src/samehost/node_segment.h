@@ -28,6 +28,7 @@
 
 #include "samehost/published_table.h"
 #include "samehost/recv_queue.h"
+#include "progress/wake_word.h"
 #include "samehost/shared_queue.h"
 #include "transport/transport.h"
 
@@ -57,7 +58,7 @@ struct QpGrant {
 
 inline constexpr char kNodeDirectory[] = "/dev/shm/";
 inline constexpr uint64_t kNodeMagic = 0x45444f4e414d4452;  // "RDMANODE"
-inline constexpr uint32_t kNodeVersion = 2;  // 2: receive queues
+inline constexpr uint32_t kNodeVersion = 3;  // 2: receive queues; 3: loop_wake
 
 struct NodeHeader {
   std::atomic<uint64_t> magic;  // written last, once the rest is
@@ -72,6 +73,9 @@ struct NodeHeader {
   std::atomic<uint32_t> key_overflow;  // a key could not be published: use the wire
   std::atomic<uint32_t> serving;       // 1 until the owner closes its device
   int32_t doorbell_fd;                 // the owner's eventfd (its number there)
+  // The owner's progress loop's wake-up words: a peer writes the doorbell only
+  // when that loop sleeps (progress/wake_word.h).
+  progress::WakeWord loop_wake;
   pthread_mutex_t atomics;             // robust, process-shared
   // Faults peers found while acting for the owner's QPs (a remote access error
   // ends the owner's QP too, IBA 9.9.3.1.2), drained by the owner's engine; each

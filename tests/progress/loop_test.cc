@@ -4,12 +4,15 @@
 #include "progress/loop.h"
 
 #include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <fstream>
+#include <new>
 #include <sstream>
 #include <thread>
 
@@ -275,6 +278,47 @@ TEST(ProgressLoop, StandsAsideForAPollerUntilHandedOver) {
   EXPECT_EQ(loop.stats().wake_writes, writes + 1);
   ASSERT_TRUE(eventually([&] { return engine.loop_calls.load() > loop_calls; }))
       << "handed over, the loop drives the engine again";
+}
+
+// Same-host peers wake a loop through its wake words in shared memory
+// (share_wake_word, wake_loop): from another process, a sleeping loop is woken
+// with one eventfd write, and a loop standing aside for a poller is not woken at
+// all (the poller runs the engine). The child reports whether it wrote.
+int wake_from_child(WakeWord& word, int fd) {
+  const pid_t child = fork();
+  if (child == 0) _exit(wake_loop(word, fd) ? 1 : 0);
+  int status = 0;
+  waitpid(child, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(ProgressLoop, AnotherProcessWakesItThroughSharedWakeWords) {
+  void* shared = mmap(nullptr, sizeof(WakeWord), PROT_READ | PROT_WRITE,
+                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(shared, MAP_FAILED);
+  WakeWord& word = *new (shared) WakeWord{};
+  CountingByThread engine;
+  ProgressLoop loop(engine.hooks(), ProgressOptions{.spin = 0ns,
+                                                    .aside_while_waiting = 3600s,
+                                                    .aside_after_completion = 0ns,
+                                                    .aside_check = 3600s});
+  loop.share_wake_word(&word);
+  loop.start();
+  ASSERT_TRUE(eventually([&] { return word.state.load() == uint32_t(LoopState::kBlocked); }));
+  const uint64_t calls_asleep = engine.loop_calls.load();
+  EXPECT_EQ(wake_from_child(word, loop.wake_fd()), 1) << "asleep: the doorbell is written";
+  ASSERT_TRUE(eventually([&] { return engine.loop_calls.load() > calls_asleep; }));
+  EXPECT_EQ(loop.stats().woken_by_wake, 1u);
+
+  loop.run_once();  // a poller: the loop stands aside at its next turn
+  loop.wake();
+  ASSERT_TRUE(eventually([&] { return word.state.load() == uint32_t(LoopState::kAside); }));
+  const uint64_t calls_aside = engine.loop_calls.load();
+  EXPECT_EQ(wake_from_child(word, loop.wake_fd()), 0) << "aside: no system call";
+  EXPECT_EQ(word.pending.load(), 1u) << "but the work is not lost: the loop sees it next";
+  EXPECT_EQ(engine.loop_calls.load(), calls_aside);
+  loop.stop();
+  munmap(shared, sizeof(WakeWord));
 }
 
 TEST(ProgressLoop, StopJoinsABlockedLoopAndIsIdempotent) {

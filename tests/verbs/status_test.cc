@@ -28,7 +28,9 @@ std::string run_status() {
 }
 
 // The child: a connected pair over `transport` (SOFTRDMA_TRANSPORT), one WRITE of
-// 4 KiB completed, then the QPNs to the parent, then it waits to be killed.
+// 4 KiB completed, and a third QP towards a left in RTR (as perftest's
+// ib_write_bw server leaves its own); then the three QPNs to the parent, then it
+// waits to be killed.
 [[noreturn]] void child_main(int report_fd, const char* transport) {
   setenv("SOFTRDMA_TRANSPORT", transport, 1);
   Pair pair;
@@ -36,8 +38,17 @@ std::string run_status() {
   if (post_send(pair.a.qp, IBV_WR_RDMA_WRITE, sge, 1, pair.b.addr(0), pair.b.mr->rkey) != 0 ||
       poll_n(pair.a.cq, 1).size() != 1)
     _exit(2);
-  const std::string qpns =
-      std::to_string(pair.a.qp->qp_num) + " " + std::to_string(pair.b.qp->qp_num) + "\n";
+  ibv_qp_init_attr init{};
+  init.send_cq = init.recv_cq = pair.b.cq;
+  init.qp_type = IBV_QPT_RC;
+  init.cap = {4, 4, 1, 1, 0};
+  ibv_qp* receiver = ibv_create_qp(pair.b.pd, &init);
+  ibv_gid gid_a{};
+  if (receiver == nullptr || ibv_query_gid(pair.a.ctx, 1, 1, &gid_a) != 0) _exit(4);
+  Pair::connect(receiver, pair.a.qp->qp_num, gid_a, 1, IBV_QPS_RTR);
+  const std::string qpns = std::to_string(pair.a.qp->qp_num) + " " +
+                           std::to_string(pair.b.qp->qp_num) + " " +
+                           std::to_string(receiver->qp_num) + "\n";
   if (write(report_fd, qpns.data(), qpns.size()) != ssize_t(qpns.size())) _exit(3);
   for (;;) pause();
 }
@@ -63,8 +74,8 @@ TEST_P(SoftrdmaStatus, ShowsARunningProcessAndForgetsAKilledOne) {
   char line[64] = {};
   ASSERT_GT(read(fds[0], line, sizeof line - 1), 0) << "the child never connected";
   close(fds[0]);
-  unsigned qpn_a = 0, qpn_b = 0;
-  ASSERT_EQ(std::sscanf(line, "%u %u", &qpn_a, &qpn_b), 2);
+  unsigned qpn_a = 0, qpn_b = 0, qpn_rtr = 0;
+  ASSERT_EQ(std::sscanf(line, "%u %u %u", &qpn_a, &qpn_b, &qpn_rtr), 3);
 
   const std::string out = run_status();
   EXPECT_NE(out.find("process " + std::to_string(child) + "  device softrdma0"), std::string::npos)
@@ -80,6 +91,11 @@ TEST_P(SoftrdmaStatus, ShowsARunningProcessAndForgetsAKilledOne) {
   const size_t row_a = out.find("  qp " + std::to_string(qpn_a) + "  type");
   ASSERT_NE(row_a, std::string::npos);
   const std::string line_a = out.substr(row_a, out.find('\n', row_a) - row_a);
+  // The path is chosen at RTR, and the row says so before RTS.
+  const size_t row_rtr = out.find("  qp " + std::to_string(qpn_rtr) + "  type RC  state RTR");
+  ASSERT_NE(row_rtr, std::string::npos) << out;
+  const std::string line_rtr = out.substr(row_rtr, out.find('\n', row_rtr) - row_rtr);
+  EXPECT_NE(line_rtr.find(wire() ? "path udp" : "path host"), std::string::npos) << line_rtr;
   if (wire()) {
     // Per QP: the 4 KiB WRITE is 4 packets at the pair's 1024-byte MTU, a sends
     // them and b receives them (and ACKs at least once).

@@ -25,7 +25,7 @@ Device::~Device() {
 }
 
 void Pair::connect(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& remote_gid,
-                   uint8_t sgid_index) {
+                   uint8_t sgid_index, ibv_qp_state until) {
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_INIT;
   attr.pkey_index = 0;
@@ -50,6 +50,7 @@ void Pair::connect(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& remote_gid,
                           IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
                               IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
             0);
+  if (until == IBV_QPS_RTR) return;
   attr = ibv_qp_attr{};
   attr.qp_state = IBV_QPS_RTS;
   attr.sq_psn = 1000;

@@ -74,9 +74,9 @@ class Pair {
 
   Side a, b;
 
-  // Moves a QP through INIT and RTR to RTS towards `remote`.
+  // Moves a QP through INIT and RTR to RTS (or only to `until`) towards `remote`.
   static void connect(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& remote_gid,
-                      uint8_t sgid_index);
+                      uint8_t sgid_index, ibv_qp_state until = IBV_QPS_RTS);
 
  private:
   void build(const PairOptions& options);

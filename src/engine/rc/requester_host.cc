@@ -203,8 +203,9 @@ void Requester::refuse_on_host(SendWqe& wqe, HostVerdict verdict, Nanos now) {
   const bool access = verdict == HostVerdict::kAccess;
   samehost::Peer& peer = *conn_.path().peer;
   if (peer.node->report_fault(conn_.path().dest_qpn,
-                              access ? IBV_EVENT_QP_ACCESS_ERR : IBV_EVENT_QP_REQ_ERR))
-    peer.ring();
+                              access ? IBV_EVENT_QP_ACCESS_ERR : IBV_EVENT_QP_REQ_ERR) &&
+      peer.ring())
+    bump(conn_.qp().device().counters().host_doorbells);
   fail_on_host(wqe, access ? IBV_WC_REM_ACCESS_ERR : IBV_WC_REM_INV_REQ_ERR, now);
 }
 

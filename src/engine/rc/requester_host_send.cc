@@ -188,7 +188,8 @@ Requester::HostVerdict Requester::finish_on_host(const SendWqe& wqe, const HostT
   }
   if (err != 0) return HostVerdict::kNotReady;
   target.rq->placed.store(index + 1, std::memory_order_release);
-  if (peer.node->notice(target.recv_queue)) peer.ring();
+  if (peer.node->notice(target.recv_queue) && peer.ring())
+    bump(conn_.qp().device().counters().host_doorbells);
   if (there == IBV_WC_LOC_LEN_ERR) return HostVerdict::kInvalidRequest;
   if (there == IBV_WC_LOC_PROT_ERR) return HostVerdict::kRemoteOperational;
   return HostVerdict::kGo;
