@@ -18,7 +18,7 @@ out=${SOFTRDMA_PROFILE_DIR:-/tmp/softrdma-profile}
 mkdir -p "$out"
 port=$((20000 + RANDOM % 10000))
 iters=$(sed -n 's/.*-n \([0-9]*\).*/\1/p' <<<"$*")
-events=syscalls:sys_enter_sendmmsg,syscalls:sys_enter_recvmmsg,syscalls:sys_enter_sendmsg,syscalls:sys_enter_poll,syscalls:sys_enter_sched_yield,syscalls:sys_enter_futex
+events=syscalls:sys_enter_sendmmsg,syscalls:sys_enter_recvmmsg,syscalls:sys_enter_sendmsg,syscalls:sys_enter_poll,syscalls:sys_enter_sched_yield,syscalls:sys_enter_futex,syscalls:sys_enter_write,syscalls:sys_enter_epoll_pwait2,syscalls:sys_enter_process_vm_readv,syscalls:sys_enter_process_vm_writev
 
 run_pair() {  # run_pair WRAPPER...: the server and the client, each under WRAPPER side
   "$@" server "$softrdma" run -- "$tool" -p "$port" "${args[@]}" > "$out/server.txt" 2>&1 &

@@ -335,11 +335,12 @@ def run_with_retries(case, direction, args, port, workdir, attempts=5):
     is run again, at most `attempts` times in all; every other failure stands."""
     for attempt in range(1, attempts + 1):
         ok, tally, seconds, why, output = run_case(case, direction, args, port, workdir)
-        if ok or not case.tool_race or not re.search(case.tool_race, output):
+        race = re.search(case.tool_race, output) if case.tool_race and not ok else None
+        if race is None:
             break
         if attempt < attempts:
             print(f"retry {case.name:26} {direction:9}  the tool's own failure: "
-                  f"/{case.tool_race}/", flush=True)
+                  f"\"{race.group(0)}\"", flush=True)
     if attempt > 1:
         why = (why + "; " if why else "") + f"attempt {attempt} (the tool's own race before)"
     return ok, tally, seconds, why, output
