@@ -378,14 +378,14 @@ void Device::dispatch_multicast(const wire::PacketView& packet, const transport:
   }
 }
 
-bool Device::progress() {
+bool Device::progress(Turner who) {
   bool worked = false;
   // A doorbell rung while this thread held the engine found it busy: serve it
   // before leaving, or it would wait for the next turn of whoever comes next.
   do {
     std::unique_lock engine(engine_mutex_, std::try_to_lock);
     if (!engine.owns_lock()) return worked;
-    worked |= turn(true);
+    worked |= turn(true, who);
   } while (doorbells_.load(std::memory_order_seq_cst) != nullptr);
   return worked;
 }
@@ -435,7 +435,7 @@ bool Device::serve_doorbells(Nanos now) {
 
 // One turn of the engine's owner. `receive`: also take a receive burst (pollers
 // and the loop do; a posting thread only sends what it posted).
-bool Device::turn(bool receive) {
+bool Device::turn(bool receive, Turner who) {
   const Nanos now = clock_.now();
   staging_ = true;
   bool worked = serve_doorbells(now);
@@ -447,13 +447,26 @@ bool Device::turn(bool receive) {
   // reading it retransmits what the peer has (issue 14 defect 3).
   const bool timers_due = now >= next_deadline_.load(std::memory_order_acquire);
   const int bursts = timers_due ? kBurstsBeforeTimers : 1;
-  if (receive)
-    for (transport::Transport* from : receivers_) worked |= this->receive(*from, now, bursts);
+  if (receive && socket_check_due(who, now, timers_due)) {
+    last_rx_check_ = now;
+    bool got = false;
+    for (transport::Transport* from : receivers_) got |= this->receive(*from, now, bursts);
+    if (got) last_rx_packet_ = now;
+    worked |= got;
+  }
   if (timers_due) worked |= run_timers(now);
   if (receive) worked |= serve_busy(now);
   tx_->flush();
   publish_staged();
   return worked;
+}
+
+// The loop reads every turn (it runs when a socket is readable, or spins briefly
+// after work); so does a poller while the wire carries traffic, and before timers
+// (issue 14 defect 3: the ACK that answers a deadline may be waiting).
+bool Device::socket_check_due(Turner who, Nanos now, bool timers_due) const {
+  if (who == Turner::kLoop || timers_due) return true;
+  return now - last_rx_packet_ < kQuietWire || now - last_rx_check_ >= kQuietSocketCheck;
 }
 
 // A completion is visible only once the packets its turn produced have left: the

@@ -114,9 +114,16 @@ class Device {
   int attach_mcast(Qp* qp, const Gid& group);
   int detach_mcast(Qp* qp, const Gid& group);
 
+  // Who runs a turn. A poller (an application thread in ibv_poll_cq) reads the
+  // sockets only every kQuietSocketCheck while nothing has come by the wire for
+  // kQuietWire: its QPs' traffic is then on the same-host path, and a recvmmsg per
+  // empty poll was most of a same-host ping-pong's time (docs/performance.md).
+  enum class Turner { kLoop, kPoller };
+  static constexpr Nanos kQuietWire = 500'000;
+  static constexpr Nanos kQuietSocketCheck = 10'000;
   // One turn of the engine unless another thread is running it: doorbells, one
   // receive burst, due timers. True when anything happened.
-  bool progress();
+  bool progress(Turner who = Turner::kLoop);
   // Work was posted to `qp` (or it must be flushed): run it now if the engine is
   // free, else leave a doorbell that the running owner serves before its turn ends.
   void ring_doorbell(Qp& qp);
@@ -198,7 +205,9 @@ class Device {
   bool next_async_event(AsyncEvent& out);
 
  private:
-  bool turn(bool receive);
+  bool turn(bool receive, Turner who = Turner::kLoop);
+  // Whether this turn reads the sockets (see Turner).
+  bool socket_check_due(Turner who, Nanos now, bool timers_due) const;
   bool serve_doorbells(Nanos now);
   bool serve_busy(Nanos now);
   void dispatch(const transport::RxPacket& rx, Nanos now);
@@ -266,6 +275,8 @@ class Device {
     TmInfo tm;
   };
   bool staging_ = false;  // in a turn: completions wait in staged_ for its flush
+  Nanos last_rx_packet_ = 0;  // engine owner: when a burst last brought a packet
+  Nanos last_rx_check_ = 0;   // engine owner: when the sockets were last read
   std::vector<StagedCompletion> staged_;
   // Lock-free stack of QPs with a doorbell rung (Qp::doorbell_next_ links it):
   // pushed by posting threads, taken whole by the owner.

@@ -143,7 +143,7 @@ bool ProgressLoop::run_once() {
                         std::memory_order_relaxed);
   std::unique_lock lock(progress_mutex_, std::try_to_lock);
   if (!lock.owns_lock()) return false;  // another thread is progressing right now
-  const bool did_work = hooks_.progress();
+  const bool did_work = hooks_.poll_progress ? hooks_.poll_progress() : hooks_.progress();
   if (did_work) stats_.productive.fetch_add(1, std::memory_order_relaxed);
   return did_work;
 }

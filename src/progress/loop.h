@@ -41,6 +41,9 @@ struct ProgressHooks {
   std::function<int64_t()> next_deadline_ns;
   // Readable means progress() has work (transport rx_fds, ...).
   std::vector<int> fds;
+  // What run_once() calls instead, when set: an application thread's turn, which
+  // may do less than the loop's (it comes back at once if it found nothing).
+  std::function<bool()> poll_progress;
 };
 
 struct ProgressOptions {

@@ -79,7 +79,8 @@ std::unique_ptr<Node> Node::open(const Settings& settings, std::string& error) {
   if (settings.progress_thread) {
     engine::Device* device = node->device_.get();
     progress::ProgressHooks hooks;
-    hooks.progress = [raw] { return raw->turn(); };
+    hooks.progress = [raw] { return raw->turn(engine::Device::Turner::kLoop); };
+    hooks.poll_progress = [raw] { return raw->turn(engine::Device::Turner::kPoller); };
     hooks.next_deadline_ns = [device] { return device->next_deadline(); };
     hooks.fds = {node->transport_->rx_fd()};
     node->loop_ = std::make_unique<progress::ProgressLoop>(std::move(hooks));
@@ -149,7 +150,7 @@ Node::~Node() {
 }
 
 bool Node::progress_inline() {
-  return loop_ ? loop_->run_once() : turn();
+  return loop_ ? loop_->run_once() : turn(engine::Device::Turner::kLoop);
 }
 
 engine::QpCounters* Node::observe_qp(const engine::Qp& qp, bool gone) {
@@ -165,8 +166,8 @@ engine::QpCounters* Node::observe_qp(const engine::Qp& qp, bool gone) {
   return status_->update_qp(row, gone);
 }
 
-bool Node::turn() {
-  const bool worked = device_->progress();
+bool Node::turn(engine::Device::Turner who) {
+  const bool worked = device_->progress(who);
   // One atomic load per turn; the list is taken only when a QP entered Error.
   if (qp_errors_pending_.load(std::memory_order_acquire)) report_qp_errors();
   return worked;

@@ -62,7 +62,7 @@ class Node {
   // The engine's QP observer: the status segment's row, and QPs entering Error.
   engine::QpCounters* observe_qp(const engine::Qp& qp, bool gone);
   // One turn of the engine, then the QPs that entered Error meanwhile are told.
-  bool turn();
+  bool turn(engine::Device::Turner who);
   void report_qp_errors();
   void watch_addresses();
   // The same-host path (docs/decisions/same-host.md), unless the settings put

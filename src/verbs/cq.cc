@@ -225,14 +225,33 @@ int op_poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
     const bool worked = cq->node->progress_inline();
     n += cq->cq->poll(num_entries - n, wc + n);
     if (n > 0) cq->node->poller_satisfied(hands_over(wc, n));
-    // Nothing to return and nothing done: give the core away. A busy poller
-    // otherwise holds a core that the peer process or this process's progress
-    // thread needs when threads outnumber cores (these machines have two); with
-    // nobody else runnable, sched_yield returns at once.
-    if (n == 0 && !worked) sched_yield();
+    if (n == 0 && !worked) after_idle_poll();
   }
+  if (n > 0) after_busy_poll();
   return n;
 }
+
+namespace {
+// Empty polls of this thread in a row.
+thread_local uint32_t idle_polls = 0;
+constexpr uint32_t kIdlePollsBeforeYielding = 32;
+constexpr uint32_t kIdlePollsPerYield = 8;
+}  // namespace
+
+// Nothing to return and nothing done: give the core away. A busy poller otherwise
+// holds a core that the peer process or this process's progress thread needs when
+// threads outnumber cores (these machines have two); with nobody else runnable,
+// sched_yield returns at once, but it still costs a system call and a pass through
+// the scheduler (0.6 µs here), which was a fifth of a same-host ping-pong's time
+// when every empty poll paid it (docs/performance.md). A poller yields once it has
+// found nothing kIdlePollsBeforeYielding times in a row (some µs: an answer on the
+// same host comes within them), then on every kIdlePollsPerYield-th.
+void after_idle_poll() {
+  if (++idle_polls >= kIdlePollsBeforeYielding && idle_polls % kIdlePollsPerYield == 0)
+    sched_yield();
+}
+
+void after_busy_poll() { idle_polls = 0; }
 
 // ibv_req_notify_cq(3): arms the CQ once; the next (solicited) completion fires.
 int op_req_notify_cq(ibv_cq* ibcq, int solicited_only) {
