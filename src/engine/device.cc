@@ -451,7 +451,7 @@ bool Device::turn(bool receive, Turner who) {
     last_rx_check_ = now;
     bool got = false;
     for (transport::Transport* from : receivers_) got |= this->receive(*from, now, bursts);
-    if (got) last_rx_packet_ = now;
+    if (got) last_rx_packet_.store(now, std::memory_order_relaxed);
     worked |= got;
   }
   if (timers_due) worked |= run_timers(now);
@@ -466,7 +466,7 @@ bool Device::turn(bool receive, Turner who) {
 // (issue 14 defect 3: the ACK that answers a deadline may be waiting).
 bool Device::socket_check_due(Turner who, Nanos now, bool timers_due) const {
   if (who == Turner::kLoop || timers_due) return true;
-  return now - last_rx_packet_ < kQuietWire || now - last_rx_check_ >= kQuietSocketCheck;
+  return !wire_quiet(now) || now - last_rx_check_ >= kQuietSocketCheck;
 }
 
 // A completion is visible only once the packets its turn produced have left: the

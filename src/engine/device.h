@@ -124,6 +124,11 @@ class Device {
   // One turn of the engine unless another thread is running it: doorbells, one
   // receive burst, due timers. True when anything happened.
   bool progress(Turner who = Turner::kLoop);
+  // Nothing came by the wire for kQuietWire: this process's traffic, if any, is on
+  // the same-host path. Any thread.
+  bool wire_quiet(Nanos now) const {
+    return now - last_rx_packet_.load(std::memory_order_relaxed) >= kQuietWire;
+  }
   // Work was posted to `qp` (or it must be flushed): run it now if the engine is
   // free, else leave a doorbell that the running owner serves before its turn ends.
   void ring_doorbell(Qp& qp);
@@ -275,7 +280,7 @@ class Device {
     TmInfo tm;
   };
   bool staging_ = false;  // in a turn: completions wait in staged_ for its flush
-  Nanos last_rx_packet_ = 0;  // engine owner: when a burst last brought a packet
+  std::atomic<Nanos> last_rx_packet_{0};  // when a burst last brought a packet (owner writes)
   Nanos last_rx_check_ = 0;   // engine owner: when the sockets were last read
   std::vector<StagedCompletion> staged_;
   // Lock-free stack of QPs with a doorbell rung (Qp::doorbell_next_ links it):

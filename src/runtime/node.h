@@ -39,6 +39,8 @@ class Node {
   // Progress on the caller's thread (poll_cq with SOFTRDMA_PROGRESS=inline, or to
   // cut latency); false when there was nothing to do or another thread was at it.
   bool progress_inline();
+  // Nothing came by the wire lately (engine::Device::wire_quiet).
+  bool wire_quiet() const { return device_->wire_quiet(device_->clock().now()); }
   // The inline poller got completions (it may stop polling): the loop takes over.
   void poller_satisfied(bool hand_over) {
     if (loop_) loop_->poller_satisfied(hand_over);
