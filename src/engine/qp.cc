@@ -235,8 +235,14 @@ int Qp::post_recv(const ibv_recv_wr* wr, const ibv_recv_wr** bad) {
     Sge* sges = &rq_sges_[size_t(slot) * cap_.max_recv_sge];
     copy_recv_wr(*wr, rq_.push_slot(), sges);
     // A same-host peer reads the slot's max_recv_sge entries: the unused are empty.
-    if (host_recv_ != nullptr)
+    if (host_recv_ != nullptr) {
       std::fill(sges + wr->num_sge, sges + cap_.max_recv_sge, Sge{});
+      // Before `posted` moves past the slot (release, below): a peer that claims
+      // it sees these.
+      if (host_sges_ != nullptr)
+        std::memcpy(host_sges_ + size_t(slot) * cap_.max_recv_sge, sges,
+                    sizeof(Sge) * cap_.max_recv_sge);
+    }
     rq_.publish();
   }
   // Peers of this host may claim them now (qp_host_recv.cc).

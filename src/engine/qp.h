@@ -216,6 +216,7 @@ class Qp {
   samehost::RecvState* host_recv_ = nullptr;
   uint32_t host_recv_index_ = 0;
   std::vector<samehost::RecvResult> host_results_;
+  samehost::RecvSge* host_sges_ = nullptr;  // the segment's copy of rq_sges_, if it fits
   bool wire_holds_recv_ = false;
 
   // Tag matching (a QP attached to a TM SRQ). The message being received (engine

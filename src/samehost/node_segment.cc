@@ -92,8 +92,11 @@ size_t NodeLayout::recvs_offset() {
 size_t NodeLayout::notices_offset() {
   return recvs_offset() + align(sizeof(RecvState) * kRecvQueues);
 }
-size_t NodeLayout::size() {
+size_t NodeLayout::sges_offset() {
   return notices_offset() + align(sizeof(NoticeQueue::Cell) * kRecvQueues);
+}
+size_t NodeLayout::size() {
+  return sges_offset() + align(sizeof(RecvSge) * kSharedSges * kRecvQueues);
 }
 
 NodeView NodeView::at(void* base) {
@@ -113,6 +116,7 @@ NodeView NodeView::at(void* base) {
   v.notices = NoticeQueue(&v.header->notices,
                           reinterpret_cast<NoticeQueue::Cell*>(bytes + NodeLayout::notices_offset()),
                           NodeLayout::kRecvQueues);
+  v.recv_sges = reinterpret_cast<RecvSge*>(bytes + NodeLayout::sges_offset());
   return v;
 }
 
@@ -354,6 +358,11 @@ bool PeerNode::report_fault(uint32_t qpn, uint32_t event) {
 RecvState* PeerNode::recv(uint32_t recv_queue) const {
   if (recv_queue == 0 || recv_queue > NodeLayout::kRecvQueues) return nullptr;
   return &view_.recvs[recv_queue - 1];
+}
+
+const RecvSge* PeerNode::recv_sges(uint32_t recv_queue) const {
+  if (recv_queue == 0 || recv_queue > NodeLayout::kRecvQueues) return nullptr;
+  return view_.recv_sges + size_t(recv_queue - 1) * kSharedSges;
 }
 
 // Dekker with the owner's Qp::drain_host_receives, which clears `noticed` before

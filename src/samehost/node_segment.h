@@ -58,7 +58,7 @@ struct QpGrant {
 
 inline constexpr char kNodeDirectory[] = "/dev/shm/";
 inline constexpr uint64_t kNodeMagic = 0x45444f4e414d4452;  // "RDMANODE"
-inline constexpr uint32_t kNodeVersion = 3;  // 2: receive queues; 3: loop_wake
+inline constexpr uint32_t kNodeVersion = 4;  // 2: receive queues; 3: loop_wake; 4: recv_sges
 
 struct NodeHeader {
   std::atomic<uint64_t> magic;  // written last, once the rest is
@@ -110,6 +110,7 @@ struct NodeLayout {
   static size_t faults_offset();
   static size_t recvs_offset();
   static size_t notices_offset();
+  static size_t sges_offset();
   static size_t size();
 };
 
@@ -137,6 +138,7 @@ struct NodeView {
   FaultQueue faults;
   RecvState* recvs = nullptr;  // NodeLayout::kRecvQueues of them
   NoticeQueue notices;
+  RecvSge* recv_sges = nullptr;  // kSharedSges per receive queue
   // The segment mapped at `base` (NodeLayout::size() bytes).
   static NodeView at(void* base);
 };
@@ -166,6 +168,8 @@ class NodeSegment {
   // null when all are in use (SENDs to that QP then take the wire).
   RecvState* reserve_recv(uint32_t& index);
   void release_recv(uint32_t index);
+  // Where receive queue `index` may keep a copy of its scatter lists (kSharedSges).
+  RecvSge* recv_sges(uint32_t index) { return view_.recv_sges + size_t(index) * kSharedSges; }
   // Stops peers claiming from `state` and waits for those inside an access, so
   // that what they placed is final (a QP entering Error or Reset, or destroyed).
   void close_recv(RecvState& state);
@@ -216,6 +220,8 @@ class PeerNode {
   bool report_fault(uint32_t qpn, uint32_t event);
   // The receive queue a QpGrant names (its recv_queue), null for none or garbage.
   RecvState* recv(uint32_t recv_queue) const;
+  // That queue's kSharedSges scatter entries in the segment (RecvState::shared_sges).
+  const RecvSge* recv_sges(uint32_t recv_queue) const;
   // Tells the owner that `recv_queue` has placed WQEs; true when the owner must be
   // woken (no notice of that queue was waiting yet).
   bool notice(uint32_t recv_queue);

@@ -27,7 +27,14 @@ struct RecvState {
   std::atomic<uint32_t> min_rnr_timer;  // IBA 9.7.5.2.8's encoding
   std::atomic<uint64_t> sges;       // the owner's address of slot 0's first RecvSge
   std::atomic<uint64_t> results;    // the owner's address of slot 0's RecvResult
+  // 1: the scatter lists are also in the segment (NodeView::recv_sges, this
+  // queue's kSharedSges entries), where a peer reads them without a system call.
+  std::atomic<uint32_t> shared_sges;
 };
+
+// Scatter entries of one queue the segment holds: a queue of at most this many
+// (slots × max_recv_sge) keeps a copy there (a latency test's, rping's).
+inline constexpr uint32_t kSharedSges = 256;
 
 // One scatter entry of a receive WQE, as the owner keeps it (engine::Sge).
 struct RecvSge {

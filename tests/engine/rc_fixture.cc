@@ -34,7 +34,7 @@ void build_node(Node& n, transport::fake::FakeNetwork& net, const transport::Gid
   init.type = o.type;
   init.send_cq = n.scq;
   init.recv_cq = n.rcq;
-  init.cap = ibv_qp_cap{256, 256, 4, 4, 64};
+  init.cap = ibv_qp_cap{256, o.max_recv_wr, 4, o.max_recv_sge, 64};
   if (o.srq_wrs != 0) {
     SrqInit srq;
     srq.attr = ibv_srq_attr{o.srq_wrs, 4, 0};

@@ -32,6 +32,8 @@ struct RcOptions {
   size_t memory = 256 * 1024;
   uint32_t window = 64;  // DeviceConfig::max_unacked_packets
   uint32_t srq_wrs = 0;  // non-zero: each node's QP receives from an SRQ this deep
+  uint32_t max_recv_wr = 256;
+  uint32_t max_recv_sge = 4;
   // DeviceConfig::idle_probe_interval_ns and max_retry_interval_ns (the product's).
   Nanos idle_probe = DeviceConfig{}.idle_probe_interval_ns;
   Nanos max_retry_interval = DeviceConfig{}.max_retry_interval_ns;

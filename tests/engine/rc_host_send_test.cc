@@ -37,6 +37,36 @@ TEST_F(RcHostSendTest, ASendIsPlacedWithoutAPacketAndCompletesAtTheReceiver) {
   EXPECT_EQ(b.counters().host_receives.load(), 1u);
 }
 
+// A queue of at most samehost::kSharedSges scatter entries keeps a copy of its
+// scatter lists in the node segment: the sender reads them there and makes one
+// system call per SEND (payload and result), not two. A larger queue's are read
+// from the receiver's memory. Either way the message lands where the WQE says.
+TEST_F(RcHostSendTest, ASmallQueuesScatterListIsReadFromTheSegment) {
+  for (const uint32_t depth : {16u, 256u}) {
+    SCOPED_TRACE(depth);
+    RcOptions small;
+    small.max_recv_wr = depth;
+    small.max_recv_sge = 4;
+    connect(small);
+    const bool shared = depth * 4 <= samehost::kSharedSges;
+    for (uint64_t i = 0; i < 3 * depth / 2; ++i) {  // the ring wraps past its slots
+      fill(a, 0, 64, uint32_t(i));
+      post_recv(b, kDst + i % 4 * 256, 256, i);
+      ASSERT_EQ(post(a, IBV_WR_SEND, 0, 64, 0, i), 0);
+      pump();
+      const auto got = poll(b.rcq);
+      ASSERT_EQ(got.size(), 1u);
+      ASSERT_EQ(got[0].status, IBV_WC_SUCCESS);
+      ASSERT_EQ(got[0].wr_id, i);
+      ASSERT_TRUE(same(a, 0, b, kDst + i % 4 * 256, 64));
+      poll(a.scq);
+    }
+    const uint64_t sends = 3 * depth / 2;
+    EXPECT_EQ(a.counters().host_sends.load(), sends);
+    EXPECT_EQ(a.counters().host_calls.load(), shared ? sends : 2 * sends);
+  }
+}
+
 // A scatter list of three buffers takes the message in order (IBA 10.7.2.2).
 TEST_F(RcHostSendTest, AScatterListIsFilledInOrder) {
   fill(a, 0, 3000, 8);

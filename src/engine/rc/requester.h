@@ -101,6 +101,8 @@ class Requester {
   HostVerdict find_receiver_on_host(const SendWqe& wqe, HostTarget& target) const;
   HostVerdict scatter_on_host(const HostTarget& target, uint32_t index, uint64_t length,
                               HostIovecs& out) const;
+  bool read_scatter_list(const HostTarget& target, uint32_t index, uint32_t slots,
+                         uint32_t max_sge, std::span<samehost::RecvSge, kMaxPeerSges> out) const;
   int place_on_host(const SendWqe& wqe, const HostTarget& target, uint32_t index,
                     HostIovecs& remote, ibv_wc_status status);
   HostVerdict finish_on_host(const SendWqe& wqe, const HostTarget& target, uint32_t index,

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cstring>
 
 #include "engine/device.h"
 #include "engine/guarded_memory.h"
@@ -62,12 +63,7 @@ Requester::HostVerdict Requester::scatter_on_host(const HostTarget& target, uint
   if (slots == 0 || (slots & (slots - 1)) != 0 || max_sge == 0 || max_sge > kMaxPeerSges)
     return HostVerdict::kNotReady;
   std::array<samehost::RecvSge, kMaxPeerSges> sges;
-  const uint64_t at = rq.sges.load(std::memory_order_relaxed) +
-                      uint64_t(index & (slots - 1)) * max_sge * sizeof(samehost::RecvSge);
-  iovec local{sges.data(), max_sge * sizeof(samehost::RecvSge)};
-  iovec remote{reinterpret_cast<void*>(at), local.iov_len};
-  bump(conn_.qp().device().counters().host_calls);
-  if (peer.memory->read({&local, 1}, {&remote, 1}) != 0) return HostVerdict::kNotReady;
+  if (!read_scatter_list(target, index, slots, max_sge, sges)) return HostVerdict::kNotReady;
   uint64_t left = length;
   uint64_t capacity = 0;
   for (uint32_t i = 0; i < max_sge; ++i) {
@@ -85,6 +81,32 @@ Requester::HostVerdict Requester::scatter_on_host(const HostTarget& target, uint
     left -= take;
   }
   return length > capacity ? HostVerdict::kInvalidRequest : HostVerdict::kGo;
+}
+
+// The scatter list of the peer's WQE `index` (`max_sge` entries, of a queue of
+// `slots`, both checked by the caller): from the segment when the peer keeps a
+// copy there (RecvState::shared_sges: a load), else from its memory (a system
+// call). What a peer wrote is bounded here, never trusted: the checks that follow
+// refuse what does not fit its published keys.
+bool Requester::read_scatter_list(const HostTarget& target, uint32_t index, uint32_t slots,
+                                  uint32_t max_sge,
+                                  std::span<samehost::RecvSge, kMaxPeerSges> out) const {
+  samehost::Peer& peer = *conn_.path().peer;
+  samehost::RecvState& rq = *target.rq;
+  const size_t first = size_t(index & (slots - 1)) * max_sge;
+  if (rq.shared_sges.load(std::memory_order_relaxed) == 1 &&
+      size_t(slots) * max_sge <= samehost::kSharedSges) {
+    const samehost::RecvSge* shared = peer.node->recv_sges(target.recv_queue);
+    if (shared == nullptr) return false;
+    std::memcpy(out.data(), shared + first, max_sge * sizeof(samehost::RecvSge));
+    return true;
+  }
+  iovec local{out.data(), max_sge * sizeof(samehost::RecvSge)};
+  iovec remote{reinterpret_cast<void*>(rq.sges.load(std::memory_order_relaxed) +
+                                       first * sizeof(samehost::RecvSge)),
+               local.iov_len};
+  bump(conn_.qp().device().counters().host_calls);
+  return peer.memory->read({&local, 1}, {&remote, 1}) == 0;
 }
 
 // The message and its result in one cross-memory write; the WQE's result alone
