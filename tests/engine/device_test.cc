@@ -342,43 +342,6 @@ TEST_F(DeviceTest, UnknownQpnIsDroppedAndCounted) {
   EXPECT_TRUE(sent_by_device().empty());
 }
 
-// A poller's turn (an application thread in ibv_poll_cq) reads the sockets every
-// time while the wire carries traffic, and only every kQuietSocketCheck once
-// nothing came for kQuietWire (its traffic is then on the same-host path); the
-// loop's turn always reads. Nothing is lost: the packet waits in the socket.
-TEST_F(DeviceTest, APollerReadsAQuietWireOnlyNowAndThen) {
-  using Turner = Device::Turner;
-  Qp* qp = make_qp();
-  to_rtr(qp, kPeer, 0x77, 0);
-  net_.take_sent();
-  const uint32_t unknown = (qp->qpn() + 1) & 0xffffff;
-  auto arrive = [&] { inject(kPeer, make_packet(op::kRcSendOnly, unknown, 0, 8)); };
-  arrive();
-  device_->progress(Turner::kPoller);
-  EXPECT_EQ(device_->counters().rx_unknown_qp.load(), 1u) << "the first turn reads";
-  clock_.advance(1'000);
-  arrive();
-  device_->progress(Turner::kPoller);
-  EXPECT_EQ(device_->counters().rx_unknown_qp.load(), 2u) << "traffic 1 µs ago: read";
-
-  clock_.advance(Device::kQuietWire);
-  device_->progress(Turner::kPoller);  // the wire is quiet: a check, empty
-  arrive();
-  clock_.advance(Device::kQuietSocketCheck / 2);
-  device_->progress(Turner::kPoller);
-  EXPECT_EQ(device_->counters().rx_unknown_qp.load(), 2u) << "quiet, checked just now: not read";
-  EXPECT_EQ(transport_->queued(), 1u) << "the packet waits in the socket";
-  clock_.advance(Device::kQuietSocketCheck / 2);
-  device_->progress(Turner::kPoller);
-  EXPECT_EQ(device_->counters().rx_unknown_qp.load(), 3u) << "kQuietSocketCheck later: read";
-
-  clock_.advance(Device::kQuietWire);
-  device_->progress(Turner::kPoller);
-  arrive();
-  device_->progress(Turner::kLoop);
-  EXPECT_EQ(device_->counters().rx_unknown_qp.load(), 4u) << "the loop reads whenever it turns";
-}
-
 // A P_Key that does not match the QP's partition is dropped and counted as
 // rx_bad_pkey; the receive WQE is untouched (IBA 9.6.1.1, 10.9.3).
 TEST_F(DeviceTest, WrongPkeyIsDroppedAndCounted) {
