@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -138,6 +139,23 @@ struct Ends {
   }
 };
 
+// This process's engine counter `name`, as `softrdma status` shows it ("  engine.NAME
+// VALUE" under "process PID ..."); UINT64_MAX when absent.
+uint64_t own_engine_counter(const std::string& name) {
+  std::string out;
+  if (FILE* p = popen(SOFTRDMA_TOOL " status 2>&1", "r")) {
+    char buffer[4096];
+    while (size_t n = fread(buffer, 1, sizeof buffer, p)) out.append(buffer, n);
+    pclose(p);
+  }
+  const size_t block = out.find("process " + std::to_string(getpid()) + " ");
+  if (block == std::string::npos) return UINT64_MAX;
+  const size_t next = out.find("\nprocess ", block);
+  const size_t at = out.find("engine." + name + " ", block);
+  if (at == std::string::npos || at > next) return UINT64_MAX;
+  return std::strtoull(out.c_str() + at + name.size() + 8, nullptr, 10);
+}
+
 // Exchanges endpoints over `fd` and connects `ends` to the other side.
 bool connect_over(int fd, Ends& ends, Endpoint& other) {
   const Endpoint mine = ends.self();
@@ -210,6 +228,10 @@ TEST(SameHost, APeerKilledInTheMiddleOfWritesEndsTheQpAndLeavesNothing) {
   const double noticed_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - killed_at).count();
   std::printf("the survivor's QP ended %.1f ms after the kill\n", noticed_ms);
+  // As over the wire: the request the dead peer could not take was retried
+  // retry_cnt (7) times before it failed, never failed at once (it would overtake
+  // the completions of requests the peer took just before it died).
+  EXPECT_EQ(own_engine_counter("host_peer_not_ready"), 8u);
   EXPECT_FALSE(std::filesystem::exists(node)) << "the dead peer's node segment is gone";
   EXPECT_FALSE(std::filesystem::exists("/dev/shm/softrdma-" + std::to_string(target) + "-softrdma0"))
       << "and its status segment";

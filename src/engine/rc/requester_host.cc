@@ -178,20 +178,27 @@ void Requester::mark_executed_on_host(SendWqe& wqe) {
   wqe.state = SendState::kSent;
 }
 
-// The peer's QP cannot take the request (not yet connected, gone): as a lost
-// request, retried after the QP's Local ACK Timeout, at most retry_cnt times.
+// The peer's QP cannot take the request (not yet connected, destroyed, its process
+// gone): as a lost request, retried after the QP's Local ACK Timeout, at most
+// retry_cnt times (IBA 9.7.6.1.3). A vanished peer waits out the retries too, as
+// it would over the wire: failing at once would let this error overtake the
+// completions of requests the peer did take and whose ACKs are still on their way
+// (ibv_srq_pingpong's server saw exactly that). Only an infinite timeout (0) is
+// bounded for a peer known to be gone, by the longest retransmission interval.
 bool Requester::retry_on_host(SendWqe& wqe, Nanos now) {
   Qp& qp = conn_.qp();
   bump(qp.device().counters().host_peer_not_ready);
   const bool gone = !conn_.path().peer->usable();
   if (gone) qp.device().host()->peer_gone();
-  if (host_retries_++ >= qp.attr().retry_cnt || gone) {
+  if (host_retries_++ >= qp.attr().retry_cnt) {
     host_retries_ = 0;
     wqe.status = IBV_WC_RETRY_EXC_ERR;
     conn_.fail(now, std::nullopt);
     return false;
   }
-  const Nanos until = now + std::max<Nanos>(conn_.completer().retry_interval(), 1'000'000);
+  Nanos wait = std::max<Nanos>(conn_.completer().retry_interval(), 1'000'000);
+  if (gone && wait == kNever) wait = qp.device().config().max_retry_interval_ns;
+  const Nanos until = now + wait;
   pause_until(until);
   qp.device().arm_timer(qp, until);
   return false;
