@@ -54,6 +54,7 @@ namespace softrdma::engine {
   X(host_atomics)           /* ATOMICs executed on a same-host peer's memory */ \
   X(host_bytes)             /* bytes those moved */ \
   X(host_calls)             /* cross-memory-attach system calls that moved them */ \
+  X(host_mapped)            /* those that moved by loads and stores through shared pages */ \
   X(host_refused)           /* refused by the peer's published rights (NAK's status) */ \
   X(host_peer_not_ready)    /* the peer's QP could not receive: retried as a loss */ \
   X(host_sends)             /* SENDs and WRITEs with immediate placed in a peer's receive */ \

@@ -52,7 +52,7 @@ Device::Device(DeviceConfig config, transport::Transport& transport, const Clock
   gids_.store(gid_tables_.back().get(), std::memory_order_release);
   // Before any peer can reach registered memory (docs/decisions/memory-faults.md).
   install_memory_fault_handler();
-  if (config_.host != nullptr) mrs_.set_node(&config_.host->node());
+  if (config_.host != nullptr) mrs_.set_node(&config_.host->node(), config_.shared_pages_max_bytes);
 }
 
 transport::Transport& Device::route(const Gid& dst) {

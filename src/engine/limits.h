@@ -93,6 +93,9 @@ struct DeviceConfig {
   // The same-host path (docs/decisions/same-host.md): this process's node segment
   // and its peers; null: every QP uses the wire.
   samehost::Host* host = nullptr;
+  // MRs of at most this many bytes share their whole pages with same-host peers
+  // (engine/mr.cc MrTable::share_pages); 0: none.
+  uint64_t shared_pages_max_bytes = uint64_t(64) << 20;
 };
 
 }  // namespace softrdma::engine

@@ -122,6 +122,7 @@ Mr* MrTable::reg(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access,
   mr->access = access;
   std::unique_lock lock(mutex_);
   mr->key = fresh_key();
+  share_pages(*mr);
   Mr* raw = mr.get();
   by_key_.emplace(raw->key, std::move(mr));
   live_.insert(raw);
@@ -134,7 +135,38 @@ void MrTable::publish(const Mr& mr) {
   if (node_ == nullptr) return;
   node_->publish_key(mr.key, samehost::KeyGrant{reinterpret_cast<uintptr_t>(mr.addr), mr.iova,
                                                 mr.length, mr.pd->handle(), uint32_t(mr.access),
-                                                0});
+                                                0, mr.pages ? mr.pages->span() : samehost::SharedSpan{}});
+}
+
+// Same-host peers then copy into the MR's whole pages with loads and stores
+// (samehost/shared_pages.h, docs/decisions/same-host.md "Shared pages"), unless:
+// ODP memory (it follows whatever the process maps there later), more bytes than
+// configured (the move copies them), or a page of another MR's range (a peer may
+// be writing there through that MR while the pages move).
+void MrTable::share_pages(Mr& mr) {
+  if (node_ == nullptr || share_up_to_ == 0 || mr.length > share_up_to_ ||
+      (mr.access & IBV_ACCESS_ON_DEMAND) != 0)
+    return;
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const auto pages_of = [page](const Mr& m) {
+    const uintptr_t at = reinterpret_cast<uintptr_t>(m.addr);
+    return std::pair{at / page * page, (at + m.length + page - 1) / page * page};
+  };
+  const auto [begin, end] = pages_of(mr);
+  for (const Mr* other : live_) {
+    const auto [other_begin, other_end] = pages_of(*other);
+    if (other != &mr && other_begin < end && begin < other_end) return;
+  }
+  std::string why;
+  mr.pages = samehost::SharedPages::share(mr.addr, mr.length, why);
+}
+
+// After the key's revocation (no peer inside an access through it): the pages go
+// back to private memory, and peers learn to drop their mappings.
+void MrTable::unshare_pages(Mr& mr) {
+  if (!mr.pages) return;
+  mr.pages.reset();
+  node_->header().pages_unshared.fetch_add(1, std::memory_order_release);
 }
 
 // A window's range is in its MR's address space; what peers need is where its
@@ -144,9 +176,10 @@ void MrTable::publish(const Mw& mw) {
   uint8_t* host = mw.mr->translate(mw.va, mw.length);
   if (host == nullptr) return;
   const uint64_t named_from = (mw.access & IBV_ACCESS_ZERO_BASED) ? 0 : mw.va;
-  node_->publish_key(mw.rkey, samehost::KeyGrant{reinterpret_cast<uintptr_t>(host), named_from,
-                                                 mw.length, mw.pd->handle(),
-                                                 uint32_t(mw.access), mw.qpn});
+  node_->publish_key(mw.rkey,
+                     samehost::KeyGrant{reinterpret_cast<uintptr_t>(host), named_from, mw.length,
+                                        mw.pd->handle(), uint32_t(mw.access), mw.qpn,
+                                        mw.mr->pages ? mw.mr->pages->span() : samehost::SharedSpan{}});
 }
 
 void MrTable::revoke(uint32_t key) {
@@ -161,6 +194,7 @@ int MrTable::dereg(Mr* mr) {
   if (it == by_key_.end() || it->second.get() != mr) return EINVAL;
   if (mr->windows != 0) return EBUSY;  // ibv_alloc_mw(3): windows are still bound to it
   revoke(mr->key);
+  unshare_pages(*mr);
   mr->pd->users.fetch_sub(1);
   live_.erase(mr);
   by_key_.erase(it);
@@ -183,7 +217,8 @@ int MrTable::rereg(Mr* mr, Pd* pd, void* addr, uint64_t length, int access) {
     pd->users.fetch_add(1);
     mr->pd = pd;
   }
-  if (addr != mr->addr || length != mr->length) {
+  const bool moved = addr != mr->addr || length != mr->length;
+  if (moved) {
     // A new translation: peers address it by its host address (as ibv_reg_mr).
     mr->addr = static_cast<uint8_t*>(addr);
     mr->iova = reinterpret_cast<uintptr_t>(addr);
@@ -193,6 +228,10 @@ int MrTable::rereg(Mr* mr, Pd* pd, void* addr, uint64_t length, int access) {
   mr->access = access;
   generation_.fetch_add(1, std::memory_order_release);
   revoke(mr->key);
+  if (moved || (access & IBV_ACCESS_ON_DEMAND) != 0) {
+    unshare_pages(*mr);
+    share_pages(*mr);
+  }
   publish(*mr);
   return 0;
 }

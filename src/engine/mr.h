@@ -18,6 +18,7 @@
 #include <unordered_set>
 
 #include "engine/mw.h"
+#include "samehost/shared_pages.h"
 
 namespace softrdma::samehost {
 class NodeSegment;
@@ -35,6 +36,8 @@ struct Mr {
   int access = 0;           // IBV_ACCESS_* flags
   uint32_t key = 0;         // lkey == rkey
   uint32_t windows = 0;     // memory windows bound to it (under the table's lock)
+  // Its whole pages, moved onto a file that same-host peers map (null: not shared).
+  std::unique_ptr<samehost::SharedPages> pages;
 
   // Host pointer for [va, va+len) when it lies inside the region, else nullptr.
   uint8_t* translate(uint64_t va, uint64_t len) const {
@@ -59,8 +62,12 @@ class MrTable {
  public:
   MrTable();
   // Publishes every R_Key's rights to same-host peers, and revokes them, from now
-  // on (samehost/node_segment.h); set before the first registration.
-  void set_node(samehost::NodeSegment* node) { node_ = node; }
+  // on (samehost/node_segment.h); set before the first registration. MRs of at
+  // most `share_up_to` bytes have their pages shared with those peers (0: none).
+  void set_node(samehost::NodeSegment* node, uint64_t share_up_to) {
+    node_ = node;
+    share_up_to_ = share_up_to;
+  }
   // Validates flags (IBA 10.6.3.1: remote write/atomic need local write) and keys it.
   Mr* reg(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access, int& err);
   int dereg(Mr* mr);
@@ -126,8 +133,11 @@ class MrTable {
   void publish(const Mr& mr);
   void publish(const Mw& mw);
   void revoke(uint32_t key);
+  void share_pages(Mr& mr);
+  void unshare_pages(Mr& mr);
 
   samehost::NodeSegment* node_ = nullptr;
+  uint64_t share_up_to_ = 0;
 
   mutable std::shared_mutex mutex_;
   std::atomic<uint64_t> generation_{0};

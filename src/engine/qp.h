@@ -211,11 +211,14 @@ class Qp {
   std::unique_ptr<Protocol> protocol_;
 
   // The same-host receive queue (qp_host_recv.cc): its shared state in the node
-  // segment, where peers write each consumed WQE's result (one per slot, in this
-  // process's memory), and whether the responder holds the head for a wire message.
+  // segment, the results peers write for each consumed WQE (one per slot), and
+  // whether the responder holds the head for a wire message.
   samehost::RecvState* host_recv_ = nullptr;
   uint32_t host_recv_index_ = 0;
   std::vector<samehost::RecvResult> host_results_;
+  // Where peers write results: the segment's slots for a small queue, else
+  // host_results_ (by cross-memory attach).
+  samehost::RecvResult* host_results_at_ = nullptr;
   samehost::RecvSge* host_sges_ = nullptr;  // the segment's copy of rq_sges_, if it fits
   bool wire_holds_recv_ = false;
 

@@ -1,12 +1,15 @@
 // The receive queue of an RC QP as processes of this host consume it
 // (docs/decisions/same-host.md, "SENDs"): a peer that sends to this QP claims the
 // next receive WQE in the node segment (samehost::RecvState), reads its scatter
-// list from this process's memory, writes the payload and a RecvResult here with
-// cross-memory attach, and leaves a notice; this side completes the WQE when it
-// takes the notice (its next engine turn: a poll, or the progress thread woken by
-// the peer). A SEND that comes by the wire claims the same way, so the two never
-// consume one WQE twice, and WQEs complete in the order posted (IBA 10.2.9).
+// list (from the segment for a small queue, else from this process's memory),
+// writes the payload (by stores on shared pages, else by cross-memory attach) and
+// a RecvResult (into the segment for a small queue), and leaves a notice; this
+// side completes the WQE when it takes the notice (its next engine turn: a poll,
+// or the progress thread woken by the peer). A SEND that comes by the wire claims
+// the same way, so the two never consume one WQE twice, and WQEs complete in the
+// order posted (IBA 10.2.9).
 #include <cstddef>
+#include <cstring>
 
 #include "engine/device.h"
 #include "engine/qp.h"
@@ -39,9 +42,12 @@ void Qp::reserve_host_receives() {
   state->min_rnr_timer.store(attr_.min_rnr_timer, std::memory_order_relaxed);
   // A small queue keeps its scatter lists in the segment too: a peer then reads
   // them with a load, not a process_vm_readv (1.9 µs here; docs/performance.md).
+  // Its results too, which peers then write with stores.
   const size_t entries = size_t(rq_.slot_count()) * cap_.max_recv_sge;
-  host_sges_ = entries <= samehost::kSharedSges ? host->node().recv_sges(index) : nullptr;
-  state->shared_sges.store(host_sges_ != nullptr ? 1 : 0, std::memory_order_relaxed);
+  const bool shared = entries <= samehost::kSharedSges;
+  host_sges_ = shared ? host->node().recv_sges(index) : nullptr;
+  host_results_at_ = shared ? host->node().recv_results(index) : host_results_.data();
+  state->shared_sges.store(shared ? 1 : 0, std::memory_order_relaxed);
   device_.note_host_recv(index, this);
   reopen_host_receives();
 }
@@ -54,6 +60,7 @@ void Qp::release_host_receives() {
   host_recv_->shared_sges.store(0, std::memory_order_relaxed);
   host_recv_ = nullptr;
   host_sges_ = nullptr;
+  host_results_at_ = nullptr;
 }
 
 // Empty again (Reset), and open: peers claim once the QP takes requests.
@@ -131,7 +138,8 @@ bool Qp::drain_host_receives(Nanos now, bool stop_at_failure) {
   // Only WQEs a peer claimed and placed: [head, min(placed, claimed)).
   while (!rq_.empty() && !wire_holds_recv_ && int32_t(placed - rq_.head()) > 0 &&
          int32_t(claimed - rq_.head()) > 0) {
-    const samehost::RecvResult result = host_results_[rq_.slot(rq_.head())];
+    samehost::RecvResult result;
+    std::memcpy(&result, &host_results_at_[rq_.slot(rq_.head())], sizeof result);
     const ibv_wc wc = host_recv_wc(rq_.front(), result);
     const bool failed = wc.status != IBV_WC_SUCCESS;
     if (failed && stop_at_failure) break;

@@ -63,6 +63,7 @@ std::unique_ptr<Node> Node::open(const Settings& settings, std::string& error) {
   config.host = node->host_.get();
   config.max_unacked_packets = settings.max_unacked_packets;
   config.idle_probe_interval_ns = int64_t(settings.idle_probe_ms) * 1'000'000;
+  config.shared_pages_max_bytes = uint64_t(settings.shared_pages_mb) << 20;
   node->device_ = std::make_unique<engine::Device>(config, *node->transport_);
   Node* raw = node.get();
   node->device_->set_qp_observer(

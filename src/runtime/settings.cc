@@ -10,6 +10,7 @@ namespace softrdma::runtime {
 namespace {
 
 constexpr uint32_t kMaxIdleProbeMs = 3'600'000;  // an hour
+constexpr uint32_t kMaxSharedPagesMb = 65536;        // 64 GiB
 
 const char* env(const char* name) {
   const char* v = std::getenv(name);
@@ -26,11 +27,11 @@ bool parse_window(const char* text, uint32_t& out) {
   return true;
 }
 
-bool parse_idle_probe_ms(const char* text, uint32_t& out) {
+bool parse_up_to(const char* text, uint32_t most, uint32_t& out) {
   std::string_view s(text);
   uint32_t v = 0;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end != s.data() + s.size() || v > kMaxIdleProbeMs) return false;
+  if (ec != std::errc() || end != s.data() + s.size() || v > most) return false;
   out = v;
   return true;
 }
@@ -82,9 +83,15 @@ std::optional<Settings> Settings::from_environment(std::string& error) {
     return std::nullopt;
   }
   if (const char* v = env("SOFTRDMA_IDLE_PROBE_MS");
-      v != nullptr && !parse_idle_probe_ms(v, s.idle_probe_ms)) {
+      v != nullptr && !parse_up_to(v, kMaxIdleProbeMs, s.idle_probe_ms)) {
     error = "SOFTRDMA_IDLE_PROBE_MS must be a number of milliseconds from 0 (off) to " +
             std::to_string(kMaxIdleProbeMs) + ", not \"" + v + "\"";
+    return std::nullopt;
+  }
+  if (const char* v = env("SOFTRDMA_SHARED_PAGES_MB");
+      v != nullptr && !parse_up_to(v, kMaxSharedPagesMb, s.shared_pages_mb)) {
+    error = "SOFTRDMA_SHARED_PAGES_MB must be a number of MiB from 0 (off) to " +
+            std::to_string(kMaxSharedPagesMb) + ", not \"" + v + "\"";
     return std::nullopt;
   }
   const std::optional<bool> view = sysfs_view_from_environment(error);
@@ -107,6 +114,8 @@ std::vector<std::pair<std::string, std::string>> Settings::describe() const {
       {"SOFTRDMA_PROGRESS", progress_thread ? "thread" : "inline"},
       {"SOFTRDMA_WINDOW", std::to_string(max_unacked_packets)},
       {"SOFTRDMA_IDLE_PROBE_MS", idle_probe_ms == 0 ? "0 (off)" : std::to_string(idle_probe_ms)},
+      {"SOFTRDMA_SHARED_PAGES_MB",
+       shared_pages_mb == 0 ? "0 (off)" : std::to_string(shared_pages_mb)},
       {"SOFTRDMA_SYSFS_VIEW", sysfs_view ? "on" : "off"},
   };
 }

@@ -39,6 +39,11 @@ struct Settings {
   // nothing from its peer for this many milliseconds probes it, so that a killed
   // peer is noticed (docs/decisions/retransmission.md); 0: never. 0..3600000.
   uint32_t idle_probe_ms = 1000;
+  // SOFTRDMA_SHARED_PAGES_MB: MRs of at most this many MiB have their whole pages
+  // moved onto a memory file that same-host peers map, so that their WRITEs,
+  // READs, atomics and SENDs into them are loads and stores (docs/decisions/
+  // same-host.md "Shared pages"); 0: never (cross-memory attach). 0..65536.
+  uint32_t shared_pages_mb = 64;
   // SOFTRDMA_SYSFS_VIEW: "on" (default) or "off": whether `softrdma run` shows the
   // program a sysfs and /dev view describing the device (tools/run/).
   bool sysfs_view = true;

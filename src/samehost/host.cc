@@ -9,22 +9,6 @@
 
 namespace softrdma::samehost {
 
-namespace {
-
-// pidfd_getfd(2) (Linux 5.6): a copy of another process's descriptor, allowed on
-// the same terms as cross-memory attach.
-int copy_descriptor(const ProcessMemory& memory, int fd) {
-#ifdef SYS_pidfd_getfd
-  if (memory.pidfd() < 0 || fd < 0) return -1;
-  return int(syscall(SYS_pidfd_getfd, memory.pidfd(), fd, 0));
-#else
-  (void)memory;
-  (void)fd;
-  return -1;
-#endif
-}
-
-}  // namespace
 
 void say_once(const std::string& line) {
   static std::mutex mutex;
@@ -114,9 +98,10 @@ std::shared_ptr<Peer> Host::attach(const Gid& gid) {
     return nullptr;
   }
   auto peer = std::make_shared<Peer>();
-  peer->doorbell = copy_descriptor(*memory, node->header().doorbell_fd);
+  peer->doorbell = memory->copy_descriptor(node->header().doorbell_fd);
   peer->node = std::move(node);
   peer->memory = std::move(memory);
+  peer->pages = std::make_unique<PeerPages>(*peer->memory, peer->node->header().pages_unshared);
   return peer;
 }
 

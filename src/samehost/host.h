@@ -16,6 +16,7 @@
 
 #include "samehost/node_segment.h"
 #include "samehost/process_memory.h"
+#include "samehost/shared_pages.h"
 
 namespace softrdma::samehost {
 
@@ -24,6 +25,9 @@ struct Peer {
   std::unique_ptr<PeerNode> node;
   std::unique_ptr<ProcessMemory> memory;
   int doorbell = -1;  // the peer's doorbell (pidfd_getfd(2)); -1 without one
+  // Its registered regions' shared pages, mapped here (after node and memory,
+  // which it uses: destroyed first).
+  std::unique_ptr<PeerPages> pages;
   ~Peer();
   // Wakes the peer's progress thread (it has faults or notices to take), by its
   // loop's protocol: true when it was asleep and the doorbell was written.

@@ -21,10 +21,13 @@ constexpr char kPrefix[] = "softrdma-node-";
 size_t align(size_t n) { return (n + 63) & ~size_t(63); }
 
 KeyTable::Value encode(const KeyGrant& g) {
-  return {g.host_addr, g.iova, g.length, uint64_t(g.pd) | uint64_t(g.access) << 32, g.qpn};
+  return {g.host_addr, g.iova, g.length, uint64_t(g.pd) | uint64_t(g.access) << 32,
+          uint64_t(g.qpn) | uint64_t(g.shared.fd) << 32, g.shared.begin, g.shared.length,
+          g.shared.inode};
 }
 KeyGrant decode_key(const KeyTable::Value& v) {
-  return {v[0], v[1], v[2], uint32_t(v[3]), uint32_t(v[3] >> 32), uint32_t(v[4])};
+  return {v[0], v[1], v[2], uint32_t(v[3]), uint32_t(v[3] >> 32), uint32_t(v[4]),
+          SharedSpan{v[5], v[6], v[7], uint32_t(v[4] >> 32)}};
 }
 QpTable::Value encode(const QpGrant& g) {
   return {uint64_t(g.state) | uint64_t(g.type) << 32, uint64_t(g.pd) | uint64_t(g.access) << 32,
@@ -95,8 +98,11 @@ size_t NodeLayout::notices_offset() {
 size_t NodeLayout::sges_offset() {
   return notices_offset() + align(sizeof(NoticeQueue::Cell) * kRecvQueues);
 }
-size_t NodeLayout::size() {
+size_t NodeLayout::results_offset() {
   return sges_offset() + align(sizeof(RecvSge) * kSharedSges * kRecvQueues);
+}
+size_t NodeLayout::size() {
+  return results_offset() + align(sizeof(RecvResult) * kSharedSges * kRecvQueues);
 }
 
 NodeView NodeView::at(void* base) {
@@ -117,6 +123,7 @@ NodeView NodeView::at(void* base) {
                           reinterpret_cast<NoticeQueue::Cell*>(bytes + NodeLayout::notices_offset()),
                           NodeLayout::kRecvQueues);
   v.recv_sges = reinterpret_cast<RecvSge*>(bytes + NodeLayout::sges_offset());
+  v.recv_results = reinterpret_cast<RecvResult*>(bytes + NodeLayout::results_offset());
   return v;
 }
 
@@ -363,6 +370,11 @@ RecvState* PeerNode::recv(uint32_t recv_queue) const {
 const RecvSge* PeerNode::recv_sges(uint32_t recv_queue) const {
   if (recv_queue == 0 || recv_queue > NodeLayout::kRecvQueues) return nullptr;
   return view_.recv_sges + size_t(recv_queue - 1) * kSharedSges;
+}
+
+RecvResult* PeerNode::recv_results(uint32_t recv_queue) const {
+  if (recv_queue == 0 || recv_queue > NodeLayout::kRecvQueues) return nullptr;
+  return view_.recv_results + size_t(recv_queue - 1) * kSharedSges;
 }
 
 // Dekker with the owner's Qp::drain_host_receives, which clears `noticed` before

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "samehost/published_table.h"
+#include "samehost/shared_pages.h"
 #include "samehost/recv_queue.h"
 #include "progress/wake_word.h"
 #include "samehost/shared_queue.h"
@@ -44,6 +45,7 @@ struct KeyGrant {
   uint32_t pd = 0;      // the owner's PD handle
   uint32_t access = 0;  // IBV_ACCESS_*
   uint32_t qpn = 0;     // a type 2 window: the only QP it serves; 0: any QP of the PD
+  SharedSpan shared;    // its whole pages a peer may map (shared_pages.h); length 0: none
 };
 
 // What a peer needs to know of one of the owner's QPs.
@@ -58,7 +60,8 @@ struct QpGrant {
 
 inline constexpr char kNodeDirectory[] = "/dev/shm/";
 inline constexpr uint64_t kNodeMagic = 0x45444f4e414d4452;  // "RDMANODE"
-inline constexpr uint32_t kNodeVersion = 4;  // 2: receive queues; 3: loop_wake; 4: recv_sges
+inline constexpr uint32_t kNodeVersion = 5;  // 2: receive queues; 3: loop_wake; 4: recv_sges;
+                                             // 5: shared pages, recv_results
 
 struct NodeHeader {
   std::atomic<uint64_t> magic;  // written last, once the rest is
@@ -76,6 +79,9 @@ struct NodeHeader {
   // The owner's progress loop's wake-up words: a peer writes the doorbell only
   // when that loop sleeps (progress/wake_word.h).
   progress::WakeWord loop_wake;
+  // Regions whose shared pages went back to private memory so far: a peer that
+  // sees it move drops its mappings (PeerPages).
+  std::atomic<uint64_t> pages_unshared;
   pthread_mutex_t atomics;             // robust, process-shared
   // Faults peers found while acting for the owner's QPs (a remote access error
   // ends the owner's QP too, IBA 9.9.3.1.2), drained by the owner's engine; each
@@ -97,7 +103,7 @@ struct PeerSlot {
   std::atomic<uint64_t> access;
 };
 
-using KeyTable = PublishedTable<5>;
+using KeyTable = PublishedTable<8>;
 using QpTable = PublishedTable<3>;
 
 // The segment's shape, the same for owner and peers.
@@ -111,6 +117,7 @@ struct NodeLayout {
   static size_t recvs_offset();
   static size_t notices_offset();
   static size_t sges_offset();
+  static size_t results_offset();
   static size_t size();
 };
 
@@ -139,6 +146,7 @@ struct NodeView {
   RecvState* recvs = nullptr;  // NodeLayout::kRecvQueues of them
   NoticeQueue notices;
   RecvSge* recv_sges = nullptr;  // kSharedSges per receive queue
+  RecvResult* recv_results = nullptr;  // kSharedSges per receive queue
   // The segment mapped at `base` (NodeLayout::size() bytes).
   static NodeView at(void* base);
 };
@@ -170,6 +178,10 @@ class NodeSegment {
   void release_recv(uint32_t index);
   // Where receive queue `index` may keep a copy of its scatter lists (kSharedSges).
   RecvSge* recv_sges(uint32_t index) { return view_.recv_sges + size_t(index) * kSharedSges; }
+  // And of its WQEs' results (a slot each; a queue of at most kSharedSges slots).
+  RecvResult* recv_results(uint32_t index) {
+    return view_.recv_results + size_t(index) * kSharedSges;
+  }
   // Stops peers claiming from `state` and waits for those inside an access, so
   // that what they placed is final (a QP entering Error or Reset, or destroyed).
   void close_recv(RecvState& state);
@@ -222,6 +234,8 @@ class PeerNode {
   RecvState* recv(uint32_t recv_queue) const;
   // That queue's kSharedSges scatter entries in the segment (RecvState::shared_sges).
   const RecvSge* recv_sges(uint32_t recv_queue) const;
+  // Where that queue's peers write its WQEs' results (RecvState::shared_sges).
+  RecvResult* recv_results(uint32_t recv_queue) const;
   // Tells the owner that `recv_queue` has placed WQEs; true when the owner must be
   // woken (no notice of that queue was waiting yet).
   bool notice(uint32_t recv_queue);

@@ -122,4 +122,14 @@ int ProcessMemory::transfer(bool write, std::span<const iovec> local,
   return 0;
 }
 
+int ProcessMemory::copy_descriptor(int fd) const {
+#ifdef SYS_pidfd_getfd
+  if (pidfd_ < 0 || fd < 0) return -1;
+  return int(syscall(SYS_pidfd_getfd, pidfd_, fd, 0));
+#else
+  (void)fd;
+  return -1;
+#endif
+}
+
 }  // namespace softrdma::samehost

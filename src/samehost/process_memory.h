@@ -49,6 +49,9 @@ class ProcessMemory {
   int read(std::span<const iovec> local, std::span<const iovec> remote) const;
   // False once the process has exited (its pidfd became readable).
   bool alive() const;
+  // A copy of its descriptor `fd` here (pidfd_getfd(2), Linux 5.6: allowed on the
+  // same terms as cross-memory attach); -1 when it cannot be had.
+  int copy_descriptor(int fd) const;
   // A pidfd (pidfd_open(2)) for watching its exit, or -1 on kernels without it.
   int pidfd() const { return pidfd_; }
 

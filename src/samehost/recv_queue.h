@@ -28,13 +28,18 @@ struct RecvState {
   std::atomic<uint64_t> sges;       // the owner's address of slot 0's first RecvSge
   std::atomic<uint64_t> results;    // the owner's address of slot 0's RecvResult
   // 1: the scatter lists are also in the segment (NodeView::recv_sges, this
-  // queue's kSharedSges entries), where a peer reads them without a system call.
+  // queue's kSharedSges entries), where a peer reads them without a system call,
+  // and the results are there only (NodeView::recv_results, a slot each), where
+  // it writes them with stores.
   std::atomic<uint32_t> shared_sges;
 };
 
 // Scatter entries of one queue the segment holds: a queue of at most this many
-// (slots × max_recv_sge) keeps a copy there (a latency test's, rping's).
-inline constexpr uint32_t kSharedSges = 256;
+// (slots × max_recv_sge) keeps a copy there, and its results (at most this many
+// slots, then). 1024 takes perftest's (512 × 1), ibv_rc_pingpong's (500 × 1) and
+// rping's; the segment file is sparse, so the 64 MiB of each area reserve
+// address space, and memory only for the queues in use.
+inline constexpr uint32_t kSharedSges = 1024;
 
 // One scatter entry of a receive WQE, as the owner keeps it (engine::Sge).
 struct RecvSge {

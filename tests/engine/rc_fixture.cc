@@ -25,6 +25,7 @@ void build_node(Node& n, transport::fake::FakeNetwork& net, const transport::Gid
   config.max_unacked_packets = o.window;
   config.idle_probe_interval_ns = o.idle_probe;
   config.max_retry_interval_ns = o.max_retry_interval;
+  config.shared_pages_max_bytes = o.shared_pages;
   n.device = std::make_unique<Device>(config, *n.transport, clock);
   int err = 0;
   n.pd = n.device->alloc_pd(err);

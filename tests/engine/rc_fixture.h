@@ -40,6 +40,9 @@ struct RcOptions {
   // Both devices publish node segments (in the test's own directory): RDMA WRITE,
   // READ and ATOMIC then take the same-host path (docs/decisions/same-host.md).
   bool same_host = false;
+  // DeviceConfig::shared_pages_max_bytes: MRs up to this size share their pages
+  // with same-host peers (0: peers copy by cross-memory attach).
+  uint64_t shared_pages = DeviceConfig{}.shared_pages_max_bytes;
 };
 
 // The test's own directory for node segments (removed with it).

@@ -6,6 +6,7 @@
 // tested over both by RcOpsTest and RcErrorTest.
 #include <array>
 #include <cstring>
+#include <string>
 
 #include "engine/rc_fixture.h"
 
@@ -38,32 +39,41 @@ TEST_F(RcHostSendTest, ASendIsPlacedWithoutAPacketAndCompletesAtTheReceiver) {
 }
 
 // A queue of at most samehost::kSharedSges scatter entries keeps a copy of its
-// scatter lists in the node segment: the sender reads them there and makes one
-// system call per SEND (payload and result), not two. A larger queue's are read
-// from the receiver's memory. Either way the message lands where the WQE says.
+// scatter lists, and its results, in the node segment: the sender reads the one
+// and writes the other with loads and stores. A larger queue's are in the
+// receiver's memory: one system call reads the scatter list, one writes the
+// result. The payload goes by stores onto shared pages (samehost/shared_pages.h),
+// by cross-memory attach without them (then with the result, in one call). Either
+// way the message lands where the WQE says.
 TEST_F(RcHostSendTest, ASmallQueuesScatterListIsReadFromTheSegment) {
-  for (const uint32_t depth : {16u, 256u}) {
-    SCOPED_TRACE(depth);
-    RcOptions small;
-    small.max_recv_wr = depth;
-    small.max_recv_sge = 4;
-    connect(small);
-    const bool shared = depth * 4 <= samehost::kSharedSges;
-    for (uint64_t i = 0; i < 3 * depth / 2; ++i) {  // the ring wraps past its slots
-      fill(a, 0, 64, uint32_t(i));
-      post_recv(b, kDst + i % 4 * 256, 256, i);
-      ASSERT_EQ(post(a, IBV_WR_SEND, 0, 64, 0, i), 0);
-      pump();
-      const auto got = poll(b.rcq);
-      ASSERT_EQ(got.size(), 1u);
-      ASSERT_EQ(got[0].status, IBV_WC_SUCCESS);
-      ASSERT_EQ(got[0].wr_id, i);
-      ASSERT_TRUE(same(a, 0, b, kDst + i % 4 * 256, 64));
-      poll(a.scq);
+  for (const bool pages : {true, false}) {
+    for (const uint32_t depth : {16u, 512u}) {
+      SCOPED_TRACE(std::to_string(depth) + (pages ? " shared pages" : " no shared pages"));
+      RcOptions small;
+      small.max_recv_wr = depth;
+      small.max_recv_sge = 4;
+      small.shared_pages = pages ? RcOptions{}.shared_pages : 0;
+      connect(small);
+      const bool in_segment = depth * 4 <= samehost::kSharedSges;
+      for (uint64_t i = 0; i < 3 * depth / 2; ++i) {  // the ring wraps past its slots
+        fill(a, 0, 64, uint32_t(i));
+        post_recv(b, kDst + i % 4 * 256, 256, i);
+        ASSERT_EQ(post(a, IBV_WR_SEND, 0, 64, 0, i), 0);
+        pump();
+        const auto got = poll(b.rcq);
+        ASSERT_EQ(got.size(), 1u);
+        ASSERT_EQ(got[0].status, IBV_WC_SUCCESS);
+        ASSERT_EQ(got[0].wr_id, i);
+        ASSERT_EQ(got[0].byte_len, 64u);
+        ASSERT_TRUE(same(a, 0, b, kDst + i % 4 * 256, 64));
+        poll(a.scq);
+      }
+      const uint64_t sends = 3 * depth / 2;
+      EXPECT_EQ(a.counters().host_sends.load(), sends);
+      EXPECT_EQ(a.counters().host_mapped.load(), pages ? sends : 0);
+      const uint64_t calls_each = (in_segment ? 0 : 2) + (pages || !in_segment ? 0 : 1);
+      EXPECT_EQ(a.counters().host_calls.load(), calls_each * sends);
     }
-    const uint64_t sends = 3 * depth / 2;
-    EXPECT_EQ(a.counters().host_sends.load(), sends);
-    EXPECT_EQ(a.counters().host_calls.load(), shared ? sends : 2 * sends);
   }
 }
 

@@ -42,7 +42,18 @@ class RcHostTest : public RcHostPairTest {
   }
 };
 
-TEST_F(RcHostTest, APostedListOfWritesLandsAndCompletesInOrder) {
+// Peers that copy by cross-memory attach (no shared pages): what the batch is for.
+class RcHostCallsTest : public RcHostTest {
+ protected:
+  void SetUp() override {
+    RcHostTest::SetUp();
+    RcOptions options;
+    options.shared_pages = 0;
+    connect(options);
+  }
+};
+
+TEST_F(RcHostCallsTest, APostedListOfWritesLandsAndCompletesInOrder) {
   fill(a, 0, 64 * 32, 7);
   ASSERT_EQ(post_list(32), 0);
   pump();
@@ -60,9 +71,27 @@ TEST_F(RcHostTest, APostedListOfWritesLandsAndCompletesInOrder) {
   EXPECT_EQ(a.qp->counters().host_operations.load(), 32u);
 }
 
+// b's MR is on shared pages (samehost/shared_pages.h): the same list lands by
+// stores, in order, without a system call.
+TEST_F(RcHostTest, OnSharedPagesAListOfWritesLandsWithoutASystemCall) {
+  fill(a, 0, 64 * 32, 9);
+  ASSERT_EQ(post_list(32), 0);
+  pump();
+  auto wcs = poll(a.scq);
+  ASSERT_EQ(wcs.size(), 32u);
+  for (size_t i = 0; i < wcs.size(); ++i) {
+    EXPECT_EQ(wcs[i].status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wcs[i].wr_id, i);
+  }
+  EXPECT_TRUE(same(a, 0, b, kDst, 64 * 32));
+  EXPECT_EQ(a.counters().host_writes.load(), 32u);
+  EXPECT_EQ(a.counters().host_mapped.load(), 32u);
+  EXPECT_EQ(a.counters().host_calls.load(), 0u);
+}
+
 // WR 5 of 10 names a key b never registered: WRs 0-4 land and succeed, WR 5 gets the
 // NAK's status, the rest are flushed and never written, and b's QP ends too.
-TEST_F(RcHostTest, AFailureInsideAListFailsThatWriteAlone) {
+TEST_F(RcHostCallsTest, AFailureInsideAListFailsThatWriteAlone) {
   fill(a, 0, 64 * 10, 3);
   ASSERT_EQ(post_list(10, [&](int i, ibv_send_wr& wr) {
               if (i == 5) wr.wr.rdma.rkey = b.mr->key ^ 0x77;
@@ -87,7 +116,7 @@ TEST_F(RcHostTest, AFailureInsideAListFailsThatWriteAlone) {
 // The batch's one copy fails part-way (b unmapped a page of its MR without
 // deregistering it): the WRITEs before that page land and succeed, the one into it
 // fails as on the wire (remote access error), the rest are flushed unwritten.
-TEST_F(RcHostTest, ACopyThatFailsPartWayFailsTheWriteThatMetTheHole) {
+TEST_F(RcHostCallsTest, ACopyThatFailsPartWayFailsTheWriteThatMetTheHole) {
   const size_t page = size_t(sysconf(_SC_PAGESIZE));
   auto* region = static_cast<uint8_t*>(mmap(nullptr, 4 * page, PROT_READ | PROT_WRITE,
                                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
@@ -116,6 +145,40 @@ TEST_F(RcHostTest, ACopyThatFailsPartWayFailsTheWriteThatMetTheHole) {
   EXPECT_GE(a.counters().host_calls.load(), 2u) << "the batch, then each WRITE alone";
   munmap(region, 2 * page);
   munmap(region + 3 * page, page);
+}
+
+// On shared pages, an MR's pages stay the MR's until ibv_dereg_mr, as an RDMA
+// NIC's pinned pages: b unmaps one and maps a fresh page at its address; a's WRITE
+// there succeeds into the MR's page, and the fresh page is untouched (a system
+// call would have written whatever is mapped there now).
+TEST_F(RcHostTest, OnSharedPagesAPageUnmappedWithoutDeregStaysTheMrs) {
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  auto* region = static_cast<uint8_t*>(mmap(nullptr, 4 * page, PROT_READ | PROT_WRITE,
+                                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(region, MAP_FAILED);
+  int err = 0;
+  Mr* mr = b.device->reg_mr(b.pd, region, 4 * page, uint64_t(uintptr_t(region)),
+                            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, err);
+  ASSERT_NE(mr, nullptr) << err;
+  ASSERT_NE(mr->pages, nullptr) << "the region's pages are shared";
+  ASSERT_EQ(mmap(region + 2 * page, page, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
+            region + 2 * page);
+  fill(a, 0, 64, 5);
+  ASSERT_EQ(post_with(a, IBV_WR_RDMA_WRITE, 0, 64, 0, 1,
+                      [&](ibv_send_wr& wr, ibv_sge&) {
+                        wr.wr.rdma.remote_addr = uint64_t(uintptr_t(region + 2 * page));
+                        wr.wr.rdma.rkey = mr->key;
+                      }),
+            0);
+  ASSERT_TRUE(run_until([&] { return a.qp->sq().empty(); }));
+  auto wcs = poll(a.scq);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  const std::array<uint8_t, 64> zeros{};
+  EXPECT_EQ(std::memcmp(region + 2 * page, zeros.data(), 64), 0) << "the fresh page is untouched";
+  EXPECT_EQ(b.device->dereg_mr(mr), 0);
+  munmap(region, 4 * page);
 }
 
 // The peer's QP is still in INIT when a's WRITE comes: a lost request, retried at

@@ -35,9 +35,24 @@ ibv_qp_state state_of(ibv_qp* qp) {
   return attr.qp_state;
 }
 
+// Sets an environment variable for the scope's life (a device opened in it reads it).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
 class UnmappedTarget : public ::testing::TestWithParam<ibv_wr_opcode> {};
 
+// Where the target's pages are not shared with same-host peers (shared pages stay
+// the MR's until ibv_dereg_mr, as pinned pages: RcHostTest.OnSharedPagesAPage...).
 TEST_P(UnmappedTarget, RemoteAccessErrorAndTheProcessLives) {
+  ScopedEnv no_shared_pages("SOFTRDMA_SHARED_PAGES_MB", "0");
   Pair pair(PairOptions{.two_contexts = true});
   const size_t page = size_t(sysconf(_SC_PAGESIZE));
   void* mem = mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -12,6 +12,7 @@
 #include "engine/clock.h"
 #include "engine/wqe.h"
 #include "samehost/recv_queue.h"
+#include "samehost/shared_pages.h"
 #include "wire/packet.h"
 
 namespace softrdma::samehost {
@@ -77,9 +78,18 @@ class Requester {
   bool batch_on_host(SendWqe& wqe);
   // Executes the batch; false when the QP must stop (a retry, an error).
   bool flush_host_batch(Nanos now);
-  HostVerdict check_on_host(const SendWqe& wqe, samehost::Peer& peer, uint64_t& host_addr) const;
+  // Where a WRITE, READ or atomic lands in the peer: its address there, and the
+  // shared pages (samehost/shared_pages.h) of the key that granted it.
+  struct HostRange {
+    uint64_t addr = 0;
+    samehost::SharedSpan span;
+  };
+  HostVerdict check_on_host(const SendWqe& wqe, samehost::Peer& peer, HostRange& range) const;
   uint32_t local_iovecs(const SendWqe& wqe, std::span<iovec> out) const;
-  int transfer_on_host(SendWqe& wqe, samehost::Peer& peer, uint64_t host_addr);
+  int transfer_on_host(SendWqe& wqe, samehost::Peer& peer, const HostRange& range);
+  // The same through the peer's shared pages, by loads and stores: 0, EFAULT, or
+  // ENOENT when the range is not on pages mapped here (cross-memory attach then).
+  int transfer_mapped(SendWqe& wqe, samehost::Peer& peer, const HostRange& range);
   bool retry_on_host(SendWqe& wqe, Nanos now);
   void refuse_on_host(SendWqe& wqe, HostVerdict verdict, Nanos now);
   void fail_on_host(SendWqe& wqe, ibv_wc_status status, Nanos now);
@@ -94,6 +104,7 @@ class Requester {
   static constexpr uint32_t kMaxPeerSges = 64;
   struct HostIovecs {
     std::array<iovec, kMaxPeerSges + 1> remote;
+    std::array<samehost::SharedSpan, kMaxPeerSges + 1> spans;  // the keys' shared pages
     uint32_t count = 0;
   };
   static bool consumes_receive(const SendWqe& wqe);
@@ -105,6 +116,9 @@ class Requester {
                          uint32_t max_sge, std::span<samehost::RecvSge, kMaxPeerSges> out) const;
   int place_on_host(const SendWqe& wqe, const HostTarget& target, uint32_t index,
                     HostIovecs& remote, ibv_wc_status status);
+  // The payload by stores when every byte of it is on shared pages mapped here:
+  // 0, EFAULT (a local buffer went), or ENOENT (cross-memory attach then).
+  int place_mapped(const SendWqe& wqe, const HostIovecs& remote, uint32_t count);
   HostVerdict finish_on_host(const SendWqe& wqe, const HostTarget& target, uint32_t index,
                              HostIovecs& remote, ibv_wc_status there);
   bool conclude_send_on_host(SendWqe& wqe, HostVerdict verdict, const HostTarget& target,

@@ -56,7 +56,7 @@ bool Requester::executes_on_host(const SendWqe& wqe) const {
 
 // What the peer's responder would answer, before any byte moves.
 Requester::HostVerdict Requester::check_on_host(const SendWqe& wqe, samehost::Peer& peer,
-                                                uint64_t& host_addr) const {
+                                                HostRange& range) const {
   const auto target = peer.node->qp(conn_.path().dest_qpn);
   if (!target || !takes_requests_on_host(target->state) || target->type != uint32_t(conn_.qp().type()))
     return HostVerdict::kNotReady;
@@ -73,8 +73,9 @@ Requester::HostVerdict Requester::check_on_host(const SendWqe& wqe, samehost::Pe
       (grant->access & uint32_t(need)) != uint32_t(need) || va < grant->iova ||
       length > grant->length || va - grant->iova > grant->length - length)
     return HostVerdict::kAccess;
-  host_addr = grant->host_addr + (va - grant->iova);
-  if (wqe.is_atomic() && host_addr % 8 != 0) return HostVerdict::kInvalidRequest;
+  range.addr = grant->host_addr + (va - grant->iova);
+  range.span = grant->shared;
+  if (wqe.is_atomic() && range.addr % 8 != 0) return HostVerdict::kInvalidRequest;
   return HostVerdict::kGo;
 }
 
@@ -97,8 +98,11 @@ uint32_t Requester::local_iovecs(const SendWqe& wqe, std::span<iovec> out) const
   return n;
 }
 
-int Requester::transfer_on_host(SendWqe& wqe, samehost::Peer& peer, uint64_t host_addr) {
+int Requester::transfer_on_host(SendWqe& wqe, samehost::Peer& peer, const HostRange& range) {
+  if (wqe.length == 0 && !wqe.is_atomic()) return 0;
+  if (const int err = transfer_mapped(wqe, peer, range); err != ENOENT) return err;
   EngineCounters& counters = conn_.qp().device().counters();
+  const uint64_t host_addr = range.addr;
   if (wqe.is_atomic()) {
     uint64_t before = 0;
     iovec word{&before, 8};
@@ -119,7 +123,6 @@ int Requester::transfer_on_host(SendWqe& wqe, samehost::Peer& peer, uint64_t hos
     bump(conn_.qp().counters().host_operations);
     return 0;
   }
-  if (wqe.length == 0) return 0;
   std::array<iovec, 64> local;
   const uint32_t n = local_iovecs(wqe, local);
   iovec remote{reinterpret_cast<void*>(host_addr), wqe.length};
@@ -149,13 +152,13 @@ bool Requester::execute_on_host(SendWqe& wqe, Nanos now) {
 bool Requester::execute_alone_on_host(SendWqe& wqe, Nanos now) {
   if (consumes_receive(wqe)) return send_on_host(wqe, now);
   samehost::Peer& peer = *conn_.path().peer;
-  uint64_t host_addr = 0;
+  HostRange range;
   int err = 0;
   // The key is looked up inside the access: the peer's ibv_dereg_mr waits for it
   // to end, or this lookup misses the key (NodeSegment::revoke_key).
   peer.node->begin_access();
-  HostVerdict verdict = check_on_host(wqe, peer, host_addr);
-  if (verdict == HostVerdict::kGo) err = transfer_on_host(wqe, peer, host_addr);
+  HostVerdict verdict = check_on_host(wqe, peer, range);
+  if (verdict == HostVerdict::kGo) err = transfer_on_host(wqe, peer, range);
   peer.node->end_access();
   if (verdict == HostVerdict::kWire) return start_on_wire(wqe);
   if (verdict == HostVerdict::kGo && err == EFAULT) verdict = HostVerdict::kAccess;

@@ -12,6 +12,7 @@
 #include <sys/uio.h>
 
 #include <array>
+#include <cerrno>
 #include <climits>
 
 #include "engine/device.h"
@@ -38,11 +39,18 @@ bool Requester::batch_on_host(SendWqe& wqe) {
     b.peer = &peer;
     b.open = true;
   }
-  uint64_t host_addr = 0;
-  if (check_on_host(wqe, peer, host_addr) != HostVerdict::kGo) return false;
+  HostRange range;
+  if (check_on_host(wqe, peer, range) != HostVerdict::kGo) return false;
+  // On the peer's shared pages, with nothing batched before it: a store now, in
+  // order. After batched WRITEs it joins them, so as not to overtake them.
+  if (b.wqes == 0) {
+    const int err = transfer_mapped(wqe, peer, range);
+    if (err == 0) mark_executed_on_host(wqe);
+    if (err != ENOENT) return err == 0;
+  }
   const uint32_t n = local_iovecs(wqe, {b.local.data() + b.locals, HostBatch::kLocal - b.locals});
   b.locals += n;
-  b.remote[b.wqes] = {reinterpret_cast<void*>(host_addr), wqe.length};
+  b.remote[b.wqes] = {reinterpret_cast<void*>(range.addr), wqe.length};
   b.index[b.wqes++] = send_index_;  // start() is given the WQE at send_index_
   b.bytes += wqe.length;
   mark_executed_on_host(wqe);

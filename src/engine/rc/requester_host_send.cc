@@ -2,10 +2,13 @@
 // (docs/decisions/same-host.md, "SENDs"): the requester consumes the peer QP's
 // next receive WQE itself, as the peer's RNIC would on receiving the message. It
 // claims the WQE in the peer's node segment (samehost::RecvState), reads the WQE's
-// scatter list from the peer's memory, checks each L_Key against what the peer
-// published (IBA 10.6.3.1: PD, local write, range), and writes the payload and the
-// WQE's result into the peer's memory in one system call; the peer completes the
-// WQE at its next engine turn, woken by a notice. Outcomes are the wire's:
+// scatter list (from the segment for a small queue, else from the peer's memory),
+// checks each L_Key against what the peer published (IBA 10.6.3.1: PD, local
+// write, range), and writes the payload (by stores when it lands on shared pages,
+// samehost/shared_pages.h) and the WQE's result (by a store into the segment for a
+// small queue) — at most one system call, none for a latency test's SEND; the
+// peer completes the WQE at its next engine turn, woken by a notice. Outcomes are
+// the wire's:
 //   - no WQE posted: RNR (IBA 9.7.5.1.4), retried after the peer's min_rnr_timer,
 //     rnr_retry times (7: for ever), then IBV_WC_RNR_RETRY_EXC_ERR;
 //   - a message longer than the WQE: IBV_WC_LOC_LEN_ERR there, IBV_WC_REM_INV_REQ_ERR
@@ -16,8 +19,11 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cstring>
+#include <memory>
 
 #include "engine/device.h"
 #include "engine/guarded_memory.h"
@@ -76,6 +82,7 @@ Requester::HostVerdict Requester::scatter_on_host(const HostTarget& target, uint
         sge.addr - grant->iova > grant->length - sge.length)
       return HostVerdict::kRemoteOperational;
     const uint64_t take = std::min<uint64_t>(left, sge.length);
+    out.spans[out.count] = grant->shared;
     out.remote[out.count++] = {reinterpret_cast<void*>(grant->host_addr + (sge.addr - grant->iova)),
                                size_t(take)};
     left -= take;
@@ -109,8 +116,10 @@ bool Requester::read_scatter_list(const HostTarget& target, uint32_t index, uint
   return peer.memory->read({&local, 1}, {&remote, 1}) == 0;
 }
 
-// The message and its result in one cross-memory write; the WQE's result alone
-// when the message failed there (`status`).
+// The message and its result (the WQE's result alone when the message failed
+// there: `status`). The payload by stores when it is all on shared pages, else by
+// cross-memory attach; the result by a store into the segment for a small queue,
+// else in the same system call as the payload.
 int Requester::place_on_host(const SendWqe& wqe, const HostTarget& target, uint32_t index,
                              HostIovecs& remote, ibv_wc_status status) {
   samehost::Peer& peer = *conn_.path().peer;
@@ -122,20 +131,71 @@ int Requester::place_on_host(const SendWqe& wqe, const HostTarget& target, uint3
   if (wqe.opcode != IBV_WR_SEND) result.flags |= samehost::RecvResult::kWithImm;
   if (wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) result.flags |= samehost::RecvResult::kRdmaWithImm;
   if (wqe.flags & IBV_SEND_SOLICITED) result.flags |= samehost::RecvResult::kSolicited;
-  std::array<iovec, kMaxPeerSges + 1> local;
-  uint32_t n = 0;
-  if (status == IBV_WC_SUCCESS && wqe.length != 0) {
-    n = local_iovecs(wqe, {local.data(), kMaxPeerSges});
-  } else {
-    remote.count = 0;
+  uint32_t payload = status == IBV_WC_SUCCESS && wqe.length != 0 ? remote.count : 0;
+  if (payload != 0) {
+    const int err = place_mapped(wqe, remote, payload);
+    if (err != ENOENT && err != 0) return err;
+    if (err == 0) payload = 0;
   }
   const uint32_t slots = rq.slot_count.load(std::memory_order_relaxed);
-  const uint64_t at = rq.results.load(std::memory_order_relaxed) +
-                      uint64_t(index & (slots - 1)) * sizeof(samehost::RecvResult);
+  const uint32_t slot = index & (slots - 1);
+  samehost::RecvResult* in_segment =
+      rq.shared_sges.load(std::memory_order_relaxed) == 1 && slots <= samehost::kSharedSges
+          ? peer.node->recv_results(target.recv_queue)
+          : nullptr;
+  std::array<iovec, kMaxPeerSges + 1> local;
+  uint32_t n = payload != 0 ? local_iovecs(wqe, {local.data(), kMaxPeerSges}) : 0;
+  if (in_segment != nullptr) {
+    std::memcpy(&in_segment[slot], &result, sizeof result);  // published by `placed`
+    if (payload == 0) return 0;
+    bump(conn_.qp().device().counters().host_calls);
+    return peer.memory->write({local.data(), n}, {remote.remote.data(), payload});
+  }
   local[n++] = {&result, sizeof result};
-  remote.remote[remote.count++] = {reinterpret_cast<void*>(at), sizeof result};
+  remote.remote[payload] = {reinterpret_cast<void*>(rq.results.load(std::memory_order_relaxed) +
+                                                    uint64_t(slot) * sizeof(samehost::RecvResult)),
+                            sizeof result};
   bump(conn_.qp().device().counters().host_calls);
-  return peer.memory->write({local.data(), n}, {remote.remote.data(), remote.count});
+  return peer.memory->write({local.data(), n}, {remote.remote.data(), payload + 1});
+}
+
+int Requester::place_mapped(const SendWqe& wqe, const HostIovecs& remote, uint32_t count) {
+  samehost::Peer& peer = *conn_.path().peer;
+  if (!peer.pages) return ENOENT;
+  // Held until the copy is done: another thread's map() may drop them meanwhile.
+  std::array<std::shared_ptr<const samehost::PeerPages::Mapping>, kMaxPeerSges + 1> held;
+  std::array<uint8_t*, kMaxPeerSges + 1> there;
+  for (uint32_t r = 0; r < count; ++r) {
+    const auto addr = reinterpret_cast<uintptr_t>(remote.remote[r].iov_base);
+    if (!remote.spans[r].contains(addr, remote.remote[r].iov_len)) return ENOENT;
+    held[r] = r > 0 && held[r - 1] && held[r - 1]->span.inode == remote.spans[r].inode
+                  ? held[r - 1]
+                  : peer.pages->map(remote.spans[r]);
+    if (!held[r]) return ENOENT;
+    there[r] = held[r]->at(addr);
+  }
+  std::array<iovec, kMaxPeerSges> local;
+  const uint32_t n = local_iovecs(wqe, local);
+  uint32_t r = 0;
+  size_t offset = 0;  // into remote entry r
+  for (uint32_t i = 0; i < n; ++i) {
+    if (local[i].iov_base == nullptr) return EFAULT;  // an L_Key that no longer resolves
+    const auto* from = static_cast<const uint8_t*>(local[i].iov_base);
+    size_t left = local[i].iov_len;
+    while (left > 0 && r < count) {
+      const size_t take = std::min(left, remote.remote[r].iov_len - offset);
+      if (!guarded_copy(there[r] + offset, from, take)) return EFAULT;
+      from += take;
+      left -= take;
+      offset += take;
+      if (offset == remote.remote[r].iov_len) {
+        ++r;
+        offset = 0;
+      }
+    }
+  }
+  bump(conn_.qp().device().counters().host_mapped);
+  return 0;
 }
 
 // Executes the WQE into the peer's next receive; false when the requester must
@@ -148,13 +208,16 @@ bool Requester::send_on_host(SendWqe& wqe, Nanos now) {
   peer.node->begin_access();
   HostVerdict verdict = find_receiver_on_host(wqe, target);
   HostIovecs remote;
-  uint64_t host_addr = 0;
+  HostRange range;
   if (verdict == HostVerdict::kGo && wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
-    verdict = check_on_host(wqe, peer, host_addr);
+    verdict = check_on_host(wqe, peer, range);
   if (verdict == HostVerdict::kGo && !claim_receive(*target.rq, index)) verdict = HostVerdict::kRnr;
   if (verdict == HostVerdict::kGo) {
     if (wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
-      if (wqe.length != 0) remote.remote[remote.count++] = {reinterpret_cast<void*>(host_addr), wqe.length};
+      if (wqe.length != 0) {
+        remote.spans[remote.count] = range.span;
+        remote.remote[remote.count++] = {reinterpret_cast<void*>(range.addr), wqe.length};
+      }
     } else {
       const HostVerdict scattered = scatter_on_host(target, index, wqe.length, remote);
       if (scattered == HostVerdict::kInvalidRequest) there = IBV_WC_LOC_LEN_ERR;
