@@ -40,6 +40,20 @@ class RcHostTest : public RcHostPairTest {
     }
     return post_wr(a, wrs[0]);
   }
+  // A list of 32 WRITEs of bytes from `seed`: each completes in order and lands.
+  void post_list_and_check_it_landed(uint32_t seed) {
+    fill(a, 0, 64 * 32, seed);
+    ASSERT_EQ(post_list(32), 0);
+    pump();
+    auto wcs = poll(a.scq);
+    ASSERT_EQ(wcs.size(), 32u);
+    for (size_t i = 0; i < wcs.size(); ++i) {
+      EXPECT_EQ(wcs[i].status, IBV_WC_SUCCESS);
+      EXPECT_EQ(wcs[i].wr_id, i);
+    }
+    EXPECT_TRUE(same(a, 0, b, kDst, 64 * 32));
+    EXPECT_EQ(a.counters().host_writes.load(), 32u);
+  }
 };
 
 // Peers that copy by cross-memory attach (no shared pages): what the batch is for.
@@ -54,17 +68,7 @@ class RcHostCallsTest : public RcHostTest {
 };
 
 TEST_F(RcHostCallsTest, APostedListOfWritesLandsAndCompletesInOrder) {
-  fill(a, 0, 64 * 32, 7);
-  ASSERT_EQ(post_list(32), 0);
-  pump();
-  auto wcs = poll(a.scq);
-  ASSERT_EQ(wcs.size(), 32u);
-  for (size_t i = 0; i < wcs.size(); ++i) {
-    EXPECT_EQ(wcs[i].status, IBV_WC_SUCCESS);
-    EXPECT_EQ(wcs[i].wr_id, i);
-  }
-  EXPECT_TRUE(same(a, 0, b, kDst, 64 * 32));
-  EXPECT_EQ(a.counters().host_writes.load(), 32u);
+  post_list_and_check_it_landed(7);
   EXPECT_EQ(a.counters().host_bytes.load(), 64u * 32);
   EXPECT_EQ(a.counters().tx_packets.load(), 0u) << "nothing on the wire";
   EXPECT_EQ(a.counters().host_calls.load(), 1u) << "the list in one system call";
@@ -74,17 +78,7 @@ TEST_F(RcHostCallsTest, APostedListOfWritesLandsAndCompletesInOrder) {
 // b's MR is on shared pages (samehost/shared_pages.h): the same list lands by
 // stores, in order, without a system call.
 TEST_F(RcHostTest, OnSharedPagesAListOfWritesLandsWithoutASystemCall) {
-  fill(a, 0, 64 * 32, 9);
-  ASSERT_EQ(post_list(32), 0);
-  pump();
-  auto wcs = poll(a.scq);
-  ASSERT_EQ(wcs.size(), 32u);
-  for (size_t i = 0; i < wcs.size(); ++i) {
-    EXPECT_EQ(wcs[i].status, IBV_WC_SUCCESS);
-    EXPECT_EQ(wcs[i].wr_id, i);
-  }
-  EXPECT_TRUE(same(a, 0, b, kDst, 64 * 32));
-  EXPECT_EQ(a.counters().host_writes.load(), 32u);
+  post_list_and_check_it_landed(9);
   EXPECT_EQ(a.counters().host_mapped.load(), 32u);
   EXPECT_EQ(a.counters().host_calls.load(), 0u);
 }

@@ -90,6 +90,7 @@ class Requester {
   // The same through the peer's shared pages, by loads and stores: 0, EFAULT, or
   // ENOENT when the range is not on pages mapped here (cross-memory attach then).
   int transfer_mapped(SendWqe& wqe, samehost::Peer& peer, const HostRange& range);
+  bool deliver_atomic_result(const SendWqe& wqe, uint64_t original);
   bool retry_on_host(SendWqe& wqe, Nanos now);
   void refuse_on_host(SendWqe& wqe, HostVerdict verdict, Nanos now);
   void fail_on_host(SendWqe& wqe, ibv_wc_status status, Nanos now);

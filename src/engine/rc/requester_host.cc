@@ -98,6 +98,17 @@ uint32_t Requester::local_iovecs(const SendWqe& wqe, std::span<iovec> out) const
   return n;
 }
 
+// The original value into the WQE's local buffer (IBA 9.4.5: the ATOMIC's result).
+bool Requester::deliver_atomic_result(const SendWqe& wqe, uint64_t original) {
+  const Sge& sge = wqe.sgl.sges[0];
+  auto access = conn_.qp().device().mrs().access();
+  AccessError why;
+  uint8_t* result = access.resolve(sge.lkey, conn_.qp().pd(), sge.addr, 8, 0, why);
+  if (result == nullptr || !guarded_copy(result, &original, 8)) return false;
+  bump(conn_.qp().device().counters().host_atomics);
+  return true;
+}
+
 int Requester::transfer_on_host(SendWqe& wqe, samehost::Peer& peer, const HostRange& range) {
   if (wqe.length == 0 && !wqe.is_atomic()) return 0;
   if (const int err = transfer_mapped(wqe, peer, range); err != ENOENT) return err;
@@ -114,12 +125,7 @@ int Requester::transfer_on_host(SendWqe& wqe, samehost::Peer& peer, const HostRa
     if (wqe.opcode == IBV_WR_ATOMIC_CMP_AND_SWP) after = before == wqe.compare_add ? wqe.swap : before;
     iovec value{&after, 8};
     if (int err = peer.memory->write({&value, 1}, {&remote, 1}); err != 0) return err;
-    const Sge& sge = wqe.sgl.sges[0];
-    auto access = conn_.qp().device().mrs().access();
-    AccessError why;
-    uint8_t* result = access.resolve(sge.lkey, conn_.qp().pd(), sge.addr, 8, 0, why);
-    if (result == nullptr || !guarded_copy(result, &before, 8)) return EFAULT;
-    bump(counters.host_atomics);
+    if (!deliver_atomic_result(wqe, before)) return EFAULT;
     bump(conn_.qp().counters().host_operations);
     return 0;
   }

@@ -38,12 +38,7 @@ int Requester::transfer_mapped(SendWqe& wqe, samehost::Peer& peer, const HostRan
                           swap ? wqe.swap : wqe.compare_add, before))
         return EFAULT;
     }
-    const Sge& sge = wqe.sgl.sges[0];
-    auto access = conn_.qp().device().mrs().access();
-    AccessError why;
-    uint8_t* result = access.resolve(sge.lkey, conn_.qp().pd(), sge.addr, 8, 0, why);
-    if (result == nullptr || !guarded_copy(result, &before, 8)) return EFAULT;
-    bump(counters.host_atomics);
+    if (!deliver_atomic_result(wqe, before)) return EFAULT;
   } else {
     std::array<iovec, 64> local;
     const uint32_t n = local_iovecs(wqe, local);
