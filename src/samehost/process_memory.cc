@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <ctime>
 #include <vector>
 
 namespace softrdma::samehost {
@@ -85,6 +86,18 @@ bool ProcessMemory::alive() const {
   if (pidfd_ < 0) return kill(pid_, 0) == 0 || errno != ESRCH;
   pollfd p{pidfd_, POLLIN, 0};
   return poll(&p, 1, 0) == 0;
+}
+
+bool ProcessMemory::alive_lately() const {
+  if (gone_.load(std::memory_order_relaxed)) return false;
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  const int64_t now = int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+  if (now - alive_checked_ns_.load(std::memory_order_relaxed) < 1'000'000) return true;
+  alive_checked_ns_.store(now, std::memory_order_relaxed);
+  if (alive()) return true;
+  gone_.store(true, std::memory_order_relaxed);
+  return false;
 }
 
 int ProcessMemory::write(std::span<const iovec> local, std::span<const iovec> remote) const {

@@ -12,6 +12,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -49,6 +50,10 @@ class ProcessMemory {
   int read(std::span<const iovec> local, std::span<const iovec> remote) const;
   // False once the process has exited (its pidfd became readable).
   bool alive() const;
+  // The same, asked of the kernel at most once a millisecond (a system call per
+  // store would cost what shared pages save): for accesses that need no system
+  // call, which would otherwise never learn that the process died.
+  bool alive_lately() const;
   // A copy of its descriptor `fd` here (pidfd_getfd(2), Linux 5.6: allowed on the
   // same terms as cross-memory attach); -1 when it cannot be had.
   int copy_descriptor(int fd) const;
@@ -61,6 +66,8 @@ class ProcessMemory {
 
   pid_t pid_;
   int pidfd_;
+  mutable std::atomic<int64_t> alive_checked_ns_{0};
+  mutable std::atomic<bool> gone_{false};
 };
 
 }  // namespace softrdma::samehost

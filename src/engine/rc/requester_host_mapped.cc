@@ -22,6 +22,9 @@ namespace softrdma::engine::rc {
 int Requester::transfer_mapped(SendWqe& wqe, samehost::Peer& peer, const HostRange& range) {
   const uint64_t length = wqe.is_atomic() ? 8 : wqe.length;
   if (!peer.pages || !range.span.contains(range.addr, length)) return ENOENT;
+  // A store into a dead process's pages succeeds: ask whether it lives (as the
+  // system call's ESRCH would tell), or the survivor never learns it died.
+  if (!peer.memory->alive_lately()) return ESRCH;
   const auto mapping = peer.pages->map(range.span);
   if (!mapping) return ENOENT;
   uint8_t* there = mapping->at(range.addr);

@@ -162,6 +162,7 @@ int Requester::place_on_host(const SendWqe& wqe, const HostTarget& target, uint3
 int Requester::place_mapped(const SendWqe& wqe, const HostIovecs& remote, uint32_t count) {
   samehost::Peer& peer = *conn_.path().peer;
   if (!peer.pages) return ENOENT;
+  if (!peer.memory->alive_lately()) return ESRCH;  // as in transfer_mapped
   // Held until the copy is done: another thread's map() may drop them meanwhile.
   std::array<std::shared_ptr<const samehost::PeerPages::Mapping>, kMaxPeerSges + 1> held;
   std::array<uint8_t*, kMaxPeerSges + 1> there;
@@ -296,6 +297,8 @@ bool Requester::conclude_send_on_host(SendWqe& wqe, HostVerdict verdict,
     case HostVerdict::kNotReady:
       return retry_on_host(wqe, now);
     case HostVerdict::kRnr:
+      // A dead peer posts nothing more: as over the wire, it stops answering.
+      if (!conn_.path().peer->memory->alive_lately()) return retry_on_host(wqe, now);
       return wait_rnr_on_host(wqe, target, now);
     case HostVerdict::kAccess:
       refuse_on_host(wqe, verdict, now);
