@@ -40,6 +40,17 @@ class RcHostTest : public RcHostPairTest {
     }
     return post_wr(a, wrs[0]);
   }
+  // Four fresh pages of b's (`region`), registered for remote WRITEs; null when
+  // they could not be mapped or registered.
+  Mr* four_pages_of_b(uint8_t*& region) {
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    void* p = mmap(nullptr, 4 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+    region = static_cast<uint8_t*>(p);
+    int err = 0;
+    return b.device->reg_mr(b.pd, region, 4 * page, uint64_t(uintptr_t(region)),
+                            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, err);
+  }
   // A list of 32 WRITEs of bytes from `seed`: each completes in order and lands.
   void post_list_and_check_it_landed(uint32_t seed) {
     fill(a, 0, 64 * 32, seed);
@@ -112,13 +123,9 @@ TEST_F(RcHostCallsTest, AFailureInsideAListFailsThatWriteAlone) {
 // fails as on the wire (remote access error), the rest are flushed unwritten.
 TEST_F(RcHostCallsTest, ACopyThatFailsPartWayFailsTheWriteThatMetTheHole) {
   const size_t page = size_t(sysconf(_SC_PAGESIZE));
-  auto* region = static_cast<uint8_t*>(mmap(nullptr, 4 * page, PROT_READ | PROT_WRITE,
-                                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-  ASSERT_NE(region, MAP_FAILED);
-  int err = 0;
-  Mr* mr = b.device->reg_mr(b.pd, region, 4 * page, uint64_t(uintptr_t(region)),
-                            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, err);
-  ASSERT_NE(mr, nullptr) << err;
+  uint8_t* region = nullptr;
+  Mr* mr = four_pages_of_b(region);
+  ASSERT_NE(mr, nullptr) << "mapped and registered";
   ASSERT_EQ(munmap(region + 2 * page, page), 0);
   fill(a, 0, 64 * 4, 5);
   ASSERT_EQ(post_list(4, [&](int i, ibv_send_wr& wr) {
@@ -147,13 +154,9 @@ TEST_F(RcHostCallsTest, ACopyThatFailsPartWayFailsTheWriteThatMetTheHole) {
 // call would have written whatever is mapped there now).
 TEST_F(RcHostTest, OnSharedPagesAPageUnmappedWithoutDeregStaysTheMrs) {
   const size_t page = size_t(sysconf(_SC_PAGESIZE));
-  auto* region = static_cast<uint8_t*>(mmap(nullptr, 4 * page, PROT_READ | PROT_WRITE,
-                                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-  ASSERT_NE(region, MAP_FAILED);
-  int err = 0;
-  Mr* mr = b.device->reg_mr(b.pd, region, 4 * page, uint64_t(uintptr_t(region)),
-                            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, err);
-  ASSERT_NE(mr, nullptr) << err;
+  uint8_t* region = nullptr;
+  Mr* mr = four_pages_of_b(region);
+  ASSERT_NE(mr, nullptr) << "mapped and registered";
   ASSERT_NE(mr->pages, nullptr) << "the region's pages are shared";
   ASSERT_EQ(mmap(region + 2 * page, page, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
