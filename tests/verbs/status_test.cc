@@ -115,10 +115,14 @@ TEST_P(SoftrdmaStatus, ShowsARunningProcessAndForgetsAKilledOne) {
   kill(child, SIGKILL);
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
-  EXPECT_TRUE(std::filesystem::exists(segment)) << "a killed process leaves its segment";
+  // A killed process leaves its segment behind (no exit handler ran), but any
+  // other softrdma process of this user may sweep it from now on (Node::open does,
+  // and the parallel suite runs many): whoever removes it, `softrdma status` must
+  // neither list the dead process nor leave its file. The sweep itself is tested
+  // in a private directory (runtime/status_segment_test.cc).
   const std::string after = run_status();
   EXPECT_EQ(after.find("process " + std::to_string(child)), std::string::npos) << after;
-  EXPECT_FALSE(std::filesystem::exists(segment)) << "the reader removed the stale segment";
+  EXPECT_FALSE(std::filesystem::exists(segment)) << "the stale segment was removed";
 }
 
 }  // namespace
