@@ -159,8 +159,11 @@ class Device {
   samehost::Host* host() const { return config_.host; }
   // The engine owner's batch of same-host WRITEs (rc/host_batch.h).
   rc::HostBatch& host_batch();
-  // Engine held: the QP whose receive queue peers consume under `index` (null: none).
-  void note_host_recv(uint32_t index, Qp* qp);
+  // Engine held: the QP (or SRQ) whose receive queue peers consume under `index`
+  // (both null: none).
+  void note_host_recv(uint32_t index, Qp* qp, Srq* srq = nullptr);
+  // Engine owner: the QP of that number, or null.
+  Qp* find_qp(uint32_t qpn);
   // The engine's owner queued output for `qp` that it produces in bursts
   // (Protocol::on_tx_ready), a burst per QP and turn.
   void want_tx(Qp& qp);
@@ -295,7 +298,11 @@ class Device {
   std::function<void()> async_notify_;
   QpObserver qp_observer_;
   std::unique_ptr<rc::HostBatch> host_batch_;  // made at first use
-  std::unordered_map<uint32_t, Qp*> host_recvs_;  // note_host_recv
+  struct HostRecvOwner {
+    Qp* qp = nullptr;
+    Srq* srq = nullptr;
+  };
+  std::unordered_map<uint32_t, HostRecvOwner> host_recvs_;  // note_host_recv
 };
 
 }  // namespace softrdma::engine

@@ -2,7 +2,9 @@
 // publishes of its QPs to the processes of its host, the faults they report back,
 // and the scratch batch its requesters fill.
 #include "engine/device.h"
+#include "engine/qp.h"
 #include "engine/rc/host_batch.h"
+#include "engine/srq.h"
 #include "samehost/host.h"
 
 namespace softrdma::engine {
@@ -23,20 +25,23 @@ QpCounters* Device::note_qp(const Qp& qp, bool gone) {
                                                   qp.pd() != nullptr ? qp.pd()->handle() : 0,
                                                   uint32_t(a.qp_access_flags),
                                                   a.dest_qp_num & 0xffffff,
-                                                  qp.host_recv_queue()});
-      if (samehost::RecvState* recv = qp.host_recv())
-        recv->min_rnr_timer.store(a.min_rnr_timer, std::memory_order_relaxed);
+                                                  qp.host_recv_queue(), a.min_rnr_timer});
     }
   }
   return qp_observer_ ? qp_observer_(qp, gone) : nullptr;
 }
 
-void Device::note_host_recv(uint32_t index, Qp* qp) {
-  if (qp != nullptr) {
-    host_recvs_[index] = qp;
+void Device::note_host_recv(uint32_t index, Qp* qp, Srq* srq) {
+  if (qp != nullptr || srq != nullptr) {
+    host_recvs_[index] = HostRecvOwner{qp, srq};
   } else {
     host_recvs_.erase(index);
   }
+}
+
+Qp* Device::find_qp(uint32_t qpn) {
+  auto it = qps_.find(qpn);
+  return it != qps_.end() ? it->second.get() : nullptr;
 }
 
 bool Device::take_host_notices(Nanos now) {
@@ -44,7 +49,9 @@ bool Device::take_host_notices(Nanos now) {
   uint32_t index = 0;
   while (config_.host->node().take_notice(index)) {
     auto it = host_recvs_.find(index);
-    if (it != host_recvs_.end()) it->second->drain_host_receives(now);
+    if (it == host_recvs_.end()) continue;
+    if (it->second.qp != nullptr) it->second.qp->drain_host_receives(now);
+    if (it->second.srq != nullptr) it->second.srq->drain_host_receives(now);
   }
   return true;
 }

@@ -12,6 +12,7 @@
 #include "engine/rc/connection.h"
 #include "engine/sgl.h"
 #include "engine/tx_batch.h"
+#include "samehost/host.h"
 #include "engine/ud/datagram.h"
 #include "wire/psn.h"
 
@@ -359,6 +360,8 @@ void Qp::flush_queues() {
 // is flushed. The receive queue of a QP without SRQ is flushed whole.
 void Qp::flush_receives() {
   if (srq_ != nullptr) {
+    // What peers placed for this QP before it closed completes as it was placed.
+    if (host_recv_queue() != 0) srq_->drain_host_receives(device_.clock().now());
     if (!held_.held) return;
     ibv_wc wc{};
     wc.wr_id = held_.wqe.wr_id;
@@ -399,6 +402,11 @@ void Qp::set_state(ibv_qp_state to) {
   // IBA 10.3.1: no message is received in Error or Reset; peers stop claiming.
   if (to == IBV_QPS_ERR || to == IBV_QPS_RESET) close_host_receives();
   device_.note_qp(*this);
+  // An SRQ stays open for its other QPs: a peer that saw this QP take requests
+  // before may still be placing for it; after this, none (IBA 10.2.9.4: the last
+  // WQE this QP consumes is known when it reports IBV_EVENT_QP_LAST_WQE_REACHED).
+  if ((to == IBV_QPS_ERR || to == IBV_QPS_RESET) && host_recv_queue() != 0 && srq_ != nullptr)
+    device_.host()->node().wait_for_accesses();
 }
 
 void Qp::flush_and_notify(ibv_qp_state from, Nanos now) {

@@ -138,11 +138,18 @@ class Qp {
   // The same-host path's receive queue (qp_host_recv.cc): processes of this host
   // place SENDs into this QP's receive WQEs themselves. Its number as published
   // (index + 1; 0: SENDs to this QP take the wire), and its shared state.
-  uint32_t host_recv_queue() const { return host_recv_ != nullptr ? host_recv_index_ + 1 : 0; }
+  // A QP attached to an SRQ names the SRQ's (srq_host_recv.cc).
+  uint32_t host_recv_queue() const {
+    if (srq_ != nullptr) return xrcd_ == nullptr ? srq_->host_recv_queue() : 0;
+    return host_recv_ != nullptr ? host_recv_index_ + 1 : 0;
+  }
   samehost::RecvState* host_recv() const { return host_recv_; }
   // Engine owner: completes the receives peers placed, in order (a peer left a
   // notice, or the responder needs the queue's head); false when none was.
   bool drain_host_receives(Nanos now, bool stop_at_failure = false);
+  // Engine owner: a peer placed a message for this QP in `wqe` of its SRQ, with
+  // `result`; false when the QP takes none (Reset).
+  bool complete_host_srq_recv(const RecvWqe& wqe, const samehost::RecvResult& result, Nanos now);
 
   // IBA 10.3.1 / 11.2.5.4: enter the Error state; flush every outstanding WQE.
   // Engine owner, mutex() not held.

@@ -39,7 +39,7 @@ void Qp::reserve_host_receives() {
   state->sges.store(reinterpret_cast<uintptr_t>(rq_sges_.data()), std::memory_order_relaxed);
   state->results.store(reinterpret_cast<uintptr_t>(host_results_.data()),
                        std::memory_order_relaxed);
-  state->min_rnr_timer.store(attr_.min_rnr_timer, std::memory_order_relaxed);
+  state->kind.store(samehost::RecvState::kQueue, std::memory_order_relaxed);
   // A small queue keeps its scatter lists in the segment too: a peer then reads
   // them with a load, not a process_vm_readv (1.9 µs here; docs/performance.md).
   // Its results too, which peers then write with stores.
@@ -153,6 +153,19 @@ bool Qp::drain_host_receives(Nanos now, bool stop_at_failure) {
     }
   }
   return drained;
+}
+
+// A QP in Error completes it as placed too: no peer claims for it once it closed
+// (Qp::set_state), so this message came before.
+bool Qp::complete_host_srq_recv(const RecvWqe& wqe, const samehost::RecvResult& result,
+                                Nanos now) {
+  if (attr_.qp_state == IBV_QPS_RESET) return false;
+  const ibv_wc wc = host_recv_wc(wqe, result);
+  bump(device_.counters().host_receives);
+  push_completion(*recv_cq_, wc, (result.flags & samehost::RecvResult::kSolicited) != 0);
+  // IBA 9.7.5.1.5 / 9.9.3.1.2: the responder's QP ends with the message.
+  if (wc.status != IBV_WC_SUCCESS) enter_error(now);
+  return true;
 }
 
 }  // namespace softrdma::engine

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 
 #include "engine/cq.h"
 #include "engine/device.h"
@@ -26,9 +27,11 @@ Srq::Srq(Device& device, uint32_t srqn, Pd* pd, const SrqInit& init)
   pd_->users.fetch_add(1);
   if (cq_ != nullptr) cq_->users.fetch_add(1);
   if (xrcd_ != nullptr) xrcd_->users.fetch_add(1);
+  reserve_host_receives();
 }
 
 Srq::~Srq() {
+  release_host_receives();
   pd_->users.fetch_sub(1);
   if (cq_ != nullptr) cq_->users.fetch_sub(1);
   if (xrcd_ != nullptr) xrcd_->users.fetch_sub(1);
@@ -48,9 +51,18 @@ int Srq::post_recv(const ibv_recv_wr* wr, const ibv_recv_wr** bad) {
       break;
     }
     const uint32_t slot = ring_.slot(ring_.tail());
-    copy_recv_wr(*wr, ring_.push_slot(), &sges_[size_t(slot) * max_sge_]);
+    Sge* sges = &sges_[size_t(slot) * max_sge_];
+    copy_recv_wr(*wr, ring_.push_slot(), sges);
+    // A same-host peer reads the slot's max_sge entries: the unused are empty,
+    // and the segment's copy is written before `posted` moves past the slot.
+    if (host_recv_ != nullptr) {
+      std::fill(sges + wr->num_sge, sges + max_sge_, Sge{});
+      if (host_sges_ != nullptr)
+        std::memcpy(host_sges_ + size_t(slot) * max_sge_, sges, sizeof(Sge) * max_sge_);
+    }
     ring_.publish();
   }
+  if (host_recv_ != nullptr) host_recv_->posted.store(ring_.tail(), std::memory_order_release);
   if (err != 0 && bad != nullptr) *bad = wr;
   return err;
 }
@@ -77,6 +89,7 @@ ibv_srq_attr Srq::query() const {
 }
 
 bool Srq::take(HeldRecv& into) {
+  if (host_recv_ != nullptr) return take_claimed(into);
   if (ring_.empty()) return false;
   const RecvWqe& wqe = ring_.front();
   into.wqe = wqe;
@@ -84,15 +97,19 @@ bool Srq::take(HeldRecv& into) {
   into.wqe.sgl = SgeList{into.sges.data(), wqe.sgl.count};
   into.held = true;
   ring_.pop();
-  // IBA 10.2.9.2 (SRQ Limit): once fewer WQEs than the armed limit remain, the
-  // event fires once and the limit disarms until modify arms it again.
+  fire_limit_if_low(ring_.size());
+  return true;
+}
+
+// IBA 10.2.9.2 (SRQ Limit): once fewer WQEs than the armed limit remain (`left`),
+// the event fires once and the limit disarms until modify arms it again.
+void Srq::fire_limit_if_low(uint32_t left) {
   const uint32_t limit = limit_.load(std::memory_order_acquire);
-  if (limit != 0 && ring_.size() < limit) {
+  if (limit != 0 && left < limit) {
     uint32_t expected = limit;
     if (limit_.compare_exchange_strong(expected, 0, std::memory_order_acq_rel))
       device_.post_async_event(AsyncEvent{IBV_EVENT_SRQ_LIMIT_REACHED, 0, nullptr, this});
   }
-  return true;
 }
 
 // ---- The device's SRQs and XRC domains (cold paths) ----

@@ -30,12 +30,15 @@ KeyGrant decode_key(const KeyTable::Value& v) {
           SharedSpan{v[5], v[6], v[7], uint32_t(v[4] >> 32)}};
 }
 QpTable::Value encode(const QpGrant& g) {
-  return {uint64_t(g.state) | uint64_t(g.type) << 32, uint64_t(g.pd) | uint64_t(g.access) << 32,
+  // The state (ibv_qp_state, below 8) and the RNR timer (5 bits) share a word.
+  return {uint64_t(g.state & 0xff) | uint64_t(g.min_rnr_timer & 0xff) << 8 |
+              uint64_t(g.type) << 32,
+          uint64_t(g.pd) | uint64_t(g.access) << 32,
           uint64_t(g.dest_qpn) | uint64_t(g.recv_queue) << 32};
 }
 QpGrant decode_qp(const QpTable::Value& v) {
-  return {uint32_t(v[0]), uint32_t(v[0] >> 32), uint32_t(v[1]), uint32_t(v[1] >> 32),
-          uint32_t(v[2]), uint32_t(v[2] >> 32)};
+  return {uint32_t(v[0] & 0xff), uint32_t(v[0] >> 32), uint32_t(v[1]), uint32_t(v[1] >> 32),
+          uint32_t(v[2]), uint32_t(v[2] >> 32), uint32_t(v[0] >> 8) & 0xff};
 }
 
 bool process_exists(pid_t pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }

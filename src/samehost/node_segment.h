@@ -56,12 +56,13 @@ struct QpGrant {
   uint32_t access = 0;  // qp_access_flags
   uint32_t dest_qpn = 0;
   uint32_t recv_queue = 0;  // its RecvState's index + 1; 0: SENDs to it take the wire
+  uint32_t min_rnr_timer = 0;  // IBA 9.7.5.2.8's encoding: how long an RNR waits
 };
 
 inline constexpr char kNodeDirectory[] = "/dev/shm/";
 inline constexpr uint64_t kNodeMagic = 0x45444f4e414d4452;  // "RDMANODE"
-inline constexpr uint32_t kNodeVersion = 5;  // 2: receive queues; 3: loop_wake; 4: recv_sges;
-                                             // 5: shared pages, recv_results
+inline constexpr uint32_t kNodeVersion = 6;  // 2: receive queues; 3: loop_wake; 4: recv_sges;
+                                             // 5: shared pages, recv_results; 6: SRQs
 
 struct NodeHeader {
   std::atomic<uint64_t> magic;  // written last, once the rest is
@@ -189,10 +190,12 @@ class NodeSegment {
   bool take_notice(uint32_t& index);
   bool notices_pending() const { return !view_.notices.empty(); }
   const std::vector<std::string>& names() const { return names_; }
+  // Returns once every peer access that began before the call ended: what it
+  // looked up before (a QP's state published just now, say) is no longer acted on.
+  void wait_for_accesses();
 
  private:
   NodeSegment() = default;
-  void wait_for_accesses();
 
   NodeView view_;
   std::vector<std::string> names_;

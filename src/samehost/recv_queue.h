@@ -16,15 +16,24 @@ namespace softrdma::samehost {
 // the payload and a RecvResult with cross-memory attach, then moves `placed` on
 // and leaves a notice; the owner completes the WQE when it takes the notice.
 // IBA 10.2.9: WQEs are consumed in the order they were posted, whoever consumes.
+//
+// A shared receive queue (IBA 10.2.9) is published the same way (kind kSrq), with
+// two differences, because several senders place into it at once, each for its
+// own QP: `placed` is unused and each result says itself that it is complete
+// (RecvResult::seq), and names the QP it was sent to; its results are always in
+// the segment (an SRQ of more slots than kSharedSges takes the wire).
 struct RecvState {
-  std::atomic<uint32_t> qpn;        // the QP it serves; 0 while closed (nothing claims)
+  static constexpr uint32_t kQueue = 0, kSrq = 1;
+  // The QP it serves (its SRQ number for an SRQ); 0 while closed (nothing claims).
+  std::atomic<uint32_t> qpn;
   std::atomic<uint32_t> posted;     // WQEs posted so far (mod 2^32): the owner
   std::atomic<uint32_t> claimed;    // WQEs claimed so far: compare-exchange, any process
   std::atomic<uint32_t> placed;     // WQEs before this one a peer placed, with results
   std::atomic<uint32_t> noticed;    // 1 while a notice of this queue waits for the owner
   std::atomic<uint32_t> slot_count;  // WQE slots (a power of two): index mod slot_count
   std::atomic<uint32_t> max_sge;
-  std::atomic<uint32_t> min_rnr_timer;  // IBA 9.7.5.2.8's encoding
+  std::atomic<uint32_t> kind;       // kQueue or kSrq
+  std::atomic<uint32_t> pd;         // kSrq: the PD its scatter entries' L_Keys must be of
   std::atomic<uint64_t> sges;       // the owner's address of slot 0's first RecvSge
   std::atomic<uint64_t> results;    // the owner's address of slot 0's RecvResult
   // 1: the scatter lists are also in the segment (NodeView::recv_sges, this
@@ -51,10 +60,18 @@ struct RecvSge {
 // What a peer wrote into the owner's memory for a WQE it consumed.
 struct RecvResult {
   static constexpr uint32_t kWithImm = 1, kSolicited = 2, kRdmaWithImm = 4;
+  // kSrq: the WQE was claimed but nothing was placed in it (the sender's own
+  // buffer went, after another sender had claimed the next one): it is consumed
+  // without a completion, and counted.
+  static constexpr uint32_t kVoid = 8;
   uint32_t byte_len;
   uint32_t imm_data;  // network byte order
   uint32_t status;    // ibv_wc_status
   uint32_t flags;
+  uint32_t qpn;       // kSrq: the QP the message was sent to
+  // kSrq: the WQE's index + 1 once the rest is written (stored last, release):
+  // results of one SRQ complete in any order, each on its own.
+  uint32_t seq;
 };
 
 }  // namespace softrdma::samehost

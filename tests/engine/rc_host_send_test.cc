@@ -141,13 +141,60 @@ TEST_F(RcHostSendTest, AReceiverInErrorTakesNothingMore) {
   EXPECT_EQ(b.counters().host_receives.load(), 0u);
 }
 
-// An SRQ's WQEs are not published: SENDs to a QP that receives from one take the
-// wire and arrive.
-TEST_F(RcHostSendTest, SendsToAnSrqTakeTheWire) {
+// An SRQ's WQEs are claimed in order but filled by as many senders as it has
+// QPs, each at its own pace (engine/srq_host_recv.cc): a result completes as soon
+// as it is complete, and the SRQ's head, where posting makes room, waits for the
+// first WQE still being filled. A WQE a sender claimed and then voided, or whose
+// result names no QP of the SRQ, is consumed without a completion, and counted.
+TEST_F(RcHostSendTest, AnSrqsResultsCompleteInAnyOrderAndItsHeadWaitsForTheFirst) {
   RcOptions o;
   o.srq_wrs = 8;
-  o.same_host = true;
   connect(o);
+  auto post_srq = [&](uint64_t wr_id) {
+    ibv_sge sge{b.addr(kDst + wr_id * 256), 256, b.mr->key};
+    ibv_recv_wr wr{};
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    return b.srq->post_recv(&wr, nullptr);
+  };
+  for (uint64_t id = 1; id <= 3; ++id) ASSERT_EQ(post_srq(id), 0);
+  samehost::RecvState& rq = *b.srq->host_recv();
+  samehost::RecvResult* results = b.host->node().recv_results(b.srq->host_recv_queue() - 1);
+  rq.claimed.store(1);  // another sender took WQE 0 and is still filling it
+  fill(a, 0, 64, 6);
+  ASSERT_EQ(post(a, IBV_WR_SEND, 0, 64, 0, 1), 0);
+  pump();
+  auto got = poll(b.rcq);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].wr_id, 2u) << "WQE 1 completes before WQE 0";
+  EXPECT_EQ(got[0].qp_num, b.qp->qpn());
+  EXPECT_TRUE(same(a, 0, b, kDst + 2 * 256, 64));
+  for (uint64_t id = 4; id <= 8; ++id) ASSERT_EQ(post_srq(id), 0);
+  EXPECT_EQ(post_srq(9), ENOMEM) << "WQE 0's slot is still in use";
+  // WQE 0 is voided; WQE 2, claimed by another sender, names a QP that is none of
+  // the SRQ's.
+  results[0] = samehost::RecvResult{};
+  results[0].flags = samehost::RecvResult::kVoid;
+  results[0].seq = 1;
+  rq.claimed.store(3);
+  results[2] = samehost::RecvResult{};
+  results[2].qpn = 0xabcdef;
+  results[2].seq = 3;
+  EXPECT_TRUE(b.srq->drain_host_receives(0));
+  EXPECT_TRUE(poll(b.rcq).empty());
+  EXPECT_EQ(b.counters().host_receives_dropped.load(), 2u);
+  EXPECT_EQ(post_srq(9), 0) << "the head moved past WQEs 0 to 2";
+  EXPECT_EQ(b.srq->query().max_wr, 8u);
+}
+
+// An SRQ whose results do not fit in the node segment is not published: SENDs to
+// its QPs take the wire, and arrive.
+TEST_F(RcHostSendTest, AnSrqTooLargeForTheSegmentTakesTheWire) {
+  RcOptions o;
+  o.srq_wrs = 2 * samehost::kSharedSges;
+  connect(o);
+  EXPECT_EQ(b.srq->host_recv_queue(), 0u);
   fill(a, 0, 64, 5);
   ibv_sge sge{b.addr(kDst), 64, b.mr->key};
   ibv_recv_wr wr{};

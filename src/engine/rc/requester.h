@@ -98,9 +98,11 @@ class Requester {
   // (requester_host_send.cc): the peer's QP and its receive queue, and where the
   // message goes in the peer's memory.
   struct HostTarget {
-    uint32_t pd = 0;
+    uint32_t pd = 0;  // the PD its scatter entries' L_Keys must be of
     uint32_t recv_queue = 0;
     samehost::RecvState* rq = nullptr;
+    bool srq = false;  // an SRQ's (RecvState::kSrq): results marked by `seq`
+    uint32_t min_rnr_timer = 0;
   };
   static constexpr uint32_t kMaxPeerSges = 64;
   struct HostIovecs {
@@ -122,6 +124,8 @@ class Requester {
   int place_mapped(const SendWqe& wqe, const HostIovecs& remote, uint32_t count);
   HostVerdict finish_on_host(const SendWqe& wqe, const HostTarget& target, uint32_t index,
                              HostIovecs& remote, ibv_wc_status there);
+  samehost::RecvResult* results_in_segment(const HostTarget& target, uint32_t slots) const;
+  void void_claim_on_host(const HostTarget& target, uint32_t index);
   bool conclude_send_on_host(SendWqe& wqe, HostVerdict verdict, const HostTarget& target,
                              Nanos now);
   bool wait_rnr_on_host(SendWqe& wqe, const HostTarget& target, Nanos now);

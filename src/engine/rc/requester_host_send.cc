@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -125,6 +126,7 @@ int Requester::place_on_host(const SendWqe& wqe, const HostTarget& target, uint3
   samehost::Peer& peer = *conn_.path().peer;
   samehost::RecvState& rq = *target.rq;
   samehost::RecvResult result{};
+  result.qpn = conn_.path().dest_qpn;
   result.status = uint32_t(status);
   result.byte_len = status == IBV_WC_SUCCESS ? wqe.length : 0;
   result.imm_data = wqe.imm_data;
@@ -139,17 +141,21 @@ int Requester::place_on_host(const SendWqe& wqe, const HostTarget& target, uint3
   }
   const uint32_t slots = rq.slot_count.load(std::memory_order_relaxed);
   const uint32_t slot = index & (slots - 1);
-  samehost::RecvResult* in_segment =
-      rq.shared_sges.load(std::memory_order_relaxed) == 1 && slots <= samehost::kSharedSges
-          ? peer.node->recv_results(target.recv_queue)
-          : nullptr;
+  samehost::RecvResult* in_segment = results_in_segment(target, slots);
+  if (target.srq && in_segment == nullptr) return EINVAL;  // garbage: an SRQ's are there
   std::array<iovec, kMaxPeerSges + 1> local;
   uint32_t n = payload != 0 ? local_iovecs(wqe, {local.data(), kMaxPeerSges}) : 0;
   if (in_segment != nullptr) {
-    std::memcpy(&in_segment[slot], &result, sizeof result);  // published by `placed`
-    if (payload == 0) return 0;
-    bump(conn_.qp().device().counters().host_calls);
-    return peer.memory->write({local.data(), n}, {remote.remote.data(), payload});
+    // Published by `placed` (a QP's queue) or by `seq`, stored last (an SRQ's).
+    std::memcpy(&in_segment[slot], &result, sizeof result);
+    int err = 0;
+    if (payload != 0) {
+      bump(conn_.qp().device().counters().host_calls);
+      err = peer.memory->write({local.data(), n}, {remote.remote.data(), payload});
+    }
+    if (err == 0 && target.srq)
+      std::atomic_ref<uint32_t>(in_segment[slot].seq).store(index + 1, std::memory_order_seq_cst);
+    return err;
   }
   local[n++] = {&result, sizeof result};
   remote.remote[payload] = {reinterpret_cast<void*>(rq.results.load(std::memory_order_relaxed) +
@@ -157,6 +163,32 @@ int Requester::place_on_host(const SendWqe& wqe, const HostTarget& target, uint3
                             sizeof result};
   bump(conn_.qp().device().counters().host_calls);
   return peer.memory->write({local.data(), n}, {remote.remote.data(), payload + 1});
+}
+
+// Where the results of the target's queue are in the segment, or null: an SRQ's
+// always are, a QP's when its queue is small (RecvState::shared_sges).
+samehost::RecvResult* Requester::results_in_segment(const HostTarget& target,
+                                                    uint32_t slots) const {
+  const bool there = target.srq || target.rq->shared_sges.load(std::memory_order_relaxed) == 1;
+  return there && slots <= samehost::kSharedSges
+             ? conn_.path().peer->node->recv_results(target.recv_queue)
+             : nullptr;
+}
+
+// An SRQ's WQE claimed here and then not placed: marked so, its owner consumes it
+// without a completion (other senders go on claiming after it). A QP's own queue
+// has one sender, which gives its claim back or ends the QPs instead.
+void Requester::void_claim_on_host(const HostTarget& target, uint32_t index) {
+  if (!target.srq) return;
+  const uint32_t slots = target.rq->slot_count.load(std::memory_order_relaxed);
+  samehost::RecvResult* results = results_in_segment(target, slots);
+  if (results == nullptr || slots == 0 || (slots & (slots - 1)) != 0) return;
+  samehost::RecvResult& result = results[index & (slots - 1)];
+  result = samehost::RecvResult{};
+  result.flags = samehost::RecvResult::kVoid;
+  result.qpn = conn_.path().dest_qpn;
+  std::atomic_ref<uint32_t>(result.seq).store(index + 1, std::memory_order_seq_cst);
+  if (conn_.path().peer->node->notice(target.recv_queue)) conn_.path().peer->ring();
 }
 
 int Requester::place_mapped(const SendWqe& wqe, const HostIovecs& remote, uint32_t count) {
@@ -213,6 +245,7 @@ bool Requester::send_on_host(SendWqe& wqe, Nanos now) {
   if (verdict == HostVerdict::kGo && wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
     verdict = check_on_host(wqe, peer, range);
   if (verdict == HostVerdict::kGo && !claim_receive(*target.rq, index)) verdict = HostVerdict::kRnr;
+  const bool claimed = verdict == HostVerdict::kGo;
   if (verdict == HostVerdict::kGo) {
     if (wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
       if (wqe.length != 0) {
@@ -228,6 +261,8 @@ bool Requester::send_on_host(SendWqe& wqe, Nanos now) {
   }
   if (verdict == HostVerdict::kGo)
     verdict = finish_on_host(wqe, target, index, remote, there);
+  if (claimed && (verdict == HostVerdict::kNotReady || verdict == HostVerdict::kAccess))
+    void_claim_on_host(target, index);
   peer.node->end_access();
   return conclude_send_on_host(wqe, verdict, target, now);
 }
@@ -241,13 +276,18 @@ Requester::HostVerdict Requester::find_receiver_on_host(const SendWqe& wqe,
   if (!grant || !takes_requests_on_host(grant->state) || grant->type != uint32_t(IBV_QPT_RC))
     return HostVerdict::kNotReady;
   if (wqe.length > conn_.qp().device().limits().max_msg_size) return HostVerdict::kInvalidRequest;
-  if (grant->recv_queue == 0) return HostVerdict::kWire;  // an SRQ's: the wire, for now
-  target.pd = grant->pd;
+  // Not published (an XRC or tag-matching SRQ's, or one too large): the wire.
+  if (grant->recv_queue == 0) return HostVerdict::kWire;
   target.recv_queue = grant->recv_queue;
+  target.min_rnr_timer = grant->min_rnr_timer;
   target.rq = peer.node->recv(grant->recv_queue);
-  // Closed (the QP is entering Error or Reset): as a QP that takes no request.
-  if (target.rq == nullptr || target.rq->qpn.load(std::memory_order_acquire) != dest_qpn)
-    return HostVerdict::kNotReady;
+  if (target.rq == nullptr) return HostVerdict::kNotReady;
+  target.srq = target.rq->kind.load(std::memory_order_relaxed) == samehost::RecvState::kSrq;
+  target.pd = target.srq ? target.rq->pd.load(std::memory_order_relaxed) : grant->pd;
+  // Closed (the QP is entering Error or Reset, the SRQ is destroyed): as a QP that
+  // takes no request.
+  const uint32_t serving = target.rq->qpn.load(std::memory_order_acquire);
+  if (serving == 0 || (!target.srq && serving != dest_qpn)) return HostVerdict::kNotReady;
   return HostVerdict::kGo;
 }
 
@@ -260,11 +300,13 @@ Requester::HostVerdict Requester::finish_on_host(const SendWqe& wqe, const HostT
   int err = place_on_host(wqe, target, index, remote, there);
   // The sender's own buffer went (munmap without ibv_dereg_mr): its local
   // protection error, as the wire's gather finds it, and the WQE claimed there is
-  // given back (nobody can have claimed after it: one sender per RC QP).
+  // given back (nobody can have claimed after it in a QP's own queue: one sender
+  // per RC QP; in an SRQ another sender may have, and the WQE is then voided).
   if (err == EFAULT && !local_buffers_readable(wqe)) {
     uint32_t next = index + 1;
-    if (target.rq->claimed.compare_exchange_strong(next, index, std::memory_order_acq_rel))
-      return HostVerdict::kLocalProtection;
+    if (!target.rq->claimed.compare_exchange_strong(next, index, std::memory_order_acq_rel))
+      void_claim_on_host(target, index);
+    return HostVerdict::kLocalProtection;
   }
   if (err == EFAULT && there == IBV_WC_SUCCESS) {
     there = wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM ? IBV_WC_SUCCESS : IBV_WC_LOC_PROT_ERR;
@@ -273,7 +315,7 @@ Requester::HostVerdict Requester::finish_on_host(const SendWqe& wqe, const HostT
     err = place_on_host(wqe, target, index, none, there);
   }
   if (err != 0) return HostVerdict::kNotReady;
-  target.rq->placed.store(index + 1, std::memory_order_release);
+  if (!target.srq) target.rq->placed.store(index + 1, std::memory_order_release);
   if (peer.node->notice(target.recv_queue) && peer.ring())
     bump(conn_.qp().device().counters().host_doorbells);
   if (there == IBV_WC_LOC_LEN_ERR) return HostVerdict::kInvalidRequest;
@@ -346,7 +388,7 @@ bool Requester::wait_rnr_on_host(SendWqe& wqe, const HostTarget& target, Nanos n
     fail_on_host(wqe, IBV_WC_RNR_RETRY_EXC_ERR, now);
     return false;
   }
-  const uint32_t timer = target.rq->min_rnr_timer.load(std::memory_order_relaxed) & 31;
+  const uint32_t timer = target.min_rnr_timer & 31;
   const Nanos until = now + Nanos(wire::kRnrTimerMicros[timer]) * 1000;
   pause_until(until);
   qp.device().arm_timer(qp, until);

@@ -1,0 +1,128 @@
+// A shared receive queue as processes of this host consume it (docs/decisions/
+// same-host.md, "SRQs"). As for a QP's own queue (qp_host_recv.cc), a peer that
+// sends to a QP attached to this SRQ claims the next WQE in the node segment,
+// reads its scatter list, writes the payload and a RecvResult, and leaves a
+// notice; this side completes the WQE on the QP the result names. Unlike a QP's
+// queue, several senders (one per QP) fill WQEs at once, so results complete in
+// any order, each marked complete by its own `seq` (IBA 10.2.9: an SRQ's WQEs
+// are consumed in order, but the messages they receive end in any order across
+// QPs). A wire message claims its WQE the same way, so none is consumed twice.
+// Per QP the order holds: one sender serves it, in order, and a wire message
+// first completes what that sender placed before it.
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "engine/cq.h"
+#include "engine/device.h"
+#include "engine/pd.h"
+#include "engine/qp.h"
+#include "engine/srq.h"
+#include "samehost/host.h"
+
+namespace softrdma::engine {
+
+// At creation: a basic SRQ whose results fit in the segment, on a device that
+// publishes to its host. XRC and tag-matching SRQs take the wire.
+void Srq::reserve_host_receives() {
+  samehost::Host* host = device_.host();
+  if (host == nullptr || type_ != IBV_SRQT_BASIC || ring_.slot_count() > samehost::kSharedSges)
+    return;
+  uint32_t index = 0;
+  samehost::RecvState* state = host->node().reserve_recv(index);
+  if (state == nullptr) return;
+  host_recv_ = state;
+  host_recv_index_ = index;
+  consumed_.assign(ring_.slot_count(), 0);
+  // Results of an earlier queue at this index must not look complete to this one.
+  host_results_ = host->node().recv_results(index);
+  std::memset(static_cast<void*>(host_results_), 0,
+              sizeof(samehost::RecvResult) * ring_.slot_count());
+  const bool sges_fit = size_t(ring_.slot_count()) * max_sge_ <= samehost::kSharedSges;
+  host_sges_ = sges_fit ? host->node().recv_sges(index) : nullptr;
+  state->kind.store(samehost::RecvState::kSrq, std::memory_order_relaxed);
+  state->pd.store(pd_->handle(), std::memory_order_relaxed);
+  state->slot_count.store(ring_.slot_count(), std::memory_order_relaxed);
+  state->max_sge.store(max_sge_, std::memory_order_relaxed);
+  state->sges.store(reinterpret_cast<uintptr_t>(sges_.data()), std::memory_order_relaxed);
+  state->results.store(0, std::memory_order_relaxed);
+  state->shared_sges.store(sges_fit ? 1 : 0, std::memory_order_relaxed);
+  state->posted.store(0, std::memory_order_relaxed);
+  state->claimed.store(0, std::memory_order_relaxed);
+  state->placed.store(0, std::memory_order_relaxed);
+  state->noticed.store(0, std::memory_order_relaxed);
+  device_.note_host_recv(index, nullptr, this);
+  state->qpn.store(srqn_, std::memory_order_release);  // open
+}
+
+// Destroyed (no QP is attached): no peer is inside the queue once this returns.
+void Srq::release_host_receives() {
+  if (host_recv_ == nullptr) return;
+  device_.note_host_recv(host_recv_index_, nullptr);
+  device_.host()->node().release_recv(host_recv_index_);
+  host_recv_ = nullptr;
+}
+
+// A wire message's WQE: the next one not claimed, claimed as a peer claims.
+bool Srq::take_claimed(HeldRecv& into) {
+  // What a peer placed before this message arrived completes first: for the QP
+  // this message is for, that is the order it was sent in.
+  if (host_recv_->claimed.load(std::memory_order_acquire) != ring_.head())
+    drain_host_receives(device_.clock().now());
+  uint32_t index = host_recv_->claimed.load(std::memory_order_acquire);
+  do {
+    if (int32_t(ring_.tail() - index) <= 0) return false;
+  } while (!host_recv_->claimed.compare_exchange_weak(index, index + 1,
+                                                      std::memory_order_acq_rel));
+  const RecvWqe& wqe = ring_.at(index);
+  into.wqe = wqe;
+  into.sges.assign(wqe.sgl.sges, wqe.sgl.sges + wqe.sgl.count);
+  into.wqe.sgl = SgeList{into.sges.data(), wqe.sgl.count};
+  into.held = true;
+  consumed_[ring_.slot(index)] = 1;
+  retire_consumed();
+  fire_limit_if_low(ring_.tail() - index - 1);
+  return true;
+}
+
+// The head moves past every WQE consumed, so that its slot can be posted again.
+void Srq::retire_consumed() {
+  while (!ring_.empty() && consumed_[ring_.slot(ring_.head())] != 0) {
+    consumed_[ring_.slot(ring_.head())] = 0;
+    ring_.pop();
+  }
+}
+
+bool Srq::drain_host_receives(Nanos now) {
+  // A failed result ends its QP, whose flush drains again: the outer drain goes on.
+  if (host_recv_ == nullptr || draining_) return false;
+  draining_ = true;
+  // Dekker with samehost::PeerNode::notice: cleared before the results are read.
+  host_recv_->noticed.store(0, std::memory_order_seq_cst);
+  const uint32_t claimed = host_recv_->claimed.load(std::memory_order_acquire);
+  bool drained = false;
+  for (uint32_t index = ring_.head(); int32_t(claimed - index) > 0; ++index) {
+    const uint32_t slot = ring_.slot(index);
+    if (consumed_[slot] != 0) continue;
+    samehost::RecvResult& shared = host_results_[slot];
+    if (std::atomic_ref<uint32_t>(shared.seq).load(std::memory_order_acquire) != index + 1)
+      continue;  // still being placed
+    samehost::RecvResult result;
+    std::memcpy(&result, &shared, sizeof result);
+    std::atomic_ref<uint32_t>(shared.seq).store(0, std::memory_order_relaxed);
+    consumed_[slot] = 1;
+    drained = true;
+    // Read as untrusted: a QPN that is not one of this SRQ's QPs gets nothing.
+    Qp* qp = (result.flags & samehost::RecvResult::kVoid) == 0 ? device_.find_qp(result.qpn)
+                                                                : nullptr;
+    if (qp == nullptr || qp->srq() != this ||
+        !qp->complete_host_srq_recv(ring_.at(index), result, now))
+      bump(device_.counters().host_receives_dropped);
+  }
+  retire_consumed();
+  if (drained) fire_limit_if_low(ring_.tail() - claimed);
+  draining_ = false;
+  return drained;
+}
+
+}  // namespace softrdma::engine
