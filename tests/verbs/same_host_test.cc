@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -247,6 +248,129 @@ TEST(SameHost, APeerKilledInTheMiddleOfWritesEndsTheQpAndLeavesNothing) {
   EXPECT_FALSE(std::filesystem::exists("/dev/shm/softrdma-" + std::to_string(target) + "-softrdma0"))
       << "and its status segment";
   close(sv[0]);
+}
+
+// Two sender processes fill one SRQ at once, each through its own QP of the
+// receiver (engine/srq_host_recv.cc): they claim WQEs in turn but place at their
+// own pace. Every message arrives once, whole, in the WQE its completion names, on
+// the QP it was sent to, and in the order its sender sent it; the receiver
+// reposts each WQE as it completes, so the SRQ wraps many times.
+constexpr int kSrqMessages = 3000;
+constexpr uint32_t kSrqSlots = 256, kSrqSlotBytes = 64;
+
+// A sender: `kSrqMessages` SENDs of kSrqSlotBytes, each starting with its sender
+// and its number, at most 16 outstanding.
+int send_numbered_messages(int fd, uint32_t sender) {
+  Ends ends;
+  Endpoint other{};
+  if (!ends.open() || !connect_over(fd, ends, other)) return 30;
+  int posted = 0, completed = 0;
+  const auto guard = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (completed < kSrqMessages && std::chrono::steady_clock::now() < guard) {
+    if (posted < kSrqMessages && posted - completed < 16) {
+      uint8_t* slot = ends.buf.data() + size_t(posted % 16) * kSrqSlotBytes;
+      const uint32_t head[2] = {sender, uint32_t(posted)};
+      std::memcpy(slot, head, sizeof head);
+      std::memset(slot + sizeof head, int(0x40 + sender), kSrqSlotBytes - sizeof head);
+      ibv_sge sge{uint64_t(uintptr_t(slot)), kSrqSlotBytes, ends.mr->lkey};
+      if (post_send(ends.qp, IBV_WR_SEND, sge, uint64_t(posted)) != 0) return 31;
+      ++posted;
+    }
+    ibv_wc wc{};
+    while (ibv_poll_cq(ends.cq, 1, &wc) == 1) {
+      if (wc.status != IBV_WC_SUCCESS) return 32;
+      ++completed;
+    }
+  }
+  char done = 0;  // the receiver checks before this process (and its QP) goes
+  if (completed != kSrqMessages || read(fd, &done, 1) != 1) return 33;
+  return 0;
+}
+
+TEST(SameHost, TwoSenderProcessesFillOneSrqAtOnce) {
+  setenv("SOFTRDMA_TRANSPORT", "auto", 1);
+  int fds[2] = {};
+  pid_t senders[2] = {};
+  for (uint32_t k = 0; k < 2; ++k) {  // before this process opens anything
+    int sv[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    senders[k] = fork();
+    if (senders[k] == 0) {
+      close(sv[0]);
+      _exit(send_numbered_messages(sv[1], k));
+    }
+    close(sv[1]);
+    fds[k] = sv[0];
+  }
+  Ends ends;  // its QP is unused: the two below receive from the SRQ
+  ASSERT_TRUE(ends.open());
+  ibv_srq_init_attr srq_init{};
+  srq_init.attr = ibv_srq_attr{kSrqSlots, 1, 0};
+  ibv_srq* srq = ibv_create_srq(ends.pd, &srq_init);
+  ASSERT_NE(srq, nullptr);
+  auto repost = [&](uint32_t slot) {
+    ibv_sge sge{uint64_t(uintptr_t(ends.buf.data())) + slot * kSrqSlotBytes, kSrqSlotBytes,
+                ends.mr->lkey};
+    ibv_recv_wr wr{};
+    wr.wr_id = slot;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    return ibv_post_srq_recv(srq, &wr, &bad);
+  };
+  for (uint32_t slot = 0; slot < kSrqSlots; ++slot) ASSERT_EQ(repost(slot), 0);
+  ibv_qp* qps[2] = {};
+  for (uint32_t k = 0; k < 2; ++k) {
+    ibv_qp_init_attr init{};
+    init.send_cq = init.recv_cq = ends.cq;
+    init.srq = srq;
+    init.qp_type = IBV_QPT_RC;
+    init.cap = ibv_qp_cap{4, 0, 1, 0, 0};
+    qps[k] = ibv_create_qp(ends.pd, &init);
+    ASSERT_NE(qps[k], nullptr);
+    Endpoint mine = ends.self(), other{};
+    mine.qpn = qps[k]->qp_num;
+    ASSERT_EQ(write(fds[k], &mine, sizeof mine), ssize_t(sizeof mine));
+    ASSERT_EQ(read(fds[k], &other, sizeof other), ssize_t(sizeof other));
+    Pair::connect(qps[k], other.qpn, other.gid, 1);
+  }
+  int next[2] = {0, 0};
+  int received = 0, wrong = 0;
+  const auto guard = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (received < 2 * kSrqMessages && wrong == 0 && std::chrono::steady_clock::now() < guard) {
+    ibv_wc wc{};
+    if (ibv_poll_cq(ends.cq, 1, &wc) != 1) continue;
+    ++received;
+    const uint32_t k = wc.qp_num == qps[1]->qp_num ? 1 : 0;
+    const uint8_t* slot = ends.buf.data() + wc.wr_id * kSrqSlotBytes;
+    uint32_t head[2];
+    std::memcpy(head, slot, sizeof head);
+    const bool whole = std::all_of(slot + sizeof head, slot + kSrqSlotBytes,
+                                   [&](uint8_t b) { return b == 0x40 + k; });
+    if (wc.status != IBV_WC_SUCCESS || wc.byte_len != kSrqSlotBytes || wc.wr_id >= kSrqSlots ||
+        wc.qp_num != qps[k]->qp_num || head[0] != k || head[1] != uint32_t(next[k]) || !whole) {
+      ADD_FAILURE() << "completion " << received << ": status " << wc.status << " qp "
+                    << wc.qp_num << " slot " << wc.wr_id << " sender " << head[0]
+                    << " number " << head[1] << " expected " << next[k];
+      ++wrong;
+    }
+    ++next[k];
+    ASSERT_EQ(repost(uint32_t(wc.wr_id)), 0);
+  }
+  EXPECT_EQ(next[0], kSrqMessages);
+  EXPECT_EQ(next[1], kSrqMessages);
+  EXPECT_GE(own_engine_counter("host_receives"), uint64_t(2 * kSrqMessages))
+      << "the senders placed them";
+  for (uint32_t k = 0; k < 2; ++k) {
+    char done = 1;
+    EXPECT_EQ(write(fds[k], &done, 1), 1);
+    int status = 0;
+    ASSERT_EQ(waitpid(senders[k], &status, 0), senders[k]);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "sender " << k << ": " << status;
+    close(fds[k]);
+    ibv_destroy_qp(qps[k]);
+  }
+  EXPECT_EQ(ibv_destroy_srq(srq), 0);
 }
 
 // Another user's process may not act for this one (the kernel's ptrace rules):
