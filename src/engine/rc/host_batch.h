@@ -9,6 +9,9 @@
 #include <array>
 #include <climits>
 #include <cstdint>
+#include <optional>
+
+#include "samehost/node_segment.h"
 
 namespace softrdma::samehost {
 struct Peer;
@@ -30,6 +33,12 @@ struct HostBatch {
   std::array<uint32_t, kWqes> index{};  // send queue indices, in order
   std::array<iovec, kWqes> remote{};
   std::array<iovec, kLocal> local{};
+  // The peer's QP and the last R_Key looked up, good while the access bracket is
+  // open (a key's revocation waits for it to close): a posted list names the
+  // same ones in every WQE, and each lookup is a sequence-locked probe.
+  std::optional<samehost::QpGrant> target;
+  uint32_t rkey = 0;
+  std::optional<samehost::KeyGrant> key;
 };
 
 }  // namespace softrdma::engine::rc

@@ -22,6 +22,7 @@ struct Peer;
 namespace softrdma::engine::rc {
 
 class RcConnection;
+struct HostBatch;
 
 // Work queue indices grow forever mod 2^32: compare them as a ring.
 inline bool psn_index_before(uint32_t a, uint32_t b) { return int32_t(a - b) < 0; }
@@ -84,7 +85,9 @@ class Requester {
     uint64_t addr = 0;
     samehost::SharedSpan span;
   };
-  HostVerdict check_on_host(const SendWqe& wqe, samehost::Peer& peer, HostRange& range) const;
+  // `cache`: an open batch's lookups (host_batch.h), or null.
+  HostVerdict check_on_host(const SendWqe& wqe, samehost::Peer& peer, HostRange& range,
+                            HostBatch* cache = nullptr) const;
   uint32_t local_iovecs(const SendWqe& wqe, std::span<iovec> out) const;
   int transfer_on_host(SendWqe& wqe, samehost::Peer& peer, const HostRange& range);
   // The same through the peer's shared pages, by loads and stores: 0, EFAULT, or

@@ -13,12 +13,14 @@
 #include <sys/uio.h>
 
 #include <array>
+#include <optional>
 #include <cstring>
 
 #include "engine/device.h"
 #include "engine/guarded_memory.h"
 #include "engine/qp.h"
 #include "engine/rc/connection.h"
+#include "engine/rc/host_batch.h"
 #include "engine/rc/requester.h"
 #include "samehost/host.h"
 #include "wire/psn.h"
@@ -56,8 +58,10 @@ bool Requester::executes_on_host(const SendWqe& wqe) const {
 
 // What the peer's responder would answer, before any byte moves.
 Requester::HostVerdict Requester::check_on_host(const SendWqe& wqe, samehost::Peer& peer,
-                                                HostRange& range) const {
-  const auto target = peer.node->qp(conn_.path().dest_qpn);
+                                                HostRange& range, HostBatch* cache) const {
+  std::optional<samehost::QpGrant> target;
+  if (cache != nullptr && cache->target) target = cache->target;
+  else if ((target = peer.node->qp(conn_.path().dest_qpn)) && cache != nullptr) cache->target = target;
   if (!target || !takes_requests_on_host(target->state) || target->type != uint32_t(conn_.qp().type()))
     return HostVerdict::kNotReady;
   const int need = right_needed(wqe);
@@ -66,7 +70,13 @@ Requester::HostVerdict Requester::check_on_host(const SendWqe& wqe, samehost::Pe
   if (wqe.is_atomic() && wqe.remote_addr % 8 != 0) return HostVerdict::kInvalidRequest;
   const uint64_t length = wqe.is_atomic() ? 8 : wqe.length;
   if (length == 0) return HostVerdict::kGo;  // the responder checks no key for it
-  const auto grant = peer.node->key(wqe.rkey);
+  std::optional<samehost::KeyGrant> grant;
+  if (cache != nullptr && cache->key && cache->rkey == wqe.rkey) {
+    grant = cache->key;
+  } else if ((grant = peer.node->key(wqe.rkey)) && cache != nullptr) {
+    cache->rkey = wqe.rkey;
+    cache->key = grant;
+  }
   if (!grant) return peer.node->key_overflow() ? HostVerdict::kWire : HostVerdict::kAccess;
   const uint64_t va = wqe.remote_addr;
   if (grant->pd != target->pd || (grant->qpn != 0 && grant->qpn != conn_.path().dest_qpn) ||
