@@ -120,6 +120,38 @@ TEST_F(UcPairTest, NoReceiveWqeOrABadRkeyDropsTheMessageAndTheQpLives) {
   EXPECT_TRUE(same(a, kSrc, b, kDst, 64));
 }
 
+// On the same-host path the requester checks the R_Key itself; what it refuses
+// it drops as the wire's UC responder would: the WQE completes as sent, nothing
+// lands, no fault reaches the peer, and both QPs stay in RTS.
+class UcHostTest : public UcPairTest {
+ protected:
+  void SetUp() override {
+    same_host_ = true;
+    UcPairTest::SetUp();
+  }
+};
+
+TEST_F(UcHostTest, ABadRkeyDropsTheWriteSilentlyAndTheQpsLive) {
+  fill(a, kSrc, 64, 3);
+  ASSERT_EQ(post_with(a, IBV_WR_RDMA_WRITE, kSrc, 64, kDst, 1,
+                      [](ibv_send_wr& wr, ibv_sge&) { wr.wr.rdma.rkey ^= 0x5a5a; }),
+            0);
+  pump();
+  auto sent = poll(a.scq);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(a.counters().host_refused.load(), 1u);
+  EXPECT_EQ(b.counters().peer_faults_taken.load(), 0u);
+  EXPECT_FALSE(same(a, kSrc, b, kDst, 64)) << "nothing landed";
+  EXPECT_EQ(a.qp->state(), IBV_QPS_RTS);
+  EXPECT_EQ(b.qp->state(), IBV_QPS_RTS);
+  ASSERT_EQ(post(a, IBV_WR_RDMA_WRITE, kSrc, 64, kDst, 2), 0);
+  pump();
+  EXPECT_EQ(poll(a.scq).at(0).status, IBV_WC_SUCCESS);
+  EXPECT_TRUE(same(a, kSrc, b, kDst, 64));
+  EXPECT_EQ(a.counters().tx_packets.load(), 0u) << "both on the same-host path";
+}
+
 TEST_F(UcPairTest, ReadAndAtomicsAreRefusedAtPost) {
   EXPECT_EQ(post(a, IBV_WR_RDMA_READ, kSrc, 64, kDst, 1), EINVAL);
   EXPECT_EQ(post_atomic(a, IBV_WR_ATOMIC_FETCH_AND_ADD, kSrc, kDst, 1, 0, 2), EINVAL);

@@ -179,6 +179,14 @@ bool Requester::execute_alone_on_host(SendWqe& wqe, Nanos now) {
   if (verdict == HostVerdict::kWire) return start_on_wire(wqe);
   if (verdict == HostVerdict::kGo && err == EFAULT) verdict = HostVerdict::kAccess;
   if (verdict == HostVerdict::kGo && err != 0) verdict = HostVerdict::kNotReady;
+  if (verdict != HostVerdict::kGo && conn_.qp().type() == IBV_QPT_UC) {
+    // IBA 9.8.3.1: a UC responder drops what it cannot execute, silently, and
+    // its QP lives on; the requester, told nothing, completes the WQE as sent,
+    // as it does over the wire (responder_uc.cc).
+    bump(conn_.qp().device().counters().host_refused);
+    mark_executed_on_host(wqe);
+    return true;
+  }
   if (verdict == HostVerdict::kNotReady) return retry_on_host(wqe, now);
   host_retries_ = 0;
   if (verdict != HostVerdict::kGo) {
