@@ -23,11 +23,14 @@ static_assert(sizeof(Sge) == sizeof(samehost::RecvSge) &&
                   offsetof(Sge, lkey) == offsetof(samehost::RecvSge, lkey),
               "peers read the receive SGEs in this layout");
 
-// At creation: an RC QP with a receive queue of its own, on a device that
-// publishes to its host. An SRQ's WQEs, UC and UD take the wire for now.
+// At creation: an RC or UC QP with a receive queue of its own, on a device that
+// publishes to its host (an SRQ publishes its own: srq_host_recv.cc). UD takes
+// the wire for now.
 void Qp::reserve_host_receives() {
   samehost::Host* host = device_.host();
-  if (host == nullptr || type_ != IBV_QPT_RC || srq_ != nullptr || xrcd_ != nullptr) return;
+  if (host == nullptr || (type_ != IBV_QPT_RC && type_ != IBV_QPT_UC) || srq_ != nullptr ||
+      xrcd_ != nullptr)
+    return;
   uint32_t index = 0;
   samehost::RecvState* state = host->node().reserve_recv(index);
   if (state == nullptr) return;

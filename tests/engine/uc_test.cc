@@ -152,6 +152,53 @@ TEST_F(UcHostTest, ABadRkeyDropsTheWriteSilentlyAndTheQpsLive) {
   EXPECT_EQ(a.counters().tx_packets.load(), 0u) << "both on the same-host path";
 }
 
+// SENDs and WRITEs with immediate are placed by the sender in the peer's WQEs,
+// no packet sent.
+TEST_F(UcHostTest, SendAndWriteWithImmediateArePlacedByTheSender) {
+  fill(a, kSrc, 3000, 1);
+  post_recv(b, kDst, 4096, 7);
+  post_recv(b, kDst + 8192, 64, 8);
+  ASSERT_EQ(post(a, IBV_WR_SEND, kSrc, 3000, 0, 1), 0);
+  ASSERT_EQ(post(a, IBV_WR_RDMA_WRITE_WITH_IMM, kSrc, 3000, kDst + 16384, 2), 0);
+  pump();
+  auto sent = poll(a.scq);
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_EQ(sent[1].status, IBV_WC_SUCCESS);
+  auto received = poll(b.rcq);
+  ASSERT_EQ(received.size(), 2u);
+  EXPECT_EQ(received[0].wr_id, 7u);
+  EXPECT_EQ(received[0].byte_len, 3000u);
+  EXPECT_EQ(received[1].opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+  EXPECT_TRUE(same(a, kSrc, b, kDst, 3000));
+  EXPECT_TRUE(same(a, kSrc, b, kDst + 16384, 3000));
+  EXPECT_EQ(a.counters().tx_packets.load(), 0u);
+  EXPECT_EQ(a.counters().host_sends.load(), 2u);
+}
+
+// No WQE, or one too short: the SEND is dropped (IBA 9.8.3.1), completes as sent,
+// and a WQE too short stays for the next message.
+TEST_F(UcHostTest, NoWqeOrOneTooShortDropsTheSendAndKeepsTheWqe) {
+  fill(a, kSrc, 128, 2);
+  ASSERT_EQ(post(a, IBV_WR_SEND, kSrc, 64, 0, 1), 0);
+  pump();
+  post_recv(b, kDst, 64, 9);
+  ASSERT_EQ(post(a, IBV_WR_SEND, kSrc, 128, 0, 2), 0);
+  pump();
+  ASSERT_EQ(post(a, IBV_WR_SEND, kSrc, 64, 0, 3), 0);
+  pump();
+  const auto sent = poll(a.scq);
+  ASSERT_EQ(sent.size(), 3u);
+  for (const auto& wc : sent) EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << wc.wr_id;
+  EXPECT_EQ(a.counters().host_refused.load(), 2u);
+  const auto received = poll(b.rcq);
+  ASSERT_EQ(received.size(), 1u);
+  EXPECT_EQ(received[0].wr_id, 9u);
+  EXPECT_EQ(received[0].byte_len, 64u);
+  EXPECT_TRUE(same(a, kSrc, b, kDst, 64));
+  EXPECT_EQ(a.qp->state(), IBV_QPS_RTS);
+  EXPECT_EQ(b.qp->state(), IBV_QPS_RTS);
+}
+
 TEST_F(UcPairTest, ReadAndAtomicsAreRefusedAtPost) {
   EXPECT_EQ(post(a, IBV_WR_RDMA_READ, kSrc, 64, kDst, 1), EINVAL);
   EXPECT_EQ(post_atomic(a, IBV_WR_ATOMIC_FETCH_AND_ADD, kSrc, kDst, 1, 0, 2), EINVAL);

@@ -129,6 +129,7 @@ class Requester {
                              HostIovecs& remote, ibv_wc_status there);
   samehost::RecvResult* results_in_segment(const HostTarget& target, uint32_t slots) const;
   void void_claim_on_host(const HostTarget& target, uint32_t index);
+  HostVerdict give_back_on_host(const HostTarget& target, uint32_t index);
   bool conclude_send_on_host(SendWqe& wqe, HostVerdict verdict, const HostTarget& target,
                              Nanos now);
   bool wait_rnr_on_host(SendWqe& wqe, const HostTarget& target, Nanos now);

@@ -46,10 +46,9 @@ bool Requester::executes_on_host(const SendWqe& wqe) const {
   // A TM SRQ's rendezvous READ completes on the SRQ's CQ through the wire's
   // completer (tag_matching.md): it stays on the wire.
   if (!conn_.path().peer || wqe.tm != TmSend::kNone) return false;
-  // A SEND is placed in the peer's receive WQE for RC, if the peer publishes the
-  // queue its QP receives from (its own, or its basic SRQ's); UC's stay on the wire.
+  // A SEND is placed in the peer's receive WQE if the peer publishes the queue
+  // its QP receives from (its own, or its basic SRQ's).
   if (consumes_receive(wqe)) {
-    if (conn_.qp().type() != IBV_QPT_RC) return false;
     const auto target = conn_.path().peer->node->qp(conn_.path().dest_qpn);
     return !target || target->recv_queue != 0;
   }

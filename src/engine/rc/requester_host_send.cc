@@ -191,6 +191,16 @@ void Requester::void_claim_on_host(const HostTarget& target, uint32_t index) {
   if (conn_.path().peer->node->notice(target.recv_queue)) conn_.path().peer->ring();
 }
 
+// A WQE claimed here that the message will not use after all goes back (nobody
+// can have claimed after it in a QP's own queue: one sender per QP); in an SRQ
+// another sender may have, and the WQE is then voided. kInvalidRequest.
+Requester::HostVerdict Requester::give_back_on_host(const HostTarget& target, uint32_t index) {
+  uint32_t next = index + 1;
+  if (!target.rq->claimed.compare_exchange_strong(next, index, std::memory_order_acq_rel))
+    void_claim_on_host(target, index);
+  return HostVerdict::kInvalidRequest;
+}
+
 int Requester::place_mapped(const SendWqe& wqe, const HostIovecs& remote, uint32_t count) {
   samehost::Peer& peer = *conn_.path().peer;
   if (!peer.pages) return ENOENT;
@@ -254,6 +264,9 @@ bool Requester::send_on_host(SendWqe& wqe, Nanos now) {
       }
     } else {
       const HostVerdict scattered = scatter_on_host(target, index, wqe.length, remote);
+      // UC drops a message longer than its WQE and keeps the WQE (responder_uc.cc).
+      if (scattered == HostVerdict::kInvalidRequest && conn_.qp().type() == IBV_QPT_UC)
+        verdict = give_back_on_host(target, index);
       if (scattered == HostVerdict::kInvalidRequest) there = IBV_WC_LOC_LEN_ERR;
       if (scattered == HostVerdict::kRemoteOperational) there = IBV_WC_LOC_PROT_ERR;
       if (scattered == HostVerdict::kNotReady) verdict = scattered;
@@ -273,7 +286,8 @@ Requester::HostVerdict Requester::find_receiver_on_host(const SendWqe& wqe,
   samehost::Peer& peer = *conn_.path().peer;
   const uint32_t dest_qpn = conn_.path().dest_qpn;
   const auto grant = peer.node->qp(dest_qpn);
-  if (!grant || !takes_requests_on_host(grant->state) || grant->type != uint32_t(IBV_QPT_RC))
+  if (!grant || !takes_requests_on_host(grant->state) ||
+      grant->type != uint32_t(conn_.qp().type()))
     return HostVerdict::kNotReady;
   if (wqe.length > conn_.qp().device().limits().max_msg_size) return HostVerdict::kInvalidRequest;
   // Not published (an XRC or tag-matching SRQ's, or one too large): the wire.
@@ -303,9 +317,7 @@ Requester::HostVerdict Requester::finish_on_host(const SendWqe& wqe, const HostT
   // given back (nobody can have claimed after it in a QP's own queue: one sender
   // per RC QP; in an SRQ another sender may have, and the WQE is then voided).
   if (err == EFAULT && !local_buffers_readable(wqe)) {
-    uint32_t next = index + 1;
-    if (!target.rq->claimed.compare_exchange_strong(next, index, std::memory_order_acq_rel))
-      void_claim_on_host(target, index);
+    give_back_on_host(target, index);
     return HostVerdict::kLocalProtection;
   }
   if (err == EFAULT && there == IBV_WC_SUCCESS) {
@@ -326,6 +338,15 @@ Requester::HostVerdict Requester::finish_on_host(const SendWqe& wqe, const HostT
 bool Requester::conclude_send_on_host(SendWqe& wqe, HostVerdict verdict,
                                       const HostTarget& target, Nanos now) {
   Qp& qp = conn_.qp();
+  // IBA 9.8.3.1: what a UC responder cannot take (no WQE, too long, a bad R_Key,
+  // a QP not ready) it drops silently; the requester completes the WQE as sent.
+  // An error of the peer's own WQE (LOC_PROT_ERR there) was placed and ends its QP.
+  if (qp.type() == IBV_QPT_UC && verdict != HostVerdict::kGo && verdict != HostVerdict::kWire &&
+      verdict != HostVerdict::kLocalProtection) {
+    bump(qp.device().counters().host_refused);
+    mark_executed_on_host(wqe);
+    return true;
+  }
   switch (verdict) {
     case HostVerdict::kGo:
       host_retries_ = host_rnr_retries_ = 0;
