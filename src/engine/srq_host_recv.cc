@@ -99,7 +99,10 @@ bool Srq::drain_host_receives(Nanos now) {
   draining_ = true;
   // Dekker with samehost::PeerNode::notice: cleared before the results are read.
   host_recv_->noticed.store(0, std::memory_order_seq_cst);
-  const uint32_t claimed = host_recv_->claimed.load(std::memory_order_acquire);
+  // Untrusted: a peer may move `claimed` anywhere. Past what was posted there is
+  // no WQE, and a result there must complete none (nor make this loop long).
+  uint32_t claimed = host_recv_->claimed.load(std::memory_order_acquire);
+  if (int32_t(claimed - ring_.tail()) > 0) claimed = ring_.tail();
   bool drained = false;
   for (uint32_t index = ring_.head(); int32_t(claimed - index) > 0; ++index) {
     const uint32_t slot = ring_.slot(index);

@@ -188,6 +188,30 @@ TEST_F(RcHostSendTest, AnSrqsResultsCompleteInAnyOrderAndItsHeadWaitsForTheFirst
   EXPECT_EQ(b.srq->query().max_wr, 8u);
 }
 
+// A hostile peer that claims past what was posted and writes a complete-looking
+// result there gets no completion out of the owner: there is no WQE.
+TEST_F(RcHostSendTest, AResultPastWhatAnSrqPostedCompletesNothing) {
+  RcOptions o;
+  o.srq_wrs = 8;
+  connect(o);
+  ibv_sge sge{b.addr(kDst), 64, b.mr->key};
+  ibv_recv_wr wr{};
+  wr.wr_id = 1;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  ASSERT_EQ(b.srq->post_recv(&wr, nullptr), 0);  // index 0
+  samehost::RecvState& rq = *b.srq->host_recv();
+  samehost::RecvResult* results = b.host->node().recv_results(b.srq->host_recv_queue() - 1);
+  rq.claimed.store(2);
+  results[1] = samehost::RecvResult{};
+  results[1].byte_len = 8;
+  results[1].qpn = b.qp->qpn();
+  results[1].seq = 2;  // "complete", for index 1, which was never posted
+  b.srq->drain_host_receives(0);
+  EXPECT_TRUE(poll(b.rcq).empty());
+  EXPECT_EQ(b.counters().host_receives.load(), 0u);
+}
+
 // An SRQ whose results do not fit in the node segment is not published: SENDs to
 // its QPs take the wire, and arrive.
 TEST_F(RcHostSendTest, AnSrqTooLargeForTheSegmentTakesTheWire) {
