@@ -3,10 +3,11 @@
 // sends to a QP attached to this SRQ claims the next WQE in the node segment,
 // reads its scatter list, writes the payload and a RecvResult, and leaves a
 // notice; this side completes the WQE on the QP the result names. Unlike a QP's
-// queue, several senders (one per QP) fill WQEs at once, so results complete in
-// any order, each marked complete by its own `seq` (IBA 10.2.9: an SRQ's WQEs
-// are consumed in order, but the messages they receive end in any order across
-// QPs). A wire message claims its WQE the same way, so none is consumed twice.
+// queue, several senders (one per QP) fill WQEs at once, so results are written
+// in any order, each marked complete by its own `seq`; this side completes them
+// in claim order (IBA 10.2.9: an SRQ's WQEs are consumed in order), so that a
+// completed WQE's slot is free for the application's next post at once. A wire
+// message claims its WQE the same way, so none is consumed twice.
 // Per QP the order holds: one sender serves it, in order, and a wire message
 // first completes what that sender placed before it.
 #include <algorithm>
@@ -108,8 +109,12 @@ bool Srq::drain_host_receives(Nanos now) {
     const uint32_t slot = ring_.slot(index);
     if (consumed_[slot] != 0) continue;
     samehost::RecvResult& shared = host_results_[slot];
+    // Completed in claim order: one still being placed holds those after it. Out
+    // of order, a completed WQE would keep its slot until the head passed it, and
+    // the application's repost of it could find the SRQ full (ENOMEM) with fewer
+    // than max_wr WQEs outstanding (seen with two senders on a loaded machine).
     if (std::atomic_ref<uint32_t>(shared.seq).load(std::memory_order_acquire) != index + 1)
-      continue;  // still being placed
+      break;
     samehost::RecvResult result;
     std::memcpy(&result, &shared, sizeof result);
     std::atomic_ref<uint32_t>(shared.seq).store(0, std::memory_order_relaxed);

@@ -142,11 +142,12 @@ TEST_F(RcHostSendTest, AReceiverInErrorTakesNothingMore) {
 }
 
 // An SRQ's WQEs are claimed in order but filled by as many senders as it has
-// QPs, each at its own pace (engine/srq_host_recv.cc): a result completes as soon
-// as it is complete, and the SRQ's head, where posting makes room, waits for the
-// first WQE still being filled. A WQE a sender claimed and then voided, or whose
-// result names no QP of the SRQ, is consumed without a completion, and counted.
-TEST_F(RcHostSendTest, AnSrqsResultsCompleteInAnyOrderAndItsHeadWaitsForTheFirst) {
+// QPs, each at its own pace (engine/srq_host_recv.cc): a result is written when
+// its sender is done, and the owner completes results in claim order, so that
+// every completed WQE's slot can be posted again at once (max_wr outstanding,
+// never fewer). A WQE a sender claimed and then voided, or whose result names no
+// QP of the SRQ, is consumed without a completion, and counted.
+TEST_F(RcHostSendTest, AnSrqsResultsCompleteInClaimOrder) {
   RcOptions o;
   o.srq_wrs = 8;
   connect(o);
@@ -165,13 +166,10 @@ TEST_F(RcHostSendTest, AnSrqsResultsCompleteInAnyOrderAndItsHeadWaitsForTheFirst
   fill(a, 0, 64, 6);
   ASSERT_EQ(post(a, IBV_WR_SEND, 0, 64, 0, 1), 0);
   pump();
-  auto got = poll(b.rcq);
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0].wr_id, 2u) << "WQE 1 completes before WQE 0";
-  EXPECT_EQ(got[0].qp_num, b.qp->qpn());
-  EXPECT_TRUE(same(a, 0, b, kDst + 2 * 256, 64));
+  EXPECT_TRUE(poll(b.rcq).empty()) << "WQE 1 waits for WQE 0";
+  EXPECT_TRUE(same(a, 0, b, kDst + 2 * 256, 64)) << "its data is there already";
   for (uint64_t id = 4; id <= 8; ++id) ASSERT_EQ(post_srq(id), 0);
-  EXPECT_EQ(post_srq(9), ENOMEM) << "WQE 0's slot is still in use";
+  EXPECT_EQ(post_srq(9), ENOMEM) << "8 WQEs outstanding";
   // WQE 0 is voided; WQE 2, claimed by another sender, names a QP that is none of
   // the SRQ's.
   results[0] = samehost::RecvResult{};
@@ -182,10 +180,14 @@ TEST_F(RcHostSendTest, AnSrqsResultsCompleteInAnyOrderAndItsHeadWaitsForTheFirst
   results[2].qpn = 0xabcdef;
   results[2].seq = 3;
   EXPECT_TRUE(b.srq->drain_host_receives(0));
-  EXPECT_TRUE(poll(b.rcq).empty());
+  const auto got = poll(b.rcq);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].wr_id, 2u);
+  EXPECT_EQ(got[0].qp_num, b.qp->qpn());
   EXPECT_EQ(b.counters().host_receives_dropped.load(), 2u);
-  EXPECT_EQ(post_srq(9), 0) << "the head moved past WQEs 0 to 2";
-  EXPECT_EQ(b.srq->query().max_wr, 8u);
+  for (uint64_t id = 9; id <= 11; ++id)
+    EXPECT_EQ(post_srq(id), 0) << "the head moved past WQEs 0 to 2";
+  EXPECT_EQ(post_srq(12), ENOMEM);
 }
 
 // A hostile peer that claims past what was posted and writes a complete-looking
