@@ -70,7 +70,8 @@ struct RecvResult {
   uint32_t flags;
   uint32_t qpn;       // kSrq: the QP the message was sent to
   // kSrq: the WQE's index + 1 once the rest is written (stored last, release):
-  // results of one SRQ complete in any order, each on its own.
+  // results of one SRQ are written in any order, each marked on its own (the
+  // owner completes them in claim order).
   uint32_t seq;
 };
 
