@@ -37,12 +37,6 @@ void Qp::reserve_host_receives() {
   host_recv_ = state;
   host_recv_index_ = index;
   host_results_.assign(rq_.slot_count(), samehost::RecvResult{});
-  state->slot_count.store(rq_.slot_count(), std::memory_order_relaxed);
-  state->max_sge.store(cap_.max_recv_sge, std::memory_order_relaxed);
-  state->sges.store(reinterpret_cast<uintptr_t>(rq_sges_.data()), std::memory_order_relaxed);
-  state->results.store(reinterpret_cast<uintptr_t>(host_results_.data()),
-                       std::memory_order_relaxed);
-  state->kind.store(samehost::RecvState::kQueue, std::memory_order_relaxed);
   // A small queue keeps its scatter lists in the segment too: a peer then reads
   // them with a load, not a process_vm_readv (1.9 µs here; docs/performance.md).
   // Its results too, which peers then write with stores.
@@ -50,7 +44,9 @@ void Qp::reserve_host_receives() {
   const bool shared = entries <= samehost::kSharedSges;
   host_sges_ = shared ? host->node().recv_sges(index) : nullptr;
   host_results_at_ = shared ? host->node().recv_results(index) : host_results_.data();
-  state->shared_sges.store(shared ? 1 : 0, std::memory_order_relaxed);
+  samehost::describe(*state, {samehost::RecvState::kQueue, 0, rq_.slot_count(),
+                              cap_.max_recv_sge, reinterpret_cast<uintptr_t>(rq_sges_.data()),
+                              reinterpret_cast<uintptr_t>(host_results_.data()), shared});
   device_.note_host_recv(index, this);
   reopen_host_receives();
 }

@@ -41,17 +41,8 @@ void Srq::reserve_host_receives() {
               sizeof(samehost::RecvResult) * ring_.slot_count());
   const bool sges_fit = size_t(ring_.slot_count()) * max_sge_ <= samehost::kSharedSges;
   host_sges_ = sges_fit ? host->node().recv_sges(index) : nullptr;
-  state->kind.store(samehost::RecvState::kSrq, std::memory_order_relaxed);
-  state->pd.store(pd_->handle(), std::memory_order_relaxed);
-  state->slot_count.store(ring_.slot_count(), std::memory_order_relaxed);
-  state->max_sge.store(max_sge_, std::memory_order_relaxed);
-  state->sges.store(reinterpret_cast<uintptr_t>(sges_.data()), std::memory_order_relaxed);
-  state->results.store(0, std::memory_order_relaxed);
-  state->shared_sges.store(sges_fit ? 1 : 0, std::memory_order_relaxed);
-  state->posted.store(0, std::memory_order_relaxed);
-  state->claimed.store(0, std::memory_order_relaxed);
-  state->placed.store(0, std::memory_order_relaxed);
-  state->noticed.store(0, std::memory_order_relaxed);
+  samehost::describe(*state, {samehost::RecvState::kSrq, pd_->handle(), ring_.slot_count(),
+                              max_sge_, reinterpret_cast<uintptr_t>(sges_.data()), 0, sges_fit});
   device_.note_host_recv(index, nullptr, this);
   state->qpn.store(srqn_, std::memory_order_release);  // open
 }

@@ -43,6 +43,32 @@ struct RecvState {
   std::atomic<uint32_t> shared_sges;
 };
 
+// What the owner publishes of a queue before it opens it (RecvState::qpn): its
+// shape, where its lists and results are, and every counter at zero.
+struct RecvQueueShape {
+  uint32_t kind = RecvState::kQueue;
+  uint32_t pd = 0;  // kSrq
+  uint32_t slot_count = 0;
+  uint32_t max_sge = 0;
+  uint64_t sges = 0;     // the owner's address of slot 0's first RecvSge
+  uint64_t results = 0;  // the owner's address of slot 0's RecvResult (0: in the segment)
+  bool shared_sges = false;
+};
+
+inline void describe(RecvState& state, const RecvQueueShape& shape) {
+  state.kind.store(shape.kind, std::memory_order_relaxed);
+  state.pd.store(shape.pd, std::memory_order_relaxed);
+  state.slot_count.store(shape.slot_count, std::memory_order_relaxed);
+  state.max_sge.store(shape.max_sge, std::memory_order_relaxed);
+  state.sges.store(shape.sges, std::memory_order_relaxed);
+  state.results.store(shape.results, std::memory_order_relaxed);
+  state.shared_sges.store(shape.shared_sges ? 1 : 0, std::memory_order_relaxed);
+  state.posted.store(0, std::memory_order_relaxed);
+  state.claimed.store(0, std::memory_order_relaxed);
+  state.placed.store(0, std::memory_order_relaxed);
+  state.noticed.store(0, std::memory_order_relaxed);
+}
+
 // Scatter entries of one queue the segment holds: a queue of at most this many
 // (slots × max_recv_sge) keeps a copy there, and its results (at most this many
 // slots, then). 1024 takes perftest's (512 × 1), ibv_rc_pingpong's (500 × 1) and
