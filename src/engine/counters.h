@@ -61,6 +61,7 @@ namespace softrdma::engine {
   X(host_rnr_waits)         /* no receive posted at the peer: waited its min_rnr_timer */ \
   X(host_receives)          /* receives of this device's QPs that peers placed */ \
   X(host_receives_dropped)  /* SRQ WQEs a peer consumed for a QP gone or reset, or left empty */ \
+  X(host_datagrams_dropped) /* UD messages to a same-host peer that its QP would drop */ \
   X(host_doorbells)         /* a peer's progress loop woken: it slept when told of work */ \
   X(peer_faults_taken)      /* same-host peers ended one of this device's QPs */
 

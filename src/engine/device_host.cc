@@ -25,7 +25,8 @@ QpCounters* Device::note_qp(const Qp& qp, bool gone) {
                                                   qp.pd() != nullptr ? qp.pd()->handle() : 0,
                                                   uint32_t(a.qp_access_flags),
                                                   a.dest_qp_num & 0xffffff,
-                                                  qp.host_recv_queue(), a.min_rnr_timer});
+                                                  qp.host_recv_queue(), a.min_rnr_timer,
+                                                  a.qkey});
     }
   }
   return qp_observer_ ? qp_observer_(qp, gone) : nullptr;

@@ -150,6 +150,11 @@ class Qp {
   // Engine owner: a peer placed a message for this QP in `wqe` of its SRQ, with
   // `result`; false when the QP takes none (Reset).
   bool complete_host_srq_recv(const RecvWqe& wqe, const samehost::RecvResult& result, Nanos now);
+  // A UD QP whose queue peers fill (host_recv() not null): the wire's message of
+  // `length` bytes claims its WQE as they do, and completes it in claim order
+  // (qp_host_recv.cc). Null when none is posted, or (`too_long`) the next is short.
+  RecvWqe* claim_datagram_recv(uint64_t length, uint32_t& index, bool& too_long);
+  void complete_datagram_recv(uint32_t index, samehost::RecvResult result, Nanos now);
 
   // IBA 10.3.1 / 11.2.5.4: enter the Error state; flush every outstanding WQE.
   // Engine owner, mutex() not held.
@@ -179,6 +184,8 @@ class Qp {
   void reopen_host_receives();
   void close_host_receives();
   RecvWqe* take_shared_recv();
+  bool drain_datagram_receives(Nanos now);
+  void fail_on_receive(Nanos now);
   ibv_wc host_recv_wc(const RecvWqe& wqe, const samehost::RecvResult& result) const;
   ibv_wc make_send_wc(const SendWqe& wqe, ibv_wc_status status) const;
   void push_completion(Cq& cq, const ibv_wc& wc, bool solicited);
@@ -226,6 +233,7 @@ class Qp {
   // Where peers write results: the segment's slots for a small queue, else
   // host_results_ (by cross-memory attach).
   samehost::RecvResult* host_results_at_ = nullptr;
+  samehost::StuckClaim stuck_;  // a UD QP's queue (RecvState::kDatagram)
   samehost::RecvSge* host_sges_ = nullptr;  // the segment's copy of rq_sges_, if it fits
   bool wire_holds_recv_ = false;
 

@@ -8,11 +8,13 @@
 // or the progress thread woken by the peer). A SEND that comes by the wire claims
 // the same way, so the two never consume one WQE twice, and WQEs complete in the
 // order posted (IBA 10.2.9).
+#include <atomic>
 #include <cstddef>
 #include <cstring>
 
 #include "engine/device.h"
 #include "engine/qp.h"
+#include "engine/ud/datagram.h"
 #include "samehost/host.h"
 
 namespace softrdma::engine {
@@ -23,28 +25,32 @@ static_assert(sizeof(Sge) == sizeof(samehost::RecvSge) &&
                   offsetof(Sge, lkey) == offsetof(samehost::RecvSge, lkey),
               "peers read the receive SGEs in this layout");
 
-// At creation: an RC or UC QP with a receive queue of its own, on a device that
-// publishes to its host (an SRQ publishes its own: srq_host_recv.cc). UD takes
-// the wire for now.
+// At creation: an RC, UC or UD QP with a receive queue of its own, on a device
+// that publishes to its host (an SRQ publishes its own: srq_host_recv.cc). A UD
+// QP's queue is filled by many senders at once, as an SRQ's, and so needs its
+// results in the segment: a larger one takes the wire.
 void Qp::reserve_host_receives() {
   samehost::Host* host = device_.host();
-  if (host == nullptr || (type_ != IBV_QPT_RC && type_ != IBV_QPT_UC) || srq_ != nullptr ||
-      xrcd_ != nullptr)
+  const bool datagram = type_ == IBV_QPT_UD;
+  if (host == nullptr || (type_ != IBV_QPT_RC && type_ != IBV_QPT_UC && !datagram) ||
+      srq_ != nullptr || xrcd_ != nullptr || (datagram && rq_.slot_count() > samehost::kSharedSges))
     return;
   uint32_t index = 0;
   samehost::RecvState* state = host->node().reserve_recv(index);
   if (state == nullptr) return;
   host_recv_ = state;
   host_recv_index_ = index;
-  host_results_.assign(rq_.slot_count(), samehost::RecvResult{});
+  host_results_.assign(datagram ? 0 : rq_.slot_count(), samehost::RecvResult{});
   // A small queue keeps its scatter lists in the segment too: a peer then reads
   // them with a load, not a process_vm_readv (1.9 µs here; docs/performance.md).
   // Its results too, which peers then write with stores.
   const size_t entries = size_t(rq_.slot_count()) * cap_.max_recv_sge;
   const bool shared = entries <= samehost::kSharedSges;
   host_sges_ = shared ? host->node().recv_sges(index) : nullptr;
-  host_results_at_ = shared ? host->node().recv_results(index) : host_results_.data();
-  samehost::describe(*state, {samehost::RecvState::kQueue, 0, rq_.slot_count(),
+  host_results_at_ =
+      shared || datagram ? host->node().recv_results(index) : host_results_.data();
+  samehost::describe(*state, {datagram ? samehost::RecvState::kDatagram : samehost::RecvState::kQueue,
+                              pd_ != nullptr ? pd_->handle() : 0, rq_.slot_count(),
                               cap_.max_recv_sge, reinterpret_cast<uintptr_t>(rq_sges_.data()),
                               reinterpret_cast<uintptr_t>(host_results_.data()), shared});
   device_.note_host_recv(index, this);
@@ -70,6 +76,11 @@ void Qp::reopen_host_receives() {
   host_recv_->claimed.store(0, std::memory_order_relaxed);
   host_recv_->placed.store(0, std::memory_order_relaxed);
   host_recv_->noticed.store(0, std::memory_order_relaxed);
+  // Results of many senders mark themselves complete (`seq`): none left from
+  // before may look complete now.
+  if (host_recv_->kind.load(std::memory_order_relaxed) == samehost::RecvState::kDatagram)
+    std::memset(static_cast<void*>(host_results_at_), 0,
+                sizeof(samehost::RecvResult) * rq_.slot_count());
   wire_holds_recv_ = false;
   host_recv_->qpn.store(qpn_, std::memory_order_release);
 }
@@ -124,11 +135,18 @@ ibv_wc Qp::host_recv_wc(const RecvWqe& wqe, const samehost::RecvResult& result) 
     wc.wc_flags |= IBV_WC_WITH_IMM;
     wc.imm_data = result.imm_data;
   }
+  // IBA 11.4.1.2: a UD receive has a GRH (the sender wrote it into the buffer).
+  if (type_ == IBV_QPT_UD) {
+    wc.src_qp = result.src_qp & 0xffffff;
+    wc.wc_flags |= IBV_WC_GRH;
+    wc.sl = ud::roce_packet_type((result.flags & samehost::RecvResult::kIpv4) != 0);
+  }
   return wc;
 }
 
 bool Qp::drain_host_receives(Nanos now, bool stop_at_failure) {
   if (host_recv_ == nullptr) return false;
+  if (type_ == IBV_QPT_UD) return drain_datagram_receives(now);
   // Dekker with samehost::PeerNode::notice: cleared before `placed` is read.
   host_recv_->noticed.store(0, std::memory_order_seq_cst);
   const uint32_t placed = host_recv_->placed.load(std::memory_order_acquire);
@@ -147,7 +165,7 @@ bool Qp::drain_host_receives(Nanos now, bool stop_at_failure) {
     drained = true;
     // IBA 9.7.5.1.5 / 9.9.3.1.2: the responder's QP ends with the message.
     if (failed) {
-      enter_error(now);
+      fail_on_receive(now);
       break;
     }
   }
@@ -163,8 +181,90 @@ bool Qp::complete_host_srq_recv(const RecvWqe& wqe, const samehost::RecvResult& 
   bump(device_.counters().host_receives);
   push_completion(*recv_cq_, wc, (result.flags & samehost::RecvResult::kSolicited) != 0);
   // IBA 9.7.5.1.5 / 9.9.3.1.2: the responder's QP ends with the message.
-  if (wc.status != IBV_WC_SUCCESS) enter_error(now);
+  if (wc.status != IBV_WC_SUCCESS) fail_on_receive(now);
   return true;
+}
+
+}  // namespace softrdma::engine
+
+namespace softrdma::engine {
+
+// A receive WQE that failed ends the QP; a UD QP's with the event the wire's
+// receive raises (ud/datagram.cc).
+void Qp::fail_on_receive(Nanos now) {
+  if (type_ == IBV_QPT_UD)
+    device_.post_async_event(AsyncEvent{IBV_EVENT_QP_FATAL, qpn_, nullptr});
+  enter_error(now);
+}
+
+// A UD QP's queue, which any process of the host fills (RecvState::kDatagram):
+// results mark themselves complete and complete in claim order, as an SRQ's
+// (srq_host_recv.cc); a WQE a sender claimed and left empty is consumed without a
+// completion. UD's WQEs are consumed in order (IBA 10.2.9), and from one sender
+// its messages arrive in order.
+bool Qp::drain_datagram_receives(Nanos now) {
+  // Dekker with samehost::PeerNode::notice: cleared before the results are read.
+  host_recv_->noticed.store(0, std::memory_order_seq_cst);
+  // Untrusted: past what was posted there is no WQE.
+  uint32_t claimed = host_recv_->claimed.load(std::memory_order_acquire);
+  if (int32_t(claimed - rq_.tail()) > 0) claimed = rq_.tail();
+  bool drained = false;
+  while (!rq_.empty() && int32_t(claimed - rq_.head()) > 0) {
+    const uint32_t head = rq_.head();
+    samehost::RecvResult& shared = host_results_at_[rq_.slot(head)];
+    // A claimer killed in the middle never marks it (samehost::StuckClaim).
+    if (std::atomic_ref<uint32_t>(shared.seq).load(std::memory_order_acquire) != head + 1) {
+      if (!stuck_.given_up(device_.host()->node(), shared, head)) break;
+      shared = samehost::RecvResult{};
+      shared.flags = samehost::RecvResult::kVoid;
+    }
+    stuck_.moved_on();
+    samehost::RecvResult result;
+    std::memcpy(&result, &shared, sizeof result);
+    std::atomic_ref<uint32_t>(shared.seq).store(0, std::memory_order_relaxed);
+    drained = true;
+    if ((result.flags & samehost::RecvResult::kVoid) != 0) {
+      rq_.pop();
+      bump(device_.counters().host_receives_dropped);
+      continue;
+    }
+    const ibv_wc wc = host_recv_wc(rq_.front(), result);
+    bump(device_.counters().host_receives);
+    complete_recv_head(wc, (result.flags & samehost::RecvResult::kSolicited) != 0);
+    if (wc.status != IBV_WC_SUCCESS) {
+      fail_on_receive(now);
+      break;
+    }
+  }
+  return drained;
+}
+
+// The wire's UD message of `length` bytes (its GRH included) takes the next WQE
+// as a peer takes it (peer_recv.h): after what peers placed before it, and only
+// when it fits, else it stays for the next message (ud/datagram.cc).
+RecvWqe* Qp::claim_datagram_recv(uint64_t length, uint32_t& index, bool& too_long) {
+  too_long = false;
+  drain_datagram_receives(device_.clock().now());
+  uint32_t claimed = host_recv_->claimed.load(std::memory_order_acquire);
+  do {
+    if (int32_t(rq_.tail() - claimed) <= 0) return nullptr;
+    if (rq_.at(claimed).length < length) {
+      too_long = true;
+      return nullptr;
+    }
+  } while (!host_recv_->claimed.compare_exchange_weak(claimed, claimed + 1,
+                                                      std::memory_order_acq_rel));
+  index = claimed;
+  return &rq_.at(index);
+}
+
+// Completes WQE `index` (claim_datagram_recv) with `result`, in claim order.
+void Qp::complete_datagram_recv(uint32_t index, samehost::RecvResult result, Nanos now) {
+  samehost::RecvResult& shared = host_results_at_[rq_.slot(index)];
+  result.seq = 0;
+  std::memcpy(&shared, &result, sizeof result);
+  std::atomic_ref<uint32_t>(shared.seq).store(index + 1, std::memory_order_release);
+  drain_datagram_receives(now);
 }
 
 }  // namespace softrdma::engine

@@ -134,6 +134,7 @@ class Srq {
   samehost::RecvSge* host_sges_ = nullptr;
   samehost::RecvResult* host_results_ = nullptr;
   std::vector<uint8_t> consumed_;
+  samehost::StuckClaim stuck_;
   bool draining_ = false;
 };
 

@@ -104,8 +104,14 @@ bool Srq::drain_host_receives(Nanos now) {
     // of order, a completed WQE would keep its slot until the head passed it, and
     // the application's repost of it could find the SRQ full (ENOMEM) with fewer
     // than max_wr WQEs outstanding (seen with two senders on a loaded machine).
-    if (std::atomic_ref<uint32_t>(shared.seq).load(std::memory_order_acquire) != index + 1)
-      break;
+    // A claimer killed in the middle never marks it: given up, the WQE is
+    // consumed without a completion (samehost::StuckClaim).
+    if (std::atomic_ref<uint32_t>(shared.seq).load(std::memory_order_acquire) != index + 1) {
+      if (!stuck_.given_up(device_.host()->node(), shared, index)) break;
+      shared = samehost::RecvResult{};
+      shared.flags = samehost::RecvResult::kVoid;
+    }
+    stuck_.moved_on();
     samehost::RecvResult result;
     std::memcpy(&result, &shared, sizeof result);
     std::atomic_ref<uint32_t>(shared.seq).store(0, std::memory_order_relaxed);

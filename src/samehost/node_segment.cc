@@ -34,11 +34,11 @@ QpTable::Value encode(const QpGrant& g) {
   return {uint64_t(g.state & 0xff) | uint64_t(g.min_rnr_timer & 0xff) << 8 |
               uint64_t(g.type) << 32,
           uint64_t(g.pd) | uint64_t(g.access) << 32,
-          uint64_t(g.dest_qpn) | uint64_t(g.recv_queue) << 32};
+          uint64_t(g.dest_qpn) | uint64_t(g.recv_queue) << 32, uint64_t(g.qkey)};
 }
 QpGrant decode_qp(const QpTable::Value& v) {
   return {uint32_t(v[0] & 0xff), uint32_t(v[0] >> 32), uint32_t(v[1]), uint32_t(v[1] >> 32),
-          uint32_t(v[2]), uint32_t(v[2] >> 32), uint32_t(v[0] >> 8) & 0xff};
+          uint32_t(v[2]), uint32_t(v[2] >> 32), uint32_t(v[0] >> 8) & 0xff, uint32_t(v[3])};
 }
 
 bool process_exists(pid_t pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
@@ -246,6 +246,28 @@ void NodeSegment::wait_for_accesses() {
       if (spins % 1024 == 1023 && !process_exists(pid)) break;
     }
   }
+}
+
+bool NodeSegment::claim_abandoned(RecvResult& result, uint32_t index) const {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (uint32_t i = 0; i < NodeLayout::kPeers; ++i) {
+    const PeerSlot& slot = view_.peers[i];
+    const pid_t pid = pid_t(slot.pid.load(std::memory_order_acquire));
+    if (pid != 0 && (slot.access.load(std::memory_order_seq_cst) & 1) != 0 && process_exists(pid))
+      return false;
+  }
+  // A claimer that finished between the caller's look and the scan marked it.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  return std::atomic_ref<uint32_t>(result.seq).load(std::memory_order_acquire) != index + 1;
+}
+
+bool StuckClaim::given_up(const NodeSegment& node, RecvResult& result, uint32_t index) {
+  if (!stuck_ || index_ != index) {
+    stuck_ = true;
+    index_ = index;
+    return false;
+  }
+  return node.claim_abandoned(result, index);
 }
 
 bool NodeSegment::take_fault(uint32_t& qpn, uint32_t& event) {

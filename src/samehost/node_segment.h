@@ -57,12 +57,14 @@ struct QpGrant {
   uint32_t dest_qpn = 0;
   uint32_t recv_queue = 0;  // its RecvState's index + 1; 0: SENDs to it take the wire
   uint32_t min_rnr_timer = 0;  // IBA 9.7.5.2.8's encoding: how long an RNR waits
+  uint32_t qkey = 0;  // UD: the Q_Key a message must carry (IBA 10.2.5)
 };
 
 inline constexpr char kNodeDirectory[] = "/dev/shm/";
 inline constexpr uint64_t kNodeMagic = 0x45444f4e414d4452;  // "RDMANODE"
-inline constexpr uint32_t kNodeVersion = 6;  // 2: receive queues; 3: loop_wake; 4: recv_sges;
-                                             // 5: shared pages, recv_results; 6: SRQs
+inline constexpr uint32_t kNodeVersion = 7;  // 2: receive queues; 3: loop_wake; 4: recv_sges;
+                                             // 5: shared pages, recv_results; 6: SRQs;
+                                             // 7: UD (Q_Key, RecvResult::src_qp)
 
 struct NodeHeader {
   std::atomic<uint64_t> magic;  // written last, once the rest is
@@ -105,7 +107,7 @@ struct PeerSlot {
 };
 
 using KeyTable = PublishedTable<8>;
-using QpTable = PublishedTable<3>;
+using QpTable = PublishedTable<4>;
 
 // The segment's shape, the same for owner and peers.
 struct NodeLayout {
@@ -193,6 +195,11 @@ class NodeSegment {
   // Returns once every peer access that began before the call ended: what it
   // looked up before (a QP's state published just now, say) is no longer acted on.
   void wait_for_accesses();
+  // Whether WQE `index` of a queue of many senders, claimed and not marked
+  // complete (`result.seq`), never will be: a peer claims, places and marks (or
+  // voids) inside one access, so when no living peer is inside one and the mark
+  // is still missing, its claimer died in the middle (a SIGKILL).
+  bool claim_abandoned(RecvResult& result, uint32_t index) const;
 
  private:
   NodeSegment() = default;

@@ -22,8 +22,12 @@ namespace softrdma::samehost {
 // own QP: `placed` is unused and each result says itself that it is complete
 // (RecvResult::seq), and names the QP it was sent to; its results are always in
 // the segment (an SRQ of more slots than kSharedSges takes the wire).
+//
+// A UD QP's own queue (kind kDatagram) is filled the same way as an SRQ, as every
+// process of the host may send to it at once; its scatter entries' L_Keys are of
+// the QP's PD, as for kQueue.
 struct RecvState {
-  static constexpr uint32_t kQueue = 0, kSrq = 1;
+  static constexpr uint32_t kQueue = 0, kSrq = 1, kDatagram = 2;
   // The QP it serves (its SRQ number for an SRQ); 0 while closed (nothing claims).
   std::atomic<uint32_t> qpn;
   std::atomic<uint32_t> posted;     // WQEs posted so far (mod 2^32): the owner
@@ -32,7 +36,7 @@ struct RecvState {
   std::atomic<uint32_t> noticed;    // 1 while a notice of this queue waits for the owner
   std::atomic<uint32_t> slot_count;  // WQE slots (a power of two): index mod slot_count
   std::atomic<uint32_t> max_sge;
-  std::atomic<uint32_t> kind;       // kQueue or kSrq
+  std::atomic<uint32_t> kind;       // kQueue, kSrq or kDatagram
   std::atomic<uint32_t> pd;         // kSrq: the PD its scatter entries' L_Keys must be of
   std::atomic<uint64_t> sges;       // the owner's address of slot 0's first RecvSge
   std::atomic<uint64_t> results;    // the owner's address of slot 0's RecvResult
@@ -90,6 +94,10 @@ struct RecvResult {
   // buffer went, after another sender had claimed the next one): it is consumed
   // without a completion, and counted.
   static constexpr uint32_t kVoid = 8;
+  // A UD message (IBA 11.4.1.2: the WQE's first 40 bytes hold its GRH, written by
+  // the sender) from an IPv4 GID: the GRH holds an IPv4 header in its last 20
+  // bytes, as over RoCEv2.
+  static constexpr uint32_t kIpv4 = 16;
   uint32_t byte_len;
   uint32_t imm_data;  // network byte order
   uint32_t status;    // ibv_wc_status
@@ -99,6 +107,24 @@ struct RecvResult {
   // results of one SRQ are written in any order, each marked on its own (the
   // owner completes them in claim order).
   uint32_t seq;
+  uint32_t src_qp;  // UD: the sender's QP
+};
+
+class NodeSegment;
+
+// The owner's watch over the WQE that holds a queue of many senders (its claimer
+// has not marked it complete): a sender in the middle of a placement is the common
+// case and costs nothing; only when the same WQE still holds the queue at the
+// next look does the owner ask whether its claimer died
+// (NodeSegment::claim_abandoned).
+class StuckClaim {
+ public:
+  bool given_up(const NodeSegment& node, RecvResult& result, uint32_t index);
+  void moved_on() { stuck_ = false; }
+
+ private:
+  bool stuck_ = false;
+  uint32_t index_ = 0;
 };
 
 }  // namespace softrdma::samehost

@@ -162,10 +162,17 @@ TEST_F(RcHostSendTest, AnSrqsResultsCompleteInClaimOrder) {
   for (uint64_t id = 1; id <= 3; ++id) ASSERT_EQ(post_srq(id), 0);
   samehost::RecvState& rq = *b.srq->host_recv();
   samehost::RecvResult* results = b.host->node().recv_results(b.srq->host_recv_queue() - 1);
-  rq.claimed.store(1);  // another sender took WQE 0 and is still filling it
+  // Another sender took WQE 0 and is still filling it: inside its access.
+  std::string why;
+  auto other = samehost::PeerNode::open(b.device->gids()[1], why, node_directory_.path());
+  ASSERT_NE(other, nullptr) << why;
+  ASSERT_TRUE(other->join());
+  other->begin_access();
+  rq.claimed.store(1);
   fill(a, 0, 64, 6);
   ASSERT_EQ(post(a, IBV_WR_SEND, 0, 64, 0, 1), 0);
   pump();
+  b.srq->drain_host_receives(0);
   EXPECT_TRUE(poll(b.rcq).empty()) << "WQE 1 waits for WQE 0";
   EXPECT_TRUE(same(a, 0, b, kDst + 2 * 256, 64)) << "its data is there already";
   for (uint64_t id = 4; id <= 8; ++id) ASSERT_EQ(post_srq(id), 0);
@@ -179,6 +186,7 @@ TEST_F(RcHostSendTest, AnSrqsResultsCompleteInClaimOrder) {
   results[2] = samehost::RecvResult{};
   results[2].qpn = 0xabcdef;
   results[2].seq = 3;
+  other->end_access();
   EXPECT_TRUE(b.srq->drain_host_receives(0));
   const auto got = poll(b.rcq);
   ASSERT_EQ(got.size(), 1u);

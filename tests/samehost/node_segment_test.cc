@@ -80,7 +80,8 @@ TEST_F(NodeSegmentTest, KeysAndQpsArePublishedAndRevoked) {
   auto peer = open(gid(1));
   ASSERT_NE(peer, nullptr);
   node->publish_key(0xabcd, KeyGrant{0x1000, 0x2000, 4096, 3, IBV_ACCESS_REMOTE_WRITE, 0});
-  node->publish_qp(77, QpGrant{IBV_QPS_RTS, IBV_QPT_RC, 3, IBV_ACCESS_REMOTE_READ, 78});
+  node->publish_qp(77, QpGrant{IBV_QPS_RTS, IBV_QPT_UD, 3, IBV_ACCESS_REMOTE_READ, 78, 5, 12,
+                               0x80000011});
   ASSERT_TRUE(peer->join());
   peer->begin_access();
   const auto key = peer->key(0xabcd);
@@ -94,7 +95,11 @@ TEST_F(NodeSegmentTest, KeysAndQpsArePublishedAndRevoked) {
   const auto qp = peer->qp(77);
   ASSERT_TRUE(qp.has_value());
   EXPECT_EQ(qp->state, uint32_t(IBV_QPS_RTS));
+  EXPECT_EQ(qp->type, uint32_t(IBV_QPT_UD));
   EXPECT_EQ(qp->dest_qpn, 78u);
+  EXPECT_EQ(qp->recv_queue, 5u);
+  EXPECT_EQ(qp->min_rnr_timer, 12u);
+  EXPECT_EQ(qp->qkey, 0x80000011u);  // all 32 bits (IBA 10.2.5: the high bit too)
   node->revoke_key(0xabcd);
   node->remove_qp(77);
   EXPECT_FALSE(peer->key(0xabcd).has_value());

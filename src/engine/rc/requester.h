@@ -10,6 +10,7 @@
 #include <span>
 
 #include "engine/clock.h"
+#include "engine/peer_recv.h"
 #include "engine/wqe.h"
 #include "samehost/recv_queue.h"
 #include "samehost/shared_pages.h"
@@ -98,41 +99,20 @@ class Requester {
   void refuse_on_host(SendWqe& wqe, HostVerdict verdict, Nanos now);
   void fail_on_host(SendWqe& wqe, ibv_wc_status status, Nanos now);
   // A SEND or WRITE with immediate placed in the peer's receive WQE
-  // (requester_host_send.cc): the peer's QP and its receive queue, and where the
-  // message goes in the peer's memory.
-  struct HostTarget {
-    uint32_t pd = 0;  // the PD its scatter entries' L_Keys must be of
-    uint32_t recv_queue = 0;
-    samehost::RecvState* rq = nullptr;
-    bool srq = false;  // an SRQ's (RecvState::kSrq): results marked by `seq`
-    uint32_t min_rnr_timer = 0;
-  };
-  static constexpr uint32_t kMaxPeerSges = 64;
-  struct HostIovecs {
-    std::array<iovec, kMaxPeerSges + 1> remote;
-    std::array<samehost::SharedSpan, kMaxPeerSges + 1> spans;  // the keys' shared pages
-    uint32_t count = 0;
-  };
+  // (requester_host_send.cc, over peer_recv.h).
   static bool consumes_receive(const SendWqe& wqe);
   bool send_on_host(SendWqe& wqe, Nanos now);
-  HostVerdict find_receiver_on_host(const SendWqe& wqe, HostTarget& target) const;
-  HostVerdict scatter_on_host(const HostTarget& target, uint32_t index, uint64_t length,
-                              HostIovecs& out) const;
-  bool read_scatter_list(const HostTarget& target, uint32_t index, uint32_t slots,
-                         uint32_t max_sge, std::span<samehost::RecvSge, kMaxPeerSges> out) const;
-  int place_on_host(const SendWqe& wqe, const HostTarget& target, uint32_t index,
-                    HostIovecs& remote, ibv_wc_status status);
-  // The payload by stores when every byte of it is on shared pages mapped here:
-  // 0, EFAULT (a local buffer went), or ENOENT (cross-memory attach then).
-  int place_mapped(const SendWqe& wqe, const HostIovecs& remote, uint32_t count);
-  HostVerdict finish_on_host(const SendWqe& wqe, const HostTarget& target, uint32_t index,
-                             HostIovecs& remote, ibv_wc_status there);
-  samehost::RecvResult* results_in_segment(const HostTarget& target, uint32_t slots) const;
-  void void_claim_on_host(const HostTarget& target, uint32_t index);
-  HostVerdict give_back_on_host(const HostTarget& target, uint32_t index);
-  bool conclude_send_on_host(SendWqe& wqe, HostVerdict verdict, const HostTarget& target,
+  HostVerdict find_receiver_on_host(const SendWqe& wqe, PeerRecvTarget& target) const;
+  HostVerdict scatter_on_host(const PeerRecvTarget& target, uint32_t index, uint64_t length,
+                              PeerIovecs& out) const;
+  int place_on_host(const SendWqe& wqe, const PeerRecvTarget& target, uint32_t index,
+                    PeerIovecs& remote, ibv_wc_status status);
+  HostVerdict finish_on_host(const SendWqe& wqe, const PeerRecvTarget& target, uint32_t index,
+                             PeerIovecs& remote, ibv_wc_status there);
+  HostVerdict give_back_on_host(const PeerRecvTarget& target, uint32_t index);
+  bool conclude_send_on_host(SendWqe& wqe, HostVerdict verdict, const PeerRecvTarget& target,
                              Nanos now);
-  bool wait_rnr_on_host(SendWqe& wqe, const HostTarget& target, Nanos now);
+  bool wait_rnr_on_host(SendWqe& wqe, const PeerRecvTarget& target, Nanos now);
   bool local_buffers_readable(const SendWqe& wqe) const;
   // Binds and local invalidations (requester_local.cc): executed here, in queue order.
   bool execute_local(SendWqe& wqe, Nanos now);

@@ -90,21 +90,7 @@ Requester::HostVerdict Requester::check_on_host(const SendWqe& wqe, samehost::Pe
 
 // The local side of the transfer: the WQE's buffers (checked by start()).
 uint32_t Requester::local_iovecs(const SendWqe& wqe, std::span<iovec> out) const {
-  if (wqe.inline_data != nullptr) {
-    out[0] = {wqe.inline_data, wqe.length};
-    return 1;
-  }
-  Qp& qp = conn_.qp();
-  auto access = qp.device().mrs().access();
-  uint32_t n = 0;
-  for (uint32_t i = 0; i < wqe.sgl.count && n < out.size(); ++i) {
-    const Sge& sge = wqe.sgl.sges[i];
-    if (sge.length == 0) continue;
-    AccessError why;
-    uint8_t* p = access.resolve(sge.lkey, qp.pd(), sge.addr, sge.length, 0, why);
-    out[n++] = {p, sge.length};
-  }
-  return n;
+  return gather_iovecs(wqe, conn_.qp().device().mrs(), conn_.qp().pd(), out);
 }
 
 // The original value into the WQE's local buffer (IBA 9.4.5: the ATOMIC's result).

@@ -8,6 +8,7 @@
 #include "engine/device.h"
 #include "engine/qp.h"
 #include "engine/sgl.h"
+#include "samehost/recv_queue.h"
 #include "wire/messages.h"
 #include "wire/psn.h"
 
@@ -22,41 +23,30 @@ bool ready_to_receive(ibv_qp_state s) {
   return s == IBV_QPS_RTR || s == IBV_QPS_RTS || s == IBV_QPS_SQD || s == IBV_QPS_SQE;
 }
 
-// IBA 11.4.1.2: the GRH of the arriving packet. RoCEv2 has no GRH on the wire; what
-// stands in for it is the IP header (Annex A17.4.5.1): an IPv6 header fills all 40
-// bytes, an IPv4 header the last 20, the first 20 zero (as Soft-RoCE and RoCE NICs
-// write it, and as rdma-core's ibv_init_ah_from_wc reads it). The header is rebuilt
-// from what the socket told: addresses, ports, and the IPv4 ID solved from the ICRC.
-void write_grh(const transport::RxPacket& from, uint8_t (&grh)[kGrhBytes]) {
-  std::memset(grh, 0, sizeof grh);
+// The GRH of the arriving packet, rebuilt from what the socket told: addresses,
+// ports, and the IPv4 ID solved from the ICRC.
+void write_arrived_grh(const transport::RxPacket& from, uint8_t (&grh)[kGrhBytes]) {
   IpUdpInfo info;
   info.src = from.src;
   info.dst = from.dst;
   info.src_port = from.src_port;
   info.ipv4_id = from.ipv4_id;
   info.ipv4_df = from.ipv4_df;
+  write_grh(info, from.bytes.size(), grh);
+}
+
+}  // namespace
+
+void write_grh(const IpUdpInfo& info, size_t udp_payload_len, uint8_t (&grh)[kGrhBytes]) {
+  std::memset(grh, 0, sizeof grh);
   uint8_t headers[kIpv6HeaderBytes + kUdpHeaderBytes];
-  if (build_ip_udp_headers(info, from.bytes.size(), headers) == 0) return;
+  if (build_ip_udp_headers(info, udp_payload_len, headers) == 0) return;
   if (info.ipv6()) {
     std::memcpy(grh, headers, kIpv6HeaderBytes);
   } else {
     std::memcpy(grh + kGrhBytes - kIpv4HeaderBytes, headers, kIpv4HeaderBytes);
   }
 }
-
-// IBA A17.4.5.1: for RoCEv2 a UD completion carries "a flag that indicates if the
-// received frame is an IPv4, IPv6 or RoCE packet". verbs has no field for it;
-// RoCE NICs (ConnectX, whose completion format fills it in) report it in `sl`,
-// which RoCE has no other use for (no LRH, so no service level arrives): bit 3
-// "UDP header present" (RoCEv2), bits 2:0 the L3 header, 1 IPv6, 2 IPv4. UCX's
-// ud_verbs reads it there to find the destination address in the 40 GRH bytes
-// (decisions/ucx.md).
-uint8_t roce_packet_type(const transport::RxPacket& from) {
-  constexpr uint8_t kRoceV2 = 0x8, kIpv6 = 0x1, kIpv4 = 0x2;
-  return kRoceV2 | (gid_is_ipv4(from.src) ? kIpv4 : kIpv6);
-}
-
-}  // namespace
 
 Datagram::Datagram(Qp& qp) : qp_(qp) {}
 
@@ -95,6 +85,15 @@ bool Datagram::send(uint32_t budget) {
 bool Datagram::send_one(SendWqe& w) {
   Device& device = qp_.device();
   if (w.status != IBV_WC_SUCCESS) return false;
+  switch (send_on_host(w)) {
+    case HostSend::kDone:
+      return true;
+    case HostSend::kLocalError:
+      w.status = IBV_WC_LOC_PROT_ERR;
+      return false;
+    case HostSend::kWire:
+      break;
+  }
   const auto& gids = device.gids();
   const Gid& src = gids[std::min<size_t>(w.ud.sgid_index, gids.size() - 1)];
   const bool imm = w.opcode == IBV_WR_SEND_WITH_IMM;
@@ -139,48 +138,69 @@ void Datagram::on_packet(PacketView packet, const transport::RxPacket& from, Nan
 
 // False only when the receive WQE itself is bad; a packet that is not for this QP
 // or finds no room is dropped and counted (IBA 10.2.5 Q_Key violation; 9.8.4: UD
-// has no RNR, and Soft-RoCE drops a message too long for its buffer).
+// has no RNR, and Soft-RoCE drops a message too long for its buffer). A queue
+// peers of this host fill too is claimed as they claim it, and its WQEs complete
+// in claim order (Qp::claim_datagram_recv).
 bool Datagram::receive(PacketView p, const transport::RxPacket& from) {
   EngineCounters& counters = qp_.device().counters();
   if (uint32_t(p.get(deth::kQkey)) != qp_.attr().qkey) {
     bump(counters.ud_bad_qkey);
     return true;
   }
-  RecvWqe* taken = qp_.take_recv();
-  if (taken == nullptr) {
-    bump(counters.ud_no_receive_wqe);
+  const std::span<const uint8_t> data = p.payload();
+  const uint64_t length = kGrhBytes + data.size();
+  const bool shared = qp_.host_recv() != nullptr;
+  uint32_t index = 0;
+  bool too_long = false;
+  RecvWqe* taken = shared ? qp_.claim_datagram_recv(length, index, too_long) : qp_.take_recv();
+  if (taken == nullptr || length > taken->length) {
+    bump(taken != nullptr || too_long ? counters.ud_too_long : counters.ud_no_receive_wqe);
     return true;
   }
   RecvWqe& r = *taken;
-  const std::span<const uint8_t> data = p.payload();
-  if (kGrhBytes + data.size() > r.length) {
-    bump(counters.ud_too_long);
-    return true;
-  }
   uint8_t grh[kGrhBytes];
-  write_grh(from, grh);
+  write_arrived_grh(from, grh);
   const MrTable::Access access = qp_.device().mrs().access();
   AccessError why = AccessError::kNone;
-  if (!scatter(access, qp_.pd(), r.sgl, 0, grh, &why) ||
-      !scatter(access, qp_.pd(), r.sgl, kGrhBytes, data, &why)) {
-    if (why == AccessError::kUnmapped) bump(counters.peer_access_unmapped);
-    r.status = IBV_WC_LOC_PROT_ERR;
-    return false;
-  }
+  const bool placed = scatter(access, qp_.pd(), r.sgl, 0, grh, &why) &&
+                      scatter(access, qp_.pd(), r.sgl, kGrhBytes, data, &why);
+  if (why == AccessError::kUnmapped) bump(counters.peer_access_unmapped);
   ibv_wc wc{};
   wc.wr_id = r.wr_id;
-  wc.status = IBV_WC_SUCCESS;
+  wc.status = placed ? IBV_WC_SUCCESS : IBV_WC_LOC_PROT_ERR;
   wc.opcode = IBV_WC_RECV;
-  wc.byte_len = uint32_t(kGrhBytes + data.size());
+  wc.byte_len = placed ? uint32_t(length) : 0;
   wc.qp_num = qp_.qpn();
   wc.src_qp = uint32_t(p.get(deth::kSrcQp));
   wc.wc_flags = IBV_WC_GRH;
-  wc.sl = roce_packet_type(from);
+  wc.sl = roce_packet_type(gid_is_ipv4(from.src));
   if (p.info().has(Header::kImmDt)) {
     wc.wc_flags |= IBV_WC_WITH_IMM;
     wc.imm_data = htonl(uint32_t(p.get(immdt::kImmediate)));
   }
-  qp_.complete_recv_head(wc, p.get(bth::kSolicited) != 0);
+  const bool solicited = p.get(bth::kSolicited) != 0;
+  if (!shared) return complete_own(r, wc, solicited);
+  samehost::RecvResult result{};
+  result.byte_len = wc.byte_len;
+  result.imm_data = wc.imm_data;
+  result.status = uint32_t(wc.status);
+  result.flags = (wc.wc_flags & IBV_WC_WITH_IMM ? samehost::RecvResult::kWithImm : 0) |
+                 (solicited ? samehost::RecvResult::kSolicited : 0) |
+                 (gid_is_ipv4(from.src) ? samehost::RecvResult::kIpv4 : 0);
+  result.qpn = qp_.qpn();
+  result.src_qp = wc.src_qp;
+  // A failed WQE ends the QP there, with the event on_packet raises.
+  qp_.complete_datagram_recv(index, result, qp_.device().clock().now());
+  return true;
+}
+
+// This side's receive WQE could not be written: its error (on_packet ends the QP).
+bool Datagram::complete_own(RecvWqe& wqe, const ibv_wc& wc, bool solicited) {
+  if (wc.status != IBV_WC_SUCCESS) {
+    wqe.status = wc.status;
+    return false;
+  }
+  qp_.complete_recv_head(wc, solicited);
   return true;
 }
 

@@ -4,13 +4,26 @@
 // bytes get the packet's GRH (for RoCEv2 over IPv4, the IPv4 header in its last
 // 20 bytes, as Soft-RoCE and RoCE NICs deliver it). Nothing is acknowledged: a
 // send completes once its packet is built, a packet with the wrong Q_Key or no
-// receive WQE or too long for it is dropped and counted.
+// receive WQE or too long for it is dropped and counted. A destination served by
+// a softrdma process of this host gets the message placed into its receive WQE by
+// the sender (datagram_host.cc), with the same outcomes.
 #pragma once
 
+#include <sys/uio.h>
+
 #include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
 
 #include "engine/protocol.h"
 #include "engine/wqe.h"
+#include "transport/transport.h"
+#include "wire/ip_udp.h"
+
+namespace softrdma::samehost {
+struct Peer;
+}
 
 namespace softrdma::engine {
 class Qp;
@@ -23,6 +36,25 @@ namespace softrdma::engine::ud {
 inline constexpr uint32_t kControlledQkeyBit = 0x80000000u;
 // The GRH at the start of every UD receive buffer (IBA 11.4.1.2).
 inline constexpr uint32_t kGrhBytes = 40;
+
+// IBA 11.4.1.2: the GRH of a message from `info.src` of `udp_payload_len` bytes
+// on the wire. RoCEv2 has no GRH on the wire; what stands in for it is the IP
+// header (Annex A17.4.5.1): an IPv6 header fills all 40 bytes, an IPv4 header the
+// last 20, the first 20 zero (as Soft-RoCE and RoCE NICs write it, and as
+// rdma-core's ibv_init_ah_from_wc reads it).
+void write_grh(const wire::IpUdpInfo& info, size_t udp_payload_len, uint8_t (&grh)[kGrhBytes]);
+
+// IBA A17.4.5.1: for RoCEv2 a UD completion carries "a flag that indicates if the
+// received frame is an IPv4, IPv6 or RoCE packet". verbs has no field for it;
+// RoCE NICs (ConnectX, whose completion format fills it in) report it in `sl`,
+// which RoCE has no other use for (no LRH, so no service level arrives): bit 3
+// "UDP header present" (RoCEv2), bits 2:0 the L3 header, 1 IPv6, 2 IPv4. UCX's
+// ud_verbs reads it there to find the destination address in the 40 GRH bytes
+// (decisions/ucx.md).
+constexpr uint8_t roce_packet_type(bool ipv4) {
+  constexpr uint8_t kRoceV2 = 0x8, kIpv6 = 0x1, kIpv4 = 0x2;
+  return kRoceV2 | (ipv4 ? kIpv4 : kIpv6);
+}
 
 class Datagram final : public Protocol {
  public:
@@ -42,6 +74,23 @@ class Datagram final : public Protocol {
   bool send(uint32_t budget);
   bool send_one(SendWqe& wqe);
   bool receive(wire::PacketView packet, const transport::RxPacket& from);
+  bool complete_own(RecvWqe& wqe, const ibv_wc& wc, bool solicited);
+
+  // The same-host path (datagram_host.cc).
+  enum class HostSend : uint8_t { kWire, kDone, kLocalError };
+  HostSend send_on_host(SendWqe& wqe);
+  HostSend place_on_host(SendWqe& wqe, samehost::Peer& peer);
+  HostSend dropped_on_host();
+  std::shared_ptr<samehost::Peer> host_peer(const transport::Gid& dgid);
+  // Destinations looked up lately: a process of this host that serves the GID, or
+  // none (the wire), each looked up again after a while (a process may start or
+  // exit there).
+  struct PeerEntry {
+    transport::Gid gid{};
+    std::shared_ptr<samehost::Peer> peer;
+    Nanos looked_up = 0;
+  };
+  std::vector<PeerEntry> peers_;
 
   Qp& qp_;
   uint32_t next_psn_ = 0;
