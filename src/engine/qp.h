@@ -186,7 +186,8 @@ class Qp {
   RecvWqe* take_shared_recv();
   bool drain_datagram_receives(Nanos now);
   void fail_on_receive(Nanos now);
-  ibv_wc host_recv_wc(const RecvWqe& wqe, const samehost::RecvResult& result) const;
+  ibv_wc host_recv_wc(const RecvWqe& wqe, const samehost::RecvResult& result);
+  void invalidate_for_host_send(uint32_t rkey, ibv_wc& wc);
   ibv_wc make_send_wc(const SendWqe& wqe, ibv_wc_status status) const;
   void push_completion(Cq& cq, const ibv_wc& wc, bool solicited);
   bool sq_full() const;

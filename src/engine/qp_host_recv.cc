@@ -108,9 +108,23 @@ RecvWqe* Qp::take_shared_recv() {
   return &rq_.front();
 }
 
+// IBA 10.6.7.2.3: the R_Key a SEND with Invalidate names goes before its receive
+// completes; one this QP's peer may not invalidate fails it as on the wire
+// (rc/responder_invalidate.cc).
+void Qp::invalidate_for_host_send(uint32_t rkey, ibv_wc& wc) {
+  if (device_.mrs().invalidate(rkey, pd_, qpn_, /*remote=*/true)) {
+    wc.wc_flags |= IBV_WC_WITH_INV;
+    wc.invalidated_rkey = rkey;
+    return;
+  }
+  bump(device_.counters().remote_invalidations_refused);
+  wc.status = IBV_WC_REM_INV_REQ_ERR;
+}
+
 // A peer's result, read as untrusted: a status other than those a placement can
-// end with is a local QP operation error.
-ibv_wc Qp::host_recv_wc(const RecvWqe& wqe, const samehost::RecvResult& result) const {
+// end with is a local QP operation error; a SEND with Invalidate's R_Key is
+// invalidated here.
+ibv_wc Qp::host_recv_wc(const RecvWqe& wqe, const samehost::RecvResult& result) {
   ibv_wc wc{};
   wc.wr_id = wqe.wr_id;
   wc.qp_num = qpn_;
@@ -122,6 +136,7 @@ ibv_wc Qp::host_recv_wc(const RecvWqe& wqe, const samehost::RecvResult& result) 
     case IBV_WC_SUCCESS:
     case IBV_WC_LOC_LEN_ERR:
     case IBV_WC_LOC_PROT_ERR:
+    case IBV_WC_REM_INV_REQ_ERR:
       wc.status = ibv_wc_status(result.status);
       break;
     default:
@@ -130,6 +145,9 @@ ibv_wc Qp::host_recv_wc(const RecvWqe& wqe, const samehost::RecvResult& result) 
   // IBA 9.7.5.1.5: a SEND is never longer than its buffer.
   if (wc.status == IBV_WC_SUCCESS && !rdma && wc.byte_len > wqe.length)
     wc.status = IBV_WC_LOC_QP_OP_ERR;
+  if (wc.status == IBV_WC_SUCCESS && (result.flags & samehost::RecvResult::kInvalidate) != 0 &&
+      !rdma && type_ == IBV_QPT_RC)
+    invalidate_for_host_send(result.imm_data, wc);
   if (wc.status != IBV_WC_SUCCESS) wc.byte_len = 0;
   if ((result.flags & samehost::RecvResult::kWithImm) != 0 || rdma) {
     wc.wc_flags |= IBV_WC_WITH_IMM;
@@ -212,16 +230,8 @@ bool Qp::drain_datagram_receives(Nanos now) {
   while (!rq_.empty() && int32_t(claimed - rq_.head()) > 0) {
     const uint32_t head = rq_.head();
     samehost::RecvResult& shared = host_results_at_[rq_.slot(head)];
-    // A claimer killed in the middle never marks it (samehost::StuckClaim).
-    if (std::atomic_ref<uint32_t>(shared.seq).load(std::memory_order_acquire) != head + 1) {
-      if (!stuck_.given_up(device_.host()->node(), shared, head)) break;
-      shared = samehost::RecvResult{};
-      shared.flags = samehost::RecvResult::kVoid;
-    }
-    stuck_.moved_on();
     samehost::RecvResult result;
-    std::memcpy(&result, &shared, sizeof result);
-    std::atomic_ref<uint32_t>(shared.seq).store(0, std::memory_order_relaxed);
+    if (!stuck_.take_result(device_.host()->node(), shared, head, result)) break;
     drained = true;
     if ((result.flags & samehost::RecvResult::kVoid) != 0) {
       rq_.pop();

@@ -106,15 +106,8 @@ bool Srq::drain_host_receives(Nanos now) {
     // than max_wr WQEs outstanding (seen with two senders on a loaded machine).
     // A claimer killed in the middle never marks it: given up, the WQE is
     // consumed without a completion (samehost::StuckClaim).
-    if (std::atomic_ref<uint32_t>(shared.seq).load(std::memory_order_acquire) != index + 1) {
-      if (!stuck_.given_up(device_.host()->node(), shared, index)) break;
-      shared = samehost::RecvResult{};
-      shared.flags = samehost::RecvResult::kVoid;
-    }
-    stuck_.moved_on();
     samehost::RecvResult result;
-    std::memcpy(&result, &shared, sizeof result);
-    std::atomic_ref<uint32_t>(shared.seq).store(0, std::memory_order_relaxed);
+    if (!stuck_.take_result(device_.host()->node(), shared, index, result)) break;
     consumed_[slot] = 1;
     drained = true;
     // Read as untrusted: a QPN that is not one of this SRQ's QPs gets nothing.

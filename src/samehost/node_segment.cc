@@ -261,13 +261,24 @@ bool NodeSegment::claim_abandoned(RecvResult& result, uint32_t index) const {
   return std::atomic_ref<uint32_t>(result.seq).load(std::memory_order_acquire) != index + 1;
 }
 
-bool StuckClaim::given_up(const NodeSegment& node, RecvResult& result, uint32_t index) {
-  if (!stuck_ || index_ != index) {
+bool StuckClaim::take_result(const NodeSegment& node, RecvResult& shared, uint32_t index,
+                             RecvResult& out) {
+  std::atomic_ref<uint32_t> seq(shared.seq);
+  if (seq.load(std::memory_order_acquire) == index + 1) {
+    std::memcpy(&out, &shared, sizeof out);
+  } else if (!stuck_ || index_ != index) {
     stuck_ = true;
     index_ = index;
     return false;
+  } else if (node.claim_abandoned(shared, index)) {
+    out = RecvResult{};
+    out.flags = RecvResult::kVoid;
+  } else {
+    return false;
   }
-  return node.claim_abandoned(result, index);
+  stuck_ = false;
+  seq.store(0, std::memory_order_relaxed);
+  return true;
 }
 
 bool NodeSegment::take_fault(uint32_t& qpn, uint32_t& event) {

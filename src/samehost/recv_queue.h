@@ -98,8 +98,12 @@ struct RecvResult {
   // the sender) from an IPv4 GID: the GRH holds an IPv4 header in its last 20
   // bytes, as over RoCEv2.
   static constexpr uint32_t kIpv4 = 16;
+  // SEND with Invalidate: `imm_data` holds the R_Key the owner invalidates as it
+  // completes the WQE (IBA 10.6.7.2.3; the sender checked it was a type 2 window
+  // bound through that QP).
+  static constexpr uint32_t kInvalidate = 32;
   uint32_t byte_len;
-  uint32_t imm_data;  // network byte order
+  uint32_t imm_data;  // network byte order; kInvalidate: the R_Key
   uint32_t status;    // ibv_wc_status
   uint32_t flags;
   uint32_t qpn;       // kSrq: the QP the message was sent to
@@ -112,15 +116,17 @@ struct RecvResult {
 
 class NodeSegment;
 
-// The owner's watch over the WQE that holds a queue of many senders (its claimer
-// has not marked it complete): a sender in the middle of a placement is the common
-// case and costs nothing; only when the same WQE still holds the queue at the
-// next look does the owner ask whether its claimer died
-// (NodeSegment::claim_abandoned).
+// The owner's reading of a queue of many senders, in claim order: the result of
+// WQE `index` once its claimer marked it (`seq`). One not marked holds the queue:
+// a sender in the middle of a placement is the common case and costs nothing;
+// only when the same WQE still holds it at the next look does the owner ask
+// whether its claimer died (NodeSegment::claim_abandoned), and a WQE given up so
+// is read as a void.
 class StuckClaim {
  public:
-  bool given_up(const NodeSegment& node, RecvResult& result, uint32_t index);
-  void moved_on() { stuck_ = false; }
+  // False while WQE `index` holds the queue; else its result is in `out` and the
+  // slot's mark cleared.
+  bool take_result(const NodeSegment& node, RecvResult& shared, uint32_t index, RecvResult& out);
 
  private:
   bool stuck_ = false;

@@ -250,6 +250,22 @@ TEST(SameHost, APeerKilledInTheMiddleOfWritesEndsTheQpAndLeavesNothing) {
   close(sv[0]);
 }
 
+// Two sender processes, `body(fd, k)` each, each with a socket to this one.
+bool fork_senders(int (*body)(int, uint32_t), int (&fds)[2], pid_t (&senders)[2]) {
+  for (uint32_t k = 0; k < 2; ++k) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return false;
+    senders[k] = fork();
+    if (senders[k] == 0) {
+      close(sv[0]);
+      _exit(body(sv[1], k));
+    }
+    close(sv[1]);
+    fds[k] = sv[0];
+  }
+  return true;
+}
+
 // Two sender processes fill one SRQ at once, each through its own QP of the
 // receiver (engine/srq_host_recv.cc): they claim WQEs in turn but place at their
 // own pace. Every message arrives once, whole, in the WQE its completion names, on
@@ -291,17 +307,8 @@ TEST(SameHost, TwoSenderProcessesFillOneSrqAtOnce) {
   setenv("SOFTRDMA_TRANSPORT", "auto", 1);
   int fds[2] = {};
   pid_t senders[2] = {};
-  for (uint32_t k = 0; k < 2; ++k) {  // before this process opens anything
-    int sv[2];
-    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-    senders[k] = fork();
-    if (senders[k] == 0) {
-      close(sv[0]);
-      _exit(send_numbered_messages(sv[1], k));
-    }
-    close(sv[1]);
-    fds[k] = sv[0];
-  }
+  // Before this process opens anything.
+  ASSERT_TRUE(fork_senders(send_numbered_messages, fds, senders));
   Ends ends;  // its QP is unused: the two below receive from the SRQ
   ASSERT_TRUE(ends.open());
   ibv_srq_init_attr srq_init{};
@@ -463,17 +470,8 @@ TEST(SameHost, TwoSenderProcessesFillOneUdQpAtOnce) {
   setenv("SOFTRDMA_TRANSPORT", "auto", 1);
   int fds[2] = {};
   pid_t senders[2] = {};
-  for (uint32_t k = 0; k < 2; ++k) {  // before this process opens anything
-    int sv[2];
-    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-    senders[k] = fork();
-    if (senders[k] == 0) {
-      close(sv[0]);
-      _exit(send_numbered_datagrams(sv[1], k));
-    }
-    close(sv[1]);
-    fds[k] = sv[0];
-  }
+  // Before this process opens anything.
+  ASSERT_TRUE(fork_senders(send_numbered_datagrams, fds, senders));
   Ends ends;
   ASSERT_TRUE(ends.open());
   constexpr uint32_t kSlots = 256, kSlotBytes = kGrhBytes + kDatagramBytes;

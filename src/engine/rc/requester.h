@@ -110,6 +110,7 @@ class Requester {
   HostVerdict finish_on_host(const SendWqe& wqe, const PeerRecvTarget& target, uint32_t index,
                              PeerIovecs& remote, ibv_wc_status there);
   HostVerdict give_back_on_host(const PeerRecvTarget& target, uint32_t index);
+  bool may_invalidate_on_host(const SendWqe& wqe, const PeerRecvTarget& target) const;
   bool conclude_send_on_host(SendWqe& wqe, HostVerdict verdict, const PeerRecvTarget& target,
                              Nanos now);
   bool wait_rnr_on_host(SendWqe& wqe, const PeerRecvTarget& target, Nanos now);

@@ -52,7 +52,17 @@ Requester::HostVerdict Requester::scatter_on_host(const PeerRecvTarget& target, 
 
 bool Requester::consumes_receive(const SendWqe& wqe) {
   return wqe.opcode == IBV_WR_SEND || wqe.opcode == IBV_WR_SEND_WITH_IMM ||
-         wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+         wqe.opcode == IBV_WR_SEND_WITH_INV || wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+}
+
+// IBA 10.6.7.2.3: a peer may invalidate only a type 2 window bound through the QP
+// it sends to (MrTable::invalidate, which the owner runs as it completes the WQE;
+// a window the owner frees meanwhile fails there). Its published grant names that
+// QP; an MR's and a type 1 window's name none.
+bool Requester::may_invalidate_on_host(const SendWqe& wqe, const PeerRecvTarget& target) const {
+  const auto grant = target.peer->node->key(wqe.invalidate_rkey);
+  const auto qp = target.peer->node->qp(conn_.path().dest_qpn);
+  return grant && qp && grant->qpn == conn_.path().dest_qpn && grant->pd == qp->pd;
 }
 
 // The message and its result (the WQE's result alone when the message failed
@@ -64,7 +74,12 @@ int Requester::place_on_host(const SendWqe& wqe, const PeerRecvTarget& target, u
   result.status = uint32_t(status);
   result.byte_len = status == IBV_WC_SUCCESS ? wqe.length : 0;
   result.imm_data = wqe.imm_data;
-  if (wqe.opcode != IBV_WR_SEND) result.flags |= samehost::RecvResult::kWithImm;
+  if (wqe.opcode == IBV_WR_SEND_WITH_IMM || wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+    result.flags |= samehost::RecvResult::kWithImm;
+  if (wqe.opcode == IBV_WR_SEND_WITH_INV) {
+    result.flags |= samehost::RecvResult::kInvalidate;
+    result.imm_data = wqe.invalidate_rkey;
+  }
   if (wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) result.flags |= samehost::RecvResult::kRdmaWithImm;
   if (wqe.flags & IBV_SEND_SOLICITED) result.flags |= samehost::RecvResult::kSolicited;
   std::array<iovec, kMaxLocalIovecs> local;
@@ -114,6 +129,11 @@ bool Requester::send_on_host(SendWqe& wqe, Nanos now) {
       if (scattered == HostVerdict::kInvalidRequest) there = IBV_WC_LOC_LEN_ERR;
       if (scattered == HostVerdict::kRemoteOperational) there = IBV_WC_LOC_PROT_ERR;
       if (scattered == HostVerdict::kNotReady) verdict = scattered;
+      if (there == IBV_WC_SUCCESS && wqe.opcode == IBV_WR_SEND_WITH_INV &&
+          !may_invalidate_on_host(wqe, target)) {
+        bump(conn_.qp().device().counters().host_refused);
+        there = IBV_WC_REM_INV_REQ_ERR;
+      }
     }
   }
   if (verdict == HostVerdict::kGo)
@@ -165,7 +185,8 @@ Requester::HostVerdict Requester::finish_on_host(const SendWqe& wqe, const PeerR
   if (err != 0) return HostVerdict::kNotReady;
   if (!target.many_senders) target.rq->placed.store(index + 1, std::memory_order_release);
   notify_peer_recv(target, conn_.qp().device().counters());
-  if (there == IBV_WC_LOC_LEN_ERR) return HostVerdict::kInvalidRequest;
+  if (there == IBV_WC_LOC_LEN_ERR || there == IBV_WC_REM_INV_REQ_ERR)
+    return HostVerdict::kInvalidRequest;
   if (there == IBV_WC_LOC_PROT_ERR) return HostVerdict::kRemoteOperational;
   return HostVerdict::kGo;
 }
