@@ -40,6 +40,26 @@ def next_port():
     return PORT[0]
 
 
+def cpu_busy_jiffies():
+    """(busy, total) jiffies of all CPUs since boot, from /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def machine_state_before(window=0.5):
+    """The 1-minute load average, and the share of the machine's CPUs busy during
+    `window` seconds with no case running: the work of others. The load average
+    alone cannot tell: in an interleaved run it mostly counts the cases before."""
+    load = os.getloadavg()[0]
+    busy0, total0 = cpu_busy_jiffies()
+    time.sleep(window)
+    busy1, total1 = cpu_busy_jiffies()
+    other = 100.0 * (busy1 - busy0) / max(1, total1 - total0)
+    return load, other
+
+
 def timed_pair(server, client, env=None, timeout=120):
     """Starts `server`, then `client`; returns both outputs and the CPU time (user +
     system) of both processes (wait4). Outputs go to files: a pipe that fills up
@@ -76,8 +96,9 @@ class Bench:
         self.floor = os.path.join(build, "bench", "udp_floor")
         self.shm_floor = os.path.join(build, "bench", "shm_floor")
         self.quick = quick
-        self.samples = {}  # name -> list of (value, cpu_per_gb or None, load before)
-        self.load = 0.0    # the 1-minute load average before the case running now
+        # name -> list of (value, cpu_per_gb or None, (load average, other work) before)
+        self.samples = {}
+        self.load = (0.0, 0.0)  # before the case running now (machine_state_before)
 
     def add(self, name, value, cpu_per_gb=None):
         self.samples.setdefault(name, []).append((value, cpu_per_gb, self.load))
@@ -338,7 +359,7 @@ if __name__ == "__main__":
         for i, case in enumerate(all_cases):
             print("round %d/%d case %d/%d" % (r + 1, rounds, i + 1, len(all_cases)),
                   file=sys.stderr, flush=True)
-            bench.load = os.getloadavg()[0]
+            bench.load = machine_state_before()
             try:
                 case()
             except Exception as e:  # a peer tool failing is reported, not fatal

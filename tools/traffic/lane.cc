@@ -73,7 +73,21 @@ std::string Lane::where(const Message& m) const {
 
 bool Lane::epoch_full_for(const Message& m, uint64_t landing_used, size_t items) const {
   if (items >= kMaxCheckItems) return true;
-  return op_info(m.op).lands && landing_used + m.length > setup_.landing.length;
+  return op_info(m.op).lands && landing_used + m.length > epoch_landing_length();
+}
+
+// UC: a WRITE packet the fault injector held back for reordering can arrive after
+// the epoch's marker, its check and the re-poisoning (UC has no duplicate
+// detection: IBA 9.8.3 accepts a late ONLY packet as a new message). Epochs
+// alternate between the two halves of the landing region, so such a packet
+// lands where no epoch is being filled or checked, unless it is two epochs late.
+// (Each half holds the largest message: the region is at least twice it.)
+uint64_t Lane::epoch_landing_length() const {
+  return setup_.transport == Transport::kUc ? setup_.landing.length / 2 : setup_.landing.length;
+}
+
+uint64_t Lane::epoch_landing_base() const {
+  return setup_.transport == Transport::kUc && epoch_ % 2 == 1 ? epoch_landing_length() : 0;
 }
 
 // Unsignaled WRs complete silently when a later signaled one does (IBA 10.8.3.2);
@@ -128,8 +142,8 @@ void Lane::prepare_local(const Message& m, Outstanding& o, uint8_t* buf) {
 void Lane::set_remote(const Message& m, Outstanding& o, ibv_send_wr& wr) {
   const OpInfo& info = op_info(m.op);
   if (info.lands) {
-    o.remote_offset = landing_used_;
-    wr.wr.rdma.remote_addr = setup_.landing.addr + landing_used_;
+    o.remote_offset = epoch_landing_base() + landing_used_;
+    wr.wr.rdma.remote_addr = setup_.landing.addr + o.remote_offset;
     wr.wr.rdma.rkey = setup_.landing.rkey;
     landing_used_ += m.length;
   } else if (info.reads) {

@@ -7,7 +7,7 @@
 // Epochs: RDMA WRITEs go to consecutive ranges of the target's landing region, so
 // nothing is overwritten before it is checked. When the next WRITE does not fit, the
 // lane stops posting, waits for its outstanding work, has the target check the
-// epoch, and starts again at offset 0.
+// epoch, and starts again at offset 0 (UC: of the other half, Lane::epoch_landing_base).
 //
 // Rounds (UC, UD: nothing acknowledges, a send completion says only that the
 // message left): the lane posts at most `round_budget` messages that consume a
@@ -106,6 +106,8 @@ class Lane {
   };
 
   bool epoch_full_for(const Message& m, uint64_t landing_used, size_t items) const;
+  uint64_t epoch_landing_length() const;
+  uint64_t epoch_landing_base() const;
   bool must_signal(const Message& m, uint64_t landing_after, size_t items_after) const;
   bool post(const Message& m, int64_t now);
   bool post_marker(int64_t now);
