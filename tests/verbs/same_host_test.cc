@@ -266,6 +266,19 @@ bool fork_senders(int (*body)(int, uint32_t), int (&fds)[2], pid_t (&senders)[2]
   return true;
 }
 
+// Tells each sender it may go (it waits for the receiver's checks), and checks
+// that it exited with 0.
+void release_senders(int (&fds)[2], pid_t (&senders)[2]) {
+  for (uint32_t k = 0; k < 2; ++k) {
+    char done = 1;
+    EXPECT_EQ(write(fds[k], &done, 1), 1);
+    int status = 0;
+    ASSERT_EQ(waitpid(senders[k], &status, 0), senders[k]);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "sender " << k << ": " << status;
+    close(fds[k]);
+  }
+}
+
 // Two sender processes fill one SRQ at once, each through its own QP of the
 // receiver (engine/srq_host_recv.cc): they claim WQEs in turn but place at their
 // own pace. Every message arrives once, whole, in the WQE its completion names, on
@@ -368,15 +381,8 @@ TEST(SameHost, TwoSenderProcessesFillOneSrqAtOnce) {
   EXPECT_EQ(next[1], kSrqMessages);
   EXPECT_GE(own_engine_counter("host_receives"), uint64_t(2 * kSrqMessages))
       << "the senders placed them";
-  for (uint32_t k = 0; k < 2; ++k) {
-    char done = 1;
-    EXPECT_EQ(write(fds[k], &done, 1), 1);
-    int status = 0;
-    ASSERT_EQ(waitpid(senders[k], &status, 0), senders[k]);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "sender " << k << ": " << status;
-    close(fds[k]);
-    ibv_destroy_qp(qps[k]);
-  }
+  release_senders(fds, senders);
+  for (ibv_qp* qp : qps) ibv_destroy_qp(qp);
   EXPECT_EQ(ibv_destroy_srq(srq), 0);
 }
 
@@ -538,14 +544,7 @@ TEST(SameHost, TwoSenderProcessesFillOneUdQpAtOnce) {
   }
   EXPECT_GE(own_engine_counter("host_receives"), uint64_t(arrived[0] + arrived[1]))
       << "the senders placed them";
-  for (uint32_t k = 0; k < 2; ++k) {
-    char done = 1;
-    EXPECT_EQ(write(fds[k], &done, 1), 1);
-    int status = 0;
-    ASSERT_EQ(waitpid(senders[k], &status, 0), senders[k]);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "sender " << k << ": " << status;
-    close(fds[k]);
-  }
+  release_senders(fds, senders);
   EXPECT_EQ(ibv_destroy_qp(qp), 0);
 }
 
