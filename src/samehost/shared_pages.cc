@@ -5,6 +5,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -58,6 +59,30 @@ void copy_pages(uint8_t* to, const uint8_t* from, uint64_t n) {
   const uint64_t page = page_size();
   for (uint64_t at = 0; at < n; at += page)
     if (!all_zero(from + at, page)) std::memcpy(to + at, from + at, page);
+}
+
+// The file's first `n` bytes into `to`, extent by extent (SEEK_DATA/SEEK_HOLE:
+// what was never written stays unallocated there). From the file, not from its
+// mapping: the application may have freed its buffer before deregistering it
+// (UCX's registration cache does at cleanup), and the pages are still ours to
+// move, but reading them through its addresses reads freed memory (ASan says so).
+bool read_back(int fd, uint8_t* to, uint64_t n) {
+  off_t at = 0;
+  while (uint64_t(at) < n) {
+    const off_t data = lseek(fd, at, SEEK_DATA);
+    if (data < 0) return errno == ENXIO;  // nothing written past `at`
+    if (uint64_t(data) >= n) return true;
+    off_t hole = lseek(fd, data, SEEK_HOLE);
+    if (hole < 0) return false;
+    hole = off_t(std::min<uint64_t>(uint64_t(hole), n));
+    for (off_t p = data; p < hole;) {
+      const ssize_t got = pread(fd, to + p, size_t(hole - p), p);
+      if (got <= 0) return false;
+      p += got;
+    }
+    at = hole;
+  }
+  return true;
 }
 
 // Maps `staging` over [begin, begin + n) in one step (mremap(2) replaces what
@@ -135,8 +160,9 @@ SharedPages::~SharedPages() {
   if (still_ours()) {
     void* staging = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (staging != MAP_FAILED) {
-      copy_pages(static_cast<uint8_t*>(staging), reinterpret_cast<const uint8_t*>(span_.begin), n);
-      if (!move_over(staging, span_.begin, n)) munmap(staging, n);
+      if (!read_back(fd_, static_cast<uint8_t*>(staging), n) ||
+          !move_over(staging, span_.begin, n))
+        munmap(staging, n);
     }
   }
   close(fd_);
