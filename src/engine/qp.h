@@ -153,7 +153,7 @@ class Qp {
   // A UD QP whose queue peers fill (host_recv() not null): the wire's message of
   // `length` bytes claims its WQE as they do, and completes it in claim order
   // (qp_host_recv.cc). Null when none is posted, or (`too_long`) the next is short.
-  RecvWqe* claim_datagram_recv(uint64_t length, uint32_t& index, bool& too_long);
+  RecvWqe* claim_datagram_recv(uint64_t length, uint32_t& index, bool& too_long, Nanos now);
   void complete_datagram_recv(uint32_t index, samehost::RecvResult result, Nanos now);
 
   // IBA 10.3.1 / 11.2.5.4: enter the Error state; flush every outstanding WQE.

@@ -252,9 +252,9 @@ bool Qp::drain_datagram_receives(Nanos now) {
 // The wire's UD message of `length` bytes (its GRH included) takes the next WQE
 // as a peer takes it (peer_recv.h): after what peers placed before it, and only
 // when it fits, else it stays for the next message (ud/datagram.cc).
-RecvWqe* Qp::claim_datagram_recv(uint64_t length, uint32_t& index, bool& too_long) {
+RecvWqe* Qp::claim_datagram_recv(uint64_t length, uint32_t& index, bool& too_long, Nanos now) {
   too_long = false;
-  drain_datagram_receives(device_.clock().now());
+  drain_datagram_receives(now);
   uint32_t claimed = host_recv_->claimed.load(std::memory_order_acquire);
   do {
     if (int32_t(rq_.tail() - claimed) <= 0) return nullptr;

@@ -130,7 +130,7 @@ void Datagram::on_packet(PacketView packet, const transport::RxPacket& from, Nan
     bump(qp_.device().counters().rx_qp_not_ready);
     return;
   }
-  if (receive(packet, from)) return;
+  if (receive(packet, from, now)) return;
   // This side's receive WQE could not be written: its error, and the QP's.
   qp_.device().post_async_event(AsyncEvent{IBV_EVENT_QP_FATAL, qp_.qpn(), nullptr});
   qp_.enter_error(now);
@@ -141,7 +141,7 @@ void Datagram::on_packet(PacketView packet, const transport::RxPacket& from, Nan
 // has no RNR, and Soft-RoCE drops a message too long for its buffer). A queue
 // peers of this host fill too is claimed as they claim it, and its WQEs complete
 // in claim order (Qp::claim_datagram_recv).
-bool Datagram::receive(PacketView p, const transport::RxPacket& from) {
+bool Datagram::receive(PacketView p, const transport::RxPacket& from, Nanos now) {
   EngineCounters& counters = qp_.device().counters();
   if (uint32_t(p.get(deth::kQkey)) != qp_.attr().qkey) {
     bump(counters.ud_bad_qkey);
@@ -152,7 +152,8 @@ bool Datagram::receive(PacketView p, const transport::RxPacket& from) {
   const bool shared = qp_.host_recv() != nullptr;
   uint32_t index = 0;
   bool too_long = false;
-  RecvWqe* taken = shared ? qp_.claim_datagram_recv(length, index, too_long) : qp_.take_recv();
+  RecvWqe* taken = shared ? qp_.claim_datagram_recv(length, index, too_long, now)
+                          : qp_.take_recv();
   if (taken == nullptr || length > taken->length) {
     bump(taken != nullptr || too_long ? counters.ud_too_long : counters.ud_no_receive_wqe);
     return true;
@@ -190,7 +191,7 @@ bool Datagram::receive(PacketView p, const transport::RxPacket& from) {
   result.qpn = qp_.qpn();
   result.src_qp = wc.src_qp;
   // A failed WQE ends the QP there, with the event on_packet raises.
-  qp_.complete_datagram_recv(index, result, qp_.device().clock().now());
+  qp_.complete_datagram_recv(index, result, now);
   return true;
 }
 

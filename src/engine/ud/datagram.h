@@ -73,7 +73,7 @@ class Datagram final : public Protocol {
   // Sends up to `budget` queued WRs; true while more wait.
   bool send(uint32_t budget);
   bool send_one(SendWqe& wqe);
-  bool receive(wire::PacketView packet, const transport::RxPacket& from);
+  bool receive(wire::PacketView packet, const transport::RxPacket& from, Nanos now);
   bool complete_own(RecvWqe& wqe, const ibv_wc& wc, bool solicited);
 
   // The same-host path (datagram_host.cc).
