@@ -129,6 +129,28 @@ const char* qp_state_name(uint8_t state) {
   return state < 7 ? names[state] : "?";
 }
 
+const char* qp_type_name(uint8_t type) {
+  switch (type) {
+    case IBV_QPT_RC: return "RC";
+    case IBV_QPT_UC: return "UC";
+    case IBV_QPT_UD: return "UD";
+    case IBV_QPT_XRC_SEND: return "XRC_SEND";
+    case IBV_QPT_XRC_RECV: return "XRC_RECV";
+    default: return "?";
+  }
+}
+
+// A connected QP's path is chosen at RTR (the status row's `path`). A UD QP's is
+// chosen per destination (docs/decisions/same-host.md, "UD"): its row shows the
+// paths its sends took so far. An XRC receive QP sends no request: its peer's
+// requester chooses.
+const char* qp_path_name(const softrdma::runtime::StatusReport::Qp& q) {
+  if (q.type == IBV_QPT_XRC_RECV) return "-";
+  if (q.type != IBV_QPT_UD) return q.path != 0 ? "host" : "udp";
+  if (q.host_operations != 0) return q.tx_packets != 0 ? "host+udp" : "host";
+  return q.tx_packets != 0 ? "udp" : "-";
+}
+
 // Every other softrdma process of the host, from its status segment: device,
 // address, QPs, counters that are not zero (like `rdma statistic`).
 void print_processes() {
@@ -142,9 +164,8 @@ void print_processes() {
     for (const auto& q : r.qps) {
       std::printf("  qp %u  type %s  state %s  dest_qp %u  peer %s  path %s  tx %llu  rx %llu  "
                   "retx %llu  host_ops %llu\n",
-                  q.qpn, q.type == IBV_QPT_RC ? "RC" : q.type == IBV_QPT_UC ? "UC" : "UD",
-                  qp_state_name(q.state), q.dest_qpn, gid_text(to_gid(q.peer)).c_str(),
-                  q.path != 0 ? "host" : "udp", (unsigned long long)q.tx_packets,
+                  q.qpn, qp_type_name(q.type), qp_state_name(q.state), q.dest_qpn,
+                  gid_text(to_gid(q.peer)).c_str(), qp_path_name(q), (unsigned long long)q.tx_packets,
                   (unsigned long long)q.rx_packets, (unsigned long long)q.retransmitted_packets,
                   (unsigned long long)q.host_operations);
     }

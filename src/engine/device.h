@@ -95,6 +95,9 @@ class Device {
   // XRC SRQs by number (XRCETH, IBA Annex A14), for the responder of an XRC
   // receive QP. Engine owner.
   Srq* find_srq(uint32_t srqn);
+  // Engine owner: completes what peers of the host placed in the XRC SRQs of
+  // `xrcd` (device_host.cc).
+  void drain_xrc_srqs(const Xrcd& xrcd, Nanos now);
   // ibv_open_xrcd(3): the domain of `inode` (0: a new anonymous one); opening an
   // inode that has none needs `create`, else ENOENT.
   Xrcd* open_xrcd(uint64_t inode, bool create, int& err);
@@ -259,6 +262,7 @@ class Device {
   std::unordered_map<Ah*, std::unique_ptr<Ah>> ahs_;
   std::vector<std::unique_ptr<Xrcd>> xrcds_;
   uint32_t next_pd_handle_ = 1;
+  uint32_t next_xrcd_handle_ = 1;
 
   // The engine. Everything below up to the events is owned by its holder.
   std::mutex engine_mutex_;

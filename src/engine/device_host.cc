@@ -26,7 +26,8 @@ QpCounters* Device::note_qp(const Qp& qp, bool gone) {
                                                   uint32_t(a.qp_access_flags),
                                                   a.dest_qp_num & 0xffffff,
                                                   qp.host_recv_queue(), a.min_rnr_timer,
-                                                  a.qkey});
+                                                  a.qkey,
+                                                  qp.xrcd() != nullptr ? qp.xrcd()->handle : 0});
     }
   }
   return qp_observer_ ? qp_observer_(qp, gone) : nullptr;
@@ -55,6 +56,12 @@ bool Device::take_host_notices(Nanos now) {
     if (it->second.srq != nullptr) it->second.srq->drain_host_receives(now);
   }
   return true;
+}
+
+void Device::drain_xrc_srqs(const Xrcd& xrcd, Nanos now) {
+  if (config_.host == nullptr) return;
+  for (auto& [srqn, srq] : srqs_)
+    if (srq->xrcd() == &xrcd && srq->host_recv_queue() != 0) srq->drain_host_receives(now);
 }
 
 bool Device::take_peer_faults(Nanos now) {

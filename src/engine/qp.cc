@@ -359,6 +359,8 @@ void Qp::flush_queues() {
 // The SRQ's WQEs stay for its other QPs (IBA 10.2.9.4): only a WQE this QP took
 // is flushed. The receive queue of a QP without SRQ is flushed whole.
 void Qp::flush_receives() {
+  // What peers placed for an XRC receive QP before it closed completes as placed.
+  if (type_ == IBV_QPT_XRC_RECV) device_.drain_xrc_srqs(*xrcd_, device_.clock().now());
   if (srq_ != nullptr) {
     // What peers placed for this QP before it closed completes as it was placed.
     if (host_recv_queue() != 0) srq_->drain_host_receives(device_.clock().now());
@@ -405,7 +407,10 @@ void Qp::set_state(ibv_qp_state to) {
   // An SRQ stays open for its other QPs: a peer that saw this QP take requests
   // before may still be placing for it; after this, none (IBA 10.2.9.4: the last
   // WQE this QP consumes is known when it reports IBV_EVENT_QP_LAST_WQE_REACHED).
-  if ((to == IBV_QPS_ERR || to == IBV_QPS_RESET) && host_recv_queue() != 0 && srq_ != nullptr)
+  // An XRC receive QP takes messages into any XRC SRQ of its domain (IBA A14).
+  const bool shares_queues = (host_recv_queue() != 0 && srq_ != nullptr) ||
+                             (type_ == IBV_QPT_XRC_RECV && device_.host() != nullptr);
+  if ((to == IBV_QPS_ERR || to == IBV_QPS_RESET) && shares_queues)
     device_.host()->node().wait_for_accesses();
 }
 

@@ -147,9 +147,13 @@ class Qp {
   // Engine owner: completes the receives peers placed, in order (a peer left a
   // notice, or the responder needs the queue's head); false when none was.
   bool drain_host_receives(Nanos now, bool stop_at_failure = false);
-  // Engine owner: a peer placed a message for this QP in `wqe` of its SRQ, with
+  // Whether a message for this QP may land in `srq`: its own SRQ, or an XRC SRQ of
+  // its domain (an XRC receive QP, IBA A14).
+  bool receives_from(const Srq& srq) const;
+  // Engine owner: a peer placed a message for this QP in `wqe` of `srq`, with
   // `result`; false when the QP takes none (Reset).
-  bool complete_host_srq_recv(const RecvWqe& wqe, const samehost::RecvResult& result, Nanos now);
+  bool complete_host_srq_recv(const Srq& srq, const RecvWqe& wqe,
+                              const samehost::RecvResult& result, Nanos now);
   // A UD QP whose queue peers fill (host_recv() not null): the wire's message of
   // `length` bytes claims its WQE as they do, and completes it in claim order
   // (qp_host_recv.cc). Null when none is posted, or (`too_long`) the next is short.
@@ -186,8 +190,10 @@ class Qp {
   RecvWqe* take_shared_recv();
   bool drain_datagram_receives(Nanos now);
   void fail_on_receive(Nanos now);
-  ibv_wc host_recv_wc(const RecvWqe& wqe, const samehost::RecvResult& result);
-  void invalidate_for_host_send(uint32_t rkey, ibv_wc& wc);
+  // `from`: the SRQ the WQE was in (an XRC SRQ's PD is the receive's, IBA A14).
+  ibv_wc host_recv_wc(const RecvWqe& wqe, const samehost::RecvResult& result,
+                      const Srq* from = nullptr);
+  void invalidate_for_host_send(uint32_t rkey, const Pd* pd, ibv_wc& wc);
   ibv_wc make_send_wc(const SendWqe& wqe, ibv_wc_status status) const;
   void push_completion(Cq& cq, const ibv_wc& wc, bool solicited);
   bool sq_full() const;

@@ -111,8 +111,8 @@ RecvWqe* Qp::take_shared_recv() {
 // IBA 10.6.7.2.3: the R_Key a SEND with Invalidate names goes before its receive
 // completes; one this QP's peer may not invalidate fails it as on the wire
 // (rc/responder_invalidate.cc).
-void Qp::invalidate_for_host_send(uint32_t rkey, ibv_wc& wc) {
-  if (device_.mrs().invalidate(rkey, pd_, qpn_, /*remote=*/true)) {
+void Qp::invalidate_for_host_send(uint32_t rkey, const Pd* pd, ibv_wc& wc) {
+  if (device_.mrs().invalidate(rkey, pd, qpn_, /*remote=*/true)) {
     wc.wc_flags |= IBV_WC_WITH_INV;
     wc.invalidated_rkey = rkey;
     return;
@@ -124,7 +124,8 @@ void Qp::invalidate_for_host_send(uint32_t rkey, ibv_wc& wc) {
 // A peer's result, read as untrusted: a status other than those a placement can
 // end with is a local QP operation error; a SEND with Invalidate's R_Key is
 // invalidated here.
-ibv_wc Qp::host_recv_wc(const RecvWqe& wqe, const samehost::RecvResult& result) {
+ibv_wc Qp::host_recv_wc(const RecvWqe& wqe, const samehost::RecvResult& result,
+                        const Srq* from) {
   ibv_wc wc{};
   wc.wr_id = wqe.wr_id;
   wc.qp_num = qpn_;
@@ -146,8 +147,9 @@ ibv_wc Qp::host_recv_wc(const RecvWqe& wqe, const samehost::RecvResult& result) 
   if (wc.status == IBV_WC_SUCCESS && !rdma && wc.byte_len > wqe.length)
     wc.status = IBV_WC_LOC_QP_OP_ERR;
   if (wc.status == IBV_WC_SUCCESS && (result.flags & samehost::RecvResult::kInvalidate) != 0 &&
-      !rdma && type_ == IBV_QPT_RC)
-    invalidate_for_host_send(result.imm_data, wc);
+      !rdma && (type_ == IBV_QPT_RC || type_ == IBV_QPT_XRC_RECV))
+    invalidate_for_host_send(result.imm_data,
+                             xrcd_ != nullptr && from != nullptr ? from->pd() : pd_, wc);
   if (wc.status != IBV_WC_SUCCESS) wc.byte_len = 0;
   if ((result.flags & samehost::RecvResult::kWithImm) != 0 || rdma) {
     wc.wc_flags |= IBV_WC_WITH_IMM;
@@ -192,12 +194,19 @@ bool Qp::drain_host_receives(Nanos now, bool stop_at_failure) {
 
 // A QP in Error completes it as placed too: no peer claims for it once it closed
 // (Qp::set_state), so this message came before.
-bool Qp::complete_host_srq_recv(const RecvWqe& wqe, const samehost::RecvResult& result,
-                                Nanos now) {
+bool Qp::receives_from(const Srq& srq) const {
+  if (xrcd_ != nullptr) return type_ == IBV_QPT_XRC_RECV && srq.xrcd() == xrcd_;
+  return srq_ == &srq;
+}
+
+// IBA A14: an XRC SRQ completes on its own CQ.
+bool Qp::complete_host_srq_recv(const Srq& srq, const RecvWqe& wqe,
+                                const samehost::RecvResult& result, Nanos now) {
   if (attr_.qp_state == IBV_QPS_RESET) return false;
-  const ibv_wc wc = host_recv_wc(wqe, result);
+  const ibv_wc wc = host_recv_wc(wqe, result, &srq);
   bump(device_.counters().host_receives);
-  push_completion(*recv_cq_, wc, (result.flags & samehost::RecvResult::kSolicited) != 0);
+  Cq& cq = srq.cq() != nullptr ? *srq.cq() : *recv_cq_;
+  push_completion(cq, wc, (result.flags & samehost::RecvResult::kSolicited) != 0);
   // IBA 9.7.5.1.5 / 9.9.3.1.2: the responder's QP ends with the message.
   if (wc.status != IBV_WC_SUCCESS) fail_on_receive(now);
   return true;

@@ -189,6 +189,7 @@ Xrcd* Device::open_xrcd(uint64_t inode, bool create, int& err) {
   }
   xrcds_.push_back(std::make_unique<Xrcd>());
   xrcds_.back()->inode = inode;
+  xrcds_.back()->handle = next_xrcd_handle_++;
   xrcds_.back()->opens = 1;
   return xrcds_.back().get();
 }

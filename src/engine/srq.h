@@ -33,6 +33,7 @@ class Pd;
 // XRC SRQs. Shared by the opens of one inode within a process.
 struct Xrcd {
   uint64_t inode = 0;  // the file it was opened by (0: anonymous)
+  uint32_t handle = 0;  // names it to processes of the host (never 0)
   uint32_t opens = 0;  // ibv_open_xrcd calls not yet closed
   std::atomic<uint32_t> users{0};  // SRQs and QPs in the domain
 };

@@ -23,11 +23,13 @@
 
 namespace softrdma::engine {
 
-// At creation: a basic SRQ whose results fit in the segment, on a device that
-// publishes to its host. XRC and tag-matching SRQs take the wire.
+// At creation: a basic or XRC SRQ whose results fit in the segment, on a device
+// that publishes to its host. Tag-matching SRQs take the wire. A peer finds a
+// basic SRQ through its QPs' grants, an XRC SRQ by the number its XRCETH names
+// (IBA A14), published with the PD and domain the requester checks.
 void Srq::reserve_host_receives() {
   samehost::Host* host = device_.host();
-  if (host == nullptr || type_ != IBV_SRQT_BASIC || ring_.slot_count() > samehost::kSharedSges)
+  if (host == nullptr || type_ == IBV_SRQT_TM || ring_.slot_count() > samehost::kSharedSges)
     return;
   uint32_t index = 0;
   samehost::RecvState* state = host->node().reserve_recv(index);
@@ -45,11 +47,14 @@ void Srq::reserve_host_receives() {
                               max_sge_, reinterpret_cast<uintptr_t>(sges_.data()), 0, sges_fit});
   device_.note_host_recv(index, nullptr, this);
   state->qpn.store(srqn_, std::memory_order_release);  // open
+  if (type_ == IBV_SRQT_XRC)
+    host->node().publish_xrc_srq(srqn_, {pd_->handle(), xrcd_->handle, index + 1});
 }
 
 // Destroyed (no QP is attached): no peer is inside the queue once this returns.
 void Srq::release_host_receives() {
   if (host_recv_ == nullptr) return;
+  if (type_ == IBV_SRQT_XRC) device_.host()->node().remove_xrc_srq(srqn_);
   device_.note_host_recv(host_recv_index_, nullptr);
   device_.host()->node().release_recv(host_recv_index_);
   host_recv_ = nullptr;
@@ -113,8 +118,8 @@ bool Srq::drain_host_receives(Nanos now) {
     // Read as untrusted: a QPN that is not one of this SRQ's QPs gets nothing.
     Qp* qp = (result.flags & samehost::RecvResult::kVoid) == 0 ? device_.find_qp(result.qpn)
                                                                 : nullptr;
-    if (qp == nullptr || qp->srq() != this ||
-        !qp->complete_host_srq_recv(ring_.at(index), result, now))
+    if (qp == nullptr || !qp->receives_from(*this) ||
+        !qp->complete_host_srq_recv(*this, ring_.at(index), result, now))
       bump(device_.counters().host_receives_dropped);
   }
   retire_consumed();

@@ -34,11 +34,13 @@ QpTable::Value encode(const QpGrant& g) {
   return {uint64_t(g.state & 0xff) | uint64_t(g.min_rnr_timer & 0xff) << 8 |
               uint64_t(g.type) << 32,
           uint64_t(g.pd) | uint64_t(g.access) << 32,
-          uint64_t(g.dest_qpn) | uint64_t(g.recv_queue) << 32, uint64_t(g.qkey)};
+          uint64_t(g.dest_qpn) | uint64_t(g.recv_queue) << 32,
+          uint64_t(g.qkey) | uint64_t(g.xrcd) << 32};
 }
 QpGrant decode_qp(const QpTable::Value& v) {
   return {uint32_t(v[0] & 0xff), uint32_t(v[0] >> 32), uint32_t(v[1]), uint32_t(v[1] >> 32),
-          uint32_t(v[2]), uint32_t(v[2] >> 32), uint32_t(v[0] >> 8) & 0xff, uint32_t(v[3])};
+          uint32_t(v[2]), uint32_t(v[2] >> 32), uint32_t(v[0] >> 8) & 0xff, uint32_t(v[3]),
+          uint32_t(v[3] >> 32)};
 }
 
 bool process_exists(pid_t pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
@@ -318,6 +320,15 @@ void NodeSegment::publish_qp(uint32_t qpn, const QpGrant& grant) {
 }
 void NodeSegment::remove_qp(uint32_t qpn) { view_.qps.erase(qpn); }
 
+// Its PD in the grant's `pd`, its domain in `xrcd`, its queue in `recv_queue`.
+void NodeSegment::publish_xrc_srq(uint32_t srqn, const SrqGrant& grant) {
+  QpGrant as_qp;
+  as_qp.pd = grant.pd;
+  as_qp.xrcd = grant.xrcd;
+  as_qp.recv_queue = grant.recv_queue;
+  view_.qps.put(srqn | kSrqKeyBit, encode(as_qp));
+}
+
 std::unique_ptr<PeerNode> PeerNode::open(const Gid& gid, std::string& why,
                                          const std::string& directory) {
   const std::string name = node_name(gid, directory);
@@ -370,6 +381,13 @@ std::optional<QpGrant> PeerNode::qp(uint32_t qpn) const {
   auto v = view_.qps.get(qpn);
   if (!v) return std::nullopt;
   return decode_qp(*v);
+}
+
+std::optional<SrqGrant> PeerNode::xrc_srq(uint32_t srqn) const {
+  auto v = view_.qps.get(srqn | kSrqKeyBit);
+  if (!v) return std::nullopt;
+  const QpGrant g = decode_qp(*v);
+  return SrqGrant{g.pd, g.xrcd, g.recv_queue};
 }
 
 bool PeerNode::join() {

@@ -58,13 +58,27 @@ struct QpGrant {
   uint32_t recv_queue = 0;  // its RecvState's index + 1; 0: SENDs to it take the wire
   uint32_t min_rnr_timer = 0;  // IBA 9.7.5.2.8's encoding: how long an RNR waits
   uint32_t qkey = 0;  // UD: the Q_Key a message must carry (IBA 10.2.5)
+  uint32_t xrcd = 0;  // XRC receive QP: its domain's handle (IBA A14)
 };
+
+// What a peer needs to know of one of the owner's XRC SRQs (IBA A14): an XRC
+// request names the SRQ that receives it and whose PD checks its R_Key, which
+// must be of the receive QP's domain.
+struct SrqGrant {
+  uint32_t pd = 0;
+  uint32_t xrcd = 0;
+  uint32_t recv_queue = 0;  // its RecvState's index + 1
+};
+
+// XRC SRQs are published in the QP table under their number with this bit set
+// (QPNs and SRQNs have 24 bits, so the two never meet).
+inline constexpr uint32_t kSrqKeyBit = 1u << 31;
 
 inline constexpr char kNodeDirectory[] = "/dev/shm/";
 inline constexpr uint64_t kNodeMagic = 0x45444f4e414d4452;  // "RDMANODE"
-inline constexpr uint32_t kNodeVersion = 7;  // 2: receive queues; 3: loop_wake; 4: recv_sges;
+inline constexpr uint32_t kNodeVersion = 8;  // 2: receive queues; 3: loop_wake; 4: recv_sges;
                                              // 5: shared pages, recv_results; 6: SRQs;
-                                             // 7: UD (Q_Key, RecvResult::src_qp)
+                                             // 7: UD (Q_Key, RecvResult::src_qp); 8: XRC
 
 struct NodeHeader {
   std::atomic<uint64_t> magic;  // written last, once the rest is
@@ -170,6 +184,8 @@ class NodeSegment {
   void revoke_key(uint32_t key);
   void publish_qp(uint32_t qpn, const QpGrant& grant);
   void remove_qp(uint32_t qpn);
+  void publish_xrc_srq(uint32_t srqn, const SrqGrant& grant);
+  void remove_xrc_srq(uint32_t srqn) { remove_qp(srqn | kSrqKeyBit); }
   // The next fault a peer reported (QPN and ibv_event_type); false when none.
   bool take_fault(uint32_t& qpn, uint32_t& event);
   bool faults_pending() const { return !view_.faults.empty(); }
@@ -229,6 +245,7 @@ class PeerNode {
   bool key_overflow() const { return view_.header->key_overflow.load(std::memory_order_acquire); }
   std::optional<KeyGrant> key(uint32_t rkey) const;
   std::optional<QpGrant> qp(uint32_t qpn) const;
+  std::optional<SrqGrant> xrc_srq(uint32_t srqn) const;
   NodeHeader& header() { return *view_.header; }
 
   // Claims a peer slot for this process; false when every slot is taken.

@@ -147,7 +147,7 @@ TEST_F(RcPairTest, SrqTrafficIsShapedAsSoftRoces) {
 // XRC (IBA A14) is RC with the XRC transport bits and, on requests, a 4-byte
 // XRCETH after the BTH: Soft-RoCE's RC shapes so moved, for the captured
 // operations (SEND, WRITE, READ, both atomics) and their responses.
-TEST_F(XrcTest, XrcTrafficIsShapedAsSoftRocesRcPlusTheXrceth) {
+TEST_F(XrcPairTest, XrcTrafficIsShapedAsSoftRocesRcPlusTheXrceth) {
   std::map<uint8_t, Shape> as_xrc;
   for (auto [opcode, shape] :
        captured_shapes({"rc_send", "rc_write", "rc_read", "rc_atomic"})) {

@@ -7,7 +7,7 @@
 
 namespace softrdma::engine::testing {
 
-class XrcTest : public RcPairTest {
+class XrcPairTest : public RcPairTest {
  protected:
   void SetUp() override {
     RcPairTest::SetUp();
@@ -33,12 +33,14 @@ class XrcTest : public RcPairTest {
     connect_qp(*xrecv_, *a.device, xsend_->qpn(), 400, 300, all, options_);
   }
 
-  Srq* make_srq(Pd* pd, Cq* cq) {
+  bool host() const { return same_host_; }
+
+  Srq* make_srq(Pd* pd, Cq* cq, Xrcd* xrcd = nullptr) {
     SrqInit init;
     init.type = IBV_SRQT_XRC;
     init.attr = ibv_srq_attr{16, 1, 0};
     init.cq = cq;
-    init.xrcd = xrcd_;
+    init.xrcd = xrcd != nullptr ? xrcd : xrcd_;
     int err = 0;
     Srq* srq = b.device->create_srq(pd, init, err);
     EXPECT_NE(srq, nullptr) << err;
@@ -83,6 +85,17 @@ class XrcTest : public RcPairTest {
   Srq* srq2_ = nullptr;
   Qp* xsend_ = nullptr;
   Qp* xrecv_ = nullptr;
+};
+
+// Over both paths (RcPathTest's TestPath): the wire, and the same-host path, where
+// the XRC send QP's requester places SENDs in the named SRQ itself and executes
+// RDMA against the named SRQ's PD (docs/decisions/same-host.md, "XRC").
+class XrcTest : public XrcPairTest, public ::testing::WithParamInterface<TestPath> {
+ protected:
+  void SetUp() override {
+    same_host_ = GetParam() == TestPath::kHost;
+    XrcPairTest::SetUp();
+  }
 };
 
 }  // namespace softrdma::engine::testing

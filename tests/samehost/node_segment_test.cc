@@ -81,7 +81,7 @@ TEST_F(NodeSegmentTest, KeysAndQpsArePublishedAndRevoked) {
   ASSERT_NE(peer, nullptr);
   node->publish_key(0xabcd, KeyGrant{0x1000, 0x2000, 4096, 3, IBV_ACCESS_REMOTE_WRITE, 0});
   node->publish_qp(77, QpGrant{IBV_QPS_RTS, IBV_QPT_UD, 3, IBV_ACCESS_REMOTE_READ, 78, 5, 12,
-                               0x80000011});
+                               0x80000011, 0xfffffff0});
   ASSERT_TRUE(peer->join());
   peer->begin_access();
   const auto key = peer->key(0xabcd);
@@ -100,10 +100,31 @@ TEST_F(NodeSegmentTest, KeysAndQpsArePublishedAndRevoked) {
   EXPECT_EQ(qp->recv_queue, 5u);
   EXPECT_EQ(qp->min_rnr_timer, 12u);
   EXPECT_EQ(qp->qkey, 0x80000011u);  // all 32 bits (IBA 10.2.5: the high bit too)
+  EXPECT_EQ(qp->xrcd, 0xfffffff0u);
   node->revoke_key(0xabcd);
   node->remove_qp(77);
   EXPECT_FALSE(peer->key(0xabcd).has_value());
   EXPECT_FALSE(peer->qp(77).has_value());
+}
+
+// An XRC SRQ shares the QP table, under a key no QPN can have: SRQ 77 and QP 77
+// are told apart.
+TEST_F(NodeSegmentTest, XrcSrqsArePublishedBesideQpsOfTheSameNumber) {
+  auto node = create({gid(1)});
+  auto peer = open(gid(1));
+  ASSERT_NE(peer, nullptr);
+  node->publish_qp(77, QpGrant{IBV_QPS_RTR, IBV_QPT_XRC_RECV, 0, 0, 5, 0, 1, 0, 9});
+  node->publish_xrc_srq(77, SrqGrant{4, 9, 12});
+  const auto srq = peer->xrc_srq(77);
+  ASSERT_TRUE(srq.has_value());
+  EXPECT_EQ(srq->pd, 4u);
+  EXPECT_EQ(srq->xrcd, 9u);
+  EXPECT_EQ(srq->recv_queue, 12u);
+  EXPECT_EQ(peer->qp(77)->type, uint32_t(IBV_QPT_XRC_RECV));
+  EXPECT_FALSE(peer->xrc_srq(78).has_value());
+  node->remove_xrc_srq(77);
+  EXPECT_FALSE(peer->xrc_srq(77).has_value());
+  EXPECT_TRUE(peer->qp(77).has_value());
 }
 
 // ibv_dereg_mr(3) must not return while a peer still writes through the key: the

@@ -27,10 +27,53 @@ std::string run_status() {
   return out;
 }
 
+// A UD QP on `side`'s context and PD, in RTS with Q_Key 0x11, its receive posted
+// into the side's buffer at `offset`; null when something failed.
+ibv_qp* make_ud(Side& side, size_t offset) {
+  ibv_qp_init_attr init{};
+  init.send_cq = init.recv_cq = side.cq;
+  init.qp_type = IBV_QPT_UD;
+  init.cap = {4, 4, 1, 1, 0};
+  ibv_qp* qp = ibv_create_qp(side.pd, &init);
+  if (qp == nullptr) return nullptr;
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_INIT;
+  attr.port_num = 1;
+  attr.qkey = 0x11;
+  int fail = ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY);
+  attr.qp_state = IBV_QPS_RTR;
+  fail |= ibv_modify_qp(qp, &attr, IBV_QP_STATE);
+  attr.qp_state = IBV_QPS_RTS;
+  fail |= ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_SQ_PSN);
+  fail |= post_recv(qp, {side.addr(offset), 4096, side.mr->lkey}, 7);
+  return fail == 0 ? qp : nullptr;
+}
+
+// One datagram from `from` to `to` (on b's GID), received; false when it failed.
+bool send_datagram(Pair& pair, ibv_qp* from, ibv_qp* to) {
+  ibv_ah_attr attr{};
+  attr.is_global = 1;
+  attr.port_num = 1;
+  attr.grh.sgid_index = 1;
+  if (ibv_query_gid(pair.b.ctx, 1, 1, &attr.grh.dgid) != 0) return false;
+  ibv_ah* ah = ibv_create_ah(pair.a.pd, &attr);
+  if (ah == nullptr) return false;
+  ibv_sge sge{pair.a.addr(8192), 64, pair.a.mr->lkey};
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.wr.ud = {ah, to->qp_num, 0x11};
+  ibv_send_wr* bad = nullptr;
+  return ibv_post_send(from, &wr, &bad) == 0 && poll_n(pair.a.cq, 1).size() == 1 &&
+         poll_n(pair.b.cq, 1).size() == 1;
+}
+
 // The child: a connected pair over `transport` (SOFTRDMA_TRANSPORT), one WRITE of
 // 4 KiB completed, and a third QP towards a left in RTR (as perftest's
-// ib_write_bw server leaves its own); then the three QPNs to the parent, then it
-// waits to be killed.
+// ib_write_bw server leaves its own), and a UD QP of a that sent one datagram to
+// one of b; then the four QPNs to the parent, then it waits to be killed.
 [[noreturn]] void child_main(int report_fd, const char* transport) {
   setenv("SOFTRDMA_TRANSPORT", transport, 1);
   Pair pair;
@@ -46,9 +89,13 @@ std::string run_status() {
   ibv_gid gid_a{};
   if (receiver == nullptr || ibv_query_gid(pair.a.ctx, 1, 1, &gid_a) != 0) _exit(4);
   Pair::connect(receiver, pair.a.qp->qp_num, gid_a, 1, IBV_QPS_RTR);
+  ibv_qp* ud_a = make_ud(pair.a, 16384);
+  ibv_qp* ud_b = make_ud(pair.b, 16384);
+  if (ud_a == nullptr || ud_b == nullptr || !send_datagram(pair, ud_a, ud_b)) _exit(5);
   const std::string qpns = std::to_string(pair.a.qp->qp_num) + " " +
                            std::to_string(pair.b.qp->qp_num) + " " +
-                           std::to_string(receiver->qp_num) + "\n";
+                           std::to_string(receiver->qp_num) + " " +
+                           std::to_string(ud_a->qp_num) + "\n";
   if (write(report_fd, qpns.data(), qpns.size()) != ssize_t(qpns.size())) _exit(3);
   for (;;) pause();
 }
@@ -74,8 +121,8 @@ TEST_P(SoftrdmaStatus, ShowsARunningProcessAndForgetsAKilledOne) {
   char line[64] = {};
   ASSERT_GT(read(fds[0], line, sizeof line - 1), 0) << "the child never connected";
   close(fds[0]);
-  unsigned qpn_a = 0, qpn_b = 0, qpn_rtr = 0;
-  ASSERT_EQ(std::sscanf(line, "%u %u %u", &qpn_a, &qpn_b, &qpn_rtr), 3);
+  unsigned qpn_a = 0, qpn_b = 0, qpn_rtr = 0, qpn_ud = 0;
+  ASSERT_EQ(std::sscanf(line, "%u %u %u %u", &qpn_a, &qpn_b, &qpn_rtr, &qpn_ud), 4);
 
   const std::string out = run_status();
   EXPECT_NE(out.find("process " + std::to_string(child) + "  device softrdma0"), std::string::npos)
@@ -96,6 +143,12 @@ TEST_P(SoftrdmaStatus, ShowsARunningProcessAndForgetsAKilledOne) {
   ASSERT_NE(row_rtr, std::string::npos) << out;
   const std::string line_rtr = out.substr(row_rtr, out.find('\n', row_rtr) - row_rtr);
   EXPECT_NE(line_rtr.find(wire() ? "path udp" : "path host"), std::string::npos) << line_rtr;
+  // A UD QP's path is per destination: the row shows the one its datagram took.
+  const size_t row_ud = out.find("  qp " + std::to_string(qpn_ud) + "  type UD  state RTS");
+  ASSERT_NE(row_ud, std::string::npos) << out;
+  const std::string line_ud = out.substr(row_ud, out.find('\n', row_ud) - row_ud);
+  EXPECT_NE(line_ud.find(wire() ? "path udp  tx 1 " : "path host  tx 0 "), std::string::npos)
+      << line_ud;
   if (wire()) {
     // Per QP: the 4 KiB WRITE is 4 packets at the pair's 1024-byte MTU, a sends
     // them and b receives them (and ACKs at least once).

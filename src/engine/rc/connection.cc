@@ -80,9 +80,10 @@ void RcConnection::load_path() {
   path_.src_port = transport::roce_source_port(qp_.qpn());
   path_.pkey = qp_.device().pkey();
   path_.mtu = qp_.path_mtu_bytes();
-  // XRC's receive side picks its SRQ (and PD) per request (IBA A14): on the wire.
+  // The QPs that send requests (an XRC receive QP sends none).
   samehost::Host* host = qp_.device().host();
-  const bool connected = qp_.type() == IBV_QPT_RC || qp_.type() == IBV_QPT_UC;
+  const bool connected = qp_.type() == IBV_QPT_RC || qp_.type() == IBV_QPT_UC ||
+                         qp_.type() == IBV_QPT_XRC_SEND;
   path_.peer = host != nullptr && connected ? host->peer(path_.dst) : nullptr;
 }
 

@@ -73,6 +73,10 @@ class Requester {
   // IBA 9.6.1.1: a QP takes requests in RTR, RTS, SQD and SQE.
   static bool takes_requests_on_host(uint32_t state);
   bool executes_on_host(const SendWqe& wqe) const;
+  // The type the peer's QP has: the same, or XRC receive for an XRC send QP.
+  uint32_t peer_qp_type() const;
+  HostVerdict xrc_srq_on_host(const SendWqe& wqe, samehost::Peer& peer,
+                              const samehost::QpGrant& target, samehost::SrqGrant& srq) const;
   bool execute_on_host(SendWqe& wqe, Nanos now);
   bool execute_alone_on_host(SendWqe& wqe, Nanos now);
   void mark_executed_on_host(SendWqe& wqe);

@@ -48,11 +48,30 @@ bool Requester::executes_on_host(const SendWqe& wqe) const {
   if (!conn_.path().peer || wqe.tm != TmSend::kNone) return false;
   // A SEND is placed in the peer's receive WQE if the peer publishes the queue
   // its QP receives from (its own, or its basic SRQ's).
+  // An XRC SEND's queue is the SRQ it names (find_receiver_on_host).
   if (consumes_receive(wqe)) {
+    if (conn_.qp().type() == IBV_QPT_XRC_SEND) return true;
     const auto target = conn_.path().peer->node->qp(conn_.path().dest_qpn);
     return !target || target->recv_queue != 0;
   }
   return wqe.opcode == IBV_WR_RDMA_WRITE || wqe.is_read() || wqe.is_atomic();
+}
+
+uint32_t Requester::peer_qp_type() const {
+  return conn_.qp().type() == IBV_QPT_XRC_SEND ? IBV_QPT_XRC_RECV : uint32_t(conn_.qp().type());
+}
+
+// IBA A14: an XRC request names the XRC SRQ that receives it, whose PD checks its
+// R_Key; one outside the receive QP's domain is an invalid request (responder.cc).
+// One not published (no such SRQ, or too large to be) is left to the wire to judge.
+Requester::HostVerdict Requester::xrc_srq_on_host(const SendWqe& wqe, samehost::Peer& peer,
+                                                  const samehost::QpGrant& target,
+                                                  samehost::SrqGrant& srq) const {
+  const auto grant = peer.node->xrc_srq(wqe.xrc_srqn);
+  if (!grant) return HostVerdict::kWire;
+  if (grant->xrcd != target.xrcd) return HostVerdict::kInvalidRequest;
+  srq = *grant;
+  return HostVerdict::kGo;
 }
 
 // What the peer's responder would answer, before any byte moves.
@@ -61,8 +80,15 @@ Requester::HostVerdict Requester::check_on_host(const SendWqe& wqe, samehost::Pe
   std::optional<samehost::QpGrant> target;
   if (cache != nullptr && cache->target) target = cache->target;
   else if ((target = peer.node->qp(conn_.path().dest_qpn)) && cache != nullptr) cache->target = target;
-  if (!target || !takes_requests_on_host(target->state) || target->type != uint32_t(conn_.qp().type()))
+  if (!target || !takes_requests_on_host(target->state) || target->type != peer_qp_type())
     return HostVerdict::kNotReady;
+  uint32_t pd = target->pd;
+  if (conn_.qp().type() == IBV_QPT_XRC_SEND) {
+    samehost::SrqGrant srq;
+    if (const HostVerdict v = xrc_srq_on_host(wqe, peer, *target, srq); v != HostVerdict::kGo)
+      return v;
+    pd = srq.pd;
+  }
   const int need = right_needed(wqe);
   if ((target->access & uint32_t(need)) == 0) return HostVerdict::kInvalidRequest;
   if (wqe.length > conn_.qp().device().limits().max_msg_size) return HostVerdict::kInvalidRequest;
@@ -78,7 +104,7 @@ Requester::HostVerdict Requester::check_on_host(const SendWqe& wqe, samehost::Pe
   }
   if (!grant) return peer.node->key_overflow() ? HostVerdict::kWire : HostVerdict::kAccess;
   const uint64_t va = wqe.remote_addr;
-  if (grant->pd != target->pd || (grant->qpn != 0 && grant->qpn != conn_.path().dest_qpn) ||
+  if (grant->pd != pd || (grant->qpn != 0 && grant->qpn != conn_.path().dest_qpn) ||
       (grant->access & uint32_t(need)) != uint32_t(need) || va < grant->iova ||
       length > grant->length || va - grant->iova > grant->length - length)
     return HostVerdict::kAccess;

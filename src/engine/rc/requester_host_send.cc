@@ -62,7 +62,9 @@ bool Requester::consumes_receive(const SendWqe& wqe) {
 bool Requester::may_invalidate_on_host(const SendWqe& wqe, const PeerRecvTarget& target) const {
   const auto grant = target.peer->node->key(wqe.invalidate_rkey);
   const auto qp = target.peer->node->qp(conn_.path().dest_qpn);
-  return grant && qp && grant->qpn == conn_.path().dest_qpn && grant->pd == qp->pd;
+  // An XRC receive QP's PD is its SRQ's (IBA A14), the queue's own.
+  const uint32_t pd = conn_.qp().type() == IBV_QPT_XRC_SEND ? target.pd : qp ? qp->pd : 0;
+  return grant && qp && grant->qpn == conn_.path().dest_qpn && grant->pd == pd;
 }
 
 // The message and its result (the WQE's result alone when the message failed
@@ -149,10 +151,15 @@ Requester::HostVerdict Requester::find_receiver_on_host(const SendWqe& wqe,
                                                         PeerRecvTarget& target) const {
   samehost::Peer& peer = *conn_.path().peer;
   const uint32_t dest_qpn = conn_.path().dest_qpn;
-  const auto grant = peer.node->qp(dest_qpn);
-  if (!grant || !takes_requests_on_host(grant->state) ||
-      grant->type != uint32_t(conn_.qp().type()))
+  auto grant = peer.node->qp(dest_qpn);
+  if (!grant || !takes_requests_on_host(grant->state) || grant->type != peer_qp_type())
     return HostVerdict::kNotReady;
+  if (conn_.qp().type() == IBV_QPT_XRC_SEND) {
+    samehost::SrqGrant srq;
+    if (const HostVerdict v = xrc_srq_on_host(wqe, peer, *grant, srq); v != HostVerdict::kGo)
+      return v;
+    grant->recv_queue = srq.recv_queue;  // the SRQ's queue, the QP's RNR timer
+  }
   if (wqe.length > conn_.qp().device().limits().max_msg_size) return HostVerdict::kInvalidRequest;
   // Not published (an XRC or tag-matching SRQ's, or one too large): the wire.
   if (grant->recv_queue == 0) return HostVerdict::kWire;
