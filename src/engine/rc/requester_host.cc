@@ -58,7 +58,8 @@ bool Requester::executes_on_host(const SendWqe& wqe) const {
 }
 
 uint32_t Requester::peer_qp_type() const {
-  return conn_.qp().type() == IBV_QPT_XRC_SEND ? IBV_QPT_XRC_RECV : uint32_t(conn_.qp().type());
+  return conn_.qp().type() == IBV_QPT_XRC_SEND ? uint32_t(IBV_QPT_XRC_RECV)
+                                                : uint32_t(conn_.qp().type());
 }
 
 // IBA A14: an XRC request names the XRC SRQ that receives it, whose PD checks its
