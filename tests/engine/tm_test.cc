@@ -13,9 +13,14 @@ namespace {
 
 constexpr uint64_t kAllBits = ~uint64_t(0);
 
-class TmTest : public RcPairTest {
+// Over both paths (TestPath): with the devices publishing to their host, a TM
+// SRQ's messages and its rendezvous READs still take the wire (its tag list is
+// matched by its owner: docs/decisions/same-host.md), next to the QPs' other
+// traffic on the same-host path.
+class TmTest : public RcPairTest, public ::testing::WithParamInterface<TestPath> {
  protected:
   void SetUp() override {
+    same_host_ = GetParam() == TestPath::kHost;
     RcPairTest::SetUp();
     int err = 0;
     SrqInit init;
@@ -131,7 +136,7 @@ class TmTest : public RcPairTest {
 // An EAGER message matching a posted tag: the payload after the TMH lands in the
 // tagged buffer; one completion with TM_MATCH and TM_DATA_VALID names the tag's
 // recv_wr_id, the TMH's tag and app_ctx (ibv_wc_read_tm_info(3)).
-TEST_F(TmTest, EagerMatchPlacesThePayloadAfterTheTmh) {
+TEST_P(TmTest, EagerMatchPlacesThePayloadAfterTheTmh) {
   ASSERT_EQ(op(IBV_WR_TAG_ADD, 1, 0x1234, 8192, 1024), 0);
   Completion c = next();
   EXPECT_EQ(c.wc.opcode, IBV_WC_TM_ADD);
@@ -155,7 +160,7 @@ TEST_F(TmTest, EagerMatchPlacesThePayloadAfterTheTmh) {
 
 // tag_matching.md: a message of several packets completes its match at once and
 // its data at the end: two completions for the same recv_wr_id.
-TEST_F(TmTest, EagerOfSeveralPacketsCompletesMatchThenData) {
+TEST_P(TmTest, EagerOfSeveralPacketsCompletesMatchThenData) {
   ASSERT_EQ(op(IBV_WR_TAG_ADD, 1, 9, 16384, 4096, 0), 0);  // unsignaled: no completion
   fill(a, 0, 3000, 4);
   write_tmh(0, IBV_TMH_EAGER, 9, 5);
@@ -176,7 +181,7 @@ TEST_F(TmTest, EagerOfSeveralPacketsCompletesMatchThenData) {
 // and completes as IBV_WC_TM_RECV without flags (mlx5). Tags added before software
 // reports it are not matched (tag_matching.md), but an older tag still is; their
 // ADD completions ask for a SYNC, after which the newer tag matches too.
-TEST_F(TmTest, UnexpectedMessageHoldsNewTagsUntilSync) {
+TEST_P(TmTest, UnexpectedMessageHoldsNewTagsUntilSync) {
   ASSERT_EQ(ordinary_recv(0, 1024, 50), 0);
   ASSERT_EQ(ordinary_recv(1024, 1024, 51), 0);
   ASSERT_EQ(op(IBV_WR_TAG_ADD, 1, 1, 8192, 1024, 0), 0);
@@ -220,7 +225,7 @@ TEST_F(TmTest, UnexpectedMessageHoldsNewTagsUntilSync) {
 
 // IBV_TMH_NO_TAG: delivered whole to an ordinary WQE as IBV_WC_TM_NO_TAG; it is
 // not unexpected, so matching goes on and nothing asks for a SYNC.
-TEST_F(TmTest, NoTagIsDeliveredWholeAndNotCounted) {
+TEST_P(TmTest, NoTagIsDeliveredWholeAndNotCounted) {
   ASSERT_EQ(ordinary_recv(0, 1024, 50), 0);
   ASSERT_EQ(op(IBV_WR_TAG_ADD, 1, 0x1234, 8192, 1024, 0), 0);
   fill(a, 0, 64, 2);
@@ -241,7 +246,7 @@ TEST_F(TmTest, NoTagIsDeliveredWholeAndNotCounted) {
 // QP's send queue (the application gave it no send WQEs), completes the data, and
 // sends a FIN (the TMH and RVH back, opcode IBV_TMH_FIN) to the sender's receive
 // queue.
-TEST_F(TmTest, RendezvousReadsTheSendersBufferAndSendsAFin) {
+TEST_P(TmTest, RendezvousReadsTheSendersBufferAndSendsAFin) {
   ASSERT_EQ(op(IBV_WR_TAG_ADD, 1, 42, 16384, 8192, 0), 0);
   fill(a, 32768, 5000, 7);  // the rendezvous payload
   write_tmh(0, IBV_TMH_RNDV, 42, 99);
@@ -282,7 +287,7 @@ TEST_F(TmTest, RendezvousReadsTheSendersBufferAndSendsAFin) {
 
 // tag_matching.md: a tagged buffer too small for the rendezvous data gets the TMH
 // and RVH, and completes with IBV_WC_TM_RNDV_INCOMPLETE (the match is done).
-TEST_F(TmTest, RendezvousIntoASmallBufferIsIncomplete) {
+TEST_P(TmTest, RendezvousIntoASmallBufferIsIncomplete) {
   ASSERT_EQ(op(IBV_WR_TAG_ADD, 1, 42, 16384, 100, 0), 0);
   write_tmh(0, IBV_TMH_RNDV, 42, 3);
   write_rvh(0, a.addr(32768), a.mr->key, 5000);
@@ -297,7 +302,7 @@ TEST_F(TmTest, RendezvousIntoASmallBufferIsIncomplete) {
 
 // An unexpected message finding no ordinary WQE is an RNR NAK; the retry after a
 // receive is posted delivers it, counted once.
-TEST_F(TmTest, UnexpectedWithoutAnOrdinaryWqeWaitsForOne) {
+TEST_P(TmTest, UnexpectedWithoutAnOrdinaryWqeWaitsForOne) {
   write_tmh(0, IBV_TMH_EAGER, 3, 0);
   ASSERT_EQ(send(0, 40, 5), 0);
   pump();
@@ -313,7 +318,7 @@ TEST_F(TmTest, UnexpectedWithoutAnOrdinaryWqeWaitsForOne) {
 // deleted) completes with IBV_WC_TM_ERR even unsignaled; a handle that never was
 // one, an unknown opcode or flag, too many SGEs are EINVAL; a full list and more
 // operations in one post than max_ops are ENOMEM, naming the operation refused.
-TEST_F(TmTest, ListOperationErrors) {
+TEST_P(TmTest, ListOperationErrors) {
   ASSERT_EQ(op(IBV_WR_TAG_ADD, 1, 5, 8192, 64, 0), 0);
   ASSERT_EQ(op(IBV_WR_TAG_DEL, 2), 0);
   Completion c = next();
@@ -349,7 +354,7 @@ TEST_F(TmTest, ListOperationErrors) {
 
 // A consumed tag's handle: DEL finds it gone (IBV_WC_TM_ERR), as
 // ibv_post_srq_ops(3) says of "concurrent tag consumption".
-TEST_F(TmTest, DelOfAConsumedTagIsTmErr) {
+TEST_P(TmTest, DelOfAConsumedTagIsTmErr) {
   ASSERT_EQ(op(IBV_WR_TAG_ADD, 1, 5, 8192, 64, 0), 0);
   write_tmh(0, IBV_TMH_EAGER, 5, 0);
   ASSERT_EQ(send(0, 16, 5), 0);
@@ -362,7 +367,7 @@ TEST_F(TmTest, DelOfAConsumedTagIsTmErr) {
 
 // Creation and attachment: a TM SRQ needs its CQ and a tag list within tm_caps;
 // list operations on a basic SRQ are EINVAL (mlx5); only RC QPs attach to one.
-TEST_F(TmTest, CreationAndAttachmentErrors) {
+TEST_P(TmTest, CreationAndAttachmentErrors) {
   int err = 0;
   SrqInit init;
   init.type = IBV_SRQT_TM;
@@ -401,7 +406,7 @@ TEST_F(TmTest, CreationAndAttachmentErrors) {
 
 // The TM SRQ's send queue slots are its own: the application's max_send_wr stays
 // what it asked for (here 1, the least a QP has).
-TEST_F(TmTest, TheApplicationKeepsItsOwnSendQueueSize) {
+TEST_P(TmTest, TheApplicationKeepsItsOwnSendQueueSize) {
   ibv_sge sge{b.addr(0), 8, b.mr->key};
   ibv_send_wr wr{};
   wr.opcode = IBV_WR_SEND;
@@ -413,6 +418,9 @@ TEST_F(TmTest, TheApplicationKeepsItsOwnSendQueueSize) {
   EXPECT_EQ(receiver_->post_send(&wr, &bad), ENOMEM);
   EXPECT_EQ(bad, &second);
 }
+
+INSTANTIATE_TEST_SUITE_P(Paths, TmTest, ::testing::Values(TestPath::kWire, TestPath::kHost),
+                         path_name);
 
 }  // namespace
 }  // namespace softrdma::engine::testing
