@@ -8,7 +8,7 @@
 
 #include "engine/guarded_memory.h"
 #include "engine/rc/host_batch.h"
-#include "engine/tx_batch.h"
+#include "engine/roce/family.h"
 #include "samehost/host.h"
 #include "wire/packet.h"
 
@@ -43,11 +43,12 @@ uint32_t initial_qpn() {
 Device::Device(DeviceConfig config, transport::Transport& transport, const Clock& clock)
     : config_(std::move(config)),
       transport_(transport),
-      receivers_{&transport},
       clock_(clock),
       counters_(config_.counters != nullptr ? *config_.counters : own_counters_),
-      next_qpn_(initial_qpn()),
-      tx_(std::make_unique<TxBatch>(counters_)) {
+      next_qpn_(initial_qpn()) {
+  auto roce = std::make_unique<roce::RoceFamily>(*this, transport);
+  roce_ = roce.get();
+  family_ = std::move(roce);
   gid_tables_.push_back(std::make_unique<const std::vector<Gid>>(make_gid_table(transport.local_gids())));
   gids_.store(gid_tables_.back().get(), std::memory_order_release);
   // Before any peer can reach registered memory (docs/decisions/memory-faults.md).
@@ -55,17 +56,11 @@ Device::Device(DeviceConfig config, transport::Transport& transport, const Clock
   if (config_.host != nullptr) mrs_.set_node(&config_.host->node(), config_.shared_pages_max_bytes);
 }
 
-transport::Transport& Device::route(const Gid& dst) {
-  if (wire::gid_is_multicast(dst)) return transport_;  // the others carry no groups
-  for (transport::Transport* t : extra_)
-    if (t->reaches(dst)) return *t;
-  return transport_;
-}
+transport::Transport& Device::route(const Gid& dst) { return roce_->route(dst); }
 
 void Device::add_transport(transport::Transport& extra) {
   auto engine = hold_engine();
-  extra_.push_back(&extra);
-  receivers_.push_back(&extra);
+  roce_->add_transport(extra);
 }
 
 // The QPs go first: they hand back what they hold of the other objects (CQ and PD
@@ -233,6 +228,8 @@ Qp* Device::create_qp(Pd* pd, QpInit& init, int& err) {
 
 // ibv_create_qp(3), ibv_create_qp_ex(3): which objects each QP type needs.
 int Device::check_qp_init(Pd* pd, const QpInit& init) const {
+  // The port's wire carries only some types (iWARP: RC), whatever verbs allow.
+  if (!family_->carries(init.type)) return EOPNOTSUPP;
   switch (init.type) {
     case IBV_QPT_RC:
     case IBV_QPT_UC:
@@ -271,9 +268,9 @@ int Device::destroy_qp(Qp* qp) {
   // A doorbell of this QP may still be queued (rung by a post that raced with
   // destroy, which verbs forbids but must not crash): serve them all first.
   serve_doorbells(clock_.now());
-  tx_->flush();
+  family_->flush();
+  family_->forget(*qp);
   std::erase(timed_, qp);
-  std::erase(touched_, qp);
   std::erase(busy_, qp);
   note_qp(*qp, /*gone=*/true);
   qps_.erase(it);
@@ -351,6 +348,14 @@ bool Device::serve_doorbells(Nanos now) {
   return true;
 }
 
+// The loop reads every turn (it runs when a socket is readable, or spins briefly
+// after work); so does a poller while the wire carries traffic, and before timers
+// (issue 14 defect 3: the ACK that answers a deadline may be waiting).
+bool Device::socket_check_due(Turner who, Nanos now, bool timers_due) const {
+  if (who == Turner::kLoop || timers_due) return true;
+  return !wire_quiet(now) || now - last_rx_check_ >= kQuietSocketCheck;
+}
+
 // One turn of the engine's owner. `receive`: also take a receive burst (pollers
 // and the loop do; a posting thread only sends what it posted).
 bool Device::turn(bool receive, Turner who) {
@@ -367,14 +372,13 @@ bool Device::turn(bool receive, Turner who) {
   const int bursts = timers_due ? kBurstsBeforeTimers : 1;
   if (receive && socket_check_due(who, now, timers_due)) {
     last_rx_check_ = now;
-    bool got = false;
-    for (transport::Transport* from : receivers_) got |= this->receive(*from, now, bursts);
+    const bool got = family_->receive(now, bursts);
     if (got) last_rx_packet_.store(now, std::memory_order_relaxed);
     worked |= got;
   }
   if (timers_due) worked |= run_timers(now);
   if (receive) worked |= serve_busy(now);
-  tx_->flush();
+  family_->flush();
   publish_staged();
   return worked;
 }

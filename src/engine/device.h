@@ -1,6 +1,8 @@
 // The software RNIC (DESIGN.md §2): one port, a GID table built from the transport's
-// address, and the tables of PDs, MRs, CQs and QPs. It receives bursts from the
-// transport, dispatches packets to QPs and runs their timers.
+// address, and the tables of PDs, MRs, CQs and QPs. Its port speaks one wire
+// protocol family (family.h; RoCEv2 today), which reads the transports, hands
+// each arrival to its QP and makes each QP's protocol; the device runs the turns,
+// the doorbells and the timers.
 //
 // Ownership (docs/decisions/threading.md): at any moment at most one thread runs
 // the engine, the one holding engine_mutex_ for a "turn". It owns every QP's
@@ -32,13 +34,16 @@
 #include "engine/pd.h"
 #include "engine/qp.h"
 #include "engine/srq.h"
-#include "engine/tx_batch.h"
+#include "engine/family.h"
 #include "transport/transport.h"
 
 namespace softrdma::engine {
 
 namespace rc {
 struct HostBatch;
+}
+namespace roce {
+class RoceFamily;
 }
 
 using transport::Gid;
@@ -135,8 +140,8 @@ class Device {
   // Work was posted to `qp` (or it must be flushed): run it now if the engine is
   // free, else leave a doorbell that the running owner serves before its turn ends.
   void ring_doorbell(Qp& qp);
-  // Packets a QP with queued output may produce per turn (a TxBatch's worth).
-  static constexpr uint32_t kTxBurstPerQp = TxBatch::kBurst;
+  // Packets a QP with queued output may produce per turn (a send burst's worth).
+  static constexpr uint32_t kTxBurstPerQp = 32;
   // Waits for the engine and serves the work posted so far (a turn without
   // receiving): what that work completes at once (UD and UC sends, flushes) is
   // visible on return, as an RNIC has processed the doorbells rung before a
@@ -181,18 +186,22 @@ class Device {
   void ring_doorbell_from_engine(Qp& qp);
   // The engine's owner armed a timer of `qp` for `when`.
   void arm_timer(Qp& qp, Nanos when);
-  // The engine owner's send batch.
-  TxBatch& tx() { return *tx_; }
+  // The wire protocol family of the device's port (family.h).
+  ProtocolFamily& family() { return *family_; }
 
   const DeviceConfig& config() const { return config_; }
   const DeviceLimits& limits() const { return config_.limits; }
   // The primary transport (the one the GIDs come from), and the one a peer is
-  // reached through: the first added transport that reaches it, else the primary.
+  // reached through: the first added transport that reaches it, else the primary
+  // (roce::RoceFamily::route).
   transport::Transport& transport() { return transport_; }
   transport::Transport& route(const Gid& dst);
   // Another transport for some peers (a same-host shared-memory one); received
   // from each turn like the primary. Before QPs are connected.
   void add_transport(transport::Transport& extra);
+  // Engine owner: the UD QPs attached to multicast group `group` in the order
+  // attached, or null when none is (multicast.md).
+  const std::vector<Qp*>* multicast_members(const Gid& group) const;
   const Clock& clock() const { return clock_; }
   const MrTable& mrs() const { return mrs_; }
   // The engine's owner binds and invalidates memory windows through it.
@@ -221,14 +230,9 @@ class Device {
   bool socket_check_due(Turner who, Nanos now, bool timers_due) const;
   bool serve_doorbells(Nanos now);
   bool serve_busy(Nanos now);
-  void dispatch(const transport::RxPacket& rx, Nanos now);
-  void dispatch_multicast(const wire::PacketView& packet, const transport::RxPacket& rx,
-                          Nanos now);
-  void mark_touched(Qp& qp);
   // Engine held. ibv_destroy_qp(3) of a QP still attached to a group is EBUSY, as
   // the kernel answers it (uverbs_free_qp: the user detaches first).
   bool attached_anywhere(const Qp* qp) const;
-  bool receive(transport::Transport& from, Nanos now, int bursts);
   // Receive bursts a turn takes, at most, before it runs due timers (2048 packets).
   static constexpr int kBurstsBeforeTimers = 64;
   bool run_timers(Nanos now);
@@ -245,8 +249,6 @@ class Device {
 
   DeviceConfig config_;
   transport::Transport& transport_;
-  std::vector<transport::Transport*> receivers_;  // the primary, then the extra ones
-  std::vector<transport::Transport*> extra_;
   const Clock& clock_;
   // Every table made, the current one last (engine held); gids_ points at it.
   std::vector<std::unique_ptr<const std::vector<Gid>>> gid_tables_;
@@ -275,8 +277,8 @@ class Device {
   std::map<Gid, std::vector<Qp*>> mcast_groups_;
   size_t mcast_attachments_ = 0;
   uint32_t next_qpn_;
-  std::unique_ptr<TxBatch> tx_;
-  std::vector<Qp*> touched_;  // QPs that got packets this burst (ACKs to coalesce)
+  std::unique_ptr<ProtocolFamily> family_;
+  roce::RoceFamily* roce_ = nullptr;  // family_, when it is RoCEv2's
   std::vector<Qp*> timed_;    // QPs that may have a timer armed
   std::vector<Qp*> busy_;     // QPs with output to produce (want_tx)
   struct StagedCompletion {

@@ -50,6 +50,11 @@ int Device::detach_mcast(Qp* qp, const Gid& group) {
   return 0;
 }
 
+const std::vector<Qp*>* Device::multicast_members(const Gid& group) const {
+  auto it = mcast_groups_.find(group);
+  return it != mcast_groups_.end() ? &it->second : nullptr;
+}
+
 bool Device::attached_anywhere(const Qp* qp) const {
   if (mcast_attachments_ == 0) return false;
   return std::any_of(mcast_groups_.begin(), mcast_groups_.end(), [&](const auto& group) {

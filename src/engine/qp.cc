@@ -9,11 +9,8 @@
 #include "engine/device.h"
 #include "engine/guarded_memory.h"
 #include "engine/pd.h"
-#include "engine/rc/connection.h"
 #include "engine/sgl.h"
-#include "engine/tx_batch.h"
 #include "samehost/host.h"
-#include "engine/ud/datagram.h"
 #include "wire/psn.h"
 
 namespace softrdma::engine {
@@ -49,11 +46,8 @@ Qp::Qp(Device& device, uint32_t qpn, Pd* pd, const QpInit& init)
   // UD has no path: its messages may be as long as the port's MTU (IBA 9.8.4).
   attr_.path_mtu = type_ == IBV_QPT_UD ? IBV_MTU_4096 : IBV_MTU_1024;
   attr_.cap = cap_;
-  if (type_ == IBV_QPT_UD) {
-    protocol_ = std::make_unique<ud::Datagram>(*this);
-  } else {
-    protocol_ = std::make_unique<rc::RcConnection>(*this);
-  }
+  // The device's family decides (family.h), not the QP's type alone.
+  protocol_ = device_.family().make_protocol(*this);
   // An XRC receive QP has no PD, CQs or SRQ of its own; an XRC send QP no receive CQ.
   if (pd_ != nullptr) pd_->users.fetch_add(1);
   if (send_cq_ != nullptr) send_cq_->users.fetch_add(1);

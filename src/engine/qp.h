@@ -33,6 +33,9 @@ namespace softrdma::engine {
 
 class Cq;
 class Device;
+namespace roce {
+class RoceFamily;
+}
 class Srq;
 struct Xrcd;
 
@@ -258,10 +261,11 @@ class Qp {
   // The device's engine bookkeeping (owner: Device; doorbell fields shared with
   // posting threads through the atomics).
   friend class Device;
+  friend class roce::RoceFamily;  // touched_
   std::atomic<bool> doorbell_rung_{false};
   Qp* doorbell_next_ = nullptr;
   bool timed_ = false;    // in Device::timed_
-  bool touched_ = false;  // in Device::touched_
+  bool touched_ = false;  // in roce::RoceFamily::touched_
   bool busy_ = false;     // in Device::busy_
   QpCounters own_counters_;
   QpCounters* counters_ = &own_counters_;  // or the QP's row of the status segment

@@ -6,7 +6,6 @@
 
 #include "engine/device.h"
 #include "engine/qp.h"
-#include "engine/tx_batch.h"
 #include "wire/psn.h"
 
 namespace softrdma::engine {
@@ -171,7 +170,7 @@ int Qp::modify(const ibv_qp_attr& a, int mask) {
     }
   }
   after_state_change(from, to, device_.clock().now());
-  device_.tx().flush();
+  device_.family().flush();
   return 0;
 }
 

@@ -83,7 +83,7 @@ std::unique_ptr<Node> Node::open(const Settings& settings, std::string& error) {
     hooks.progress = [raw] { return raw->turn(engine::Device::Turner::kLoop); };
     hooks.poll_progress = [raw] { return raw->turn(engine::Device::Turner::kPoller); };
     hooks.next_deadline_ns = [device] { return device->next_deadline(); };
-    hooks.fds = {node->transport_->rx_fd()};
+    hooks.fds = device->family().rx_fds();  // the wire family's transports
     node->loop_ = std::make_unique<progress::ProgressLoop>(std::move(hooks));
     progress::ProgressLoop* loop = node->loop_.get();
     device->set_wakeup([loop] { loop->wake(); });

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/device.h"
-#include "engine/tx_batch.h"
+#include "engine/roce/tx_batch.h"
 #include "transport/fake/fake_network.h"
 #include "wire/opcodes.h"
 
@@ -64,7 +64,7 @@ TEST_F(RoutingTest, ThePeerAnExtraTransportReachesGoesThroughIt) {
 
 TEST_F(RoutingTest, ABurstNeverMixesTransports) {
   EngineCounters counters;
-  TxBatch batch(counters);
+  roce::TxBatch batch(counters);
   batch.add(to_b_, wire::op::kRcSendOnly, 8, a_, b_, 0xC000);
   batch.add(to_b_, wire::op::kRcSendOnly, 8, a_, b_, 0xC000);
   EXPECT_EQ(to_b_.sent, 0u) << "batched until flushed";

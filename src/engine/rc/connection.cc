@@ -10,9 +10,10 @@
 
 namespace softrdma::engine::rc {
 
-RcConnection::RcConnection(Qp& qp)
+RcConnection::RcConnection(Qp& qp, roce::RoceFamily& family)
     : qp_(qp),
-      opcode_base_(opcode_base_of(qp.type())),
+      family_(family),
+      opcode_base_(roce::opcode_base_of(qp.type())),
       acknowledged_(qp.type() != IBV_QPT_UC),
       requester_(*this),
       completer_(*this),
@@ -21,7 +22,7 @@ RcConnection::RcConnection(Qp& qp)
 
 wire::PacketView RcConnection::emit(uint8_t opcode, size_t payload_len, uint32_t psn) {
   bump(qp_.counters().tx_packets);
-  return rc::emit(qp_.device().tx(), path_, opcode, payload_len, psn);
+  return rc::emit(family_.tx(), path_, opcode, payload_len, psn);
 }
 
 void RcConnection::on_packet(wire::PacketView packet, const transport::RxPacket& from,
@@ -76,7 +77,7 @@ void RcConnection::load_path() {
   std::copy(std::begin(attr.ah_attr.grh.dgid.raw), std::end(attr.ah_attr.grh.dgid.raw),
             path_.dst.begin());
   path_.dest_qpn = attr.dest_qp_num & wire::kPsnMask;
-  path_.via = &qp_.device().route(path_.dst);
+  path_.via = &family_.route(path_.dst);
   path_.src_port = transport::roce_source_port(qp_.qpn());
   path_.pkey = qp_.device().pkey();
   path_.mtu = qp_.path_mtu_bytes();

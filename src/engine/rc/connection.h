@@ -9,7 +9,8 @@
 #include <optional>
 #include <vector>
 
-#include "engine/protocol.h"
+#include "engine/roce/family.h"
+#include "engine/roce/protocol.h"
 #include "engine/rc/completer.h"
 #include "engine/rc/liveness.h"
 #include "engine/rc/path.h"
@@ -22,9 +23,9 @@ class Qp;
 
 namespace softrdma::engine::rc {
 
-class RcConnection final : public Protocol {
+class RcConnection final : public roce::RoceProtocol {
  public:
-  explicit RcConnection(Qp& qp);
+  RcConnection(Qp& qp, roce::RoceFamily& family);
 
   void on_packet(wire::PacketView packet, const transport::RxPacket& from,
                  Nanos now) override;
@@ -37,6 +38,9 @@ class RcConnection final : public Protocol {
   bool on_same_host() const override { return path_.peer != nullptr; }
 
   Qp& qp() { return qp_; }
+  // The batch this connection's packets are built in (its family's).
+  roce::TxBatch& tx() { return family_.tx(); }
+  roce::RoceFamily& family() { return family_; }
   const Path& path() const { return path_; }
   Requester& requester() { return requester_; }
   Completer& completer() { return completer_; }
@@ -56,6 +60,7 @@ class RcConnection final : public Protocol {
   void load_path();
 
   Qp& qp_;
+  roce::RoceFamily& family_;
   const uint8_t opcode_base_;  // IBA 9.2.1: the transport bits of every opcode sent
   const bool acknowledged_;
   Path path_;

@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "engine/counters.h"
-#include "engine/tx_batch.h"
+#include "engine/roce/tx_batch.h"
 #include "transport/transport.h"
 #include "wire/fields.h"
 
@@ -30,7 +30,7 @@ struct Path {
 };
 
 // Builds one packet addressed along `path`, with the BTH filled in.
-inline wire::PacketView emit(TxBatch& tx, const Path& path, uint8_t opcode,
+inline wire::PacketView emit(roce::TxBatch& tx, const Path& path, uint8_t opcode,
                              size_t payload_len, uint32_t psn) {
   wire::PacketView p =
       tx.add(*path.via, opcode, payload_len, path.src, path.dst, path.src_port);

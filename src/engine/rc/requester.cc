@@ -227,7 +227,7 @@ bool Requester::send_data_packet(SendWqe& wqe) {
   if (info.has(Header::kImmDt)) p.set(immdt::kImmediate, ntohl(wqe.imm_data));
   if (info.has(Header::kIeth)) p.set(ieth::kRkey, wqe.invalidate_rkey);
   if (!gather(wqe, offset, p.payload())) {
-    conn_.qp().device().tx().discard_last();
+    conn_.tx().discard_last();
     wqe.status = IBV_WC_LOC_PROT_ERR;
     conn_.fail(conn_.qp().device().clock().now(), IBV_EVENT_QP_ACCESS_ERR);
     return false;
@@ -302,7 +302,7 @@ void Requester::repeat_if_first_of_retry(PacketView packet) {
   if (!repeat_first_) return;
   repeat_first_ = false;
   packet.set(bth::kAckReq, 1);
-  conn_.qp().device().tx().repeat_last();
+  conn_.tx().repeat_last();
   bump(conn_.qp().device().counters().retransmitted_packets);
   bump(conn_.qp().counters().retransmitted_packets);
 }

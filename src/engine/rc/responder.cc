@@ -374,11 +374,11 @@ std::optional<uint32_t> Responder::send_read_packets(Response& r, uint32_t budge
       out.set(aeth::kMsn, r.msn);
     }
     if (chunk != 0 && !guarded_copy(out.payload().data(), src, chunk)) {
-      conn_.qp().device().tx().discard_last();
+      conn_.tx().discard_last();
       nak_psn_ = psn_add(r.psn, i);
       return std::nullopt;
     }
-    if (i == 0 && r.repeat_first) qp.device().tx().repeat_last();
+    if (i == 0 && r.repeat_first) conn_.tx().repeat_last();
   }
   return produced;
 }
@@ -516,7 +516,7 @@ void Responder::on_burst_end() {
   if (!ack_pending_ || responses_count_ > 0) return;
   ack_pending_ = false;
   send_ack(syndrome::ack(), psn_add(epsn_, -1));
-  if (ack_twice_) conn_.qp().device().tx().repeat_last();
+  if (ack_twice_) conn_.tx().repeat_last();
   ack_twice_ = false;
 }
 

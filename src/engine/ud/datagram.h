@@ -16,7 +16,8 @@
 #include <span>
 #include <vector>
 
-#include "engine/protocol.h"
+#include "engine/roce/family.h"
+#include "engine/roce/protocol.h"
 #include "engine/wqe.h"
 #include "transport/transport.h"
 #include "wire/ip_udp.h"
@@ -56,9 +57,9 @@ constexpr uint8_t roce_packet_type(bool ipv4) {
   return kRoceV2 | (ipv4 ? kIpv4 : kIpv6);
 }
 
-class Datagram final : public Protocol {
+class Datagram final : public roce::RoceProtocol {
  public:
-  explicit Datagram(Qp& qp);
+  Datagram(Qp& qp, roce::RoceFamily& family);
 
   void on_packet(wire::PacketView packet, const transport::RxPacket& from,
                  Nanos now) override;
@@ -93,6 +94,7 @@ class Datagram final : public Protocol {
   std::vector<PeerEntry> peers_;
 
   Qp& qp_;
+  roce::RoceFamily& family_;
   uint32_t next_psn_ = 0;
 };
 

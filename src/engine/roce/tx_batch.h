@@ -1,5 +1,5 @@
-// Outgoing packets are built in place in the device's buffers and handed to the
-// transport one burst at a time (STYLE.md: one virtual call per burst; no malloc
+// RoCEv2's egress: outgoing packets are built in place in the family's buffers
+// (roce/family.h) and handed to the transport one burst at a time (STYLE.md: one virtual call per burst; no malloc
 // on the data path). Owner: the thread that holds the device's engine
 // (docs/decisions/threading.md); it flushes at the end of its turn, so packets
 // leave in the order they were built, whatever QP built them.
@@ -12,7 +12,7 @@
 #include "transport/transport.h"
 #include "wire/packet.h"
 
-namespace softrdma::engine {
+namespace softrdma::engine::roce {
 
 class TxBatch {
  public:
@@ -44,4 +44,4 @@ class TxBatch {
   EngineCounters& counters_;
 };
 
-}  // namespace softrdma::engine
+}  // namespace softrdma::engine::roce

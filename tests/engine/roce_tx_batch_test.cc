@@ -1,6 +1,6 @@
 // TxBatch: packets leave in the order they were added, and repeat_last() sends a
 // byte-for-byte copy of the last one, also when it had filled the batch.
-#include "engine/tx_batch.h"
+#include "engine/roce/tx_batch.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include "transport/fake/fake_network.h"
 #include "wire/opcodes.h"
 
-namespace softrdma::engine {
+namespace softrdma::engine::roce {
 namespace {
 
 using transport::fake::FakeNetwork;
@@ -69,4 +69,4 @@ TEST_F(TxBatchTest, RepeatLastOfAnEmptyBatchSendsNothing) {
 }
 
 }  // namespace
-}  // namespace softrdma::engine
+}  // namespace softrdma::engine::roce

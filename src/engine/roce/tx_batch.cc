@@ -1,8 +1,8 @@
-#include "engine/tx_batch.h"
+#include "engine/roce/tx_batch.h"
 
 #include <cstring>
 
-namespace softrdma::engine {
+namespace softrdma::engine::roce {
 
 wire::PacketView TxBatch::add(transport::Transport& via, uint8_t opcode, size_t payload_len,
                               const transport::Gid& src, const transport::Gid& dst,
@@ -38,4 +38,4 @@ void TxBatch::flush() {
   count_ = 0;
 }
 
-}  // namespace softrdma::engine
+}  // namespace softrdma::engine::roce

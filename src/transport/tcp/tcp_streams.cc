@@ -1,0 +1,241 @@
+#include "transport/tcp/tcp_streams.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+#include "transport/udp/udp_socket.h"
+
+namespace softrdma::transport::tcp {
+
+namespace {
+
+int open_stream_socket(const Gid& address) {
+  const int family = wire::gid_is_ipv4(address) ? AF_INET : AF_INET6;
+  const int fd = ::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  return fd >= 0 ? fd : -errno;
+}
+
+void set_no_delay(int fd) {
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+int bind_to(int fd, const Gid& address, uint16_t port) {
+  const udp::SocketAddress at = udp::to_socket_address(address, port);
+  return ::bind(fd, at.get(), at.length) == 0 ? 0 : -errno;
+}
+
+uint16_t bound_port(int fd) {
+  sockaddr_storage storage{};
+  socklen_t length = sizeof storage;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&storage), &length) != 0) return 0;
+  Gid ignored{};
+  uint16_t port = 0;
+  udp::from_socket_address(storage, ignored, port);
+  return port;
+}
+
+}  // namespace
+
+std::unique_ptr<TcpStreams> TcpStreams::open(const Gid& address, std::string& why) {
+  const int epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
+  if (epoll_fd < 0) {
+    why = std::string("epoll_create1: ") + std::strerror(errno);
+    return nullptr;
+  }
+  return std::unique_ptr<TcpStreams>(new TcpStreams(address, epoll_fd));
+}
+
+TcpStreams::~TcpStreams() {
+  for (auto& [port, fd] : listeners_) ::close(fd);
+  for (auto& [id, c] : connections_) ::close(c.fd);
+  ::close(epoll_fd_);
+}
+
+int TcpStreams::listen(uint16_t port) {
+  if (port != 0 && listeners_.contains(port)) return -EADDRINUSE;
+  const int fd = open_stream_socket(address_);
+  if (fd < 0) return fd;
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  int err = bind_to(fd, address_, port);
+  if (err == 0 && ::listen(fd, SOMAXCONN) != 0) err = -errno;
+  const uint16_t bound = err == 0 ? bound_port(fd) : 0;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kListenerTag | bound;
+  if (err == 0 && ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) err = -errno;
+  if (err != 0) {
+    ::close(fd);
+    return err;
+  }
+  listeners_[bound] = fd;
+  return bound;
+}
+
+void TcpStreams::stop_listening(uint16_t port) {
+  auto it = listeners_.find(port);
+  if (it == listeners_.end()) return;
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second, nullptr);
+  ::close(it->second);
+  listeners_.erase(it);
+}
+
+StreamId TcpStreams::add(int fd, bool connecting, const Gid& peer, uint16_t peer_port) {
+  while (next_id_ == kNoStream || connections_.contains(next_id_)) ++next_id_;
+  const StreamId id = next_id_++;
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP | (connecting ? uint32_t(EPOLLOUT) : 0u);
+  ev.data.u64 = id;
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    ::close(fd);
+    return kNoStream;
+  }
+  connections_[id] = Connection{fd, connecting, peer, peer_port};
+  return id;
+}
+
+// From this transport's address (the process's own, as its datagrams' source),
+// so that the peer sees the address the GID table lists.
+StreamId TcpStreams::connect(const Gid& dst, uint16_t port, int& err) {
+  const int fd = open_stream_socket(address_);
+  if (fd < 0) {
+    err = -fd;
+    return kNoStream;
+  }
+  set_no_delay(fd);
+  const udp::SocketAddress to = udp::to_socket_address(dst, port);
+  int result = bind_to(fd, address_, 0);
+  if (result == 0 && ::connect(fd, to.get(), to.length) != 0 && errno != EINPROGRESS)
+    result = -errno;
+  if (result != 0) {
+    ::close(fd);
+    err = -result;
+    return kNoStream;
+  }
+  const StreamId id = add(fd, /*connecting=*/true, dst, port);
+  if (id == kNoStream) err = ENOMEM;
+  return id;
+}
+
+size_t TcpStreams::accept_all(uint16_t port, int fd, std::span<StreamEvent> events) {
+  size_t n = 0;
+  while (n < events.size()) {
+    sockaddr_storage from{};
+    socklen_t length = sizeof from;
+    const int conn = ::accept4(fd, reinterpret_cast<sockaddr*>(&from), &length,
+                               SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (conn < 0) break;  // EAGAIN: none left (others: the client gave up)
+    set_no_delay(conn);
+    Gid peer{};
+    uint16_t peer_port = 0;
+    udp::from_socket_address(from, peer, peer_port);
+    const StreamId id = add(conn, /*connecting=*/false, peer, peer_port);
+    if (id != kNoStream) events[n++] = StreamEvent{id, StreamEvent::kAccepted, port, 0};
+  }
+  return n;
+}
+
+StreamEvent TcpStreams::settle_connect(StreamId id, Connection& c) {
+  int error = 0;
+  socklen_t length = sizeof error;
+  if (::getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0) error = errno;
+  if (error != 0) {
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);  // reported once
+    return StreamEvent{id, StreamEvent::kClosed, c.peer_port, error};
+  }
+  c.connecting = false;
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.data.u64 = id;
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.fd, &ev);
+  return StreamEvent{id, StreamEvent::kConnected, c.peer_port, 0};
+}
+
+size_t TcpStreams::poll(std::span<StreamEvent> events) {
+  std::array<epoll_event, 64> ready;
+  const int max = int(std::min(events.size(), ready.size()));
+  const int got = max > 0 ? ::epoll_wait(epoll_fd_, ready.data(), max, 0) : 0;
+  size_t n = 0;
+  for (int i = 0; i < got && n < events.size(); ++i) {
+    const uint64_t tag = ready[i].data.u64;
+    if ((tag & kListenerTag) != 0) {
+      const uint16_t port = uint16_t(tag);
+      auto it = listeners_.find(port);
+      if (it != listeners_.end()) n += accept_all(port, it->second, events.subspan(n));
+      continue;
+    }
+    auto it = connections_.find(StreamId(tag));
+    if (it == connections_.end()) continue;
+    Connection& c = it->second;
+    const uint32_t what = ready[i].events;
+    if (c.connecting) {
+      events[n++] = settle_connect(it->first, c);
+    } else if ((what & EPOLLERR) != 0) {
+      int error = 0;
+      socklen_t length = sizeof error;
+      ::getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &error, &length);
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);  // reported once
+      events[n++] = StreamEvent{it->first, StreamEvent::kClosed, c.peer_port,
+                                error != 0 ? error : ECONNRESET};
+    } else {
+      events[n++] = StreamEvent{it->first, StreamEvent::kReadable, c.peer_port, 0};
+    }
+  }
+  return n;
+}
+
+ssize_t TcpStreams::read(StreamId stream, std::span<uint8_t> into) {
+  auto it = connections_.find(stream);
+  if (it == connections_.end()) return -EBADF;
+  if (it->second.connecting) return 0;
+  const ssize_t n = ::recv(it->second.fd, into.data(), into.size(), MSG_DONTWAIT);
+  if (n > 0) return n;
+  if (n == 0) return into.empty() ? 0 : kEndOfStream;
+  return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -errno;
+}
+
+ssize_t TcpStreams::write(StreamId stream, std::span<const iovec> parts) {
+  auto it = connections_.find(stream);
+  if (it == connections_.end()) return -EBADF;
+  if (it->second.connecting) return -ENOTCONN;
+  msghdr msg{};
+  msg.msg_iov = const_cast<iovec*>(parts.data());
+  msg.msg_iovlen = std::min<size_t>(parts.size(), IOV_MAX);
+  // MSG_NOSIGNAL: a peer's close is an error here, not a SIGPIPE for the process.
+  const ssize_t n = ::sendmsg(it->second.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n >= 0) return n;
+  return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -errno;
+}
+
+void TcpStreams::close(StreamId stream) {
+  auto it = connections_.find(stream);
+  if (it == connections_.end()) return;
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second.fd, nullptr);
+  ::close(it->second.fd);
+  connections_.erase(it);
+}
+
+bool TcpStreams::peer_of(StreamId stream, Gid& address, uint16_t& port) const {
+  auto it = connections_.find(stream);
+  if (it == connections_.end()) return false;
+  address = it->second.peer;
+  port = it->second.peer_port;
+  return true;
+}
+
+std::string TcpStreams::describe() const {
+  return "TCP " + udp::address_to_string(address_) + " (" + std::to_string(listeners_.size()) +
+         " listening, " + std::to_string(connections_.size()) + " connections)";
+}
+
+}  // namespace softrdma::transport::tcp

@@ -1,0 +1,155 @@
+// TcpStreams (transport/stream.h): connections over the kernel's TCP on loopback,
+// as the iWARP family will use them — accepted and completed connections
+// reported by poll(), bytes in order, writes that never block, the ends and
+// failures of a connection reported, and rx_fd() readable when poll() has work.
+#include "transport/tcp/tcp_streams.h"
+
+#include <poll.h>
+
+#include <array>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace softrdma::transport::tcp {
+namespace {
+
+Gid loopback(uint8_t last) {
+  Gid g{};
+  g[10] = g[11] = 0xff;
+  g[12] = 127;
+  g[15] = last;
+  return g;
+}
+
+// Waits (rx_fd, at most ~10 s: a liveness guard, not a timing assertion) until
+// `streams` reports an event of `kind`, and returns it; kClosed with error -1 if
+// none came.
+StreamEvent wait_for(TcpStreams& streams, StreamEvent::Kind kind) {
+  std::array<StreamEvent, 16> events;
+  for (int round = 0; round < 1000; ++round) {
+    pollfd p{streams.rx_fd(), POLLIN, 0};
+    ::poll(&p, 1, 10);
+    const size_t n = streams.poll(events);
+    for (size_t i = 0; i < n; ++i)
+      if (events[i].kind == kind) return events[i];
+  }
+  return StreamEvent{kNoStream, StreamEvent::kClosed, 0, -1};
+}
+
+std::string read_all(TcpStreams& streams, StreamId id, size_t want) {
+  std::string got;
+  std::array<uint8_t, 4096> buffer;
+  for (int round = 0; round < 1000 && got.size() < want; ++round) {
+    wait_for(streams, StreamEvent::kReadable);
+    const ssize_t n = streams.read(id, buffer);
+    if (n < 0) break;
+    got.append(reinterpret_cast<char*>(buffer.data()), size_t(n));
+  }
+  return got;
+}
+
+class TcpStreamsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    server_ = TcpStreams::open(loopback(1), why);
+    client_ = TcpStreams::open(loopback(2), why);
+    ASSERT_NE(server_, nullptr) << why;
+    ASSERT_NE(client_, nullptr) << why;
+    port_ = server_->listen(0);
+    ASSERT_GT(port_, 0) << std::strerror(-port_);
+  }
+
+  // A connection: its id on the client and on the server.
+  void connect_pair(StreamId& at_client, StreamId& at_server) {
+    int err = 0;
+    at_client = client_->connect(loopback(1), uint16_t(port_), err);
+    ASSERT_NE(at_client, kNoStream) << std::strerror(err);
+    const StreamEvent accepted = wait_for(*server_, StreamEvent::kAccepted);
+    ASSERT_EQ(accepted.kind, StreamEvent::kAccepted);
+    EXPECT_EQ(accepted.port, port_);
+    at_server = accepted.stream;
+    const StreamEvent connected = wait_for(*client_, StreamEvent::kConnected);
+    ASSERT_EQ(connected.stream, at_client);
+  }
+
+  std::unique_ptr<TcpStreams> server_, client_;
+  int port_ = 0;
+};
+
+TEST_F(TcpStreamsTest, BytesCrossInOrderBothWays) {
+  StreamId c = kNoStream, s = kNoStream;
+  connect_pair(c, s);
+  Gid peer{};
+  uint16_t peer_port = 0;
+  ASSERT_TRUE(server_->peer_of(s, peer, peer_port));
+  EXPECT_EQ(peer, loopback(2)) << "the client connects from its own address";
+  char head[] = "MPA ID Req Frame", body[] = " and a payload";
+  const iovec parts[] = {{head, std::strlen(head)}, {body, std::strlen(body)}};
+  ASSERT_EQ(client_->write(c, parts), ssize_t(std::strlen(head) + std::strlen(body)));
+  EXPECT_EQ(read_all(*server_, s, 30), "MPA ID Req Frame and a payload");
+  char answer[] = "reply";
+  const iovec back[] = {{answer, 5}};
+  ASSERT_EQ(server_->write(s, back), 5);
+  EXPECT_EQ(read_all(*client_, c, 5), "reply");
+}
+
+// TCP's flow control holds what the peer does not read: write() takes part and
+// returns, never blocking the engine.
+TEST_F(TcpStreamsTest, AWriteThePeerDoesNotReadIsTakenInPartAndNeverBlocks) {
+  StreamId c = kNoStream, s = kNoStream;
+  connect_pair(c, s);
+  std::vector<uint8_t> big(64u << 20, 0x5a);
+  const iovec part{big.data(), big.size()};
+  size_t taken = 0;
+  for (int i = 0; i < 8; ++i) {
+    const ssize_t n = client_->write(c, {&part, 1});
+    ASSERT_GE(n, 0);
+    taken += size_t(n);
+  }
+  EXPECT_LT(taken, 8 * big.size());
+}
+
+TEST_F(TcpStreamsTest, ThePeersCloseEndsTheStreamAfterItsBytes) {
+  StreamId c = kNoStream, s = kNoStream;
+  connect_pair(c, s);
+  char last[] = "last";
+  const iovec parts[] = {{last, 4}};
+  ASSERT_EQ(client_->write(c, parts), 4);
+  client_->close(c);
+  EXPECT_EQ(read_all(*server_, s, 4), "last");
+  std::array<uint8_t, 16> buffer;
+  ssize_t n = 0;
+  for (int i = 0; i < 100 && n == 0; ++i) {
+    wait_for(*server_, StreamEvent::kReadable);
+    n = server_->read(s, buffer);
+  }
+  EXPECT_EQ(n, kEndOfStream);
+  EXPECT_EQ(client_->read(c, buffer), -EBADF) << "a closed id is unknown";
+}
+
+TEST_F(TcpStreamsTest, AConnectionNobodyTakesIsReportedClosedWithItsError) {
+  server_->stop_listening(uint16_t(port_));
+  int err = 0;
+  const StreamId c = client_->connect(loopback(1), uint16_t(port_), err);
+  ASSERT_NE(c, kNoStream) << std::strerror(err);
+  const StreamEvent closed = wait_for(*client_, StreamEvent::kClosed);
+  EXPECT_EQ(closed.stream, c);
+  EXPECT_EQ(closed.error, ECONNREFUSED);
+  char byte = 0;
+  const iovec part{&byte, 1};
+  EXPECT_LT(client_->write(c, {&part, 1}), 0);
+}
+
+TEST_F(TcpStreamsTest, ListeningTwiceOnAPortIsRefused) {
+  EXPECT_EQ(server_->listen(uint16_t(port_)), -EADDRINUSE);
+  const int other = server_->listen(0);
+  EXPECT_GT(other, 0);
+  EXPECT_NE(other, port_);
+}
+
+}  // namespace
+}  // namespace softrdma::transport::tcp
