@@ -10,7 +10,7 @@
 #include "engine/rc/host_batch.h"
 #include "engine/roce/family.h"
 #include "samehost/host.h"
-#include "wire/packet.h"
+#include "wire/ip_udp.h"
 
 namespace softrdma::engine {
 

@@ -29,12 +29,12 @@
 #include "engine/clock.h"
 #include "engine/counters.h"
 #include "engine/cq.h"
+#include "engine/family.h"
 #include "engine/limits.h"
 #include "engine/mr.h"
 #include "engine/pd.h"
 #include "engine/qp.h"
 #include "engine/srq.h"
-#include "engine/family.h"
 #include "transport/transport.h"
 
 namespace softrdma::engine {
