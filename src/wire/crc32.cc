@@ -15,4 +15,10 @@ uint32_t crc32_update(uint32_t crc, std::span<const uint8_t> bytes) {
   return crc32_gzip_refl(crc, bytes.data(), bytes.size());
 }
 
+// crc32_iscsi keeps ISA-L's raw register: the inversions are ours, so that a
+// running value continues as crc32_update's does.
+uint32_t crc32c_update(uint32_t crc, std::span<const uint8_t> bytes) {
+  return ~crc32_iscsi(const_cast<uint8_t*>(bytes.data()), int(bytes.size()), ~crc);
+}
+
 }  // namespace softrdma::wire

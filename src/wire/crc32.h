@@ -15,4 +15,9 @@ namespace softrdma::wire {
 // The GF(2) solver (crc32_gf2.h) relies on this being exactly zlib's CRC-32.
 uint32_t crc32_update(uint32_t crc, std::span<const uint8_t> bytes);
 
+// CRC-32C (Castagnoli, iSCSI's: RFC 3385; the MPA CRC of RFC 5044 §6.4):
+// reflected, initial value and final XOR all ones; crc32c_update(0, "123456789")
+// is 0xE3069283. Continued in pieces like crc32_update.
+uint32_t crc32c_update(uint32_t crc, std::span<const uint8_t> bytes);
+
 }  // namespace softrdma::wire
