@@ -75,8 +75,9 @@ class Requester {
   bool executes_on_host(const SendWqe& wqe) const;
   // The type the peer's QP has: the same, or XRC receive for an XRC send QP.
   uint32_t peer_qp_type() const;
-  HostVerdict xrc_srq_on_host(const SendWqe& wqe, samehost::Peer& peer,
-                              const samehost::QpGrant& target, samehost::SrqGrant& srq) const;
+  // The peer QP's grant with an XRC request's SRQ in it (its PD and queue).
+  HostVerdict as_request_sees_it(const SendWqe& wqe, samehost::Peer& peer,
+                                 samehost::QpGrant& target) const;
   bool execute_on_host(SendWqe& wqe, Nanos now);
   bool execute_alone_on_host(SendWqe& wqe, Nanos now);
   void mark_executed_on_host(SendWqe& wqe);

@@ -63,15 +63,18 @@ uint32_t Requester::peer_qp_type() const {
 }
 
 // IBA A14: an XRC request names the XRC SRQ that receives it, whose PD checks its
-// R_Key; one outside the receive QP's domain is an invalid request (responder.cc).
-// One not published (no such SRQ, or too large to be) is left to the wire to judge.
-Requester::HostVerdict Requester::xrc_srq_on_host(const SendWqe& wqe, samehost::Peer& peer,
-                                                  const samehost::QpGrant& target,
-                                                  samehost::SrqGrant& srq) const {
-  const auto grant = peer.node->xrc_srq(wqe.xrc_srqn);
-  if (!grant) return HostVerdict::kWire;
-  if (grant->xrcd != target.xrcd) return HostVerdict::kInvalidRequest;
-  srq = *grant;
+// R_Key and whose queue takes its SEND; the receive QP has neither of its own. So
+// `target` becomes the grant as this request sees it. An SRQ outside the receive
+// QP's domain is an invalid request (responder.cc); one not published (no such
+// SRQ, or too large to be) is left to the wire to judge.
+Requester::HostVerdict Requester::as_request_sees_it(const SendWqe& wqe, samehost::Peer& peer,
+                                                     samehost::QpGrant& target) const {
+  if (conn_.qp().type() != IBV_QPT_XRC_SEND) return HostVerdict::kGo;
+  const auto srq = peer.node->xrc_srq(wqe.xrc_srqn);
+  if (!srq) return HostVerdict::kWire;
+  if (srq->xrcd != target.xrcd) return HostVerdict::kInvalidRequest;
+  target.pd = srq->pd;
+  target.recv_queue = srq->recv_queue;  // the receive QP's RNR timer stays
   return HostVerdict::kGo;
 }
 
@@ -83,13 +86,8 @@ Requester::HostVerdict Requester::check_on_host(const SendWqe& wqe, samehost::Pe
   else if ((target = peer.node->qp(conn_.path().dest_qpn)) && cache != nullptr) cache->target = target;
   if (!target || !takes_requests_on_host(target->state) || target->type != peer_qp_type())
     return HostVerdict::kNotReady;
-  uint32_t pd = target->pd;
-  if (conn_.qp().type() == IBV_QPT_XRC_SEND) {
-    samehost::SrqGrant srq;
-    if (const HostVerdict v = xrc_srq_on_host(wqe, peer, *target, srq); v != HostVerdict::kGo)
-      return v;
-    pd = srq.pd;
-  }
+  if (const HostVerdict v = as_request_sees_it(wqe, peer, *target); v != HostVerdict::kGo)
+    return v;
   const int need = right_needed(wqe);
   if ((target->access & uint32_t(need)) == 0) return HostVerdict::kInvalidRequest;
   if (wqe.length > conn_.qp().device().limits().max_msg_size) return HostVerdict::kInvalidRequest;
@@ -105,7 +103,7 @@ Requester::HostVerdict Requester::check_on_host(const SendWqe& wqe, samehost::Pe
   }
   if (!grant) return peer.node->key_overflow() ? HostVerdict::kWire : HostVerdict::kAccess;
   const uint64_t va = wqe.remote_addr;
-  if (grant->pd != pd || (grant->qpn != 0 && grant->qpn != conn_.path().dest_qpn) ||
+  if (grant->pd != target->pd || (grant->qpn != 0 && grant->qpn != conn_.path().dest_qpn) ||
       (grant->access & uint32_t(need)) != uint32_t(need) || va < grant->iova ||
       length > grant->length || va - grant->iova > grant->length - length)
     return HostVerdict::kAccess;

@@ -154,12 +154,8 @@ Requester::HostVerdict Requester::find_receiver_on_host(const SendWqe& wqe,
   auto grant = peer.node->qp(dest_qpn);
   if (!grant || !takes_requests_on_host(grant->state) || grant->type != peer_qp_type())
     return HostVerdict::kNotReady;
-  if (conn_.qp().type() == IBV_QPT_XRC_SEND) {
-    samehost::SrqGrant srq;
-    if (const HostVerdict v = xrc_srq_on_host(wqe, peer, *grant, srq); v != HostVerdict::kGo)
-      return v;
-    grant->recv_queue = srq.recv_queue;  // the SRQ's queue, the QP's RNR timer
-  }
+  if (const HostVerdict v = as_request_sees_it(wqe, peer, *grant); v != HostVerdict::kGo)
+    return v;
   if (wqe.length > conn_.qp().device().limits().max_msg_size) return HostVerdict::kInvalidRequest;
   // Not published (an XRC or tag-matching SRQ's, or one too large): the wire.
   if (grant->recv_queue == 0) return HostVerdict::kWire;
