@@ -19,7 +19,7 @@ ALLOWED = {
     # The same-host path: node segments and cross-memory attach, below the engine;
     # a peer wakes the owner's progress loop by its protocol (one header).
     "samehost": {"wire", "samehost", "transport/transport.h", "progress/wake_word.h"},
-    "engine": {"wire", "engine", "samehost", "transport/transport.h"},
+    "engine": {"wire", "engine", "samehost", "transport/transport.h", "transport/stream.h"},
     "runtime": {"wire", "engine", "progress", "samehost", "transport", "runtime"},
     "verbs": {"wire", "engine", "runtime", "verbs", "progress", "transport/transport.h"},
     # librdmacm sits on the public verbs API (and the pure wire code for CM MADs),

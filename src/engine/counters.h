@@ -63,7 +63,11 @@ namespace softrdma::engine {
   X(host_receives_dropped)  /* SRQ WQEs a peer consumed for a QP gone or reset, or left empty */ \
   X(host_datagrams_dropped) /* UD messages to a same-host peer that its QP would drop */ \
   X(host_doorbells)         /* a peer's progress loop woken: it slept when told of work */ \
-  X(peer_faults_taken)      /* same-host peers ended one of this device's QPs */
+  X(peer_faults_taken)      /* same-host peers ended one of this device's QPs */ \
+  X(iwarp_bad_fpdus)        /* iWARP: an FPDU with a bad CRC or length (a Terminate) */ \
+  X(iwarp_terminates_sent)  /* iWARP: errors reported to the peer (RFC 5040 §7) */ \
+  X(iwarp_terminates_received) /* iWARP: the peer reported an error */ \
+  X(iwarp_streams_lost)     /* iWARP: a QP's TCP connection ended under it */
 
 struct EngineCounters {
 #define SOFTRDMA_DECLARE_COUNTER(name) std::atomic<uint64_t> name{0};

@@ -1,6 +1,7 @@
 #include "engine/device.h"
 
 #include <sys/random.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -8,6 +9,7 @@
 
 #include "engine/guarded_memory.h"
 #include "engine/rc/host_batch.h"
+#include "engine/iwarp/family.h"
 #include "engine/roce/family.h"
 #include "samehost/host.h"
 #include "wire/ip_udp.h"
@@ -60,7 +62,27 @@ transport::Transport& Device::route(const Gid& dst) { return roce_->route(dst); 
 
 void Device::add_transport(transport::Transport& extra) {
   auto engine = hold_engine();
-  roce_->add_transport(extra);
+  if (roce_ != nullptr) roce_->add_transport(extra);
+}
+
+void Device::use_iwarp(transport::StreamTransport& streams) {
+  auto engine = hold_engine();
+  auto family = std::make_unique<iwarp::IwarpFamily>(*this, streams);
+  iwarp_ = family.get();
+  roce_ = nullptr;
+  family_ = std::move(family);
+}
+
+int Device::attach_iwarp(Qp* qp, const wire::iwarp::IwarpHandoff& handoff) {
+  auto engine = hold_engine();
+  if (iwarp_ == nullptr || !live_qps_.contains(qp)) {
+    ::close(handoff.fd);
+    return EINVAL;
+  }
+  const Nanos now = clock_.now();
+  if (int err = iwarp_->attach(*qp, handoff, now); err != 0) return err;
+  qp->enter_rts_connected(handoff.ird, handoff.ord, now);
+  return 0;
 }
 
 // The QPs go first: they hand back what they hold of the other objects (CQ and PD

@@ -35,7 +35,9 @@
 #include "engine/pd.h"
 #include "engine/qp.h"
 #include "engine/srq.h"
+#include "transport/stream.h"
 #include "transport/transport.h"
+#include "wire/iwarp/handoff.h"
 
 namespace softrdma::engine {
 
@@ -44,6 +46,9 @@ struct HostBatch;
 }
 namespace roce {
 class RoceFamily;
+}
+namespace iwarp {
+class IwarpFamily;
 }
 
 using transport::Gid;
@@ -188,6 +193,14 @@ class Device {
   void arm_timer(Qp& qp, Nanos when);
   // The wire protocol family of the device's port (family.h).
   ProtocolFamily& family() { return *family_; }
+  // The port speaks iWARP over `streams` instead of RoCEv2 (docs/decisions/
+  // iwarp.md); the datagram transport stays for the address and the GID table.
+  // Once, before any QP exists.
+  void use_iwarp(transport::StreamTransport& streams);
+  // softrdma_iwarp_attach (wire/iwarp/handoff.h): `qp` (RC, INIT, of an iWARP
+  // device) speaks on the connection a connection manager made, and is in RTS.
+  // 0, or an errno; the descriptor is the device's either way.
+  int attach_iwarp(Qp* qp, const wire::iwarp::IwarpHandoff& handoff);
 
   const DeviceConfig& config() const { return config_; }
   const DeviceLimits& limits() const { return config_.limits; }
@@ -279,6 +292,7 @@ class Device {
   uint32_t next_qpn_;
   std::unique_ptr<ProtocolFamily> family_;
   roce::RoceFamily* roce_ = nullptr;  // family_, when it is RoCEv2's
+  iwarp::IwarpFamily* iwarp_ = nullptr;  // family_, when it is iWARP's
   std::vector<Qp*> timed_;    // QPs that may have a timer armed
   std::vector<Qp*> busy_;     // QPs with output to produce (want_tx)
   struct StagedCompletion {

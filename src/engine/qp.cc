@@ -87,6 +87,11 @@ int Qp::check_send_wr(const ibv_send_wr& wr, bool by_bind_verb) const {
   if (type_ == IBV_QPT_UD && ((opcode != IBV_WR_SEND && opcode != IBV_WR_SEND_WITH_IMM) ||
                               wr.wr.ud.ah == nullptr || length > path_mtu_bytes()))
     return EINVAL;
+  // RFC 5040 §4: RDMAP has SEND (with Invalidate), WRITE and READ; immediate data
+  // and atomics (RFC 7306) are not offered (the device reports no atomics).
+  if (device_.family().wire_protocol() == WireProtocol::kIwarp && opcode != IBV_WR_SEND &&
+      opcode != IBV_WR_SEND_WITH_INV && opcode != IBV_WR_RDMA_WRITE && opcode != IBV_WR_RDMA_READ)
+    return EINVAL;
   // IBA Table 39: UC has SEND and RDMA WRITE (with immediate) only.
   if (type_ == IBV_QPT_UC && opcode != IBV_WR_SEND && opcode != IBV_WR_SEND_WITH_IMM &&
       opcode != IBV_WR_RDMA_WRITE && opcode != IBV_WR_RDMA_WRITE_WITH_IMM)

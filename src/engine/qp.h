@@ -163,6 +163,10 @@ class Qp {
   RecvWqe* claim_datagram_recv(uint64_t length, uint32_t& index, bool& too_long, Nanos now);
   void complete_datagram_recv(uint32_t index, samehost::RecvResult result, Nanos now);
 
+  // An iWARP connection manager bound the QP to its connection (iwarp/family.h):
+  // INIT to RTS at once, with the READ depths the peers settled (RFC 6581 §5).
+  // Engine held.
+  void enter_rts_connected(uint16_t ird, uint16_t ord, Nanos now);
   // IBA 10.3.1 / 11.2.5.4: enter the Error state; flush every outstanding WQE.
   // Engine owner, mutex() not held.
   void enter_error(Nanos now);

@@ -1,6 +1,7 @@
 // ibv_modify_qp: the QP state machine of IBA 10.3 / 11.2.5.2 and, per transition
 // and transport, which attributes must and may be given (the table of
 // ibv_modify_qp(3)). Anything else is EINVAL and changes nothing.
+#include <algorithm>
 #include <array>
 #include <cerrno>
 
@@ -199,6 +200,18 @@ void Qp::after_state_change(ibv_qp_state from, ibv_qp_state to, Nanos now) {
   // row written by set_state still shows the old one.
   if (to == IBV_QPS_RTR || to == IBV_QPS_SQD) device_.note_qp(*this);
   if (to == IBV_QPS_SQD) maybe_report_drained();
+}
+
+void Qp::enter_rts_connected(uint16_t ird, uint16_t ord, Nanos now) {
+  const ibv_qp_state from = attr_.qp_state;
+  {
+    std::lock_guard lock(mutex_);
+    attr_.max_dest_rd_atomic = uint8_t(std::min<uint16_t>(ird, 255));
+    attr_.max_rd_atomic = uint8_t(std::min<uint16_t>(ord, 255));
+    set_state(IBV_QPS_RTS);
+  }
+  after_state_change(from, IBV_QPS_RTS, now);
+  protocol_->on_send_posted(now);
 }
 
 // IBA 11.2.5.3: SQ Drained is reported once nothing sent is still outstanding.

@@ -33,6 +33,7 @@ Agent::Agent()
   event.events = EPOLLIN;
   event.data.fd = wake_fd_;
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &event);
+  iwarp_ = std::make_unique<IwarpCm>(epoll_fd_, wake_fd_);
   thread_ = std::thread([this] { run(); });
   thread_.detach();
 }
@@ -99,6 +100,7 @@ void Agent::serve(int fd) {
       return;
     }
     if (serve_pidfd(fd)) return;
+    if (iwarp_->serve(fd)) return;
   }
   std::unique_lock lock(mutex_);
   ibv_context* context = context_;

@@ -20,6 +20,7 @@
 #include <thread>
 #include <utility>
 
+#include "rdmacm/iwarp_cm.h"
 #include "rdmacm/mad_port.h"
 
 namespace softrdma::rdmacm {
@@ -63,6 +64,8 @@ class Agent {
   // SIDR for UD ids (cm_sidr.cc): the request, and the listener's answer.
   int connect_ud(CmId& id, const rdma_conn_param& param);
   int answer_ud(CmId& id, bool accept, const rdma_conn_param* param);
+  // rdma_cm on an iWARP device: TCP and MPA instead of CM MADs (iwarp_cm.h).
+  IwarpCm& iwarp() { return *iwarp_; }
 
  private:
   Agent();
@@ -101,6 +104,7 @@ class Agent {
   // softrdma_qp_error_fd of context_: readable when a QP entered Error.
   std::atomic<int> qp_error_fd_{-1};
   std::thread thread_;
+  std::unique_ptr<IwarpCm> iwarp_;  // its sockets are in epoll_fd_; guarded by cm_mutex_
 
   std::mutex cm_mutex_;
   std::unique_ptr<MadPort> mad_port_;               // guarded by cm_mutex_

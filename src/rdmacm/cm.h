@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "rdmacm/connection.h"
+#include "rdmacm/iwarp_connection.h"
 
 #define SOFTRDMA_CM_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -25,10 +26,11 @@ namespace softrdma::rdmacm {
 struct CmId;
 
 // An event handed to the application: rdma_cm_event plus the private data it
-// points at (IBA 12.6: at most 224 bytes, a DREP/RTU's), freed by rdma_ack_cm_event.
+// points at (IBA 12.6: at most 224 bytes, a DREP/RTU's; an iWARP start frame's
+// up to RDMA_MAX_PRIVATE_DATA, 256), freed by rdma_ack_cm_event.
 struct Event {
   rdma_cm_event ibv{};
-  uint8_t private_data[224]{};
+  uint8_t private_data[256]{};
 };
 
 // rdma_create_event_channel(3): `fd` is the read end of a pipe that holds one
@@ -89,6 +91,9 @@ struct CmId {
   // The Communication Manager's connection (cm_protocol.cc), under the agent's
   // cm_mutex: the id is in the agent's tables while conn.local_comm_id != 0.
   Connection conn;
+  // On an iWARP device, the connection is TCP and MPA instead (iwarp_cm.cc),
+  // under the agent's cm_mutex.
+  IwarpConnection iwarp;
   uint64_t service_id = 0;  // a listener's, while it is in the agent's table
   CmId* listener = nullptr; // a passive id's listener (CONNECT_REQUEST's listen_id)
   // rdma_create_ep(3) on a passive id: what rdma_get_request makes each new id's QP of.
@@ -104,6 +109,13 @@ struct CmId {
 };
 
 inline CmId* to_id(rdma_cm_id* id) { return reinterpret_cast<CmId*>(id); }
+
+// An id of an iWARP device (IBV_TRANSPORT_IWARP) connects over TCP and MPA, not
+// with CM MADs (docs/decisions/iwarp-cm.md).
+inline bool is_iwarp(const CmId& id) {
+  return id.ibv.verbs != nullptr && id.ibv.verbs->device != nullptr &&
+         id.ibv.verbs->device->transport_type == IBV_TRANSPORT_IWARP;
+}
 inline EventChannel* to_channel(rdma_event_channel* c) {
   return reinterpret_cast<EventChannel*>(c);
 }

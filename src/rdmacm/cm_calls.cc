@@ -83,11 +83,13 @@ size_t private_data_limit(const CmId& id, Carrier carrier) {
 }
 
 int connect(CmId& id, const rdma_conn_param& param) {
-  if (param.private_data_len > private_data_limit(id, Carrier::kRequest)) return EINVAL;
+  if (!is_iwarp(id) && param.private_data_len > private_data_limit(id, Carrier::kRequest))
+    return EINVAL;
   if (id.state != IdState::kRouteResolved) return EINVAL;
   refresh_local_destination(id);  // before the lock: it may wait
   Agent& agent = Agent::get();
   std::lock_guard lock(agent.cm_mutex());
+  if (is_iwarp(id)) return agent.iwarp().connect(id, param);  // TCP and MPA
   if (id.ibv.qp_type == IBV_QPT_UD) return agent.connect_ud(id, param);  // SIDR
   if (int err = agent.open_mad_port()) return err;
   Connection& c = id.conn;
@@ -119,11 +121,13 @@ int connect(CmId& id, const rdma_conn_param& param) {
 }
 
 int accept(CmId& id, const rdma_conn_param* param) {
-  if (param != nullptr && param->private_data_len > private_data_limit(id, Carrier::kAccept))
+  if (!is_iwarp(id) && param != nullptr &&
+      param->private_data_len > private_data_limit(id, Carrier::kAccept))
     return EINVAL;
   if (int err = become_synchronous(id)) return err;
   Agent& agent = Agent::get();
   std::lock_guard lock(agent.cm_mutex());
+  if (is_iwarp(id)) return agent.iwarp().accept(id, param);
   if (id.ibv.qp_type == IBV_QPT_UD) return agent.answer_ud(id, true, param);
   Connection& c = id.conn;
   if (c.state != CmState::kReqReceived) return EINVAL;
@@ -150,10 +154,11 @@ int accept(CmId& id, const rdma_conn_param* param) {
 }
 
 int reject(CmId& id, const void* private_data, uint8_t length) {
-  if (length > private_data_limit(id, Carrier::kReject)) return EINVAL;
+  if (!is_iwarp(id) && length > private_data_limit(id, Carrier::kReject)) return EINVAL;
   if (int err = become_synchronous(id)) return err;
   Agent& agent = Agent::get();
   std::lock_guard lock(agent.cm_mutex());
+  if (is_iwarp(id)) return agent.iwarp().reject(id, private_data, length);
   if (id.ibv.qp_type == IBV_QPT_UD) {
     rdma_conn_param param{};
     param.private_data = private_data;
@@ -171,6 +176,7 @@ int reject(CmId& id, const void* private_data, uint8_t length) {
 int disconnect(CmId& id) {
   Agent& agent = Agent::get();
   std::lock_guard lock(agent.cm_mutex());
+  if (is_iwarp(id)) return agent.iwarp().disconnect(id);
   Connection& c = id.conn;
   // Already ending (the peer's DREQ came first, or ours is out): nothing more
   // to send; the kernel's rdma_disconnect answers 0 there too.

@@ -43,6 +43,7 @@ void Agent::on_qp_errors() {
   uint32_t qpn = 0;
   std::lock_guard cm_lock(cm_mutex_);
   while (softrdma_take_qp_error(device, &qpn) == 0) {
+    if (iwarp_->qp_failed(qpn)) continue;  // an iWARP connection's stream ended
     for (auto& [comm_id, id] : connections_) {
       // Only a connection the application still thinks up: one it (or the peer's
       // DREQ) closed has its QP moved to Error by us, and that says nothing new.

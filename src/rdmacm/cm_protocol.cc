@@ -56,6 +56,7 @@ void Agent::request_answered(CmId& id) {
 
 void Agent::forget(CmId& id) {
   request_answered(id);
+  iwarp_->forget(id);
   if (id.service_id != 0) {
     auto it = listeners_.find(id.service_id);
     if (it != listeners_.end() && it->second == &id) listeners_.erase(it);
@@ -89,7 +90,7 @@ int Agent::send(CmId& id, std::span<const uint8_t> mad, bool expect_answer) {
 int Agent::next_timeout_ms() {
   std::lock_guard lock(cm_mutex_);
   auto now = Clock::now();
-  int wait = -1;
+  int wait = iwarp_->next_timeout_ms(now);
   for (auto& [comm_id, id] : connections_) {
     if (!id->conn.awaiting_answer) continue;
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(id->conn.deadline - now);
@@ -105,6 +106,7 @@ int Agent::next_timeout_ms() {
 void Agent::on_timeouts() {
   std::lock_guard lock(cm_mutex_);
   auto now = Clock::now();
+  iwarp_->on_timeouts(now);
   for (auto it = connections_.begin(); it != connections_.end();) {
     CmId& id = *(it++)->second;
     Connection& c = id.conn;

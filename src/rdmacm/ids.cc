@@ -152,6 +152,12 @@ SOFTRDMA_CM_EXPORT int rdma_listen(rdma_cm_id* ibv, int backlog) {
     id.backlog = backlog > 0 ? backlog : 1024;
     Agent& agent = Agent::get();
     std::lock_guard lock(agent.cm_mutex());
+    if (is_iwarp(id)) {
+      // A TCP listener beside the port's reservation (iwarp_cm.h).
+      if (int err = agent.iwarp().listen(id, id.backlog)) return err;
+      id.state = IdState::kListening;
+      return 0;
+    }
     if (int err = agent.open_mad_port()) return err;
     agent.add_listener(id);
     id.state = IdState::kListening;

@@ -25,6 +25,14 @@ int init_attributes(const CmId& id, ibv_qp_attr& attr, int& mask) {
   attr.port_num = id.ibv.port_num != 0 ? id.ibv.port_num : 1;
   attr.pkey_index = 0;
   mask = IBV_QP_STATE | IBV_QP_PORT | IBV_QP_PKEY_INDEX;
+  if (is_iwarp(id)) {
+    // The kernel's iw_cm (iwcm_init_qp_init_attr) grants remote WRITE and READ;
+    // the P_Key index stays for the engine's INIT rule (ibv_modify_qp(3)).
+    attr.qp_access_flags =
+        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    mask |= IBV_QP_ACCESS_FLAGS;
+    return 0;
+  }
   if (id.ibv.qp_type == IBV_QPT_UD) {
     attr.qkey = kUdpQkey;
     mask |= IBV_QP_QKEY;
@@ -36,9 +44,28 @@ int init_attributes(const CmId& id, ibv_qp_attr& attr, int& mask) {
   return 0;
 }
 
+// iWARP: the connection manager moves the QP to RTS itself (the engine, on
+// softrdma_iwarp_attach). The kernel's iw_cm gives RTR the INIT rights again
+// and RTS nothing to change (iwcm_init_qp_rts_attr: an empty mask).
+int iwarp_attributes(const CmId& id, ibv_qp_attr& attr, int& mask) {
+  const ibv_qp_state wanted = attr.qp_state;
+  if (wanted != IBV_QPS_RTR && wanted != IBV_QPS_RTS) return EINVAL;
+  if (id.iwarp.phase == IwarpPhase::kClosed || id.iwarp.phase == IwarpPhase::kListening)
+    return EINVAL;
+  attr = ibv_qp_attr{};
+  attr.qp_state = wanted;
+  mask = 0;
+  if (wanted == IBV_QPS_RTR) {
+    attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    mask = IBV_QP_STATE | IBV_QP_ACCESS_FLAGS;
+  }
+  return 0;
+}
+
 // IBA 12.7.2 / rdma_init_qp_attr(3) for RTR and RTS: the peer's QP and PSN,
 // the path, and the RDMA READ/ATOMIC depths the REQ and REP settled.
 int connected_attributes(const CmId& id, ibv_qp_attr& attr, int& mask) {
+  if (is_iwarp(id)) return iwarp_attributes(id, attr, mask);
   const Connection& c = id.conn;
   if (c.state != CmState::kReqReceived && c.state != CmState::kRepSent &&
       c.state != CmState::kRepReceived && c.state != CmState::kEstablished &&

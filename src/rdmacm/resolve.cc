@@ -48,6 +48,16 @@ void choose_source_address(CmId& id, const IpEndpoint& destination) {
   close(fd);
 }
 
+// iWARP: TCP finds the peer; the destination's address is all there is to
+// resolve (the kernel's cma resolves no GID for an iWARP device either).
+int resolve_iwarp(CmId& id, const IpEndpoint& destination) {
+  choose_source_address(id, destination);
+  std::memcpy(&id.ibv.route.addr.dst_storage, &destination.storage, destination.length());
+  id.local_destination = false;
+  id.state = IdState::kAddrResolved;
+  return 0;
+}
+
 int resolve(CmId& id, const sockaddr* src, const sockaddr* dst) {
   auto destination = IpEndpoint::from(dst);
   if (!destination) return dst == nullptr ? EINVAL : EAFNOSUPPORT;
@@ -57,6 +67,7 @@ int resolve(CmId& id, const sockaddr* src, const sockaddr* dst) {
   } else if (id.state != IdState::kAddrBound && id.state != IdState::kAddrResolved) {
     return EINVAL;
   }
+  if (is_iwarp(id)) return resolve_iwarp(id, *destination);
   ibv_context* context = id.ibv.verbs;
   auto source = local_gid_for(context, *destination);
   if (!source) return EADDRNOTAVAIL;  // no GID of that family (IPv6 on a loopback-only device)
@@ -140,6 +151,13 @@ SOFTRDMA_CM_EXPORT int rdma_resolve_route(rdma_cm_id* ibv, int /*timeout_ms*/) {
     if (ibv == nullptr) return EINVAL;
     CmId& id = *to_id(ibv);
     if (id.state != IdState::kAddrResolved && id.state != IdState::kRouteResolved) return EINVAL;
+    if (is_iwarp(id)) {
+      // The kernel's cma_resolve_iw_route: no path records, the event at once.
+      id.ibv.route.path_rec = nullptr;
+      id.ibv.route.num_paths = 0;
+      id.state = IdState::kRouteResolved;
+      return report(id, 0, RDMA_CM_EVENT_ROUTE_RESOLVED, RDMA_CM_EVENT_ROUTE_ERROR);
+    }
     return report(id, fill_route(id), RDMA_CM_EVENT_ROUTE_RESOLVED, RDMA_CM_EVENT_ROUTE_ERROR);
   });
 }

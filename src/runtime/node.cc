@@ -8,6 +8,7 @@
 #include "runtime/status_registry.h"
 #include "transport/fake/fault_injector.h"
 #include "transport/pcap_writer.h"
+#include "transport/tcp/tcp_streams.h"
 #include "transport/udp/udp_transport.h"
 #include "wire/ip_udp.h"
 
@@ -65,6 +66,13 @@ std::unique_ptr<Node> Node::open(const Settings& settings, std::string& error) {
   config.idle_probe_interval_ns = int64_t(settings.idle_probe_ms) * 1'000'000;
   config.shared_pages_max_bytes = uint64_t(settings.shared_pages_mb) << 20;
   node->device_ = std::make_unique<engine::Device>(config, *node->transport_);
+  if (settings.iwarp) {
+    // iWARP (docs/decisions/iwarp.md): QPs speak on TCP connections that librdmacm
+    // hands over; the datagram transport stays for the address and GID table.
+    node->streams_ = transport::tcp::TcpStreams::open(node->transport_->local_gid(), error);
+    if (!node->streams_) return nullptr;
+    node->device_->use_iwarp(*node->streams_);
+  }
   Node* raw = node.get();
   node->device_->set_qp_observer(
       [raw](const engine::Qp& qp, bool gone) { return raw->observe_qp(qp, gone); });
@@ -139,6 +147,7 @@ Node::~Node() {
   if (device_) device_->set_wakeup(nullptr);
   loop_.reset();
   device_.reset();
+  streams_.reset();
   if (host_) {
     for (const std::string& name : host_->node().names()) {
       dev_t dev;

@@ -17,6 +17,7 @@
 #include "runtime/settings.h"
 #include "runtime/status_segment.h"
 #include "samehost/host.h"
+#include "transport/stream.h"
 #include "transport/transport.h"
 
 namespace softrdma::transport {
@@ -76,6 +77,7 @@ class Node {
   std::unique_ptr<transport::Transport> transport_;
   transport::FaultInjector* faults_ = nullptr;  // inside transport_, when configured
   std::unique_ptr<samehost::Host> host_;  // outlives the device, which publishes there
+  std::unique_ptr<transport::StreamTransport> streams_;  // SOFTRDMA_WIRE=iwarp
   std::unique_ptr<engine::Device> device_;
   std::unique_ptr<progress::ProgressLoop> loop_;
   // For a device whose GID table follows the host's addresses (an IPv4

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <string_view>
 
 #include "engine/limits.h"
 
@@ -40,7 +41,13 @@ bool parse_up_to(const char* text, uint32_t most, uint32_t& out) {
 
 std::string Settings::device_name_from_environment() {
   const char* v = env("SOFTRDMA_DEVICE");
-  return v != nullptr ? v : Settings{}.device_name;
+  if (v != nullptr) return v;
+  return iwarp_from_environment() ? "softiwarp0" : Settings{}.device_name;
+}
+
+bool Settings::iwarp_from_environment() {
+  const char* v = env("SOFTRDMA_WIRE");
+  return v != nullptr && std::string_view(v) == "iwarp";
 }
 
 std::optional<bool> Settings::sysfs_view_from_environment(std::string& error) {
@@ -56,7 +63,15 @@ bool Settings::device_name_usable() { return device_name_from_environment().size
 
 std::optional<Settings> Settings::from_environment(std::string& error) {
   Settings s;
-  if (const char* v = env("SOFTRDMA_DEVICE")) s.device_name = v;
+  if (const char* v = env("SOFTRDMA_WIRE")) {
+    const std::string wire(v);
+    if (wire != "roce" && wire != "iwarp") {
+      error = "SOFTRDMA_WIRE must be \"roce\" or \"iwarp\", not \"" + wire + "\"";
+      return std::nullopt;
+    }
+    s.iwarp = wire == "iwarp";
+  }
+  s.device_name = device_name_from_environment();
   if (const char* v = env("SOFTRDMA_ADDR")) s.address = v;
   if (const char* v = env("SOFTRDMA_PCAP")) s.pcap_path = v;
   if (const char* v = env("SOFTRDMA_FAULTS")) s.faults = v;
@@ -68,7 +83,14 @@ std::optional<Settings> Settings::from_environment(std::string& error) {
     }
     s.same_host = mode == "auto";
   }
-  if (!s.pcap_path.empty() || !s.faults.empty()) s.same_host = false;
+  if (!s.pcap_path.empty() || !s.faults.empty() || s.iwarp) s.same_host = false;
+  if (s.iwarp && (!s.pcap_path.empty() || !s.faults.empty())) {
+    // Both act on RoCEv2's datagrams; iWARP's bytes are the kernel's TCP.
+    error = std::string(!s.pcap_path.empty() ? "SOFTRDMA_PCAP" : "SOFTRDMA_FAULTS") +
+            " works on RoCEv2's datagrams; with SOFTRDMA_WIRE=iwarp capture with tcpdump and "
+            "impair with iptables (docs/configuration.md)";
+    return std::nullopt;
+  }
   if (const char* v = env("SOFTRDMA_PROGRESS")) {
     const std::string mode(v);
     if (mode != "thread" && mode != "inline") {
@@ -107,6 +129,7 @@ std::optional<Settings> Settings::from_environment(std::string& error) {
 std::vector<std::pair<std::string, std::string>> Settings::describe() const {
   return {
       {"SOFTRDMA_DEVICE", device_name},
+      {"SOFTRDMA_WIRE", iwarp ? "iwarp (RDMAP/DDP/MPA over TCP)" : "roce (RoCEv2 over UDP)"},
       {"SOFTRDMA_ADDR", address.empty() ? "(per-process loopback address)" : address},
       {"SOFTRDMA_PCAP", pcap_path.empty() ? "(off)" : pcap_path},
       {"SOFTRDMA_FAULTS", faults.empty() ? "(off)" : faults},

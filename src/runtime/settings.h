@@ -15,8 +15,15 @@ struct Settings {
   // SOFTRDMA_DEVICE, or the default name; usable: fits a verbs device name.
   static std::string device_name_from_environment();
   static bool device_name_usable();
-  // SOFTRDMA_DEVICE: the device name verbs programs see.
+  // SOFTRDMA_DEVICE: the device name verbs programs see (default: softrdma0, or
+  // softiwarp0 with SOFTRDMA_WIRE=iwarp).
   std::string device_name = "softrdma0";
+  // SOFTRDMA_WIRE: "roce" (default): RoCEv2 in UDP; "iwarp": iWARP (RDMAP/DDP/MPA)
+  // in TCP connections that librdmacm sets up (docs/decisions/iwarp.md). The
+  // device then reports transport iWARP and node type RNIC, carries RC QPs only,
+  // and takes no same-host path.
+  bool iwarp = false;
+  static bool iwarp_from_environment();
   // SOFTRDMA_ADDR: the local IPv4/IPv6 address RoCEv2 traffic uses (port 4791).
   // Empty: a loopback address of this process's own (127.x.y.z from the pid).
   std::string address;

@@ -30,6 +30,7 @@ struct StreamEvent {
     kConnected,  // a connect() completed
     kReadable,   // read() has bytes, or will report the end (until they are read)
     kClosed,     // a connect() failed, or the connection broke: `error`
+    kWritable,   // a stream watched by want_writable() can take bytes again
   };
   StreamId stream = kNoStream;
   Kind kind = kReadable;
@@ -60,6 +61,13 @@ class StreamTransport {
   // As much of `parts`, in order, as the kernel takes now (0: none; TCP's flow
   // control holds the rest); a negative errno when the connection broke.
   virtual ssize_t write(StreamId stream, std::span<const iovec> parts) = 0;
+  // Takes a connected socket someone else made (a connection manager that ran the
+  // protocol's start-up on it); its id, or kNoStream with `err` (the descriptor is
+  // closed then).
+  virtual StreamId adopt(int fd, int& err) = 0;
+  // Whether poll() reports kWritable once the stream can take bytes (after a
+  // write() that took less than it was given); reported once, then unwatched.
+  virtual void want_writable(StreamId stream, bool want) = 0;
   // Closes the connection (an unknown id is ignored); its id is not reused soon.
   virtual void close(StreamId stream) = 0;
   // The remote address and port of a connection; false for an unknown id.

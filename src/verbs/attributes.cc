@@ -10,6 +10,7 @@
 #include "engine/limits.h"
 #include "verbs/netdev.h"
 #include "wire/ip_udp.h"
+#include "wire/iwarp/mpa.h"
 
 #ifndef SOFTRDMA_VERSION
 #define SOFTRDMA_VERSION "0"
@@ -87,6 +88,21 @@ void fill_device_attr(Context& ctx, ibv_device_attr& a) {
   // bound of the time a software responder may take to acknowledge.
   a.local_ca_ack_delay = 15;
   a.phys_port_cnt = 1;
+  if (ctx.device->family().wire_protocol() == engine::WireProtocol::kIwarp) limit_to_iwarp(a);
+}
+
+// What an iWARP port lacks (docs/decisions/iwarp.md): RDMAP carries RC only (no
+// UD, so no AHs or multicast; no XRC), has no RNR NAK, and RFC 7306's atomics
+// are not offered; READ depths are RFC 6581's 14-bit IRD/ORD.
+void limit_to_iwarp(ibv_device_attr& a) {
+  a.device_cap_flags &= ~(IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_XRC);
+  a.atomic_cap = IBV_ATOMIC_NONE;
+  a.max_ah = 0;
+  a.max_mcast_grp = 0;
+  a.max_mcast_qp_attach = 0;
+  a.max_total_mcast_qp_attach = 0;
+  a.max_qp_rd_atom = std::min(a.max_qp_rd_atom, int(wire::iwarp::kMpaMaxIrdOrd));
+  a.max_qp_init_rd_atom = std::min(a.max_qp_init_rd_atom, int(wire::iwarp::kMpaMaxIrdOrd));
 }
 
 void fill_device_attr_ex(Context& ctx, ibv_device_attr_ex& a) {
@@ -102,6 +118,13 @@ void fill_device_attr_ex(Context& ctx, ibv_device_attr_ex& a) {
   a.max_dm_size = ctx.device->limits().max_dm_size;  // host memory the device owns (dm.cc)
   // Tag matching on RC (docs/decisions/tag-matching.md); TSO, RSS, packet pacing: none.
   const engine::DeviceLimits& lim = ctx.device->limits();
+  if (ctx.device->family().wire_protocol() == engine::WireProtocol::kIwarp) {
+    a.odp_caps.per_transport_caps.rc_odp_caps &= ~IBV_ODP_SUPPORT_ATOMIC;
+    a.odp_caps.per_transport_caps.uc_odp_caps = 0;
+    a.odp_caps.per_transport_caps.ud_odp_caps = 0;
+    a.xrc_odp_caps = 0;
+    return;  // no tag matching either: it rides on RoCE's RC protocol
+  }
   a.tm_caps.flags = IBV_TM_CAP_RC;
   a.tm_caps.max_num_tags = lim.max_tm_tags;
   a.tm_caps.max_ops = lim.max_tm_ops;

@@ -82,8 +82,10 @@ ibv_device* Process::device() {
     const std::string name = runtime::Settings::device_name_from_environment();
     // What rdma-core reads from sysfs for a kernel device. The paths need not
     // exist: ibv_read_sysfs_file() answers -1 for every file (device.cc).
-    device_.node_type = IBV_NODE_CA;
-    device_.transport_type = IBV_TRANSPORT_IB;  // RoCE is IB transport (IBA A16)
+    // RoCE is IB transport (IBA A16); an iWARP port is an RNIC's (as siw's).
+    const bool iwarp = runtime::Settings::iwarp_from_environment();
+    device_.node_type = iwarp ? IBV_NODE_RNIC : IBV_NODE_CA;
+    device_.transport_type = iwarp ? IBV_TRANSPORT_IWARP : IBV_TRANSPORT_IB;
     copy_name(device_.name, sizeof device_.name, name);
     copy_name(device_.dev_name, sizeof device_.dev_name, "uverbs0");
     copy_name(device_.dev_path, sizeof device_.dev_path, "/sys/class/infiniband_verbs/uverbs0");

@@ -1,6 +1,8 @@
 // Queue pairs (ibv_create_qp(3), ibv_create_qp_ex(3), ibv_modify_qp(3),
 // ibv_query_qp(3), ibv_post_send(3), ibv_post_recv(3)). RC, UC and UD exist in the
 // engine so far: other types are EOPNOTSUPP.
+#include <unistd.h>
+
 #include <algorithm>
 #include <memory>
 
@@ -8,6 +10,7 @@
 #include "verbs/objects.h"
 #include "verbs/ops.h"
 #include "verbs/process.h"
+#include "wire/iwarp/handoff.h"
 
 using namespace softrdma::verbs;
 
@@ -231,6 +234,25 @@ SOFTRDMA_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
 // part of rdma-core's ABI: exported at node SOFTRDMA_PRIVATE_1.
 SOFTRDMA_EXPORT ibv_qp* softrdma_create_gsi_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
   return create_qp_from_basic_attr(pd, attr, true);
+}
+
+// softrdma's own, for its librdmacm's iWARP connections (wire/iwarp/handoff.h,
+// docs/decisions/iwarp.md): the QP (RC, in INIT, of an iWARP device) speaks on
+// the TCP connection whose MPA start frames the CM exchanged, and is in RTS, as
+// the kernel's iw_cm moves an iWARP QP itself. The descriptor is the device's.
+SOFTRDMA_EXPORT int softrdma_iwarp_attach(ibv_qp* ibqp,
+                                          const softrdma::wire::iwarp::IwarpHandoff* handoff) {
+  return guard_errno([&] {
+    if (handoff == nullptr) return EINVAL;
+    if (!live(ibqp->context)) {
+      ::close(handoff->fd);
+      return EIO;
+    }
+    Qp* qp = to_qp(ibqp);
+    if (int err = to_context(ibqp->context)->device->attach_iwarp(qp->qp, *handoff)) return err;
+    ibqp->state = IBV_QPS_RTS;
+    return 0;
+  });
 }
 
 // ibv_modify_qp(3): the engine applies the state table of IBA 10.3 / the man

@@ -1,5 +1,6 @@
 #include "transport/tcp/tcp_streams.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
@@ -127,6 +128,40 @@ StreamId TcpStreams::connect(const Gid& dst, uint16_t port, int& err) {
   return id;
 }
 
+StreamId TcpStreams::adopt(int fd, int& err) {
+  sockaddr_storage from{};
+  socklen_t length = sizeof from;
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0 ||
+      ::getpeername(fd, reinterpret_cast<sockaddr*>(&from), &length) != 0) {
+    err = errno;
+    ::close(fd);
+    return kNoStream;
+  }
+  set_no_delay(fd);
+  Gid peer{};
+  uint16_t peer_port = 0;
+  udp::from_socket_address(from, peer, peer_port);
+  const StreamId id = add(fd, /*connecting=*/false, peer, peer_port);
+  if (id == kNoStream) err = ENOMEM;
+  return id;
+}
+
+void TcpStreams::watch(StreamId id, const Connection& c) {
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP | (c.want_writable ? uint32_t(EPOLLOUT) : 0u);
+  ev.data.u64 = id;
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.fd, &ev);
+}
+
+void TcpStreams::want_writable(StreamId stream, bool want) {
+  auto it = connections_.find(stream);
+  if (it == connections_.end() || it->second.connecting || it->second.want_writable == want)
+    return;
+  it->second.want_writable = want;
+  watch(stream, it->second);
+}
+
 size_t TcpStreams::accept_all(uint16_t port, int fd, std::span<StreamEvent> events) {
   size_t n = 0;
   while (n < events.size()) {
@@ -161,6 +196,12 @@ StreamEvent TcpStreams::settle_connect(StreamId id, Connection& c) {
   return StreamEvent{id, StreamEvent::kConnected, c.peer_port, 0};
 }
 
+StreamEvent TcpStreams::writable(StreamId id, Connection& c) {
+  c.want_writable = false;
+  watch(id, c);
+  return StreamEvent{id, StreamEvent::kWritable, c.peer_port, 0};
+}
+
 size_t TcpStreams::poll(std::span<StreamEvent> events) {
   std::array<epoll_event, 64> ready;
   const int max = int(std::min(events.size(), ready.size()));
@@ -187,8 +228,12 @@ size_t TcpStreams::poll(std::span<StreamEvent> events) {
       ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);  // reported once
       events[n++] = StreamEvent{it->first, StreamEvent::kClosed, c.peer_port,
                                 error != 0 ? error : ECONNRESET};
-    } else {
+    } else if ((what & (EPOLLIN | EPOLLRDHUP | EPOLLHUP)) != 0) {
       events[n++] = StreamEvent{it->first, StreamEvent::kReadable, c.peer_port, 0};
+      if ((what & EPOLLOUT) != 0 && c.want_writable && n < events.size())
+        events[n++] = writable(it->first, c);
+    } else if ((what & EPOLLOUT) != 0 && c.want_writable) {
+      events[n++] = writable(it->first, c);
     }
   }
   return n;

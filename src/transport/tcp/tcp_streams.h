@@ -27,6 +27,8 @@ class TcpStreams final : public StreamTransport {
   size_t poll(std::span<StreamEvent> events) override;
   ssize_t read(StreamId stream, std::span<uint8_t> into) override;
   ssize_t write(StreamId stream, std::span<const iovec> parts) override;
+  StreamId adopt(int fd, int& err) override;
+  void want_writable(StreamId stream, bool want) override;
   void close(StreamId stream) override;
   bool peer_of(StreamId stream, Gid& address, uint16_t& port) const override;
 
@@ -40,7 +42,10 @@ class TcpStreams final : public StreamTransport {
     bool connecting = false;  // connect() not yet completed
     Gid peer{};
     uint16_t peer_port = 0;
+    bool want_writable = false;
   };
+  void watch(StreamId id, const Connection& c);
+  StreamEvent writable(StreamId id, Connection& c);
   TcpStreams(const Gid& address, int epoll_fd) : address_(address), epoll_fd_(epoll_fd) {}
   StreamId add(int fd, bool connecting, const Gid& peer, uint16_t peer_port);
   // Epoll data: a listener's port | kListenerTag, or a stream id.

@@ -1,0 +1,123 @@
+// An iWARP QP's connection: its binding to a TCP stream, its state changes, and
+// how it ends — by a Terminate (RFC 5040 §7.1: the error is reported to the peer,
+// then the stream closes) or by the stream's own end.
+#include "engine/iwarp/connection.h"
+
+#include <algorithm>
+#include <array>
+
+#include "engine/device.h"
+#include "engine/iwarp/family.h"
+#include "engine/qp.h"
+
+namespace softrdma::engine::iwarp {
+
+using namespace wire::iwarp;
+
+namespace {
+// Room for the largest FPDU and the next one's beginning: a read takes what fits.
+constexpr size_t kRxBytes = 256 * 1024;
+}  // namespace
+
+Connection::Connection(Qp& qp, IwarpFamily& family) : qp_(qp), family_(family) {}
+
+Connection::~Connection() {
+  if (stream_ != transport::kNoStream) family_.detach(stream_);
+}
+
+void Connection::bind(transport::StreamId stream, const IwarpHandoff& handoff, Nanos now) {
+  stream_ = stream;
+  crc_ = handoff.crc;
+  rtr_ = handoff.rtr;
+  ird_ = std::max<uint16_t>(handoff.ird, 1);
+  ord_ = handoff.ord == 0 ? 1 : handoff.ord;
+  awaiting_rtr_ = !handoff.initiator && handoff.rtr != RtrKind::kNone;
+  rtr_expected_ = awaiting_rtr_;
+  rx_.resize(kRxBytes);
+  if (handoff.initiator && handoff.rtr != RtrKind::kNone) {
+    // RFC 6581 §5: the initiator's first FPDU says it is ready; a zero-length
+    // WRITE or READ to STag 0 touches no memory, and a READ's zero-length
+    // response needs no sink either.
+    DdpHeader h;
+    if (rtr_ == RtrKind::kRead) {
+      h.opcode = RdmapOpcode::kReadRequest;
+      h.queue = kQueueReadRequest;
+      h.msn = msn_out_.read_request++;
+      std::array<uint8_t, kReadRequestBytes> request{};
+      write_read_request(ReadRequest{}, request);
+      append_fpdu(h, request);
+      ++rtr_reads_;
+    } else if (rtr_ == RtrKind::kWrite) {
+      h.opcode = RdmapOpcode::kWrite;
+      append_fpdu(h);
+    } else {
+      h.opcode = RdmapOpcode::kSend;
+      h.msn = msn_out_.send++;
+      append_fpdu(h);
+    }
+    write_out();
+  }
+  (void)now;
+}
+
+void Connection::on_send_posted(Nanos now) {
+  if (stream_ == transport::kNoStream || ended_) return;
+  if (produce(now)) qp_.device().want_tx(qp_);
+}
+
+bool Connection::on_tx_ready(Nanos now, uint32_t) {
+  if (stream_ == transport::kNoStream || ended_) return false;
+  return produce(now);
+}
+
+void Connection::on_writable(Nanos now) {
+  family_.streams().want_writable(stream_, false);
+  if (produce(now)) qp_.device().want_tx(qp_);
+}
+
+// IBA 10.3.1 as iWARP verbs have it: in Error nothing more is sent or received;
+// the flush already completed every WQE, so the stream closes (a FIN: what was
+// written before still arrives, a Terminate among it).
+void Connection::on_state_change(ibv_qp_state, ibv_qp_state to, Nanos now) {
+  if (to == IBV_QPS_ERR || to == IBV_QPS_RESET) end(now);
+}
+
+void Connection::on_closed(int error, Nanos now) {
+  if (ended_) return;
+  bump(qp_.device().counters().iwarp_streams_lost);
+  (void)error;
+  end(now);
+  qp_.enter_error(now);
+}
+
+void Connection::end(Nanos) {
+  if (ended_) return;
+  ended_ = true;
+  emitted_.clear();
+  reads_.clear();
+  owed_.clear();
+  if (stream_ == transport::kNoStream) return;
+  write_out();  // what is already framed (a Terminate) leaves if the kernel takes it
+  family_.detach(stream_);
+  stream_ = transport::kNoStream;
+}
+
+// RFC 5040 §7.1: the Terminate goes on queue 2 with the layer, type and code of
+// the error; then the QP is in Error (the WQE in progress carries `fault.status`)
+// and the stream closes once the Terminate is written.
+void Connection::terminate(const Fault& fault, Nanos now) {
+  if (ended_) return;
+  bump(qp_.device().counters().iwarp_terminates_sent);
+  DdpHeader h;
+  h.opcode = RdmapOpcode::kTerminate;
+  h.queue = kQueueTerminate;
+  h.msn = msn_out_.terminate++;
+  std::array<uint8_t, kTerminateControlBytes> control{};
+  write_terminate(Terminate{fault.layer, fault.type, fault.code, false, false}, control);
+  append_fpdu(h, control);
+  if (fault.event) qp_.device().post_async_event(AsyncEvent{*fault.event, qp_.qpn(), nullptr});
+  end(now);
+  qp_.enter_error(now);
+}
+
+}  // namespace softrdma::engine::iwarp

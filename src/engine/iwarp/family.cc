@@ -1,0 +1,77 @@
+#include "engine/iwarp/family.h"
+
+#include <unistd.h>
+
+#include <array>
+
+#include "engine/device.h"
+#include "engine/iwarp/connection.h"
+#include "engine/qp.h"
+
+namespace softrdma::engine::iwarp {
+
+IwarpFamily::IwarpFamily(Device& device, transport::StreamTransport& streams)
+    : device_(device), streams_(streams) {}
+
+std::unique_ptr<Protocol> IwarpFamily::make_protocol(Qp& qp) {
+  return std::make_unique<Connection>(qp, *this);
+}
+
+void IwarpFamily::forget(const Qp& qp) {
+  for (auto it = connections_.begin(); it != connections_.end(); ++it) {
+    if (&it->second->qp() == &qp) {
+      connections_.erase(it);
+      return;
+    }
+  }
+}
+
+int IwarpFamily::attach(Qp& qp, const wire::iwarp::IwarpHandoff& handoff, Nanos now) {
+  auto* connection = dynamic_cast<Connection*>(&qp.protocol());
+  if (connection == nullptr || connection->stream() != transport::kNoStream ||
+      qp.state() != IBV_QPS_INIT) {
+    ::close(handoff.fd);
+    return EINVAL;
+  }
+  int err = 0;
+  const transport::StreamId stream = streams_.adopt(handoff.fd, err);
+  if (stream == transport::kNoStream) return err;
+  connections_[stream] = connection;
+  connection->bind(stream, handoff, now);
+  return 0;
+}
+
+void IwarpFamily::detach(transport::StreamId stream) {
+  connections_.erase(stream);
+  streams_.close(stream);
+}
+
+// Each event names a connection; one poll takes what is ready now, and a
+// connection with more bytes than a turn reads is reported again (level-triggered).
+bool IwarpFamily::receive(Nanos now, int bursts) {
+  std::array<transport::StreamEvent, 64> events;
+  bool got = false;
+  for (int burst = 0; burst < bursts; ++burst) {
+    const size_t n = streams_.poll(events);
+    if (n == 0) break;
+    got = true;
+    for (size_t i = 0; i < n; ++i) {
+      const transport::StreamEvent& e = events[i];
+      auto it = connections_.find(e.stream);
+      if (it == connections_.end()) {
+        streams_.close(e.stream);  // accepted or left behind: no QP speaks on it
+        continue;
+      }
+      Connection& c = *it->second;
+      switch (e.kind) {
+        case transport::StreamEvent::kReadable: c.on_readable(now); break;
+        case transport::StreamEvent::kWritable: c.on_writable(now); break;
+        case transport::StreamEvent::kClosed: c.on_closed(e.error, now); break;
+        default: break;
+      }
+    }
+  }
+  return got;
+}
+
+}  // namespace softrdma::engine::iwarp

@@ -1,0 +1,74 @@
+// Two devices whose ports speak iWARP (engine/iwarp/), an RC QP on each joined by
+// a real TCP connection over loopback, handed to both as a connection manager
+// would after the MPA start frames (wire/iwarp/handoff.h). The datagram
+// transports are fakes: they only give each device its address.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+
+#include <memory>
+#include <vector>
+
+#include "engine/device.h"
+#include "transport/fake/fake_network.h"
+#include "transport/tcp/tcp_streams.h"
+#include "wire/iwarp/handoff.h"
+
+namespace softrdma::engine::testing {
+
+struct IwarpOptions {
+  bool crc_a = false, crc_b = false;  // what each side believes was negotiated
+  wire::iwarp::RtrKind rtr = wire::iwarp::RtrKind::kRead;
+  uint16_t ird = 8, ord = 8;
+  size_t memory = 4 << 20;
+  int mr_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+};
+
+struct IwarpNode {
+  std::unique_ptr<transport::fake::FakeTransport> transport;
+  std::unique_ptr<transport::tcp::TcpStreams> streams;
+  std::unique_ptr<Device> device;
+  Pd* pd = nullptr;
+  Cq* scq = nullptr;
+  Cq* rcq = nullptr;
+  Qp* qp = nullptr;
+  std::vector<uint8_t> mem;
+  Mr* mr = nullptr;
+  uint64_t addr(size_t offset) const { return uint64_t(uintptr_t(mem.data() + offset)); }
+  EngineCounters& counters() { return device->counters(); }
+};
+
+class IwarpPairTest : public ::testing::Test {
+ protected:
+  void SetUp() override { connect(IwarpOptions{}); }
+  void TearDown() override;
+  // (Re)builds both nodes; a's QP is the initiator of the connection.
+  void connect(const IwarpOptions& options);
+  void make_node(IwarpNode& n, const transport::Gid& gid);
+  // Two connected loopback TCP sockets: [0] the initiator's, [1] the responder's.
+  static std::array<int, 2> tcp_pair();
+  // Runs both engines until `done()` (real sockets: a wall-clock limit of 20 s).
+  template <typename Done>
+  bool run_until(Done done) {
+    for (int i = 0; i < 2'000'000 && !done(); ++i) {
+      a.device->progress();
+      b.device->progress();
+    }
+    return done();
+  }
+  // Completions of `cq` until `count` arrived (or the limit).
+  std::vector<ibv_wc> wait_for(Cq* cq, size_t count);
+  void post_recv(IwarpNode& n, size_t offset, uint32_t length, uint64_t wr_id);
+  int post(IwarpNode& n, ibv_wr_opcode opcode, size_t offset, uint32_t length,
+           size_t remote_offset, uint64_t wr_id, uint32_t rkey = 0);
+  void fill(IwarpNode& n, size_t offset, size_t length, uint32_t seed);
+  IwarpNode& peer(IwarpNode& n) { return &n == &a ? b : a; }
+
+  IwarpOptions options_;
+  transport::fake::FakeNetwork net_;
+  IwarpNode a;
+  IwarpNode b;
+};
+
+}  // namespace softrdma::engine::testing
