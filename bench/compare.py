@@ -10,6 +10,9 @@ Runs, interleaved and repeated (median, min-max of the rounds):
              its wireup in UCX 1.13)
   libfabric  fi_pingpong with the tcp provider (FI_EP_MSG, and FI_EP_RDM)
   floors     bench/udp_floor: UDP ping-pong, UDP streams (sendto, sendmmsg, GSO+GRO)
+iWARP (issue 16): softrdma with SOFTRDMA_WIRE=iwarp (perftest -R: connected by
+rdma_cm over TCP) beside bench/tcp_floor, a TCP ping-pong and a TCP stream on one
+connection with TCP_NODELAY, the ground iWARP's FPDUs stand on.
 Same host (issue 15): softrdma over both paths (the same-host path a user gets,
 and SOFTRDMA_TRANSPORT=udp), UCX with UCX_TLS=sm, libfabric's shm provider, and
 bench/shm_floor (a cache line ping-ponged between processes, a 1 MiB memcpy, one
@@ -95,6 +98,7 @@ class Bench:
         self.softrdma = os.path.join(build, "tools", "softrdma")
         self.floor = os.path.join(build, "bench", "udp_floor")
         self.shm_floor = os.path.join(build, "bench", "shm_floor")
+        self.tcp_floor = os.path.join(build, "bench", "tcp_floor")
         self.quick = quick
         # name -> list of (value, cpu_per_gb or None, (load average, other work) before)
         self.samples = {}
@@ -110,6 +114,9 @@ class Bench:
         if iters:
             base += ["-n", str(iters)]
         env = {"SOFTRDMA_TRANSPORT": "udp" if path == "udp" else "auto"}
+        if path == "iwarp":  # connected by rdma_cm: perftest's -R
+            env = {"SOFTRDMA_WIRE": "iwarp"}
+            base.append("-R")
         for attempt in range(3):
             out, srv, cpu = timed_pair(base, base + ["127.0.0.1"], env)
             rows = [l.split() for l in out.splitlines()
@@ -220,6 +227,22 @@ class Bench:
                                 "0.5" if self.quick else "1.5"])
         self.add("floor UDP 4 KiB %s" % mode, float(re.search(r"gbps ([\d.]+)", srv).group(1)))
 
+    def tcp_pingpong(self):
+        port = next_port()
+        out, _, _ = timed_pair([self.tcp_floor, "pingpong", "server", "127.0.0.1", str(port)],
+                               [self.tcp_floor, "pingpong", "client", "127.0.0.1", str(port),
+                                "5000" if self.quick else "50000", "8"])
+        rtt = float(re.search(r"rtt_us_median ([\d.]+)", out).group(1))
+        self.add("floor TCP 8 B one-way (RTT/2)", rtt / 2)
+
+    def tcp_stream(self, size):
+        port = next_port()
+        _, srv, _ = timed_pair([self.tcp_floor, "stream", "server", "127.0.0.1", str(port)],
+                               [self.tcp_floor, "stream", "client", "127.0.0.1", str(port),
+                                "0.5" if self.quick else "1.5", str(size)])
+        self.add("floor TCP stream %s writes" % human(size),
+                 float(re.search(r"gbps ([\d.]+)", srv).group(1)))
+
     def shm_floors(self):
         out = subprocess.run([self.shm_floor, "pingpong", "20000" if self.quick else "200000"],
                              capture_output=True, text=True, check=True).stdout
@@ -291,6 +314,11 @@ def cases(b):
         out.append((label, lambda ep=ep, label=label:
                     b.fabric(ep, 8, 2000 if b.quick else 20000, label, "usec")))
     out.append(("floor UDP RTT", b.udp_pingpong))
+    # iWARP (issue 16) beside its TCP floors.
+    for tool in ("ib_send_lat", "ib_write_lat", "ib_read_lat"):
+        label = "softrdma iWARP %s 8 B" % tool
+        out.append((label, lambda tool=tool, label=label: b.softrdma_latency(tool, label, "iwarp")))
+    out.append(("floor TCP 8 B one-way (RTT/2)", b.tcp_pingpong))
     out.append(("softrdma idle context", b.idle_cpu))
     for mode in ("sendto", "sendmmsg", "gso"):
         out.append(("floor UDP 4 KiB %s" % mode, lambda mode=mode: b.udp_stream(mode)))
@@ -319,6 +347,12 @@ def cases(b):
                 label = "UCX %s on softrdma %s %s" % (tls, test, human(size))
                 out.append((label, lambda test=test, size=size, label=label, tls=tls:
                             b.ucx_bandwidth(test, size, label, tls)))
+        for tool in ("ib_write_bw", "ib_read_bw", "ib_send_bw"):
+            label = "softrdma iWARP %s %s 1 QP" % (tool, human(size))
+            out.append((label, lambda tool=tool, size=size, label=label:
+                        b.softrdma_bandwidth(tool, size, 1, label, "iwarp")))
+        label = "floor TCP stream %s writes" % human(size)
+        out.append((label, lambda size=size: b.tcp_stream(size)))
         label = "libfabric tcp fi_pingpong msg %s" % human(size)
         out.append((label, lambda size=size, label=label:
                     b.fabric("msg", size, 200 if b.quick else 2000, label, "gbps")))

@@ -28,6 +28,11 @@ LAT = [
     ("softrdma same-host ib_write_lat 8 B", "floor CMA call 8 B latency", None),
     ("softrdma same-host ib_write_lat 8 B", "softrdma ib_write_lat 8 B", None),
     ("softrdma same-host ib_read_lat 8 B", "softrdma ib_read_lat 8 B", None),
+    # iWARP (issue 16): ib_send_lat -R within 1.5x a TCP ping-pong's one-way time.
+    ("softrdma iWARP ib_send_lat 8 B", "floor TCP 8 B one-way (RTT/2)", 1.5),
+    ("softrdma iWARP ib_write_lat 8 B", "floor TCP 8 B one-way (RTT/2)", None),
+    ("softrdma iWARP ib_read_lat 8 B", "floor TCP 8 B one-way (RTT/2)", None),
+    ("softrdma iWARP ib_send_lat 8 B", "softrdma ib_send_lat 8 B", None),
 ]
 BW = [
     ("softrdma ib_write_bw 1 MiB 1 QP", "floor UDP 4 KiB gso", 0.5),
@@ -54,6 +59,11 @@ BW = [
     ("softrdma same-host ib_write_bw 1 MiB 1 QP", "floor memcpy 1 MiB", None),
     ("softrdma same-host 8 B WRITE rate (post list 32), M/s", "UCX sm ucp_put_bw 8 B rate, M/s",
      None),
+    # iWARP (issue 16): a 1 MiB WRITE stream at least 0.8x a TCP stream of 1 MiB writes.
+    ("softrdma iWARP ib_write_bw 1 MiB 1 QP", "floor TCP stream 1 MiB writes", 0.8),
+    ("softrdma iWARP ib_read_bw 1 MiB 1 QP", "floor TCP stream 1 MiB writes", None),
+    ("softrdma iWARP ib_send_bw 1 MiB 1 QP", "floor TCP stream 1 MiB writes", None),
+    ("softrdma iWARP ib_write_bw 1 MiB 1 QP", "softrdma ib_write_bw 1 MiB 1 QP", None),
 ]
 
 # Issue 15's absolute targets for the same-host path (medians on an idle machine):
@@ -132,7 +142,7 @@ class Report:
         return "\n".join(lines)
 
     def ratio_table(self):
-        lines = ["| softrdma | against | ratio | target (issue 6; same-host: 15) | met |",
+        lines = ["| softrdma | against | ratio | target (issue 6; same-host: 15; iWARP: 16) | met |",
                  "|---|---|---:|---|---|"]
         for rows, lower in ((LAT, True), (BW, False)):
             for ours, other, target in rows:

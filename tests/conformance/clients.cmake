@@ -505,3 +505,66 @@ add_test(NAME conformance.rping.two_hosts
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/rping_two_hosts.sh $<TARGET_FILE:softrdma>
           ${SOFTRDMA_CONFORMANCE_PORT_BASE})
 set_tests_properties(conformance.rping.two_hosts PROPERTIES TIMEOUT 180 LABELS conformance)
+
+# --- iWARP (issue 16; docs/decisions/iwarp.md) ------------------------------
+# The same unmodified clients with SOFTRDMA_WIRE=iwarp: the device is softiwarp0
+# (transport iWARP), librdmacm connects over TCP with MPA, and the QPs' FPDUs
+# travel on those connections. One variant each (no same-host path on iWARP).
+foreach(run "v;3;64" "count100;100;64" "s65535;100;65535")
+  list(GET run 0 tag)
+  list(GET run 1 count)
+  list(GET run 2 size)
+  math(EXPR last "${count} - 1")
+  softrdma_client_test_on_path(rping.${tag}.iwarp CM_PAIR TIMEOUT 120
+    ENV SOFTRDMA_WIRE=iwarp
+    SERVER_ARGS "-s -a 127.0.0.1 -p {port} -v -V -C ${count} -S ${size}"
+    CLIENT_ARGS "-c -a 127.0.0.1 -p {port} -v -V -C ${count} -S ${size}"
+    COMMAND ${RPING}
+    EXPECT "ping data: rdma-ping-0: " "ping data: rdma-ping-${last}: "
+    EXPECT_SERVER "server ping data: rdma-ping-0: ")
+endforeach()
+# MPA CRC asked for by the client (RFC 5044 §7.1: C), granted by the server: every
+# FPDU carries and has checked its CRC-32C.
+softrdma_client_test_on_path(rping.crc.iwarp CM_PAIR TIMEOUT 120
+  ENV SOFTRDMA_WIRE=iwarp SOFTRDMA_MPA_CRC=1
+  SERVER_ARGS "-s -a 0.0.0.0 -p {port} -V -C 50 -S 65535"
+  CLIENT_ARGS "-c -a 127.0.0.1 -p {port} -v -V -C 50 -S 65535"
+  COMMAND ${RPING}
+  EXPECT "ping data: rdma-ping-49: ")
+softrdma_client_test_on_path(ucmatose.iwarp CM_PAIR TIMEOUT 120
+  ENV SOFTRDMA_WIRE=iwarp
+  SERVER_ARGS "-p {port} -c 4 -C 10"
+  CLIENT_ARGS "-s 127.0.0.1 -p {port} -c 4 -C 10"
+  COMMAND ${UCMATOSE}
+  EXPECT "data transfers complete" "test complete"
+  EXPECT_SERVER "data transfers complete" "test complete")
+softrdma_client_test_on_path(rdma_server_client.iwarp CM_PAIR TIMEOUT 120
+  ENV SOFTRDMA_WIRE=iwarp
+  SERVER_ARGS "${RDMA_SERVER} -p {port}"
+  CLIENT_ARGS "${RDMA_CLIENT} -s 127.0.0.1 -p {port}"
+  COMMAND env
+  EXPECT "rdma_client: end 0"
+  EXPECT_SERVER "rdma_server: end 0")
+# perftest over rdma_cm (-R), as iWARP needs it: WRITE, READ and SEND, bandwidth
+# and latency (no atomics: the device reports none).
+foreach(tool ib_write_bw ib_read_bw ib_send_bw ib_write_lat ib_read_lat ib_send_lat)
+  softrdma_client_test_on_path(${tool}.iwarp CM_PAIR TIMEOUT 180
+    ENV SOFTRDMA_WIRE=iwarp
+    SERVER_ARGS "-R -n 200 -p {port}"
+    CLIENT_ARGS "-R -n 200 -p {port} 127.0.0.1"
+    COMMAND ${tool}
+    EXPECT [=[Data ex\. method : rdma_cm]=] [=[^\s*\d+\s+200\s+]=])
+endforeach()
+if(fi_iface)
+  foreach(run "msg;verbs" "rdm;verbs,ofi_rxm")
+    list(GET run 0 ep)
+    list(GET run 1 providers)
+    softrdma_client_test_on_path(fi_pingpong.verbs_${ep}.iwarp CM_PAIR OWN_ENVIRONMENT
+      TIMEOUT 120
+      ENV FI_VERBS_IFACE=${fi_iface} FI_PROVIDER=${providers} SOFTRDMA_WIRE=iwarp
+      SERVER_ARGS "run -- ${FI_PINGPONG} -e ${ep} -B {port} -I 100 -S all -c"
+      CLIENT_ARGS "run -- ${FI_PINGPONG} -e ${ep} -P {port} -I 100 -S all -c 127.0.0.1"
+      COMMAND $<TARGET_FILE:softrdma>
+      EXPECT [=[^1m\s+100\s+=100\s]=] [=[^1\s+100\s+=100\s]=])
+  endforeach()
+endif()
