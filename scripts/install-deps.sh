@@ -20,7 +20,7 @@ packages=(
   clang libclang-rt-14-dev            # libFuzzer (-fsanitize=fuzzer) for the parser
   python3                             # scripts/gen-version-script.py, pyverbs suite
   # Test: real clients and tools the conformance and capture tests start
-  tshark
+  tshark tcpdump                      # tcpdump: the iWARP capture (TCP, which SOFTRDMA_PCAP does not write)
   ibverbs-utils perftest rdmacm-utils python3-pyverbs
   ucx-utils libucx0                   # ucx_info, ucx_perftest: UCX on softrdma0 (and bench/compare.sh)
   libucx-dev                          # tests/conformance/ucx_sockaddr.c: UCX client/server over rdma_cm

@@ -568,3 +568,12 @@ if(fi_iface)
       EXPECT [=[^1m\s+100\s+=100\s]=] [=[^1\s+100\s+=100\s]=])
   endforeach()
 endif()
+# A capture of rping over iWARP with MPA CRC (tcpdump on loopback, so root, as CI
+# runs), decoded by tshark as MPA, DDP and RDMAP with every CRC good.
+get_property(iwarp_capture_port GLOBAL PROPERTY SOFTRDMA_NEXT_PORT)
+math(EXPR next_port "${iwarp_capture_port} + 1")
+set_property(GLOBAL PROPERTY SOFTRDMA_NEXT_PORT ${next_port})
+add_test(NAME conformance.iwarp_capture
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/iwarp_capture.py
+          --softrdma $<TARGET_FILE:softrdma> --port ${iwarp_capture_port})
+set_tests_properties(conformance.iwarp_capture PROPERTIES TIMEOUT 180 LABELS conformance)
