@@ -210,6 +210,47 @@ TEST_F(IwarpPairTest, OnlyRcQpsAreCarried) {
   }
 }
 
+// Only the connection manager moves an iWARP QP into RTS (with its stream), as
+// siw refuses a modify to RTS without a socket; RTR is allowed and does nothing.
+TEST_F(IwarpPairTest, AModifyToRtsWithoutAConnectionIsRefused) {
+  QpInit init;
+  init.type = IBV_QPT_RC;
+  init.send_cq = a.scq;
+  init.recv_cq = a.rcq;
+  init.cap = ibv_qp_cap{4, 4, 1, 1, 0};
+  int err = 0;
+  Qp* qp = a.device->create_qp(a.pd, init, err);
+  ASSERT_NE(qp, nullptr);
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_INIT;
+  attr.port_num = 1;
+  ASSERT_EQ(qp->modify(attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                                 IBV_QP_ACCESS_FLAGS),
+            0);
+  attr = ibv_qp_attr{};
+  attr.qp_state = IBV_QPS_RTR;
+  attr.path_mtu = IBV_MTU_1024;
+  attr.dest_qp_num = 5;
+  attr.ah_attr.port_num = 1;
+  attr.ah_attr.is_global = 1;
+  attr.max_dest_rd_atomic = 1;
+  attr.min_rnr_timer = 1;
+  ASSERT_EQ(qp->modify(attr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                                 IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+                                 IBV_QP_MIN_RNR_TIMER),
+            0);
+  attr = ibv_qp_attr{};
+  attr.qp_state = IBV_QPS_RTS;
+  attr.timeout = 14;
+  attr.retry_cnt = 7;
+  attr.rnr_retry = 7;
+  attr.max_rd_atomic = 1;
+  EXPECT_EQ(qp->modify(attr, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                                 IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
+            EINVAL);
+  EXPECT_EQ(qp->state(), IBV_QPS_RTR);
+}
+
 // Hostile bytes on a QP's stream: a length that runs past what arrives, then the
 // end; and FPDUs that are no DDP segment. Each ends the QP, counted, and nothing
 // is written into memory.

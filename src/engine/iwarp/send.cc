@@ -84,12 +84,16 @@ bool Connection::produce(Nanos now) {
   while (!blocked && !ended_ && !out_full() && next_wqe_ != sq.tail())
     blocked = !emit_wqe(next_wqe_, sq.at(next_wqe_), now);
   if (!ended_ && next_offset_ == 0 && !out_full()) emit_read_responses();
+  // Stopped for room in out_ (not by ORD, a fence or SQD): once out_ is written,
+  // the rest goes next turn.
+  const bool full = out_full();
   const bool drained = write_out();
   settle_broken(now);
   if (ended_) return false;
   retire(now);
   // More goes next turn: READ responses still owed, or WQEs nothing holds back.
-  return drained && (!owed_.empty() || (!blocked && next_wqe_ != sq.tail()));
+  // Not drained: the stream's kWritable resumes it.
+  return drained && (!owed_.empty() || (next_wqe_ != sq.tail() && (full || !blocked)));
 }
 
 // False when the WQE cannot go yet (ORD, a fence, SQD, the out buffer) or failed.
