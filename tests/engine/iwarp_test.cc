@@ -73,6 +73,22 @@ TEST_F(IwarpPairTest, LargeWriteReadAndSendArriveWhole) {
   EXPECT_EQ(b.counters().tx_packets.load(), 1 + per_message);
 }
 
+// More than the 1 MiB of FPDUs a turn builds: production stops for room, and
+// goes on when TCP took it all (not only when the stream reports room).
+TEST_F(IwarpPairTest, ManySendsBeyondOneTurnsBufferAllComplete) {
+  constexpr int kSends = 200;
+  constexpr uint32_t kSize = 64 * 1024;
+  fill(a, 0, kSize, 5);
+  for (int i = 0; i < kSends; ++i) post_recv(b, 0, kSize, uint64_t(i));
+  for (int i = 0; i < kSends; ++i) ASSERT_EQ(post(a, IBV_WR_SEND, 0, kSize, 0, uint64_t(i)), 0);
+  auto sent = wait_for(a.scq, kSends);
+  auto received = wait_for(b.rcq, kSends);
+  ASSERT_EQ(sent.size(), size_t(kSends));
+  ASSERT_EQ(received.size(), size_t(kSends));
+  for (const ibv_wc& wc : received) EXPECT_EQ(wc.byte_len, kSize);
+  EXPECT_EQ(std::memcmp(&a.mem[0], &b.mem[0], kSize), 0);
+}
+
 TEST_F(IwarpPairTest, MoreReadsThanTheOrdWaitTheirTurn) {
   IwarpOptions o;
   o.ord = 1;
