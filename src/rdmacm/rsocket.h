@@ -1,6 +1,7 @@
 // rsockets (rsocket(7)) over softrdma's rdma_cm and verbs: stream sockets whose
-// bytes travel as RDMA WRITE WITH IMMEDIATE into the peer's receive buffer,
-// with the wire protocol of rdma-core's librdmacm/rsocket.c so that either end
+// bytes travel as RDMA WRITE WITH IMMEDIATE into the peer's receive buffer (on
+// iWARP, which has no immediate data, an RDMA WRITE then a 4-byte SEND), with
+// the wire protocol of rdma-core's librdmacm/rsocket.c so that either end
 // may be rdma-core's (docs/decisions/rsockets.md has the protocol and what is
 // simplified).
 #pragma once
@@ -68,6 +69,12 @@ constexpr uint32_t kSndLowat = 2048; // RS_SNDLOWAT
 constexpr uint32_t kMaxTransfer = 65536;
 constexpr uint32_t kFirstTransfer = 2048;
 constexpr uint64_t kRecvFlag = uint64_t{1} << 63;
+// RS_OPT_MSG_SEND (iWARP: RFC 5040 has no immediate data): each message is a
+// SEND of these 4 bytes (the sender's byte order, as rsocket.c) into a slot
+// after the peer's receive ring. A SEND that follows a WRITE carries this flag
+// in its wr_id (RS_WR_ID_FLAG_MSG_SEND): its completion frees no buffer.
+constexpr uint32_t kMsgSize = sizeof(uint32_t);
+constexpr uint64_t kMsgSendFlag = uint64_t{1} << 62;
 
 // --- The socket -----------------------------------------------------------------
 enum class Phase {
@@ -119,8 +126,12 @@ struct RSocket {
   ibv_cq* cq = nullptr;
   bool cq_armed = false;
   unsigned unacked_events = 0;
+  // RS_OPT_MSG_SEND: set on an iWARP device (rs_create_ep); the next message slot
+  // a receive WR is posted with.
+  bool msg_send = false;
+  uint32_t rbuf_msg_index = 0;
   uint8_t* sbuf = nullptr;  // sbuf_size of data ring, then kCtrlSlots WireSge
-  uint8_t* rbuf = nullptr;
+  uint8_t* rbuf = nullptr;  // rbuf_size of data ring, then (msg_send) rq_size messages
   uint8_t* targets = nullptr;  // kSglSize WireSge then target_iomap_size WireIomap
   ibv_mr *smr = nullptr, *rmr = nullptr, *target_mr = nullptr;
 
@@ -147,6 +158,9 @@ struct RSocket {
   WireIomap* target_iomap() const {
     return reinterpret_cast<WireIomap*>(targets + sizeof(WireSge) * kSglSize);
   }
+  uint32_t* recv_msgs() const { return reinterpret_cast<uint32_t*>(rbuf + rbuf_size); }
+  // Send queue entries one message takes: with msg_send a WRITE and a SEND.
+  uint32_t msg_wrs() const { return msg_send ? 2 : 1; }
 };
 
 // rsocket_table.cc: the rsockets by number.
@@ -170,6 +184,7 @@ void update_credits(RSocket& s);
 bool can_send(const RSocket& s);
 bool all_sends_done(const RSocket& s);
 int post_ctrl(RSocket& s, uint32_t ctrl);
+int post_keepalive(RSocket& s);
 int post_write_msg(RSocket& s, ibv_sge* sgl, int nsge, uint32_t msg, int flags, uint64_t addr,
                    uint32_t rkey);
 int post_write(RSocket& s, ibv_sge* sgl, int nsge, uint32_t wr_data, int flags, uint64_t addr,

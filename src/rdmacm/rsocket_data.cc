@@ -2,7 +2,8 @@
 // connects with, the completions that carry the peer's messages, and the credit
 // protocol of rdma-core's rsocket.c — a receiver advertises half of its receive
 // buffer at a time (an SGE RDMA-written into one of the sender's two credit
-// slots) and the number of messages it may still take (kOpSgl).
+// slots) and the number of messages it may still take (kOpSgl). On iWARP each
+// message is a SEND instead of an immediate (RS_OPT_MSG_SEND, rsockets.md).
 #include <byteswap.h>
 #include <endian.h>
 #include <infiniband/verbs.h>
@@ -40,9 +41,20 @@ int post_send(RSocket& s, ibv_send_wr& wr) {
   return err == 0 ? 0 : fail(err);
 }
 
+// RDMA WRITE WITH IMMEDIATE consumes a WR with no SGE; a message SEND lands in
+// the WR's own 4-byte slot, named by its wr_id (rs_post_recv). Slots cycle with
+// the WRs: one is posted again only after its message was read.
 int post_recv(RSocket& s) {
   ibv_recv_wr wr{};
-  wr.wr_id = kRecvFlag;  // RDMA WRITE WITH IMMEDIATE consumes a WR with no SGE
+  ibv_sge sge{};
+  wr.wr_id = kRecvFlag;
+  if (s.msg_send) {
+    wr.wr_id |= s.rbuf_msg_index;
+    sge = {uint64_t(uintptr_t(s.recv_msgs() + s.rbuf_msg_index)), kMsgSize, s.rmr->lkey};
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    s.rbuf_msg_index = (s.rbuf_msg_index + 1) % s.rq_size;
+  }
   ibv_recv_wr* bad = nullptr;
   int err = ibv_post_recv(s.id->qp, &wr, &bad);
   return err == 0 ? 0 : fail(err);
@@ -56,18 +68,20 @@ int create_buffers(RSocket& s) {
   ibv_pd* pd = s.id->pd;
   const size_t slen = s.sbuf_size + sizeof(WireSge) * kCtrlSlots;
   const size_t tlen = sizeof(WireSge) * kSglSize + sizeof(WireIomap) * s.target_iomap_size;
+  const size_t rlen = s.rbuf_size + (s.msg_send ? size_t(s.rq_size) * kMsgSize : 0);
   s.sbuf = alloc_buffer(slen);
   s.targets = alloc_buffer(tlen);
-  s.rbuf = alloc_buffer(s.rbuf_size);
+  s.rbuf = alloc_buffer(rlen);
   if (s.sbuf == nullptr || s.targets == nullptr || s.rbuf == nullptr) return ENOMEM;
   constexpr int kRemote = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
   s.smr = ibv_reg_mr(pd, s.sbuf, slen, IBV_ACCESS_LOCAL_WRITE);
   s.target_mr = s.smr ? ibv_reg_mr(pd, s.targets, tlen, kRemote) : nullptr;
-  s.rmr = s.target_mr ? ibv_reg_mr(pd, s.rbuf, s.rbuf_size, kRemote) : nullptr;
+  s.rmr = s.target_mr ? ibv_reg_mr(pd, s.rbuf, rlen, kRemote) : nullptr;
   if (s.rmr == nullptr) return errno != 0 ? errno : ENOMEM;
   s.sbuf_bytes_avail = s.sbuf_size;
   s.rbuf_free_offset = s.rbuf_bytes_avail = s.rbuf_size / 2;
   s.sqe_avail = s.sq_size - s.ctrl_max_seqno;
+  s.rbuf_msg_index = 0;
   s.rseq_comp = uint16_t(s.rq_size / 2);
   s.rmsg.assign(s.rq_size + 1, 0);
   return 0;
@@ -99,11 +113,34 @@ int post_rdma_write(RSocket& s, ibv_wr_opcode opcode, uint32_t wr_id, ibv_sge* s
 
 }  // namespace
 
+namespace {
+
+// RS_OPT_MSG_SEND's message: a 4-byte inline SEND (the bytes are copied at the
+// post, so `msg` may be a local).
+int post_msg_send(RSocket& s, uint64_t wr_id, uint32_t msg) {
+  ibv_sge sge{uint64_t(uintptr_t(&msg)), kMsgSize, 0};
+  ibv_send_wr wr{};
+  wr.wr_id = wr_id;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_INLINE;
+  return post_send(s, wr);
+}
+
+}  // namespace
+
 // RDMA WRITE WITH IMMEDIATE: `msg` is both the immediate and the wr_id, so the
-// completion says what was freed (rs_post_write_msg).
+// completion says what was freed (rs_post_write_msg). With msg_send, a plain
+// WRITE (wr_id `msg`) and then the message's SEND, which iWARP places after the
+// WRITE's bytes (RFC 5040 §5.5: a SEND's completion follows earlier WRITEs'
+// placement); the SEND's wr_id keeps the op but frees no bytes.
 int post_write_msg(RSocket& s, ibv_sge* sgl, int nsge, uint32_t msg, int flags, uint64_t addr,
                    uint32_t rkey) {
-  return post_rdma_write(s, IBV_WR_RDMA_WRITE_WITH_IMM, msg, sgl, nsge, flags, addr, rkey);
+  if (!s.msg_send)
+    return post_rdma_write(s, IBV_WR_RDMA_WRITE_WITH_IMM, msg, sgl, nsge, flags, addr, rkey);
+  if (post_rdma_write(s, IBV_WR_RDMA_WRITE, msg, sgl, nsge, flags, addr, rkey) != 0) return -1;
+  return post_msg_send(s, msg_set(msg_op(msg), 0) | kMsgSendFlag, msg);
 }
 
 int post_write(RSocket& s, ibv_sge* sgl, int nsge, uint32_t wr_data, int flags, uint64_t addr,
@@ -114,8 +151,11 @@ int post_write(RSocket& s, ibv_sge* sgl, int nsge, uint32_t wr_data, int flags, 
 namespace {
 
 // A message with no data: a zero-length WRITE WITH IMMEDIATE (IBA 9.4.3: no
-// R_Key check for length 0).
-int post_msg(RSocket& s, uint32_t msg) { return post_write_msg(s, nullptr, 0, msg, 0, 0, 0); }
+// R_Key check for length 0), or with msg_send the SEND alone (rs_post_msg).
+int post_msg(RSocket& s, uint32_t msg) {
+  if (s.msg_send) return post_msg_send(s, msg, msg);
+  return post_write_msg(s, nullptr, 0, msg, 0, 0, 0);
+}
 
 void send_credits(RSocket& s) {
   ++s.ctrl_seqno;
@@ -126,6 +166,7 @@ void send_credits(RSocket& s) {
     post_msg(s, msg);
     return;
   }
+  if (s.msg_send) ++s.ctrl_seqno;  // a WRITE and a SEND: two control WRs (rs_send_credits)
   // The next free half, in a control slot of the send buffer (not reused before
   // its completion: at most kCtrlSlots control messages are in flight).
   auto* slot = reinterpret_cast<WireSge*>(s.sbuf + s.sbuf_size) + (s.ctrl_seqno % kCtrlSlots);
@@ -136,6 +177,14 @@ void send_credits(RSocket& s) {
   s.rbuf_bytes_avail -= half;
   s.rbuf_free_offset = (s.rbuf_free_offset + half) % s.rbuf_size;
   s.remote_sge = (s.remote_sge + 1) % int(std::max<uint32_t>(s.remote_sgl.length, 1));
+}
+
+// A peer that broke the protocol: the stream ends with EPROTO rather than
+// reading past what was written (rsockets.md "A peer that breaks the protocol").
+void broken(RSocket& s) {
+  s.phase = Phase::kError;
+  s.err = EPROTO;
+  s.readable = s.writable = false;
 }
 
 void on_recv(RSocket& s, uint32_t msg) {
@@ -161,9 +210,7 @@ void on_recv(RSocket& s, uint32_t msg) {
       // than reading past what was written.
       const uint32_t next_tail = (s.rmsg_tail + 1) % uint32_t(s.rmsg.size());
       if (next_tail == s.rmsg_head || msg_data(msg) > s.rbuf_size / 2) {
-        s.phase = Phase::kError;
-        s.err = EPROTO;
-        s.readable = s.writable = false;
+        broken(s);
         break;
       }
       s.rmsg[s.rmsg_tail] = msg_data(msg);
@@ -190,9 +237,9 @@ void on_send(RSocket& s, const ibv_wc& wc) {
       break;
     case kOpIomapSgl:
       ++s.sqe_avail;
-      s.sbuf_bytes_avail += sizeof(WireIomap);
+      if ((wc.wr_id & kMsgSendFlag) == 0) s.sbuf_bytes_avail += sizeof(WireIomap);
       break;
-    default:  // kOpData, kOpWrite: the bytes are the wr_id's data
+    default:  // kOpData, kOpWrite: the bytes are the wr_id's data (0 for a message SEND)
       ++s.sqe_avail;
       s.sbuf_bytes_avail += msg_data(msg);
       break;
@@ -219,6 +266,23 @@ void end_by_flush(RSocket& s) {
   s.readable = s.writable = false;
 }
 
+// The message a successful receive carries: the immediate of a WRITE WITH
+// IMMEDIATE (a receive without one is ignored), or with msg_send the 4 bytes
+// the peer's SEND put in the WR's slot. A SEND of another length is no
+// rsockets message: the stream is broken.
+bool take_msg(RSocket& s, const ibv_wc& wc, uint32_t& msg) {
+  if (!s.msg_send) {
+    msg = be32toh(wc.imm_data);
+    return (wc.wc_flags & IBV_WC_WITH_IMM) != 0;
+  }
+  if (wc.opcode != IBV_WC_RECV || wc.byte_len != kMsgSize) {
+    if (s.connected()) broken(s);
+    return false;
+  }
+  std::memcpy(&msg, s.recv_msgs() + uint32_t(wc.wr_id) % s.rq_size, kMsgSize);
+  return true;
+}
+
 }  // namespace
 
 int setup_endpoint(RSocket& s) {
@@ -226,6 +290,10 @@ int setup_endpoint(RSocket& s) {
   if (ibv_query_device(s.id->verbs, &dev) != 0) return errno;
   s.sq_size = clamp_queue(s.sq_size, uint32_t(dev.max_qp_wr));
   s.rq_size = clamp_queue(s.rq_size, uint32_t(dev.max_qp_wr));
+  // iWARP has no immediate data (post_send refuses WRITE WITH IMMEDIATE): as
+  // rsocket.c's rs_create_ep, messages become inline SENDs of kMsgSize bytes.
+  s.msg_send = s.id->verbs->device->transport_type == IBV_TRANSPORT_IWARP;
+  if (s.msg_send) s.sq_inline = std::max(s.sq_inline, kMsgSize);
   s.cq_channel = ibv_create_comp_channel(s.id->verbs);
   if (s.cq_channel == nullptr) return errno;
   s.cq = ibv_create_cq(s.id->verbs, int(s.sq_size + s.rq_size), s.id, s.cq_channel, 0);
@@ -242,6 +310,7 @@ int setup_endpoint(RSocket& s) {
   attr.cap.max_inline_data = s.sq_inline;
   if (rdma_create_qp(s.id, nullptr, &attr) != 0) return errno;
   s.sq_inline = attr.cap.max_inline_data;
+  if (s.msg_send && s.sq_inline < kMsgSize) return ENOTSUP;
   if (int err = create_buffers(s)) return err;
   for (uint32_t i = 0; i < s.rq_size; ++i)
     if (post_recv(s) != 0) return errno;
@@ -307,7 +376,8 @@ int poll_cq(RSocket& s) {
         continue;
       }
       ++received;
-      if ((wc.wc_flags & IBV_WC_WITH_IMM) != 0) on_recv(s, be32toh(wc.imm_data));
+      uint32_t msg = 0;
+      if (take_msg(s, wc, msg)) on_recv(s, msg);
     }
   }
   if (n < 0) return fail(EIO);
@@ -322,17 +392,20 @@ int poll_cq(RSocket& s) {
   return 0;
 }
 
+// rs_give_credits: with msg_send a credit may take two control WRs (a WRITE and
+// a SEND), so two slots must be free (rs_2ctrl_avail), whichever is sent.
 void update_credits(RSocket& s) {
   const bool half_free = s.rbuf_bytes_avail >= s.rbuf_size / 2;
   const bool seq_due = int16_t(uint16_t(s.rseq_no - s.rseq_comp)) >= 0;
-  if ((half_free || seq_due) && s.ctrl_seqno != s.ctrl_max_seqno && s.connected())
-    send_credits(s);
+  const bool slots = int32_t(s.ctrl_seqno + s.msg_wrs() - 1 - s.ctrl_max_seqno) < 0;
+  if ((half_free || seq_due) && slots && s.connected()) send_credits(s);
 }
 
-// rs_can_send: a send queue entry, buffer space, a message the peer's receive
-// queue can take, and room in the peer's receive buffer.
+// rs_can_send: send queue entries (two with msg_send), buffer space, a message
+// the peer's receive queue can take, and room in the peer's receive buffer.
 bool can_send(const RSocket& s) {
-  return s.sqe_avail > 0 && s.sbuf_bytes_avail >= kSndLowat && s.sseq_no != s.sseq_comp &&
+  return s.sqe_avail >= s.msg_wrs() && s.sbuf_bytes_avail >= kSndLowat &&
+         s.sseq_no != s.sseq_comp &&
          static_cast<volatile WireSge*>(s.target_sgl())[s.target_sge].length != 0;
 }
 
@@ -343,6 +416,16 @@ bool all_sends_done(const RSocket& s) {
 int post_ctrl(RSocket& s, uint32_t ctrl) {
   ++s.ctrl_seqno;
   return post_msg(s, msg_set(kOpCtrl, ctrl));
+}
+
+// KEEPALIVE: a zero-length WRITE WITH IMMEDIATE (rsockets.md "Keepalive"). With
+// msg_send a zero-length plain RDMA WRITE, as rsocket.c's tcp_svc sends: a SEND
+// would take one of the peer's receives that no credit accounts for. Either
+// way only the transport's acknowledgement matters.
+int post_keepalive(RSocket& s) {
+  if (!s.msg_send) return post_ctrl(s, kCtrlKeepalive);
+  ++s.ctrl_seqno;
+  return post_write(s, nullptr, 0, msg_set(kOpCtrl, kCtrlKeepalive), 0, 0, 0);
 }
 
 void arm_cq(RSocket& s) {

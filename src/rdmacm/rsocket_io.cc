@@ -83,7 +83,7 @@ int send_iomaps(RSocket& s, std::unique_lock<std::mutex>& lock, int flags) {
     ibv_sge sgl[2];
     int nsge = copy_to_ring(s, reinterpret_cast<const uint8_t*>(&iom), sizeof iom, sgl);
     ++s.sseq_no;
-    --s.sqe_avail;
+    s.sqe_avail -= s.msg_wrs();  // with msg_send the WRITE and its SEND
     s.sbuf_bytes_avail -= sizeof iom;
     if (post_write_msg(s, sgl, nsge, msg_set(kOpIomapSgl, uint32_t(m.index)), 0,
                        s.remote_iomap.addr + sizeof(WireIomap) * uint64_t(m.index),
@@ -119,7 +119,7 @@ ssize_t send_stream(RSocket& s, const uint8_t* buf, size_t len, int flags) {
     target->length = target->length - size;
     if (target->length == 0) s.target_sge = (s.target_sge + 1) % kSglSize;
     ++s.sseq_no;
-    --s.sqe_avail;
+    s.sqe_avail -= s.msg_wrs();  // with msg_send the WRITE and its SEND
     s.sbuf_bytes_avail -= size;
     if ((ret = post_write_msg(s, sgl, nsge, msg_set(kOpData, size), send_flags, addr, rkey)) != 0)
       break;

@@ -41,7 +41,7 @@ KeepaliveService& service() {
 // (at most kCtrlSlots control messages in flight); otherwise skipped this time.
 void send_keepalive(RSocket& s) {
   std::lock_guard lock(s.mutex);
-  if (s.connected() && s.ctrl_seqno != s.ctrl_max_seqno) post_ctrl(s, kCtrlKeepalive);
+  if (s.connected() && s.ctrl_seqno != s.ctrl_max_seqno) post_keepalive(s);
 }
 
 void run() {

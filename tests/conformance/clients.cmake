@@ -446,6 +446,32 @@ softrdma_client_test(rstream.series CM_PAIR TIMEOUT 180
   COMMAND ${RSTREAM}
   EXPECT [=[^64_lat\s+64\s]=] [=[^1m_bw\s+1m\s+100\s]=]
   EXPECT_SERVER [=[^1m_bw\s+1m\s+100\s]=])
+# The same over iWARP (SOFTRDMA_WIRE=iwarp: softiwarp0, RDMAP over TCP): no
+# immediate data, so every rsockets message is a 4-byte SEND (rsockets.md "iWARP").
+# One variant each: the wire is TCP, there is no UDP or same-host path to choose.
+foreach(tool rstream riostream)
+  string(TOUPPER ${tool} var)
+  foreach(run "blocking;-T b -T v" "nonblocking;-T n -T v" "async_nonblocking;-T a -T n"
+              "async_blocking;-T a -T b")
+    list(GET run 0 tag)
+    list(GET run 1 options)
+    softrdma_client_test_on_path(${tool}.${tag}.iwarp CM_PAIR TIMEOUT 60
+      SERVER_ARGS "-p {port} -S 65536 -C 300 ${options}"
+      CLIENT_ARGS "-s 127.0.0.1 -p {port} -S 65536 -C 300 ${options}"
+      COMMAND ${${var}}
+      ENV SOFTRDMA_WIRE=iwarp
+      EXPECT [=[^custom\s+64k\s+300\s+1\s]=]
+      EXPECT_SERVER [=[^custom\s+64k\s+300\s+1\s]=])
+  endforeach()
+endforeach()
+# The series: 33-58 s beside other work (64 B latency is 130 µs a round trip here).
+softrdma_client_test_on_path(rstream.series.iwarp CM_PAIR TIMEOUT 240
+  SERVER_ARGS "-p {port} -T b"
+  CLIENT_ARGS "-s 127.0.0.1 -p {port} -T b"
+  COMMAND ${RSTREAM}
+  ENV SOFTRDMA_WIRE=iwarp
+  EXPECT [=[^64_lat\s+64\s]=] [=[^1m_bw\s+1m\s+100\s]=]
+  EXPECT_SERVER [=[^1m_bw\s+1m\s+100\s]=])
 # 50 connect/transfer/disconnect cycles with 10 % of the packets dropped both ways:
 # the CM's retransmissions (REQ, REP, RTU, DREQ) and RC's carry every cycle.
 get_property(rping_loss_port GLOBAL PROPERTY SOFTRDMA_NEXT_PORT)

@@ -1,0 +1,278 @@
+// rsockets over iWARP (docs/decisions/rsockets.md "iWARP"): no immediate data,
+// so every message is a 4-byte SEND into the peer's receive WRs (rsocket.c's
+// RS_OPT_MSG_SEND). Two rsockets of one process, and a peer that speaks that
+// protocol by hand to check what is on the wire. Each test asks for the iWARP
+// device (SOFTRDMA_WIRE=iwarp before the process opens one) and is skipped where
+// the device is not iWARP (a whole rdmacm_test run in one process).
+#include <endian.h>
+#include <gtest/gtest.h>
+#include <netinet/tcp.h>
+#include <rdma/rsocket.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <future>
+#include <string>
+#include <vector>
+
+#include "rdmacm/rdmacm_fixture.h"
+#include "rdmacm/rsocket.h"
+
+namespace softrdma::rdmacm::testing {
+namespace {
+
+bool iwarp_device() {
+  const bool ours = getenv("SOFTRDMA_WIRE") == nullptr;
+  if (ours) setenv("SOFTRDMA_WIRE", "iwarp", 0);
+  int count = 0;
+  ibv_device** devices = ibv_get_device_list(&count);
+  const bool iwarp =
+      devices != nullptr && count > 0 && devices[0]->transport_type == IBV_TRANSPORT_IWARP;
+  if (devices != nullptr) ibv_free_device_list(devices);
+  if (ours && !iwarp) unsetenv("SOFTRDMA_WIRE");  // no child inherits it
+  return iwarp;
+}
+
+#define REQUIRE_IWARP() \
+  if (!iwarp_device()) GTEST_SKIP() << "the device is not iWARP (SOFTRDMA_WIRE=iwarp)"
+
+std::vector<uint8_t> pattern(size_t size, unsigned seed) {
+  std::vector<uint8_t> v(size);
+  for (size_t i = 0; i < size; ++i) v[i] = uint8_t((i * 131 + seed * 7 + (i >> 9)) & 0xff);
+  return v;
+}
+
+bool send_all(int fd, const uint8_t* data, size_t size) {
+  for (size_t done = 0; done < size;) {
+    const ssize_t n = rsend(fd, data + done, size - done, 0);
+    if (n <= 0) return false;
+    done += size_t(n);
+  }
+  return true;
+}
+
+int listen_on(sockaddr_in& address, int iomap_size) {
+  const int fd = rsocket(AF_INET, SOCK_STREAM, 0);
+  if (iomap_size != 0) rsetsockopt(fd, SOL_RDMA, RDMA_IOMAPSIZE, &iomap_size, sizeof iomap_size);
+  if (rbind(fd, as_sockaddr(address), sizeof address) != 0 || rlisten(fd, 4) != 0) return -1;
+  return fd;
+}
+
+// Credits go round many times (3 MiB through 64 KiB halves), control messages
+// and data SENDs share the receive queue, keepalives (zero-length WRITEs) are
+// no data, riowrite lands, and the peer's close ends the stream.
+TEST(RsocketIwarp, BytesKeepalivesRiowriteAndEndOfStream) {
+  REQUIRE_IWARP();
+  sockaddr_in address = ipv4("127.0.0.1", free_port());
+  int one = 1;
+  const int listener = listen_on(address, 1);
+  ASSERT_GE(listener, 0) << std::strerror(errno);
+  const int client = rsocket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(rsetsockopt(client, SOL_RDMA, RDMA_IOMAPSIZE, &one, sizeof one), 0);
+  auto accepted =
+      std::async(std::launch::async, [&] { return raccept(listener, nullptr, nullptr); });
+  ASSERT_EQ(rconnect(client, as_sockaddr(address), sizeof address), 0) << std::strerror(errno);
+  const int server = accepted.get();
+  ASSERT_GE(server, 0) << std::strerror(errno);
+
+  const auto big = pattern(3 << 20, 1);
+  auto sent =
+      std::async(std::launch::async, [&] { return send_all(client, big.data(), big.size()); });
+  std::vector<uint8_t> got(big.size());
+  EXPECT_EQ(rrecv(server, got.data(), got.size(), MSG_WAITALL), ssize_t(big.size()));
+  EXPECT_TRUE(sent.get());
+  EXPECT_TRUE(got == big);
+
+  ASSERT_EQ(rsetsockopt(server, IPPROTO_TCP, TCP_KEEPIDLE, &one, sizeof one), 0);
+  ASSERT_EQ(rsetsockopt(server, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one), 0);
+  pollfd fds{client, POLLIN, 0};
+  EXPECT_EQ(rpoll(&fds, 1, 1500), 0);  // a keepalive went, nothing to read
+
+  std::vector<uint8_t> mapped(100000, 0);
+  ASSERT_EQ(riomap(server, mapped.data(), mapped.size(), PROT_WRITE, 0, 0), 0);
+  char byte = 0;
+  ASSERT_EQ(rsend(server, "m", 1, 0), 1);  // carries the mapping (kOpIomapSgl)
+  ASSERT_EQ(rrecv(client, &byte, 1, 0), 1);
+  const auto data = pattern(90000, 3);
+  EXPECT_EQ(riowrite(client, data.data(), data.size(), 500, 0), data.size());
+  ASSERT_EQ(rsend(client, "d", 1, 0), 1);  // after the WRITEs, in order
+  ASSERT_EQ(rrecv(server, &byte, 1, 0), 1);
+  EXPECT_TRUE(std::equal(data.begin(), data.end(), mapped.begin() + 500));
+  int err = -1;
+  socklen_t len = sizeof err;
+  EXPECT_EQ(rgetsockopt(server, SOL_SOCKET, SO_ERROR, &err, &len), 0);
+  EXPECT_EQ(err, 0);
+
+  EXPECT_EQ(rclose(client), 0);
+  EXPECT_EQ(rrecv(server, &byte, 1, 0), 0);  // the DISCONNECT message: end of stream
+  rclose(server);
+  rclose(listener);
+}
+
+// The CM half of a peer that speaks rsocket's iWARP protocol by hand: one
+// memory region holds its credit slots (offset 0), its receive buffer (1024,
+// 1 KiB) and its receive WRs' 4-byte message slots (2048).
+class WirePeer {
+ public:
+  static constexpr uint32_t kDepth = 8;
+  ~WirePeer() {
+    if (id_ != nullptr && id_->qp != nullptr) rdma_destroy_qp(id_);
+    if (mr_ != nullptr) ibv_dereg_mr(mr_);
+    if (pd_ != nullptr) ibv_dealloc_pd(pd_);
+    if (id_ != nullptr) rdma_destroy_id(id_);
+    if (channel_ != nullptr) rdma_destroy_event_channel(channel_);
+  }
+
+  void connect(sockaddr_in& address) {
+    channel_ = rdma_create_event_channel();
+    ASSERT_NE(channel_, nullptr);
+    ASSERT_EQ(rdma_create_id(channel_, &id_, nullptr, RDMA_PS_TCP), 0);
+    ASSERT_EQ(rdma_resolve_addr(id_, nullptr, as_sockaddr(address), 2000), 0);
+    expect_event(RDMA_CM_EVENT_ADDR_RESOLVED);
+    ASSERT_EQ(rdma_resolve_route(id_, 2000), 0);
+    expect_event(RDMA_CM_EVENT_ROUTE_RESOLVED);
+    pd_ = ibv_alloc_pd(id_->verbs);
+    mr_ = ibv_reg_mr(pd_, memory_.data(), memory_.size(),
+                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    ASSERT_NE(mr_, nullptr);
+    ibv_qp_init_attr attr{};
+    attr.qp_type = IBV_QPT_RC;
+    attr.cap = {kDepth, kDepth, 1, 1, 16};
+    ASSERT_EQ(rdma_create_qp(id_, pd_, &attr), 0) << std::strerror(errno);
+    for (uint32_t i = 0; i < kDepth; ++i) {
+      ibv_sge sge{uint64_t(uintptr_t(memory_.data() + 2048 + 4 * i)), 4, mr_->lkey};
+      ibv_recv_wr wr{}, *bad = nullptr;
+      wr.wr_id = i;
+      wr.sg_list = &sge;
+      wr.num_sge = 1;
+      ASSERT_EQ(ibv_post_recv(id_->qp, &wr, &bad), 0);
+    }
+    rsock::ConnData mine{};
+    mine.version = 1;
+    mine.credits = htobe16(kDepth);
+    const uint64_t base = uint64_t(uintptr_t(memory_.data()));
+    mine.target_sgl = {htobe64(base), htobe32(mr_->rkey), htobe32(rsock::kSglSize)};
+    mine.data_buf = {htobe64(base + 1024), htobe32(mr_->rkey), htobe32(1024)};
+    rdma_conn_param param{};
+    param.private_data = &mine;
+    param.private_data_len = sizeof mine;
+    param.responder_resources = param.initiator_depth = 1;
+    ASSERT_EQ(rdma_connect(id_, &param), 0) << std::strerror(errno);
+    rdma_cm_event* event = next_event(channel_);
+    ASSERT_NE(event, nullptr);
+    ASSERT_EQ(event->event, RDMA_CM_EVENT_ESTABLISHED) << rdma_event_str(event->event);
+    ASSERT_GE(event->param.conn.private_data_len, sizeof theirs_);
+    std::memcpy(&theirs_, event->param.conn.private_data, sizeof theirs_);
+    rdma_ack_cm_event(event);
+  }
+
+  // The next completion of either queue (rdma_create_qp made one CQ each), 10 s
+  // at most: a hang guard, no timing asserted.
+  bool next_completion(ibv_cq* cq, ibv_wc& wc) {
+    for (int spins = 0; spins < 10'000'000; ++spins) {
+      if (ibv_poll_cq(cq, 1, &wc) == 1) return true;
+      if (spins > 1000) usleep(1);
+    }
+    return false;
+  }
+  bool next_receive(ibv_wc& wc) { return next_completion(id_->recv_cq, wc); }
+  bool next_send(ibv_wc& wc) { return next_completion(id_->send_cq, wc); }
+
+  // A message as rsocket.c's rs_post_msg sends it: an inline SEND of `len`
+  // bytes of the 32-bit message, in this host's order.
+  void send_message(uint32_t msg, uint32_t len = 4) {
+    ibv_sge sge{uint64_t(uintptr_t(&msg)), len, 0};
+    ibv_send_wr wr{}, *bad = nullptr;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ASSERT_EQ(ibv_post_send(id_->qp, &wr, &bad), 0);
+  }
+
+  // DATA: the bytes RDMA-written at the start of the rsocket's receive buffer.
+  void write_data(const char* text, uint32_t len) {
+    ibv_sge sge{uint64_t(uintptr_t(text)), len, 0};
+    ibv_send_wr wr{}, *bad = nullptr;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.wr.rdma.remote_addr = be64toh(theirs_.data_buf.addr);
+    wr.wr.rdma.rkey = be32toh(theirs_.data_buf.key);
+    ASSERT_EQ(ibv_post_send(id_->qp, &wr, &bad), 0);
+  }
+
+  const rsock::WireSge& credit_slot(int i) const {
+    return reinterpret_cast<const rsock::WireSge*>(memory_.data())[i];
+  }
+  uint32_t message(uint64_t wr_id) const {
+    uint32_t m;
+    std::memcpy(&m, memory_.data() + 2048 + 4 * wr_id, 4);
+    return m;
+  }
+
+ private:
+  void expect_event(rdma_cm_event_type type) {
+    rdma_cm_event* event = next_event(channel_);
+    ASSERT_NE(event, nullptr);
+    EXPECT_EQ(event->event, type) << rdma_event_str(event->event);
+    rdma_ack_cm_event(event);
+  }
+
+  rdma_event_channel* channel_ = nullptr;
+  rdma_cm_id* id_ = nullptr;
+  ibv_pd* pd_ = nullptr;
+  ibv_mr* mr_ = nullptr;
+  std::vector<uint8_t> memory_ = std::vector<uint8_t>(4096);
+  rsock::ConnData theirs_{};
+};
+
+// What rsocket.c on siw sends and takes: the credit is an SGE RDMA-written into
+// slot 1 then a 4-byte SEND (kOpSgl); DATA is a WRITE then a SEND of kOpData
+// with the length. A SEND of any other length is no message: EPROTO.
+TEST(RsocketIwarp, MessagesAreFourByteSendsAsRsocketCSends) {
+  REQUIRE_IWARP();
+  sockaddr_in address = ipv4("127.0.0.1", free_port());
+  const int listener = listen_on(address, 0);
+  ASSERT_GE(listener, 0) << std::strerror(errno);
+  auto accepted =
+      std::async(std::launch::async, [&] { return raccept(listener, nullptr, nullptr); });
+  WirePeer peer;
+  peer.connect(address);
+  const int server = accepted.get();
+  ASSERT_GE(server, 0) << std::strerror(errno);
+  char got[8] = {};
+  auto read = std::async(std::launch::async, [&] { return rrecv(server, got, sizeof got, 0); });
+
+  ibv_wc wc{};
+  ASSERT_TRUE(peer.next_receive(wc));  // the rsocket's first credit
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+  EXPECT_EQ(wc.opcode, IBV_WC_RECV);
+  EXPECT_EQ(wc.byte_len, 4u);
+  EXPECT_EQ(wc.wc_flags & IBV_WC_WITH_IMM, 0);
+  const uint32_t credit = peer.message(wc.wr_id);
+  EXPECT_EQ(rsock::msg_op(credit), uint32_t(rsock::kOpSgl));
+  EXPECT_GT(rsock::msg_data(credit), 0u);
+  EXPECT_EQ(peer.credit_slot(1).length, 65536u);  // the second half of 128 KiB
+
+  peer.write_data("hello", 5);
+  peer.send_message(rsock::msg_set(rsock::kOpData, 5));
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(peer.next_send(wc));
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+  }
+  EXPECT_EQ(read.get(), 5);
+  EXPECT_EQ(std::string(got, 5), "hello");
+
+  peer.send_message(rsock::msg_set(rsock::kOpData, 5), 2);
+  EXPECT_EQ(rrecv(server, got, sizeof got, 0), -1);
+  EXPECT_EQ(errno, EPROTO);
+  rclose(server);
+  rclose(listener);
+}
+
+}  // namespace
+}  // namespace softrdma::rdmacm::testing
