@@ -48,6 +48,14 @@ Qp::Qp(Device& device, uint32_t qpn, Pd* pd, const QpInit& init)
   attr_.cap = cap_;
   // The device's family decides (family.h), not the QP's type alone.
   protocol_ = device_.family().make_protocol(*this);
+  // An iWARP QP is born in INIT (siw's starts idle, which ibv_query_qp reports as
+  // INIT; rdma-core's tests expect it of an RNIC), on port 1 with the remote rights
+  // the CM would give it (iw_cm's INIT attributes).
+  if (device_.family().wire_protocol() == WireProtocol::kIwarp) {
+    attr_.qp_state = attr_.cur_qp_state = IBV_QPS_INIT;
+    attr_.port_num = 1;
+    attr_.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  }
   // An XRC receive QP has no PD, CQs or SRQ of its own; an XRC send QP no receive CQ.
   if (pd_ != nullptr) pd_->users.fetch_add(1);
   if (send_cq_ != nullptr) send_cq_->users.fetch_add(1);

@@ -101,7 +101,7 @@ Qp* create_qp(ibv_context* context, ibv_pd* pd, ibv_qp_init_attr_ex& attr, int& 
   q.srq = init.srq != nullptr ? attr.srq : nullptr;
   q.handle = qp->qp->qpn();
   q.qp_num = qp->qp->qpn();
-  q.state = IBV_QPS_RESET;
+  q.state = qp->qp->state();  // RESET; INIT on an iWARP device
   q.qp_type = attr.qp_type;
   pthread_mutex_init(&q.mutex, nullptr);
   pthread_cond_init(&q.cond, nullptr);

@@ -226,8 +226,9 @@ TEST_F(IwarpPairTest, OnlyRcQpsAreCarried) {
   }
 }
 
-// Only the connection manager moves an iWARP QP into RTS (with its stream), as
-// siw refuses a modify to RTS without a socket; RTR is allowed and does nothing.
+// An iWARP QP is born in INIT; only the connection manager moves it into RTS
+// (with its stream), as siw refuses a modify to RTS without a socket; RTR is
+// allowed and does nothing.
 TEST_F(IwarpPairTest, AModifyToRtsWithoutAConnectionIsRefused) {
   QpInit init;
   init.type = IBV_QPT_RC;
@@ -237,6 +238,7 @@ TEST_F(IwarpPairTest, AModifyToRtsWithoutAConnectionIsRefused) {
   int err = 0;
   Qp* qp = a.device->create_qp(a.pd, init, err);
   ASSERT_NE(qp, nullptr);
+  EXPECT_EQ(qp->state(), IBV_QPS_INIT);  // born in INIT, as siw's (idle) QPs
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_INIT;
   attr.port_num = 1;
