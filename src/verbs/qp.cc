@@ -101,7 +101,9 @@ Qp* create_qp(ibv_context* context, ibv_pd* pd, ibv_qp_init_attr_ex& attr, int& 
   q.srq = init.srq != nullptr ? attr.srq : nullptr;
   q.handle = qp->qp->qpn();
   q.qp_num = qp->qp->qpn();
-  q.state = qp->qp->state();  // RESET; INIT on an iWARP device
+  // RESET, as libibverbs' ibv_cmd_create_qp sets it for every device; an iWARP
+  // QP is already INIT in the engine, which ibv_query_qp reports (as with siw).
+  q.state = IBV_QPS_RESET;
   q.qp_type = attr.qp_type;
   pthread_mutex_init(&q.mutex, nullptr);
   pthread_cond_init(&q.cond, nullptr);

@@ -259,6 +259,18 @@ add_test(NAME conformance.pyverbs_suite.udp
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/pyverbs_suite.py ${pyverbs_udp_args})
 set_tests_properties(conformance.pyverbs_suite.udp PROPERTIES TIMEOUT 1300 LABELS conformance
   RESOURCE_LOCK huge_pages ENVIRONMENT SOFTRDMA_TRANSPORT=udp)
+# And on the iWARP device (SOFTRDMA_WIRE=iwarp; docs/decisions/iwarp.md): the
+# suite knows no iWARP and connects RC QPs with ibv_modify_qp, which an iWARP
+# device refuses at RTS (EINVAL, as siw): those errors are listed with their
+# exact message in pyverbs_expected_iwarp.tsv and accepted (--listed-errors);
+# every other test must pass or skip as listed.
+set(pyverbs_iwarp_args ${pyverbs_args} --listed-errors)
+list(TRANSFORM pyverbs_iwarp_args REPLACE "pyverbs_expected.tsv$" "pyverbs_expected_iwarp.tsv")
+list(TRANSFORM pyverbs_iwarp_args REPLACE "pyverbs_table.md$" "pyverbs_table_iwarp.md")
+add_test(NAME conformance.pyverbs_suite.iwarp
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/pyverbs_suite.py ${pyverbs_iwarp_args})
+set_tests_properties(conformance.pyverbs_suite.iwarp PROPERTIES TIMEOUT 1300 LABELS conformance
+  RESOURCE_LOCK huge_pages ENVIRONMENT SOFTRDMA_WIRE=iwarp)
 # UCX (Debian's ucx-utils and libucx0, UCX 1.13) on softrdma0, each process under
 # `softrdma run` and its sysfs view (docs/decisions/ucx.md). LD_BIND_NOW: UCX's
 # libuct_ib links libmlx5.so.1, and every symbol it imports must resolve in the stub.
