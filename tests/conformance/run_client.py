@@ -178,6 +178,11 @@ def run_pair_once(args, env):
         # rdma_cm programs hold the port in librdmacm; some (fi_pingpong)
         # exchange addresses over a TCP port first.
         ready = lambda port: cm_listening(port) or listening(port)
+        if env.get("SOFTRDMA_WIRE") == "iwarp":
+            # iWARP's rdma_listen is a TCP listener; the port's reservation is
+            # taken before it, at rdma_bind_addr, and a connect in between is
+            # refused (ECONNREFUSED), as with the kernel's iw_cm.
+            ready = listening
         if args.ready_port:  # a program with a fixed port of its own (udaddy: 7174)
             ready_port = args.ready_port
             ready = lambda _: cm_listening(ready_port)

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 
 #include "engine/iwarp/connection.h"
@@ -303,6 +304,52 @@ class IwarpHostileTest : public IwarpPairTest {
     return b.qp->state() == IBV_QPS_ERR;
   }
 };
+
+// siw's accept race (connection.cc): an initiator whose peer has sent nothing
+// repeats a zero-length WRITE after its RTR, and stops once the peer spoke.
+TEST_F(IwarpHostileTest, TheInitiatorNudgesASilentPeerUntilItSpeaks) {
+  const std::array<int, 2> fds = tcp_pair();
+  a.device->destroy_qp(a.qp);
+  QpInit init;
+  init.type = IBV_QPT_RC;
+  init.send_cq = a.scq;
+  init.recv_cq = a.rcq;
+  init.cap = ibv_qp_cap{16, 16, 1, 1, 0};
+  int err = 0;
+  a.qp = a.device->create_qp(a.pd, init, err);
+  ASSERT_NE(a.qp, nullptr);
+  wire::iwarp::IwarpHandoff ha{fds[0], false, true, RtrKind::kWrite, 8, 8};
+  ASSERT_EQ(a.device->attach_iwarp(a.qp, ha), 0);
+  // Zero-length WRITEs are 20 bytes each (length, 14-byte tagged header, CRC).
+  std::vector<uint8_t> got;
+  for (int i = 0; i < 2'000'000 && got.size() < 3 * 20; ++i) {
+    a.device->progress();
+    uint8_t buffer[256];
+    const ssize_t n = ::recv(fds[1], buffer, sizeof buffer, MSG_DONTWAIT);
+    if (n > 0) got.insert(got.end(), buffer, buffer + n);
+  }
+  ASSERT_GE(got.size(), 60u);  // the RTR and two nudges
+  EXPECT_EQ(got[0], 0);
+  EXPECT_EQ(got[1], 14);                // ULPDU_Length: a tagged header alone
+  EXPECT_EQ(got[20 + 3] & 0x0f, 0);     // RDMAP opcode: WRITE
+  // The peer speaks (its own zero-length WRITE): no nudge follows.
+  const uint8_t write[20] = {0, 14, 0xc1, 0x40};
+  ASSERT_EQ(::write(fds[1], write, sizeof write), ssize_t(sizeof write));
+  for (int i = 0; i < 200000; ++i) a.device->progress();
+  while (::recv(fds[1], got.data(), got.size(), MSG_DONTWAIT) > 0) {
+  }
+  const auto quiet_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(400);
+  ssize_t more = 0;
+  while (std::chrono::steady_clock::now() < quiet_until) {
+    a.device->progress();
+    uint8_t buffer[64];
+    const ssize_t n = ::recv(fds[1], buffer, sizeof buffer, MSG_DONTWAIT);
+    if (n > 0) more += n;
+  }
+  EXPECT_EQ(more, 0);
+  EXPECT_EQ(a.qp->state(), IBV_QPS_RTS);
+  ::close(fds[1]);
+}
 
 TEST_F(IwarpHostileTest, AnFpduShorterThanADdpHeaderIsTerminated) {
   const int fd = raw_peer();

@@ -31,33 +31,64 @@ void Connection::bind(transport::StreamId stream, const IwarpHandoff& handoff, N
   rtr_ = handoff.rtr;
   ird_ = std::max<uint16_t>(handoff.ird, 1);
   ord_ = handoff.ord == 0 ? 1 : handoff.ord;
-  awaiting_rtr_ = !handoff.initiator && handoff.rtr != RtrKind::kNone;
-  rtr_expected_ = awaiting_rtr_;
+  awaiting_rtr_ = !handoff.initiator;
+  rtr_expected_ = !handoff.initiator && handoff.rtr != RtrKind::kNone;
   rx_.resize(kRxBytes);
   if (handoff.initiator && handoff.rtr != RtrKind::kNone) {
-    // RFC 6581 §5: the initiator's first FPDU says it is ready; a zero-length
-    // WRITE or READ to STag 0 touches no memory, and a READ's zero-length
-    // response needs no sink either.
-    DdpHeader h;
-    if (rtr_ == RtrKind::kRead) {
-      h.opcode = RdmapOpcode::kReadRequest;
-      h.queue = kQueueReadRequest;
-      h.msn = msn_out_.read_request++;
-      std::array<uint8_t, kReadRequestBytes> request{};
-      write_read_request(ReadRequest{}, request);
-      append_fpdu(h, request);
-      ++rtr_reads_;
-    } else if (rtr_ == RtrKind::kWrite) {
-      h.opcode = RdmapOpcode::kWrite;
-      append_fpdu(h);
-    } else {
-      h.opcode = RdmapOpcode::kSend;
-      h.msn = msn_out_.send++;
-      append_fpdu(h);
-    }
-    write_out();
+    send_rtr();
+    nudge_later(now);
   }
-  (void)now;
+}
+
+// RFC 6581 §5: the initiator's first FPDU says it is ready; a zero-length WRITE
+// or READ to STag 0 touches no memory, and a READ's zero-length response needs
+// no sink either.
+void Connection::send_rtr() {
+  DdpHeader h;
+  if (rtr_ == RtrKind::kRead) {
+    h.opcode = RdmapOpcode::kReadRequest;
+    h.queue = kQueueReadRequest;
+    h.msn = msn_out_.read_request++;
+    std::array<uint8_t, kReadRequestBytes> request{};
+    write_read_request(ReadRequest{}, request);
+    append_fpdu(h, request);
+    ++rtr_reads_;
+  } else if (rtr_ == RtrKind::kWrite) {
+    h.opcode = RdmapOpcode::kWrite;
+    append_fpdu(h);
+  } else {
+    h.opcode = RdmapOpcode::kSend;
+    h.msn = msn_out_.send++;
+    append_fpdu(h);
+  }
+  write_out();
+}
+
+// Linux siw (6.1, and upstream as of this writing) hands an accepted socket to
+// its QP only after its MPA reply is sent, and bytes that arrive in between are
+// read only when more arrive: an RTR that is quick enough (on a slow host, an
+// emulated one) waits there, and siw never reports the connection established.
+// Until the peer has sent anything, the initiator sends a zero-length WRITE now
+// and then (RFC 5040 §4.3: a valid message that places nothing; siw's own RTR is
+// one), at most kNudges times, each wait twice the one before.
+constexpr uint32_t kNudges = 6;
+constexpr Nanos kFirstNudge = 10'000'000;  // 10 ms
+
+void Connection::nudge_later(Nanos now) {
+  nudge_at_ = now + (kFirstNudge << nudges_);
+  qp_.device().arm_timer(qp_, nudge_at_);
+}
+
+void Connection::on_timer(Nanos now) {
+  nudge_at_ = kNever;
+  if (ended_ || heard_ || nudges_ >= kNudges || next_offset_ != 0) return;
+  DdpHeader h;
+  h.opcode = RdmapOpcode::kWrite;
+  append_fpdu(h);
+  write_out();
+  settle_broken(now);
+  ++nudges_;
+  if (!ended_ && nudges_ < kNudges) nudge_later(now);
 }
 
 void Connection::on_send_posted(Nanos now) {

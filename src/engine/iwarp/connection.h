@@ -49,8 +49,8 @@ class Connection final : public Protocol {
 
   void on_send_posted(Nanos now) override;
   bool on_tx_ready(Nanos now, uint32_t budget) override;
-  Nanos deadline() const override { return kNever; }
-  void on_timer(Nanos) override {}
+  Nanos deadline() const override { return nudge_at_; }
+  void on_timer(Nanos now) override;
   void on_state_change(ibv_qp_state from, ibv_qp_state to, Nanos now) override;
 
   // The family: the QP speaks on `stream` from now on.
@@ -105,6 +105,8 @@ class Connection final : public Protocol {
   // connection.cc: errors and the end.
   void terminate(const Fault& fault, Nanos now);
   void end(Nanos now);
+  void send_rtr();
+  void nudge_later(Nanos now);
 
   // Untagged queues (RFC 5040 §5.1) and the MSN each side numbers them with
   // (RFC 5041 §5.3: the first message of each queue is MSN 1).
@@ -130,6 +132,8 @@ class Connection final : public Protocol {
   transport::StreamId stream_ = transport::kNoStream;
   bool crc_ = false;
   // RFC 6581 §5: the responder sends nothing before the initiator's first FPDU.
+  // RFC 5044 §7.1 (the reason for RFC 6581's RTR): the responder's first FPDU
+  // follows the initiator's first, whether or not an RTR was agreed.
   bool awaiting_rtr_ = false;
   bool rtr_expected_ = false;  // the responder's next FPDU is the peer's RTR
   wire::iwarp::RtrKind rtr_ = wire::iwarp::RtrKind::kNone;
@@ -156,6 +160,11 @@ class Connection final : public Protocol {
   bool receiving_ = false;
   uint64_t received_ = 0;
   bool ended_ = false;
+  // The initiator's zero-length WRITEs after its first FPDU while the peer has
+  // sent nothing (connection.cc: siw's accept race); kNever when none is due.
+  bool heard_ = false;
+  uint32_t nudges_ = 0;
+  Nanos nudge_at_ = kNever;
 };
 
 }  // namespace softrdma::engine::iwarp

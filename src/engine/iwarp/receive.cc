@@ -92,9 +92,9 @@ bool Connection::take_fpdus(Nanos now) {
     at += used;
     bump(qp_.device().counters().rx_packets);
     bump(qp_.counters().rx_packets);
-    const bool first = awaiting_rtr_ || rtr_expected_;
     awaiting_rtr_ = false;
-    if (first && rtr_expected_) {
+    heard_ = true;
+    if (rtr_expected_) {
       rtr_expected_ = false;
       if (skip_rtr(ulpdu)) continue;
     }
