@@ -1,18 +1,24 @@
 #!/usr/bin/env python3
-"""softrdma against the Linux kernel's Soft-RoCE (rxe0 in a QEMU guest), both ways.
+"""softrdma against the Linux kernel's Soft-RoCE (rxe0) and SoftiWARP (siw0) in a QEMU guest.
 
 Each case runs twice: `sr-server` (softrdma serves on the host, 10.77.0.1; the
 kernel's tool is the client in the guest, 10.77.0.2) and `sr-client` (the other
-way round). Every run is captured on the guest's tap device and every RoCEv2
-packet's ICRC is recomputed (../shared/linux-peer-vm/tools/check-icrc.py). A run
-passes when both programs exit 0, print what their case expects (for programs
-that report success over a dead connection, the capture must also show data and
-its acknowledgements both ways, and no NAK), and no packet has a bad ICRC.
+way round). Every run is captured on the guest's tap device. RoCE cases (rxe):
+every RoCEv2 packet's ICRC is recomputed (../shared/linux-peer-vm/tools/check-icrc.py).
+iWARP cases (`siw.*`, softrdma with SOFTRDMA_WIRE=iwarp): every TCP connection is
+decoded as MPA/DDP/RDMAP (scripts/iwarp_capture.py: start frames, every FPDU's
+CRC or zero field, MSNs, no Terminate, data both ways) and tshark must decode it
+as iWARP too. A run passes when both programs exit 0, print what their case
+expects (for programs that report success over a dead connection, the capture
+must also show data and its acknowledgements both ways, and no NAK), and the
+capture check passes. A case marked `xfail` (a known gap of softrdma's, with the
+reason) is reported XFAIL and not counted as a failure; XPASS if it passes.
 
     scripts/interop.sh                   # the whole matrix
     scripts/interop.sh --subset ci       # what scripts/test.sh runs
     scripts/interop.sh --only 'rping|ib_read' --direction sr-client
     scripts/interop.sh --table docs/interop-table.md   # also write the table
+    SOFTRDMA_BUILD_DIR=build-x scripts/interop.sh --only '^siw\.'  # another build, iWARP only
 
 One line per case and direction:
     PASS  rping.C10            sr-server  icrc 142/142   9.8 s
@@ -27,14 +33,18 @@ import re
 import shlex
 import struct
 import subprocess
+import shutil
 import sys
 import tempfile
 import time
 import zlib
 from pathlib import Path
 
+import iwarp_capture
+
 ROOT = Path(__file__).resolve().parent.parent
 PEER_VM = Path(os.environ.get("SOFTRDMA_PEER_VM", ROOT.parent / "shared" / "linux-peer-vm"))
+BUILD_DIR = ROOT / os.environ.get("SOFTRDMA_BUILD_DIR", "build")  # relative: to the repository
 HOST_IP, GUEST_IP = "10.77.0.1", "10.77.0.2"
 
 
@@ -58,6 +68,11 @@ class Case:
     directions: tuple = ("sr-server", "sr-client")
     tool_race: str = ""           # the tool's own failure, retried: see run_with_retries
     fixed_port: int = 0           # a tool that always uses this port
+    driver: str = "rxe"           # the guest's device: rxe (RoCEv2) or siw (iWARP; softrdma's
+                                  # side then runs with SOFTRDMA_WIRE=iwarp)
+    mpa_crc: bool = False         # iWARP: both sides use the MPA CRC (see siw_case)
+    tcp_loss: float = 0.0         # iWARP: iptables drops this share of TCP on softrdma's side
+    xfail: dict = dataclasses.field(default_factory=dict)  # direction -> why it fails for now
 
 
 def pingpong(tool, extra="", **kw):
@@ -148,6 +163,68 @@ CASES = [
          "tcp", needs_verbs_ops=True),
 ]
 
+
+# iWARP: the same tools against Linux SoftiWARP (siw0), connected through rdma_cm
+# only (no *_pingpong, UD, multicast, atomics or immediate data on iWARP).
+# - CRC: stock siw never asks for the MPA CRC and has no module parameter for it
+#   (mpa_crc_required is a const false), but honours a request. So with
+#   `mpa_crc` softrdma asks (SOFTRDMA_MPA_CRC=1) when it connects, and when it
+#   serves, the guest first swaps in a siw.ko rebuilt with mpa_crc_required = true
+#   (siw_crc_module), so that the request with C=1 comes from siw.
+# - Loss: SOFTRDMA_FAULTS works on RoCE's datagrams only; the kernel's TCP carries
+#   iWARP, so iptables' statistic match drops TCP segments on softrdma's side of
+#   the tap (INPUT: real loss for siw's TCP; OUTPUT: softrdma's TCP sees the drop
+#   as a local failure and sends again later), and the tools' own data checks
+#   (rping -V, rstream -T v) must still pass.
+def siw_case(name, server, client, ready="cm", **kw):
+    return Case(f"siw.{name}", server, client, ready, driver="siw", **kw)
+
+
+# The same perftest race over iWARP: the second connection finds no TCP listener yet
+# (a refused TCP connect is REJECTED with -ECONNREFUSED), and the retry crashes.
+PERFTEST_CM_RACE_IWARP = r"RDMA_CM_EVENT_REJECTED; error: -111"
+
+
+def siw_perftest(tool, extra, **kw):
+    races = [PERFTEST_CALIBRATION, PERFTEST_CM_RACE_IWARP]
+    kw.setdefault("tool_race", "|".join(races))
+    kw.setdefault("timeout", 60)
+    base = f"{tool} -d {{dev}} -R -p {{port}} {extra}"
+    return siw_case(f"{tool}.R{kw.pop('suffix', '')}", base, f"{base} {{addr}}",
+                    expect=r"^\s*\d+\s+\d+\s+[\d.]+", **kw)
+
+
+def siw_rping(suffix, options, **kw):
+    return siw_case(f"rping.{suffix}", f"rping -s -a {{addr}} -p {{port}} {options}",
+                    f"rping -c -a {{addr}} -p {{port}} {options}", **kw)
+
+
+RPING_LAST = r"ping data: rdma-ping-9"
+# rstream -T v: each side checks every byte it receives (rstream.c verify_buf).
+SIW_RSTREAM = ("rstream -p {port} -S 65536 -C 100 -T v",
+               "rstream -s {addr} -p {port} -S 65536 -C 100 -T v")
+CASES += [
+    siw_rping("C10", "-C 10 -v -V", expect=RPING_LAST, subset=CI, timeout=30),
+    siw_rping("S65535", "-S 65535 -C 10 -v -V", expect=RPING_LAST, timeout=40),
+    siw_rping("S65535.crc", "-S 65535 -C 10 -v -V", expect=RPING_LAST, mpa_crc=True, subset=CI,
+              timeout=40),
+    siw_rping("S65535.loss2", "-S 65535 -C 10 -v -V", expect=RPING_LAST, tcp_loss=0.02,
+              timeout=60, subset=CI),
+    siw_case("ucmatose", "ucmatose -p {port} -C 20", "ucmatose -s {addr} -p {port} -C 20",
+             expect=r"data transfers complete", timeout=40),
+    siw_case("ucmatose.crc", "ucmatose -p {port} -C 20", "ucmatose -s {addr} -p {port} -C 20",
+             expect=r"data transfers complete", mpa_crc=True, timeout=40),
+    siw_perftest("ib_write_bw", "-n 50 -s 65536", subset=CI),
+    siw_perftest("ib_read_bw", "-n 50 -s 65536"),
+    siw_perftest("ib_send_bw", "-n 50 -s 65536"),
+    siw_perftest("ib_write_bw", "-n 50 -s 65536", suffix=".crc", mpa_crc=True),
+    siw_perftest("ib_read_bw", "-n 20 -s 1048576", suffix=".1MiB.loss2", tcp_loss=0.02,
+                 timeout=120),
+    siw_case("rstream", *SIW_RSTREAM, expect=r"^custom\s+64k\s+100\s+1\s", timeout=40),
+    siw_case("rstream.loss2", *SIW_RSTREAM, expect=r"^custom\s+64k\s+100\s+1\s",
+             tcp_loss=0.02, timeout=60),
+]
+
 # Readiness, host side (softrdma in the netns): a TCP listener, or softrdma's
 # rdma_cm port reservation (an abstract unix socket, src/rdmacm/address.cc).
 HOST_READY = {
@@ -164,21 +241,53 @@ GUEST_READY = {
 def ready_check(table, case, port, log):
     if case.ready.startswith("out:"):
         return f"grep -Eq {shlex.quote(case.ready[4:])} {log}"
-    return table[case.ready].format(port=port)
+    kind = case.ready
+    if table is HOST_READY and case.driver == "siw" and kind == "cm":
+        kind = "tcp"  # an iWARP rdma_listen is a TCP listener (src/rdmacm/iwarp_cm.cc)
+    return table[kind].format(port=port)
 
 
 def fill(template, case, side, port, share):
     host = side == "host"
     gid = "0" if case.gid0 else ("1" if host else "$RXE_GID_V4")
-    return template.format(dev="softrdma0" if host else "$RXE_DEV", gid=gid, port=port,
-                           share=share, addr="{addr}")
+    dev = ("softiwarp0" if case.driver == "siw" else "softrdma0") if host else "$RXE_DEV"
+    return template.format(dev=dev, gid=gid, port=port, share=share, addr="{addr}")
+
+
+def host_wire_env(case):
+    """What selects softrdma's iWARP device (and its MPA CRC request) for a siw case."""
+    if case.driver != "siw":
+        return ""
+    return "SOFTRDMA_WIRE=iwarp" + (" SOFTRDMA_MPA_CRC=1" if case.mpa_crc else "")
+
+
+def needs_siw_crc_module(case, direction):
+    """softrdma serves and the case wants CRC: only a rebuilt siw asks for it."""
+    return case.driver == "siw" and case.mpa_crc and direction == "sr-server"
+
+
+SIW_CRC_KO = "siw-crc.ko"
+# The guest's first step when siw must ask for CRC: siw0 on the rebuilt module.
+SWAP_SIW = (f"rdma link del siw0 && rmmod siw && insmod /mnt/share/{SIW_CRC_KO} && "
+            "rdma link add siw0 type siw netdev eth0 || exit 97; n=0; "
+            "until grep -q ACTIVE /sys/class/infiniband/siw0/ports/1/state; do "
+            "n=$((n+1)); [ $n -gt 100 ] && exit 97; sleep 0.05; done")
+
+
+def with_tcp_loss(body, probability):
+    """The host command with `probability` of TCP segments dropped each way in its
+    network namespace, and the drop count printed afterwards (run_case reads it)."""
+    rule = f"-p tcp -m statistic --mode random --probability {probability} -j DROP"
+    return (f"iptables -A INPUT {rule} && iptables -A OUTPUT {rule} || exit 96; "
+            f"( {body} ); rc=$?; echo \"interop-loss: dropped $(iptables -nvxL | "
+            f"awk '$3 == \"DROP\" {{n += $1}} END {{print n+0}}') TCP segments\"; exit $rc")
 
 
 def commands(case, direction, softrdma, port, share_host, pcap):
     """The host command (softrdma, in the netns) and the guest command."""
     sr_serves = direction == "sr-server"
     addr = HOST_IP if sr_serves else GUEST_IP
-    run = f"env SOFTRDMA_ADDR={HOST_IP} {case.host_env} {softrdma} run --"
+    run = f"env SOFTRDMA_ADDR={HOST_IP} {host_wire_env(case)} {case.host_env} {softrdma} run --"
     host_tpl = case.server if sr_serves else case.client
     guest_tpl = case.client if sr_serves else case.server
     host_cmd = fill(host_tpl, case, "host", port, share_host).replace("{addr}", addr)
@@ -218,7 +327,12 @@ def commands(case, direction, softrdma, port, share_host, pcap):
                 f"[ $n -gt 1200 ] && exit 99; sleep 0.1; done; "
                 f"timeout {case.timeout} {run} {wrap(host_cmd)}; rc=$?; "
                 f"touch $RXE_RUNDIR/client.done; exit $rc")
-    return capture_around(f"{host_cmd_prefix}; {host}", pcap), guest
+    if needs_siw_crc_module(case, direction):
+        guest = f"{SWAP_SIW}; {guest}"
+    host = f"{host_cmd_prefix}; {host}"
+    if case.tcp_loss:
+        host = with_tcp_loss(host, case.tcp_loss)
+    return capture_around(host, pcap), guest
 
 
 def link_local_ready(interface):
@@ -230,10 +344,13 @@ def link_local_ready(interface):
 # tcpdump on the tap device, started by the host command (inside the netns) with
 # --immediate-mode: run-guest.sh's own capture (libpcap's default TPACKET_V3 ring)
 # loses the frames of a block not yet retired when it is stopped, which for a
-# short run is all of them (linux-peer-vm/README.md, "Facts and pitfalls").
+# short run is all of them (linux-peer-vm/README.md, "Facts and pitfalls"). A 32 MiB
+# buffer (-B): softrdma's 64 KiB TSO segments and the guest's bursts overran the
+# default 2 MiB ("packets dropped by kernel"), leaving holes in iWARP's streams.
 def capture_around(body, pcap):
     log = f"{pcap}.tcpdump.log"
-    return (f"tcpdump -Z root -i tap0 --immediate-mode -U -s 0 -w {pcap} > {log} 2>&1 & cap=$!; "
+    return (f"tcpdump -Z root -i tap0 --immediate-mode -B 32768 -U -s 0 -w {pcap} > {log} 2>&1 & "
+            f"cap=$!; "
             f"n=0; until grep -qs 'listening on' {log}; do n=$((n+1)); [ $n -gt 100 ] && break; "
             f"sleep 0.1; done; ( {body} ); rc=$?; sleep 0.3; kill $cap; wait $cap; exit $rc")
 
@@ -303,8 +420,8 @@ def run_case(case, direction, args, port, workdir):
     pcap = str(workdir / f"{case.name}.{direction}.pcap")
     host, guest = commands(case, direction, args.softrdma, port, args.share, pcap)
     env = dict(os.environ, RXE_HOST_CMD=host, RXE_MTU=str(case.mtu),
-               RXE_TIMEOUT=str(case.timeout + 90), RXE_HOST_GRACE="20")
-    if case.needs_verbs_ops:
+               RXE_TIMEOUT=str(case.timeout + 90), RXE_HOST_GRACE="20", RXE_DRIVER=case.driver)
+    if case.needs_verbs_ops or needs_siw_crc_module(case, direction):
         env["RXE_SHARE"] = args.share
     start = time.monotonic()
     proc = subprocess.run([str(PEER_VM / "run-guest.sh"), guest], env=env,
@@ -313,7 +430,6 @@ def run_case(case, direction, args, port, workdir):
     output = proc.stdout + proc.stderr
     host_rc = re.search(r"host command output \(rc=(\w*)\)", output)
     host_ok = host_rc is not None and host_rc.group(1) == "0"
-    good, bad = icrc_tally(pcap)
     why = []
     if proc.returncode != 0:
         why.append(f"guest rc {proc.returncode}")
@@ -321,13 +437,41 @@ def run_case(case, direction, args, port, workdir):
         why.append(f"host rc {host_rc.group(1) if host_rc else '?'}")
     if case.expect and not re.search(case.expect, output, re.M):
         why.append(f"no /{case.expect}/ in the output")
-    if bad or not good:
-        why.append(f"icrc {good} good {bad} bad")
+    if case.driver == "siw":
+        tally = check_iwarp_capture(case, pcap, output, why)
+    else:
+        good, bad = icrc_tally(pcap)
+        if bad or not good:
+            why.append(f"icrc {good} good {bad} bad")
+        tally = f"icrc {good}/{good + bad}"
     if case.data_both_ways:
         ok, detail = data_both_ways(pcap)
         if not ok:
             why.append(f"capture: {detail}")
-    return not why, f"icrc {good}/{good + bad}", seconds, "; ".join(why), output
+    return not why, tally, seconds, "; ".join(why), output
+
+
+def check_iwarp_capture(case, pcap, output, why):
+    """The iWARP capture checks (scripts/iwarp_capture.py and tshark's reading),
+    and for a loss case that segments were dropped at all. Returns the tally."""
+    ok, tally, detail = iwarp_capture.check(pcap, crc=case.mpa_crc)
+    if not ok:
+        why.append(f"capture: {detail}")
+        log = Path(f"{pcap}.tcpdump.log")
+        text = log.read_text() if log.exists() else ""
+        lost = re.search(r"(\d+) packets dropped by kernel", text)
+        if lost and lost.group(1) != "0":
+            why.append(f"the capture is incomplete: tcpdump lost {lost.group(1)} frames")
+    ok, detail = iwarp_capture.tshark_check(pcap)
+    if not ok:
+        why.append(detail)
+    if case.tcp_loss:
+        dropped = re.search(r"interop-loss: dropped (\d+)", output)
+        if not dropped or dropped.group(1) == "0":
+            why.append("no TCP segment was dropped")
+        else:
+            tally += f" drop {dropped.group(1)}"
+    return tally
 
 
 def run_with_retries(case, direction, args, port, workdir, attempts=5):
@@ -339,7 +483,7 @@ def run_with_retries(case, direction, args, port, workdir, attempts=5):
         if race is None:
             break
         if attempt < attempts:
-            print(f"retry {case.name:26} {direction:9}  the tool's own failure: "
+            print(f"retry {case.name:30} {direction:9}  the tool's own failure: "
                   f"\"{race.group(0)}\"", flush=True)
     if attempt > 1:
         why = (why + "; " if why else "") + f"attempt {attempt} (the tool's own race before)"
@@ -352,9 +496,38 @@ def build_verbs_ops(share):
                    check=True)
 
 
+def build_siw_crc_module(share, workdir):
+    """siw.ko with `mpa_crc_required = true` (siw_main.c; a const, not a parameter),
+    from the siw source the harness built the guest's siw.ko from, for the guest's
+    kernel. Kept in ~/.cache/softrdma-interop and built again only when that
+    source is newer (about 20 s)."""
+    vm_cache = Path(os.environ.get("PEER_VM_CACHE", Path.home() / ".cache" / "linux-peer-vm"))
+    kernel = (vm_cache / "kernel-package").read_text().strip().removeprefix("linux-image-")
+    source = vm_cache / "siw-src"
+    cached = Path.home() / ".cache" / "softrdma-interop" / f"siw-crc-{kernel}.ko"
+    if not cached.exists() or cached.stat().st_mtime < (source / "siw_main.c").stat().st_mtime:
+        tree = workdir / "siw-crc-src"
+        shutil.rmtree(tree, ignore_errors=True)
+        shutil.copytree(source, tree, ignore=shutil.ignore_patterns("*.o", "*.ko", ".*.cmd"))
+        main_c = tree / "siw_main.c"
+        text = main_c.read_text()
+        stock = "const bool mpa_crc_required;"
+        if stock not in text:
+            sys.exit(f"interop: {source}/siw_main.c has no '{stock}' to change")
+        main_c.write_text(text.replace(stock, "const bool mpa_crc_required = true;"))
+        make = subprocess.run(["make", "-s", "-C", f"/usr/src/linux-headers-{kernel}", f"M={tree}",
+                               "CONFIG_RDMA_SIW=m", "modules"], capture_output=True, text=True)
+        if make.returncode != 0:
+            sys.exit(f"interop: building siw.ko with CRC required failed:\n{make.stderr}")
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(tree / "siw.ko", cached)
+    shutil.copy(cached, Path(share) / SIW_CRC_KO)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--softrdma", default=str(ROOT / "build" / "tools" / "softrdma"))
+    parser.add_argument("--softrdma", default=str(BUILD_DIR / "tools" / "softrdma"),
+                        help="softrdma's launcher (default: $SOFTRDMA_BUILD_DIR, else build/)")
     parser.add_argument("--subset", help="only cases of this subset (ci)")
     parser.add_argument("--only", help="regex on case names")
     parser.add_argument("--direction", choices=["sr-server", "sr-client"])
@@ -373,18 +546,30 @@ def main():
                 and (not args.only or re.search(args.only, c.name))]
     if any(c.needs_verbs_ops for c in selected):
         build_verbs_ops(args.share)
-    rows, passed, failed = [], 0, 0
+    if any(needs_siw_crc_module(c, d) for c in selected for d in c.directions
+           if not args.direction or d == args.direction):
+        build_siw_crc_module(args.share, workdir)
+    rows, passed, failed, xfailed = [], 0, 0, 0
     for i, case in enumerate(selected):
         for direction in case.directions:
             if args.direction and direction != args.direction:
                 continue
+            if args.subset and direction in case.xfail:
+                continue  # a known failure costs a subset its time limit: the full matrix runs it
             port = case.fixed_port or args.port + i
             ok, tally, seconds, why, output = run_with_retries(case, direction, args, port,
                                                                workdir)
             (workdir / f"{case.name}.{direction}.log").write_text(output)
-            verdict = "PASS" if ok else "FAIL"
-            passed, failed = passed + ok, failed + (not ok)
-            print(f"{verdict}  {case.name:26} {direction:9}  {tally:14} {seconds:5.1f} s"
+            known = case.xfail.get(direction)
+            if known:
+                verdict = "XPASS" if ok else "XFAIL"
+                why = (why + "; " if why else "") + f"expected to fail: {known}"
+            else:
+                verdict = "PASS" if ok else "FAIL"
+            passed += ok
+            failed += not ok and not known
+            xfailed += not ok and bool(known)
+            print(f"{verdict:5} {case.name:30} {direction:9}  {tally:14} {seconds:5.1f} s"
                   + (f"  {why}" if why else ""), flush=True)
             if not ok:
                 print_tail(output)
@@ -392,7 +577,8 @@ def main():
     print(f"interop: logs and captures in {workdir}")
     if args.table:
         write_table(args.table, rows)
-    print(f"interop: {passed} passed, {failed} failed")
+    print(f"interop: {passed} passed, {failed} failed"
+          + (f", {xfailed} failed as expected (xfail)" if xfailed else ""))
     return 0 if failed == 0 else 1
 
 
@@ -404,7 +590,8 @@ def print_tail(output, lines=40):
 
 
 def write_table(path, rows):
-    lines = ["| case | direction | result | ICRC good/all | notes |", "|---|---|---|---|---|"]
+    lines = ["| case | direction | result | capture (ICRC good/all, or iWARP) | notes |",
+             "|---|---|---|---|---|"]
     lines += [f"| `{n}` | {d} | {v} | {t} | {w} |" for n, d, v, t, w in rows]
     Path(path).write_text("\n".join(lines) + "\n")
 

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# softrdma against the Linux kernel's Soft-RoCE in a VM (../shared/linux-peer-vm):
-# every case both ways, every packet's ICRC checked; one line per case and
-# direction. Builds what it needs first (release build/, the peer VM's cache).
-# Arguments go to scripts/interop.py (--subset ci, --only REGEX, --table FILE ...).
+# softrdma against the Linux kernel's Soft-RoCE and SoftiWARP in a VM
+# (../shared/linux-peer-vm): every case both ways, every capture checked (RoCEv2
+# ICRCs; iWARP's MPA/DDP/RDMAP and CRCs); one line per case and direction. Builds
+# what it needs first (the release build in $SOFTRDMA_BUILD_DIR, default build/;
+# the peer VM's cache). Arguments go to scripts/interop.py (--subset ci,
+# --only REGEX, --table FILE ...).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 jobs=${SOFTRDMA_JOBS:-2}
+build_dir=${SOFTRDMA_BUILD_DIR:-build}
+export SOFTRDMA_BUILD_DIR=$build_dir  # interop.py runs $build_dir/tools/softrdma
 peer_vm=${SOFTRDMA_PEER_VM:-../shared/linux-peer-vm}
 if [[ ! -x $peer_vm/run-guest.sh ]]; then
   echo "interop: no peer VM harness at $peer_vm (set SOFTRDMA_PEER_VM)" >&2
@@ -13,10 +17,10 @@ if [[ ! -x $peer_vm/run-guest.sh ]]; then
 fi
 if [[ ${SOFTRDMA_INTEROP_NO_BUILD:-0} != 1 ]]; then
   bash scripts/install-deps.sh
-  if [[ ! -f build/CMakeCache.txt ]]; then
-    cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+  if [[ ! -f $build_dir/CMakeCache.txt ]]; then
+    cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release
   fi
-  cmake --build build --parallel "$jobs" --target softrdma softrdma_ibverbs softrdma_rdmacm \
+  cmake --build "$build_dir" --parallel "$jobs" --target softrdma softrdma_ibverbs softrdma_rdmacm \
     softrdma_mlx5_stub softrdma_efa_stub
 fi
 "$peer_vm/build.sh"
