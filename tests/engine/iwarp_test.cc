@@ -126,6 +126,21 @@ TEST_P(IwarpRtrTest, TheResponderSendsAfterTheRtrAndNoReceiveIsTaken) {
   EXPECT_EQ(at_b[0].wr_id, 2u);
 }
 
+// With no RTR agreed (a stock siw initiator), a responder that speaks first
+// (ucmatose's server) is not held for ever: it sends once the initiator stayed
+// silent a while (connection.cc kReleaseWithoutRtr).
+TEST_F(IwarpPairTest, WithoutAnRtrAResponderThatSpeaksFirstIsHeardAfterAWhile) {
+  IwarpOptions o;
+  o.rtr = RtrKind::kNone;
+  connect(o);
+  post_recv(a, 0, 64, 1);
+  ASSERT_EQ(post(b, IBV_WR_SEND, 128, 10, 0, 2), 0);
+  auto at_a = wait_for(a.rcq, 1);
+  ASSERT_EQ(at_a.size(), 1u);
+  EXPECT_EQ(at_a[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(at_a[0].byte_len, 10u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Kinds, IwarpRtrTest,
                          ::testing::Values(RtrKind::kNone, RtrKind::kSend, RtrKind::kWrite,
                                            RtrKind::kRead));

@@ -17,6 +17,24 @@ using namespace wire::iwarp;
 namespace {
 // Room for the largest FPDU and the next one's beginning: a read takes what fits.
 constexpr size_t kRxBytes = 256 * 1024;
+
+// RFC 5044 §7.1 has the responder send its first FPDU only after the initiator's.
+// With no RTR agreed (a stock siw initiator never offers one) a protocol whose
+// server speaks first (ucmatose) would wait for ever; siw's responder does not
+// wait, but siw's initiator fails a connection whose first FPDU it finds behind
+// the MPA reply it is parsing. So without an RTR the responder waits for the
+// initiator's first FPDU or this long, whichever comes first.
+constexpr Nanos kReleaseWithoutRtr = 100'000'000;  // 100 ms
+
+// Linux siw (6.1, and upstream as of this writing) hands an accepted socket to
+// its QP only after its MPA reply is sent, and bytes that arrive in between are
+// read only when more arrive: an RTR that is quick enough (on a slow host, an
+// emulated one) waits there, and siw never reports the connection established.
+// Until the peer has sent anything, the initiator sends a zero-length WRITE now
+// and then (RFC 5040 §4.3: a valid message that places nothing; siw's own RTR is
+// one), at most kNudges times, each wait twice the one before.
+constexpr uint32_t kNudges = 6;
+constexpr Nanos kFirstNudge = 10'000'000;  // 10 ms
 }  // namespace
 
 Connection::Connection(Qp& qp, IwarpFamily& family) : qp_(qp), family_(family) {}
@@ -37,6 +55,10 @@ void Connection::bind(transport::StreamId stream, const IwarpHandoff& handoff, N
   if (handoff.initiator && handoff.rtr != RtrKind::kNone) {
     send_rtr();
     nudge_later(now);
+  }
+  if (!handoff.initiator && handoff.rtr == RtrKind::kNone) {
+    release_at_ = now + kReleaseWithoutRtr;
+    qp_.device().arm_timer(qp_, release_at_);
   }
 }
 
@@ -64,22 +86,20 @@ void Connection::send_rtr() {
   write_out();
 }
 
-// Linux siw (6.1, and upstream as of this writing) hands an accepted socket to
-// its QP only after its MPA reply is sent, and bytes that arrive in between are
-// read only when more arrive: an RTR that is quick enough (on a slow host, an
-// emulated one) waits there, and siw never reports the connection established.
-// Until the peer has sent anything, the initiator sends a zero-length WRITE now
-// and then (RFC 5040 §4.3: a valid message that places nothing; siw's own RTR is
-// one), at most kNudges times, each wait twice the one before.
-constexpr uint32_t kNudges = 6;
-constexpr Nanos kFirstNudge = 10'000'000;  // 10 ms
-
 void Connection::nudge_later(Nanos now) {
   nudge_at_ = now + (kFirstNudge << nudges_);
   qp_.device().arm_timer(qp_, nudge_at_);
 }
 
 void Connection::on_timer(Nanos now) {
+  if (release_at_ <= now) {
+    release_at_ = kNever;
+    if (awaiting_rtr_ && !ended_) {
+      awaiting_rtr_ = false;
+      if (produce(now)) qp_.device().want_tx(qp_);
+    }
+  }
+  if (nudge_at_ > now) return;
   nudge_at_ = kNever;
   if (ended_ || heard_ || nudges_ >= kNudges || next_offset_ != 0) return;
   DdpHeader h;

@@ -8,6 +8,7 @@
 // answered by a Terminate (RFC 5040 §7) and the end of the connection.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <optional>
@@ -49,7 +50,7 @@ class Connection final : public Protocol {
 
   void on_send_posted(Nanos now) override;
   bool on_tx_ready(Nanos now, uint32_t budget) override;
-  Nanos deadline() const override { return nudge_at_; }
+  Nanos deadline() const override { return std::min(nudge_at_, release_at_); }
   void on_timer(Nanos now) override;
   void on_state_change(ibv_qp_state from, ibv_qp_state to, Nanos now) override;
 
@@ -165,6 +166,9 @@ class Connection final : public Protocol {
   bool heard_ = false;
   uint32_t nudges_ = 0;
   Nanos nudge_at_ = kNever;
+  // A responder without an RTR sends from then on if the initiator has not sent
+  // first (connection.cc); kNever otherwise.
+  Nanos release_at_ = kNever;
 };
 
 }  // namespace softrdma::engine::iwarp

@@ -94,6 +94,7 @@ bool Connection::take_fpdus(Nanos now) {
     bump(qp_.counters().rx_packets);
     awaiting_rtr_ = false;
     heard_ = true;
+    release_at_ = kNever;
     if (rtr_expected_) {
       rtr_expected_ = false;
       if (skip_rtr(ulpdu)) continue;
