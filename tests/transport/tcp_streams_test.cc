@@ -131,6 +131,33 @@ TEST_F(TcpStreamsTest, ThePeersCloseEndsTheStreamAfterItsBytes) {
   EXPECT_EQ(client_->read(c, buffer), -EBADF) << "a closed id is unknown";
 }
 
+// A stream closed with bytes it never read still ends with a FIN, not a reset:
+// the peer reads the end of the stream (a reset would fail its last SEND).
+TEST_F(TcpStreamsTest, ACloseWithUnreadBytesEndsTheStreamWithoutAReset) {
+  StreamId c, s;
+  connect_pair(c, s);
+  const char early[] = "unread";
+  const iovec part{const_cast<char*>(early), 6};
+  ASSERT_EQ(server_->write(s, std::span(&part, 1)), 6);
+  for (int i = 0; i < 100; ++i) {  // the bytes reach the client's socket
+    StreamEvent events[4];
+    if (client_->poll(events) > 0) break;
+    usleep(1000);
+  }
+  client_->close(c);
+  ASSERT_EQ(server_->write(s, std::span(&part, 1)), 6);  // after the close, too
+  uint8_t buffer[16];
+  ssize_t n = 0;
+  for (int i = 0; i < 1000 && n == 0; ++i) {
+    StreamEvent events[4];
+    server_->poll(events);
+    client_->poll(events);  // drains what the closing stream still gets
+    n = server_->read(s, buffer);
+    if (n == 0) usleep(1000);
+  }
+  EXPECT_EQ(n, kEndOfStream);  // a reset would be -ECONNRESET
+}
+
 TEST_F(TcpStreamsTest, AConnectionNobodyTakesIsReportedClosedWithItsError) {
   server_->stop_listening(uint16_t(port_));
   int err = 0;

@@ -50,6 +50,11 @@ class TcpStreams final : public StreamTransport {
   StreamId add(int fd, bool connecting, const Gid& peer, uint16_t peer_port);
   // Epoll data: a listener's port | kListenerTag, or a stream id.
   static constexpr uint64_t kListenerTag = uint64_t(1) << 32;
+  // Epoll data of a stream being closed: its fd | kClosingTag (close()).
+  static constexpr uint64_t kClosingTag = uint64_t(1) << 33;
+  static constexpr int64_t kLingerNs = 2'000'000'000;
+  void drain_closing(int fd);
+  void expire_closing();
   size_t accept_all(uint16_t port, int fd, std::span<StreamEvent> events);
   StreamEvent settle_connect(StreamId id, Connection& c);
 
@@ -57,6 +62,7 @@ class TcpStreams final : public StreamTransport {
   int epoll_fd_;
   std::map<uint16_t, int> listeners_;         // port -> fd
   std::map<StreamId, Connection> connections_;
+  std::map<int, int64_t> closing_;  // fd -> when it is closed at the latest
   StreamId next_id_ = 1;
 };
 
