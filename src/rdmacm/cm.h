@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <vector>
@@ -155,6 +156,10 @@ void consume_tokens(EventChannel& channel, int count);
 int attach(CmId& id, rdma_event_channel* channel);
 void detach(CmId& id);
 int bind_id(CmId& id, const sockaddr* addr);
+// A connection request's new id (rdma_cm(7)): the listener's context, port space,
+// QP type, device, PD and port, on the listener's channel; null when the channel
+// takes no more ids.
+std::unique_ptr<CmId> new_passive_id(CmId& listener);
 // qp.cc: the id's QP to RTR and RTS with what the connection settled (IBA
 // 12.7.2), or to Error when the connection ends.
 int connect_qp(CmId& id);

@@ -33,16 +33,8 @@ void deliver(CmId& id, rdma_cm_event_type type, int status, const Incoming* mad)
 // connection request), on its listener's channel, addressed from the REQ's IP CM
 // header and the GID it came from.
 std::unique_ptr<CmId> passive_id(CmId& listener, const ibv_gid& source, const Incoming& req) {
-  auto id = std::make_unique<CmId>();
-  id->ibv.context = listener.ibv.context;
-  id->ibv.ps = listener.ibv.ps;
-  id->ibv.qp_type = listener.ibv.qp_type;
-  id->ibv.verbs = listener.ibv.verbs;
-  id->ibv.pd = listener.ibv.pd;
-  id->ibv.port_num = listener.ibv.port_num;
-  id->listener = &listener;
-  if (attach(*id, &listener.channel->ibv) != 0) return nullptr;
-  id->ibv.channel = listener.ibv.channel;  // a synchronous listener's children are too
+  auto id = new_passive_id(listener);
+  if (!id) return nullptr;
   rdma_addr& addr = id->ibv.route.addr;
   std::memcpy(&addr.src_storage, &listener.ibv.route.addr.src_storage, sizeof addr.src_storage);
   if (req.ip_destination) {

@@ -73,6 +73,20 @@ void detach(CmId& id) {
 }
 
 // Gives an id its source address and reserves its port host-wide (address.h).
+std::unique_ptr<CmId> new_passive_id(CmId& listener) {
+  auto id = std::make_unique<CmId>();
+  id->ibv.context = listener.ibv.context;
+  id->ibv.ps = listener.ibv.ps;
+  id->ibv.qp_type = listener.ibv.qp_type;
+  id->ibv.verbs = listener.ibv.verbs;
+  id->ibv.pd = listener.ibv.pd;
+  id->ibv.port_num = listener.ibv.port_num;
+  id->listener = &listener;
+  if (attach(*id, &listener.channel->ibv) != 0) return nullptr;
+  id->ibv.channel = listener.ibv.channel;  // a synchronous listener's children are too
+  return id;
+}
+
 int bind_id(CmId& id, const sockaddr* addr) {
   if (id.state != IdState::kIdle) return EINVAL;
   auto address = IpEndpoint::from(addr);

@@ -64,16 +64,8 @@ void take_addresses(CmId& id, int fd) {
 
 // The new id a request to `listener` makes (rdma_cm(7)), on its channel.
 std::unique_ptr<CmId> passive_id(CmId& listener, int fd) {
-  auto id = std::make_unique<CmId>();
-  id->ibv.context = listener.ibv.context;
-  id->ibv.ps = listener.ibv.ps;
-  id->ibv.qp_type = listener.ibv.qp_type;
-  id->ibv.verbs = listener.ibv.verbs;
-  id->ibv.pd = listener.ibv.pd;
-  id->ibv.port_num = listener.ibv.port_num;
-  id->listener = &listener;
-  if (attach(*id, &listener.channel->ibv) != 0) return nullptr;
-  id->ibv.channel = listener.ibv.channel;  // a synchronous listener's children are too
+  auto id = new_passive_id(listener);
+  if (!id) return nullptr;
   take_addresses(*id, fd);
   id->state = IdState::kConnecting;
   return id;
