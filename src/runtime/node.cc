@@ -57,7 +57,8 @@ std::unique_ptr<Node> Node::open(const Settings& settings, std::string& error) {
   engine::DeviceConfig config;
   config.name = settings.device_name;
   if (node->status_) {
-    node->status_->set_address(node->transport_->describe());
+    node->status_->set_address((settings.iwarp ? "iWARP over TCP, address " : "") +
+                               node->transport_->describe());
     config.counters = node->status_->counters();
   }
   node->open_same_host();
