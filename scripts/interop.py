@@ -214,7 +214,10 @@ CASES += [
              expect=r"data transfers complete", timeout=40),
     siw_case("ucmatose.crc", "ucmatose -p {port} -C 20", "ucmatose -s {addr} -p {port} -C 20",
              expect=r"data transfers complete", mpa_crc=True, timeout=40),
-    siw_perftest("ib_write_bw", "-n 50 -s 65536", subset=CI),
+    # Not in CI's subset: perftest's closing exchange over siw fails now and then
+    # with "Bad wc status 2" at siw, its last SEND flushed by the disconnect that
+    # follows (docs/conformance.md, iWARP against siw, ‡).
+    siw_perftest("ib_write_bw", "-n 50 -s 65536"),
     siw_perftest("ib_read_bw", "-n 50 -s 65536"),
     siw_perftest("ib_send_bw", "-n 50 -s 65536"),
     siw_perftest("ib_write_bw", "-n 50 -s 65536", suffix=".crc", mpa_crc=True),
