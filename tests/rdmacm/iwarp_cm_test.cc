@@ -2,9 +2,8 @@
 // raw TCP socket of the test as the peer: what a listener makes of an MPA
 // request and of a non-MPA client, what rdma_reject sends, what rdma_connect
 // sends and makes of a rejection or a refused port. No connection here reaches
-// the engine (softrdma_iwarp_attach): rping over iWARP covers that. Each test
-// asks for the iWARP device (SOFTRDMA_WIRE=iwarp before the process opens one)
-// and is skipped where the device is not iWARP.
+// the engine (softrdma_iwarp_attach): rping over iWARP covers that. Part of
+// rdmacm_iwarp_api_test, whose device is the iWARP one (iwarp_device.h).
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -20,26 +19,12 @@
 #include <vector>
 
 #include "rdmacm/connecting.h"
+#include "rdmacm/iwarp_device.h"
 
 namespace softrdma::rdmacm::testing {
 namespace {
 
-// In a process that opened a RoCE device already (a whole rdmacm_test run),
-// the setting is taken back, so that no later child process inherits it.
-bool iwarp_device() {
-  const bool ours = getenv("SOFTRDMA_WIRE") == nullptr;
-  if (ours) setenv("SOFTRDMA_WIRE", "iwarp", 0);
-  int count = 0;
-  ibv_device** devices = ibv_get_device_list(&count);
-  const bool iwarp = devices != nullptr && count > 0 &&
-                     devices[0]->transport_type == IBV_TRANSPORT_IWARP;
-  if (devices != nullptr) ibv_free_device_list(devices);
-  if (ours && !iwarp) unsetenv("SOFTRDMA_WIRE");
-  return iwarp;
-}
 
-#define REQUIRE_IWARP() \
-  if (!iwarp_device()) GTEST_SKIP() << "the device is not iWARP (SOFTRDMA_WIRE=iwarp)"
 
 // Reads exactly n bytes within 10 s (a hang guard; no timing is asserted); what
 // came, shorter if the peer closed.
@@ -88,7 +73,7 @@ struct Listener {
 };
 
 TEST(Iwarp, AnMpaRequestBecomesConnectRequestAndRejectSendsRWithPrivateData) {
-  REQUIRE_IWARP();
+  ASSERT_IWARP_DEVICE();
   Listener server;
   const int peer = tcp_connect(server.port);
   ASSERT_GE(peer, 0);
@@ -118,7 +103,7 @@ TEST(Iwarp, AnMpaRequestBecomesConnectRequestAndRejectSendsRWithPrivateData) {
 }
 
 TEST(Iwarp, ANonMpaClientIsClosedAndNoRequestIsDelivered) {
-  REQUIRE_IWARP();
+  ASSERT_IWARP_DEVICE();
   Listener server;
   const int peer = tcp_connect(server.port);
   ASSERT_GE(peer, 0);
@@ -157,7 +142,7 @@ void resolve_with_qp(Side& client, uint16_t port) {
 }
 
 TEST(Iwarp, ConnectSendsARevisionTwoRequestAndAnMpaRejectIsRejected) {
-  REQUIRE_IWARP();
+  ASSERT_IWARP_DEVICE();
   RawServer server;
   Side client;
   resolve_with_qp(client, server.port);
@@ -193,7 +178,7 @@ TEST(Iwarp, ConnectSendsARevisionTwoRequestAndAnMpaRejectIsRejected) {
 }
 
 TEST(Iwarp, AConnectToAPortNobodyListensOnIsRejectedWithEconnrefused) {
-  REQUIRE_IWARP();
+  ASSERT_IWARP_DEVICE();
   uint16_t port = 0;
   {
     RawServer closed;  // a port just free
@@ -214,7 +199,7 @@ TEST(Iwarp, AConnectToAPortNobodyListensOnIsRejectedWithEconnrefused) {
 // refused goes with its socket, and the next ids connect as the first did. Run
 // under ASan, a socket or event the agent kept of a destroyed id shows here.
 TEST(Iwarp, RefusedConnectsDestroyedAndMadeAgainInALoopLeaveNothingBehind) {
-  REQUIRE_IWARP();
+  ASSERT_IWARP_DEVICE();
   uint16_t port = 0;
   {
     RawServer closed;
@@ -258,7 +243,7 @@ TEST(Iwarp, RefusedConnectsDestroyedAndMadeAgainInALoopLeaveNothingBehind) {
 // REJECTED with -ECONNREFUSED (a bound id is not a listening one: the kernel's
 // iw_cm listens at rdma_listen too), and its next try reaches the listener.
 TEST(Iwarp, AConnectBeforeTheSecondListenIsRefusedAndTheNextOneArrives) {
-  REQUIRE_IWARP();
+  ASSERT_IWARP_DEVICE();
   const uint16_t port = free_port();
   {
     Side first;  // perftest's control listener, ended before the handshake
@@ -325,7 +310,7 @@ int listening_on(uint16_t port) {
 }
 
 TEST(Iwarp, AListenerDestroyedAndMadeAgainOnItsPortIsTheOnlyOneListening) {
-  REQUIRE_IWARP();
+  ASSERT_IWARP_DEVICE();
   const uint16_t port = free_port();
   for (int round = 0; round < 10; ++round) {
     SCOPED_TRACE(round);
@@ -353,7 +338,7 @@ TEST(Iwarp, AListenerDestroyedAndMadeAgainOnItsPortIsTheOnlyOneListening) {
 }
 
 TEST(Iwarp, InitQpAttrGivesTheKernelsIwarpAttributes) {
-  REQUIRE_IWARP();
+  ASSERT_IWARP_DEVICE();
   Side client;
   ASSERT_EQ(rdma_create_id(client.channel, &client.id, nullptr, RDMA_PS_TCP), 0);
   sockaddr_in a = ipv4("127.0.0.1", 0);

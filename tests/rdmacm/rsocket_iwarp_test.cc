@@ -1,9 +1,8 @@
 // rsockets over iWARP (docs/decisions/rsockets.md "iWARP"): no immediate data,
 // so every message is a 4-byte SEND into the peer's receive WRs (rsocket.c's
 // RS_OPT_MSG_SEND). Two rsockets of one process, and a peer that speaks that
-// protocol by hand to check what is on the wire. Each test asks for the iWARP
-// device (SOFTRDMA_WIRE=iwarp before the process opens one) and is skipped where
-// the device is not iWARP (a whole rdmacm_test run in one process).
+// protocol by hand to check what is on the wire. Part of
+// rdmacm_iwarp_api_test, whose device is the iWARP one (iwarp_device.h).
 #include <endian.h>
 #include <gtest/gtest.h>
 #include <netinet/tcp.h>
@@ -18,25 +17,13 @@
 #include <vector>
 
 #include "rdmacm/rdmacm_fixture.h"
+#include "rdmacm/iwarp_device.h"
 #include "rdmacm/rsocket.h"
 
 namespace softrdma::rdmacm::testing {
 namespace {
 
-bool iwarp_device() {
-  const bool ours = getenv("SOFTRDMA_WIRE") == nullptr;
-  if (ours) setenv("SOFTRDMA_WIRE", "iwarp", 0);
-  int count = 0;
-  ibv_device** devices = ibv_get_device_list(&count);
-  const bool iwarp =
-      devices != nullptr && count > 0 && devices[0]->transport_type == IBV_TRANSPORT_IWARP;
-  if (devices != nullptr) ibv_free_device_list(devices);
-  if (ours && !iwarp) unsetenv("SOFTRDMA_WIRE");  // no child inherits it
-  return iwarp;
-}
 
-#define REQUIRE_IWARP() \
-  if (!iwarp_device()) GTEST_SKIP() << "the device is not iWARP (SOFTRDMA_WIRE=iwarp)"
 
 std::vector<uint8_t> pattern(size_t size, unsigned seed) {
   std::vector<uint8_t> v(size);
@@ -64,7 +51,7 @@ int listen_on(sockaddr_in& address, int iomap_size) {
 // and data SENDs share the receive queue, keepalives (zero-length WRITEs) are
 // no data, riowrite lands, and the peer's close ends the stream.
 TEST(RsocketIwarp, BytesKeepalivesRiowriteAndEndOfStream) {
-  REQUIRE_IWARP();
+  ASSERT_IWARP_DEVICE();
   sockaddr_in address = ipv4("127.0.0.1", free_port());
   int one = 1;
   const int listener = listen_on(address, 1);
@@ -234,7 +221,7 @@ class WirePeer {
 // slot 1 then a 4-byte SEND (kOpSgl); DATA is a WRITE then a SEND of kOpData
 // with the length. A SEND of any other length is no message: EPROTO.
 TEST(RsocketIwarp, MessagesAreFourByteSendsAsRsocketCSends) {
-  REQUIRE_IWARP();
+  ASSERT_IWARP_DEVICE();
   sockaddr_in address = ipv4("127.0.0.1", free_port());
   const int listener = listen_on(address, 0);
   ASSERT_GE(listener, 0) << std::strerror(errno);
