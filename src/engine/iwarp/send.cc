@@ -204,6 +204,8 @@ bool Connection::emit_read_request(uint32_t index, SendWqe& wqe) {
 
 // The READ responses owed, oldest first; false when out_ is full mid-response.
 bool Connection::emit_read_responses() {
+  if (owed_.empty()) return true;
+  auto access = qp_.device().mrs().access();  // once, not per segment
   while (!owed_.empty()) {
     OwedRead& owed = owed_.front();
     const ReadRequest& r = owed.request;
@@ -218,7 +220,7 @@ bool Connection::emit_read_responses() {
       std::span<uint8_t> payload = open_fpdu(h, {}, chunk);
       if (chunk != 0) {
         AccessError why = AccessError::kNone;
-        const uint8_t* src = qp_.device().mrs().access().resolve_remote(
+        const uint8_t* src = access.resolve_remote(
             r.source_stag, qp_.pd(), qp_.qpn(), r.source_offset + owed.sent, chunk,
             IBV_ACCESS_REMOTE_READ, why);
         if (src == nullptr || !guarded_copy(payload.data(), src, chunk)) {
