@@ -16,6 +16,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "floor_socket.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -28,18 +30,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-[[noreturn]] void die(const char* what) {
-  std::perror(what);
-  std::exit(1);
-}
-
-sockaddr_in address(const char* ip, int port) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(uint16_t(port));
-  if (inet_pton(AF_INET, ip, &a.sin_addr) != 1) die("inet_pton");
-  return a;
-}
+using floor_socket::address;
+using floor_socket::die;
 
 void no_delay(int fd) {
   const int one = 1;

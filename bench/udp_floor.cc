@@ -16,6 +16,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "floor_socket.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -31,18 +33,8 @@ constexpr size_t kDatagram = 4096;
 constexpr int kBatch = 32;
 constexpr int kGsoSegments = 15;  // 15 x 4 KiB: the most one UDP datagram holds
 
-[[noreturn]] void die(const char* what) {
-  std::perror(what);
-  std::exit(1);
-}
-
-sockaddr_in address(const char* ip, int port) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(uint16_t(port));
-  if (inet_pton(AF_INET, ip, &a.sin_addr) != 1) die("inet_pton");
-  return a;
-}
+using floor_socket::address;
+using floor_socket::die;
 
 int udp_socket(const sockaddr_in* bind_to) {
   const int fd = socket(AF_INET, SOCK_DGRAM, 0);
