@@ -19,6 +19,7 @@
 #include "rdmacm/rdmacm_fixture.h"
 #include "rdmacm/iwarp_device.h"
 #include "rdmacm/rsocket.h"
+#include "rdmacm/rsocket_raw_peer.h"
 
 namespace softrdma::rdmacm::testing {
 namespace {
@@ -98,36 +99,12 @@ TEST(RsocketIwarp, BytesKeepalivesRiowriteAndEndOfStream) {
   rclose(listener);
 }
 
-// The CM half of a peer that speaks rsocket's iWARP protocol by hand: one
-// memory region holds its credit slots (offset 0), its receive buffer (1024,
-// 1 KiB) and its receive WRs' 4-byte message slots (2048).
-class WirePeer {
+// rsocket's iWARP messages by hand: its receives take the 4-byte messages into
+// slots of its memory from 2048 on, one per receive WR.
+class WirePeer : public RawRsocketPeer {
  public:
-  static constexpr uint32_t kDepth = 8;
-  ~WirePeer() {
-    if (id_ != nullptr && id_->qp != nullptr) rdma_destroy_qp(id_);
-    if (mr_ != nullptr) ibv_dereg_mr(mr_);
-    if (pd_ != nullptr) ibv_dealloc_pd(pd_);
-    if (id_ != nullptr) rdma_destroy_id(id_);
-    if (channel_ != nullptr) rdma_destroy_event_channel(channel_);
-  }
-
   void connect(sockaddr_in& address) {
-    channel_ = rdma_create_event_channel();
-    ASSERT_NE(channel_, nullptr);
-    ASSERT_EQ(rdma_create_id(channel_, &id_, nullptr, RDMA_PS_TCP), 0);
-    ASSERT_EQ(rdma_resolve_addr(id_, nullptr, as_sockaddr(address), 2000), 0);
-    expect_event(RDMA_CM_EVENT_ADDR_RESOLVED);
-    ASSERT_EQ(rdma_resolve_route(id_, 2000), 0);
-    expect_event(RDMA_CM_EVENT_ROUTE_RESOLVED);
-    pd_ = ibv_alloc_pd(id_->verbs);
-    mr_ = ibv_reg_mr(pd_, memory_.data(), memory_.size(),
-                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    ASSERT_NE(mr_, nullptr);
-    ibv_qp_init_attr attr{};
-    attr.qp_type = IBV_QPT_RC;
-    attr.cap = {kDepth, kDepth, 1, 1, 16};
-    ASSERT_EQ(rdma_create_qp(id_, pd_, &attr), 0) << std::strerror(errno);
+    ASSERT_NO_FATAL_FAILURE(open(address, 16));
     for (uint32_t i = 0; i < kDepth; ++i) {
       ibv_sge sge{uint64_t(uintptr_t(memory_.data() + 2048 + 4 * i)), 4, mr_->lkey};
       ibv_recv_wr wr{}, *bad = nullptr;
@@ -136,23 +113,7 @@ class WirePeer {
       wr.num_sge = 1;
       ASSERT_EQ(ibv_post_recv(id_->qp, &wr, &bad), 0);
     }
-    rsock::ConnData mine{};
-    mine.version = 1;
-    mine.credits = htobe16(kDepth);
-    const uint64_t base = uint64_t(uintptr_t(memory_.data()));
-    mine.target_sgl = {htobe64(base), htobe32(mr_->rkey), htobe32(rsock::kSglSize)};
-    mine.data_buf = {htobe64(base + 1024), htobe32(mr_->rkey), htobe32(1024)};
-    rdma_conn_param param{};
-    param.private_data = &mine;
-    param.private_data_len = sizeof mine;
-    param.responder_resources = param.initiator_depth = 1;
-    ASSERT_EQ(rdma_connect(id_, &param), 0) << std::strerror(errno);
-    rdma_cm_event* event = next_event(channel_);
-    ASSERT_NE(event, nullptr);
-    ASSERT_EQ(event->event, RDMA_CM_EVENT_ESTABLISHED) << rdma_event_str(event->event);
-    ASSERT_GE(event->param.conn.private_data_len, sizeof theirs_);
-    std::memcpy(&theirs_, event->param.conn.private_data, sizeof theirs_);
-    rdma_ack_cm_event(event);
+    connect_offering(rsock::kSglSize);
   }
 
   // The next completion of either queue (rdma_create_qp made one CQ each), 10 s
@@ -200,21 +161,6 @@ class WirePeer {
     std::memcpy(&m, memory_.data() + 2048 + 4 * wr_id, 4);
     return m;
   }
-
- private:
-  void expect_event(rdma_cm_event_type type) {
-    rdma_cm_event* event = next_event(channel_);
-    ASSERT_NE(event, nullptr);
-    EXPECT_EQ(event->event, type) << rdma_event_str(event->event);
-    rdma_ack_cm_event(event);
-  }
-
-  rdma_event_channel* channel_ = nullptr;
-  rdma_cm_id* id_ = nullptr;
-  ibv_pd* pd_ = nullptr;
-  ibv_mr* mr_ = nullptr;
-  std::vector<uint8_t> memory_ = std::vector<uint8_t>(4096);
-  rsock::ConnData theirs_{};
 };
 
 // What rsocket.c on siw sends and takes: the credit is an SGE RDMA-written into
