@@ -67,7 +67,8 @@ namespace softrdma::engine {
   X(iwarp_bad_fpdus)        /* iWARP: an FPDU with a bad CRC or length (a Terminate) */ \
   X(iwarp_terminates_sent)  /* iWARP: errors reported to the peer (RFC 5040 §7) */ \
   X(iwarp_terminates_received) /* iWARP: the peer reported an error */ \
-  X(iwarp_streams_lost)     /* iWARP: a QP's TCP connection ended under it */
+  X(iwarp_streams_lost)     /* iWARP: a QP's TCP connection ended under it */ \
+  X(iwarp_nudges)           /* iWARP: zero-length WRITEs to a silent peer (siw's accept race) */
 
 struct EngineCounters {
 #define SOFTRDMA_DECLARE_COUNTER(name) std::atomic<uint64_t> name{0};

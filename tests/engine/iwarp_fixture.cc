@@ -48,13 +48,8 @@ void IwarpPairTest::make_node(IwarpNode& n, const transport::Gid& gid) {
   n.pd = n.device->alloc_pd(err);
   n.scq = n.device->create_cq(1024, err);
   n.rcq = n.device->create_cq(1024, err);
-  QpInit init;
-  init.type = IBV_QPT_RC;
-  init.send_cq = n.scq;
-  init.recv_cq = n.rcq;
-  init.cap = ibv_qp_cap{256, 256, 4, 4, 64};
-  n.qp = n.device->create_qp(n.pd, init, err);
-  ASSERT_NE(n.qp, nullptr) << err;
+  n.qp = new_rc_qp(n, 256, 4, 64);
+  ASSERT_NE(n.qp, nullptr);
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_INIT;
   attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
@@ -65,6 +60,18 @@ void IwarpPairTest::make_node(IwarpNode& n, const transport::Gid& gid) {
   n.mem.assign(options_.memory, 0);
   n.mr = n.device->reg_mr(n.pd, n.mem.data(), n.mem.size(), n.addr(0), options_.mr_access, err);
   ASSERT_NE(n.mr, nullptr) << err;
+}
+
+Qp* IwarpPairTest::new_rc_qp(IwarpNode& n, uint32_t depth, uint32_t sges, uint32_t inline_bytes) {
+  QpInit init;
+  init.type = IBV_QPT_RC;
+  init.send_cq = n.scq;
+  init.recv_cq = n.rcq;
+  init.cap = ibv_qp_cap{depth, depth, sges, sges, inline_bytes};
+  int err = 0;
+  Qp* qp = n.device->create_qp(n.pd, init, err);
+  EXPECT_NE(qp, nullptr) << err;
+  return qp;
 }
 
 void IwarpPairTest::connect(const IwarpOptions& options) {

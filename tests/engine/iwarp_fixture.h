@@ -46,6 +46,8 @@ class IwarpPairTest : public ::testing::Test {
   // (Re)builds both nodes; a's QP is the initiator of the connection.
   void connect(const IwarpOptions& options);
   void make_node(IwarpNode& n, const transport::Gid& gid);
+  // An RC QP of `n` (born in INIT on an iWARP device) with `depth` WRs each way.
+  static Qp* new_rc_qp(IwarpNode& n, uint32_t depth, uint32_t sges = 1, uint32_t inline_bytes = 0);
   // Two connected loopback TCP sockets: [0] the initiator's, [1] the responder's.
   static std::array<int, 2> tcp_pair();
   // Runs both engines until `done()` (real sockets: a wall-clock limit of 20 s).

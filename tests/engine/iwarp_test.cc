@@ -68,9 +68,11 @@ TEST_F(IwarpPairTest, LargeWriteReadAndSendArriveWhole) {
   EXPECT_EQ(std::memcmp(&a.mem[0], &b.mem[2 << 20], kBig), 0);
   EXPECT_EQ(std::memcmp(&a.mem[0], &a.mem[2 << 20], kBig), 0);  // read back
   // FPDUs: the RTR READ and its response, then ceil(kBig / kMaxSegmentPayload)
-  // per message, the READ request being one.
+  // per message, the READ request being one; and a's nudges, if b stayed silent
+  // that long (connection.cc).
   const uint64_t per_message = (kBig + iwarp::kMaxSegmentPayload - 1) / iwarp::kMaxSegmentPayload;
-  EXPECT_EQ(a.counters().tx_packets.load(), 1 + 2 * per_message + 1);
+  EXPECT_EQ(a.counters().tx_packets.load(),
+            1 + 2 * per_message + 1 + a.counters().iwarp_nudges.load());
   EXPECT_EQ(b.counters().tx_packets.load(), 1 + per_message);
 }
 
@@ -246,13 +248,7 @@ TEST_F(IwarpPairTest, OnlyRcQpsAreCarried) {
 // (with its stream), as siw refuses a modify to RTS without a socket; RTR is
 // allowed and does nothing.
 TEST_F(IwarpPairTest, AModifyToRtsWithoutAConnectionIsRefused) {
-  QpInit init;
-  init.type = IBV_QPT_RC;
-  init.send_cq = a.scq;
-  init.recv_cq = a.rcq;
-  init.cap = ibv_qp_cap{4, 4, 1, 1, 0};
-  int err = 0;
-  Qp* qp = a.device->create_qp(a.pd, init, err);
+  Qp* qp = new_rc_qp(a, 4);
   ASSERT_NE(qp, nullptr);
   EXPECT_EQ(qp->state(), IBV_QPS_INIT);  // born in INIT, as siw's (idle) QPs
   ibv_qp_attr attr{};
@@ -297,19 +293,7 @@ class IwarpHostileTest : public IwarpPairTest {
     const std::array<int, 2> fds = tcp_pair();
     wire::iwarp::IwarpHandoff hb{fds[1], false, false, RtrKind::kNone, 8, 8};
     b.device->destroy_qp(b.qp);
-    QpInit init;
-    init.type = IBV_QPT_RC;
-    init.send_cq = b.scq;
-    init.recv_cq = b.rcq;
-    init.cap = ibv_qp_cap{16, 16, 1, 1, 0};
-    int err = 0;
-    b.qp = b.device->create_qp(b.pd, init, err);
-    ibv_qp_attr attr{};
-    attr.qp_state = IBV_QPS_INIT;
-    attr.port_num = 1;
-    EXPECT_EQ(b.qp->modify(attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                                     IBV_QP_ACCESS_FLAGS),
-              0);
+    b.qp = new_rc_qp(b, 16);
     EXPECT_EQ(b.device->attach_iwarp(b.qp, hb), 0);
     std::swap(fresh, a);
     return fds[0];
@@ -325,13 +309,7 @@ class IwarpHostileTest : public IwarpPairTest {
 TEST_F(IwarpHostileTest, TheInitiatorNudgesASilentPeerUntilItSpeaks) {
   const std::array<int, 2> fds = tcp_pair();
   a.device->destroy_qp(a.qp);
-  QpInit init;
-  init.type = IBV_QPT_RC;
-  init.send_cq = a.scq;
-  init.recv_cq = a.rcq;
-  init.cap = ibv_qp_cap{16, 16, 1, 1, 0};
-  int err = 0;
-  a.qp = a.device->create_qp(a.pd, init, err);
+  a.qp = new_rc_qp(a, 16);
   ASSERT_NE(a.qp, nullptr);
   wire::iwarp::IwarpHandoff ha{fds[0], false, true, RtrKind::kWrite, 8, 8};
   ASSERT_EQ(a.device->attach_iwarp(a.qp, ha), 0);
@@ -344,6 +322,7 @@ TEST_F(IwarpHostileTest, TheInitiatorNudgesASilentPeerUntilItSpeaks) {
     if (n > 0) got.insert(got.end(), buffer, buffer + n);
   }
   ASSERT_GE(got.size(), 60u);  // the RTR and two nudges
+  EXPECT_GE(a.counters().iwarp_nudges.load(), 2u);
   EXPECT_EQ(got[0], 0);
   EXPECT_EQ(got[1], 14);                // ULPDU_Length: a tagged header alone
   EXPECT_EQ(got[20 + 3] & 0x0f, 0);     // RDMAP opcode: WRITE

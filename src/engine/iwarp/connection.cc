@@ -105,6 +105,7 @@ void Connection::on_timer(Nanos now) {
   DdpHeader h;
   h.opcode = RdmapOpcode::kWrite;
   append_fpdu(h);
+  bump(qp_.device().counters().iwarp_nudges);
   write_out();
   settle_broken(now);
   ++nudges_;
