@@ -214,11 +214,10 @@ CASES += [
              expect=r"data transfers complete", timeout=40),
     siw_case("ucmatose.crc", "ucmatose -p {port} -C 20", "ucmatose -s {addr} -p {port} -C 20",
              expect=r"data transfers complete", mpa_crc=True, timeout=40),
-    # Not in CI's subset: perftest's closing exchange over siw fails now and then
-    # with "Bad wc status 2" at siw, its last SEND flushed by the disconnect that
-    # follows (docs/conformance.md, iWARP against siw, ‡).
     siw_perftest("ib_write_bw", "-n 50 -s 65536"),
-    siw_perftest("ib_read_bw", "-n 50 -s 65536"),
+    # In CI's subset: perftest's closing exchange is where siw failed its last SEND
+    # when softrdma's FIN came too soon (docs/conformance.md, iWARP against siw, ‡).
+    siw_perftest("ib_read_bw", "-n 50 -s 65536", subset=CI),
     siw_perftest("ib_send_bw", "-n 50 -s 65536"),
     siw_perftest("ib_write_bw", "-n 50 -s 65536", suffix=".crc", mpa_crc=True),
     siw_perftest("ib_read_bw", "-n 20 -s 1048576", suffix=".1MiB.loss2", tcp_loss=0.02,

@@ -70,7 +70,9 @@ std::unique_ptr<Node> Node::open(const Settings& settings, std::string& error) {
   if (settings.iwarp) {
     // iWARP (docs/decisions/iwarp.md): QPs speak on TCP connections that librdmacm
     // hands over; the datagram transport stays for the address and GID table.
-    node->streams_ = transport::tcp::TcpStreams::open(node->transport_->local_gid(), error);
+    transport::tcp::CloseTiming timing;
+    timing.exit_waits = settings.progress_thread;  // the loop sends held FINs at exit
+    node->streams_ = transport::tcp::TcpStreams::open(node->transport_->local_gid(), error, timing);
     if (!node->streams_) return nullptr;
     node->device_->use_iwarp(*node->streams_);
   }

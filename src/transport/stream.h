@@ -68,8 +68,14 @@ class StreamTransport {
   // Whether poll() reports kWritable once the stream can take bytes (after a
   // write() that took less than it was given); reported once, then unwatched.
   virtual void want_writable(StreamId stream, bool want) = 0;
+  // How close() ends a connection. kNow: this side's FIN leaves at once (after an
+  // error, a Terminate, or the peer's own close). kAfterPeer: a disconnect of a
+  // connection that is still up; the FIN waits for the peer's, or for the peer to
+  // fall quiet, or a bound (why: tcp_streams.cc). Either way what still arrives is
+  // read and dropped, so the end is a FIN and not a reset.
+  enum class CloseMode : uint8_t { kNow, kAfterPeer };
   // Closes the connection (an unknown id is ignored); its id is not reused soon.
-  virtual void close(StreamId stream) = 0;
+  virtual void close(StreamId stream, CloseMode mode) = 0;
   // The remote address and port of a connection; false for an unknown id.
   virtual bool peer_of(StreamId stream, Gid& address, uint16_t& port) const = 0;
 

@@ -158,7 +158,7 @@ TOOL_FAILURES = (
     (re.compile(r"libfabric\.so\.1\(\+0xb7882\)"),
      "libfabric 1.17's rxm reposted a receive on an endpoint it had closed"),
 )
-TOOL_ATTEMPTS = 3
+TOOL_ATTEMPTS = 5  # perftest -R lost its race three runs in a row beside other tests
 
 
 def tool_failure(output):

@@ -4,11 +4,17 @@
 // failures of a connection reported, and rx_fd() readable when poll() has work.
 #include "transport/tcp/tcp_streams.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -49,6 +55,30 @@ std::string read_all(TcpStreams& streams, StreamId id, size_t want) {
     got.append(reinterpret_cast<char*>(buffer.data()), size_t(n));
   }
   return got;
+}
+
+// The child of ExitWaitsWhileTheDrivingThreadHoldsAFin: connects to `port`, lets
+// a thread drive its streams as the progress loop does, disconnects, says so on
+// `exiting`, and exits.
+[[noreturn]] void run_exiting_client(uint16_t port, int exiting) {
+  std::string why;
+  const int64_t hour = 3600'000'000'000;
+  auto streams = TcpStreams::open(loopback(2), why, {hour, 10'000'000'000, true});
+  int err = 0;
+  const StreamId c = streams ? streams->connect(loopback(1), port, err) : kNoStream;
+  if (c == kNoStream || wait_for(*streams, StreamEvent::kConnected).stream != c) _exit(2);
+  streams->close(c, StreamTransport::CloseMode::kAfterPeer);
+  std::thread([&streams] {  // the progress loop; the process ends with it running
+    for (;;) {
+      std::array<StreamEvent, 4> events;
+      pollfd p{streams->rx_fd(), POLLIN, 0};
+      ::poll(&p, 1, 10);
+      streams->poll(events);
+    }
+  }).detach();
+  const char byte = 1;
+  if (::write(exiting, &byte, 1) != 1) _exit(3);
+  std::exit(0);
 }
 
 class TcpStreamsTest : public ::testing::Test {
@@ -119,7 +149,7 @@ TEST_F(TcpStreamsTest, ThePeersCloseEndsTheStreamAfterItsBytes) {
   char last[] = "last";
   const iovec parts[] = {{last, 4}};
   ASSERT_EQ(client_->write(c, parts), 4);
-  client_->close(c);
+  client_->close(c, StreamTransport::CloseMode::kNow);
   EXPECT_EQ(read_all(*server_, s, 4), "last");
   std::array<uint8_t, 16> buffer;
   ssize_t n = 0;
@@ -144,7 +174,7 @@ TEST_F(TcpStreamsTest, ACloseWithUnreadBytesEndsTheStreamWithoutAReset) {
     if (client_->poll(events) > 0) break;
     usleep(1000);
   }
-  client_->close(c);
+  client_->close(c, StreamTransport::CloseMode::kNow);
   ASSERT_EQ(server_->write(s, std::span(&part, 1)), 6);  // after the close, too
   uint8_t buffer[16];
   ssize_t n = 0;
@@ -156,6 +186,128 @@ TEST_F(TcpStreamsTest, ACloseWithUnreadBytesEndsTheStreamWithoutAReset) {
     if (n == 0) usleep(1000);
   }
   EXPECT_EQ(n, kEndOfStream);  // a reset would be -ECONNRESET
+}
+
+// Polls `closing` (whose streams are closing) and reads `s` on `peer` until the
+// end of the stream or an error (at most ~10 s: a liveness guard); what read()
+// answered last.
+ssize_t read_until_end(TcpStreams& peer, StreamId s, TcpStreams& closing) {
+  std::array<uint8_t, 64> buffer;
+  ssize_t n = 0;
+  for (int i = 0; i < 1000 && n >= 0; ++i) {
+    std::array<StreamEvent, 4> events;
+    pollfd p{closing.rx_fd(), POLLIN, 0};
+    ::poll(&p, 1, 10);
+    closing.poll(events);
+    peer.poll(events);
+    n = peer.read(s, buffer);
+  }
+  return n;
+}
+
+// A disconnect (kAfterPeer) holds its FIN while the peer still talks: the peer's
+// last message is taken, and its sender does not see the end before it closes
+// its own side (Linux siw fails a SEND it already wrote when the FIN overtakes it).
+TEST_F(TcpStreamsTest, ADisconnectHoldsItsFinUntilThePeerEndsItsSide) {
+  std::string why;
+  const int64_t hour = 3600'000'000'000;
+  client_ = TcpStreams::open(loopback(2), why, {hour, hour});  // only the peer's FIN
+  ASSERT_NE(client_, nullptr) << why;
+  StreamId c, s;
+  connect_pair(c, s);
+  client_->close(c, StreamTransport::CloseMode::kAfterPeer);
+  const char last[] = "last";
+  const iovec part{const_cast<char*>(last), 4};
+  ASSERT_EQ(server_->write(s, std::span(&part, 1)), 4);
+  std::array<uint8_t, 16> buffer;
+  for (int i = 0; i < 50; ++i) {  // a FIN sent at the close would arrive meanwhile
+    std::array<StreamEvent, 4> events;
+    pollfd p{client_->rx_fd(), POLLIN, 0};
+    ::poll(&p, 1, 4);
+    client_->poll(events);  // drains "last"
+    ASSERT_EQ(server_->read(s, buffer), 0) << "the end came before the peer closed";
+  }
+  server_->close(s, StreamTransport::CloseMode::kNow);
+  // The server's FIN lets the client's leave (with its close, nothing being
+  // unread), which ends the server's closing socket in turn.
+  for (int i = 0; i < 1000 && client_->closing_streams() + server_->closing_streams() > 0; ++i) {
+    std::array<StreamEvent, 4> events;
+    pollfd p[2] = {{client_->rx_fd(), POLLIN, 0}, {server_->rx_fd(), POLLIN, 0}};
+    ::poll(p, 2, 10);
+    client_->poll(events);
+    server_->poll(events);
+  }
+  EXPECT_EQ(client_->closing_streams(), 0u);
+  EXPECT_EQ(server_->closing_streams(), 0u);
+}
+
+// A peer that is silent gets the FIN once it has been quiet a while: the timer
+// wakes the loop sleeping on rx_fd, and the peer reads the end, not a reset.
+TEST_F(TcpStreamsTest, ADisconnectFromAQuietPeerEndsWithAFinAfterTheQuietSpell) {
+  StreamId c, s;
+  connect_pair(c, s);
+  client_->close(c, StreamTransport::CloseMode::kAfterPeer);
+  EXPECT_EQ(client_->closing_streams(), 1u);
+  pollfd p{client_->rx_fd(), POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 10'000), 1) << "the closing timer never woke rx_fd";
+  EXPECT_EQ(read_until_end(*server_, s, *client_), kEndOfStream);
+}
+
+// A process that ends its device while a disconnect holds its FIN still ends the
+// stream with a FIN.
+TEST_F(TcpStreamsTest, DestroyingTheTransportLetsAHeldFinLeave) {
+  StreamId c, s;
+  connect_pair(c, s);
+  client_->close(c, StreamTransport::CloseMode::kAfterPeer);
+  client_.reset();
+  std::array<uint8_t, 16> buffer;
+  ssize_t n = 0;
+  for (int i = 0; i < 1000 && n == 0; ++i) {
+    std::array<StreamEvent, 4> events;
+    pollfd p{server_->rx_fd(), POLLIN, 0};
+    ::poll(&p, 1, 10);
+    server_->poll(events);
+    n = server_->read(s, buffer);
+  }
+  EXPECT_EQ(n, kEndOfStream);
+}
+
+// A process that exits right after its disconnect (perftest) still holds the FIN:
+// exit() waits while the thread that drives the streams sends it, here once the
+// peer's own FIN came (the quiet spell is made endless).
+TEST(TcpStreamsExitTest, ExitWaitsWhileTheDrivingThreadHoldsAFin) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof at;
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&at), sizeof at), 0);
+  ASSERT_EQ(::listen(listener, 1), 0);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&at), &length), 0);
+  int exiting[2];
+  ASSERT_EQ(::pipe(exiting), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) run_exiting_client(ntohs(at.sin_port), exiting[1]);  // never returns
+  const int peer = ::accept(listener, nullptr, nullptr);
+  ASSERT_GE(peer, 0);
+  char byte = 0;
+  ASSERT_EQ(::read(exiting[0], &byte, 1), 1) << "the child did not reach exit()";
+  usleep(200'000);  // a child that did not wait would be gone by now
+  EXPECT_EQ(::waitpid(child, nullptr, WNOHANG), 0) << "exit() did not wait for the held FIN";
+  char buffer[16];
+  EXPECT_EQ(::recv(peer, buffer, sizeof buffer, MSG_DONTWAIT), -1) << "the FIN was not held";
+  ::shutdown(peer, SHUT_WR);  // the peer's FIN: the child's leaves, then it exits
+  pollfd p{peer, POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 10'000), 1);
+  EXPECT_EQ(::recv(peer, buffer, sizeof buffer, 0), 0) << "a FIN, not a reset";
+  int status = -1;
+  EXPECT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ::close(peer);
+  ::close(listener);
+  ::close(exiting[0]);
+  ::close(exiting[1]);
 }
 
 TEST_F(TcpStreamsTest, AConnectionNobodyTakesIsReportedClosedWithItsError) {

@@ -40,7 +40,8 @@ constexpr Nanos kFirstNudge = 10'000'000;  // 10 ms
 Connection::Connection(Qp& qp, IwarpFamily& family) : qp_(qp), family_(family) {}
 
 Connection::~Connection() {
-  if (stream_ != transport::kNoStream) family_.detach(stream_);
+  if (stream_ != transport::kNoStream)
+    family_.detach(stream_, transport::StreamTransport::CloseMode::kAfterPeer);
 }
 
 void Connection::bind(transport::StreamId stream, const IwarpHandoff& handoff, Nanos now) {
@@ -128,21 +129,22 @@ void Connection::on_writable(Nanos now) {
 }
 
 // IBA 10.3.1 as iWARP verbs have it: in Error nothing more is sent or received;
-// the flush already completed every WQE, so the stream closes (a FIN: what was
-// written before still arrives, a Terminate among it).
-void Connection::on_state_change(ibv_qp_state, ibv_qp_state to, Nanos now) {
-  if (to == IBV_QPS_ERR || to == IBV_QPS_RESET) end(now);
+// the flush already completed every WQE, so the stream closes. A QP moved to
+// Error by its owner (rdma_disconnect) is a graceful close: the FIN waits for the
+// peer to finish (tcp_streams_close.cc); what was written before arrives first.
+void Connection::on_state_change(ibv_qp_state, ibv_qp_state to, Nanos) {
+  if (to == IBV_QPS_ERR || to == IBV_QPS_RESET) end(transport::StreamTransport::CloseMode::kAfterPeer);
 }
 
 void Connection::on_closed(int error, Nanos now) {
   if (ended_) return;
   bump(qp_.device().counters().iwarp_streams_lost);
   (void)error;
-  end(now);
+  end(transport::StreamTransport::CloseMode::kNow);
   qp_.enter_error(now);
 }
 
-void Connection::end(Nanos) {
+void Connection::end(transport::StreamTransport::CloseMode mode) {
   if (ended_) return;
   ended_ = true;
   emitted_.clear();
@@ -150,7 +152,7 @@ void Connection::end(Nanos) {
   owed_.clear();
   if (stream_ == transport::kNoStream) return;
   write_out();  // what is already framed (a Terminate) leaves if the kernel takes it
-  family_.detach(stream_);
+  family_.detach(stream_, mode);
   stream_ = transport::kNoStream;
 }
 
@@ -168,7 +170,7 @@ void Connection::terminate(const Fault& fault, Nanos now) {
   write_terminate(Terminate{fault.layer, fault.type, fault.code, false, false}, control);
   append_fpdu(h, control);
   if (fault.event) qp_.device().post_async_event(AsyncEvent{*fault.event, qp_.qpn(), nullptr});
-  end(now);
+  end(transport::StreamTransport::CloseMode::kNow);
   qp_.enter_error(now);
 }
 

@@ -105,7 +105,8 @@ class Connection final : public Protocol {
 
   // connection.cc: errors and the end.
   void terminate(const Fault& fault, Nanos now);
-  void end(Nanos now);
+  // The QP stops speaking on its stream; `mode`: how the stream closes (stream.h).
+  void end(transport::StreamTransport::CloseMode mode);
   void send_rtr();
   void nudge_later(Nanos now);
 

@@ -41,9 +41,9 @@ int IwarpFamily::attach(Qp& qp, const wire::iwarp::IwarpHandoff& handoff, Nanos 
   return 0;
 }
 
-void IwarpFamily::detach(transport::StreamId stream) {
+void IwarpFamily::detach(transport::StreamId stream, transport::StreamTransport::CloseMode mode) {
   connections_.erase(stream);
-  streams_.close(stream);
+  streams_.close(stream, mode);
 }
 
 // Each event names a connection; one poll takes what is ready now, and a
@@ -59,7 +59,8 @@ bool IwarpFamily::receive(Nanos now, int bursts) {
       const transport::StreamEvent& e = events[i];
       auto it = connections_.find(e.stream);
       if (it == connections_.end()) {
-        streams_.close(e.stream);  // accepted or left behind: no QP speaks on it
+        // accepted or left behind: no QP speaks on it
+        streams_.close(e.stream, transport::StreamTransport::CloseMode::kNow);
         continue;
       }
       Connection& c = *it->second;

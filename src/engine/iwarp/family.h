@@ -40,8 +40,9 @@ class IwarpFamily final : public ProtocolFamily {
   // on; 0 or an errno (the descriptor is closed either way).
   int attach(Qp& qp, const wire::iwarp::IwarpHandoff& handoff, Nanos now);
   transport::StreamTransport& streams() { return streams_; }
-  // A connection stops being served (its QP entered Error or is destroyed).
-  void detach(transport::StreamId stream);
+  // A connection stops being served (its QP entered Error or is destroyed); how
+  // its stream closes (stream.h).
+  void detach(transport::StreamId stream, transport::StreamTransport::CloseMode mode);
 
  private:
   Device& device_;

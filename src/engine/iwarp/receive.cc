@@ -326,7 +326,7 @@ void Connection::on_terminate(std::span<const uint8_t> payload, Nanos now) {
   if (!emitted_.empty() && !qp_.sq().empty() && qp_.sq().head() == emitted_.front().index)
     qp_.sq().front().status = status;
   qp_.device().post_async_event(AsyncEvent{IBV_EVENT_QP_FATAL, qp_.qpn(), nullptr});
-  end(now);
+  end(transport::StreamTransport::CloseMode::kNow);
   qp_.enter_error(now);
 }
 

@@ -113,7 +113,7 @@ bool Connection::emit_wqe(uint32_t index, SendWqe& wqe, Nanos now) {
     bump(qp_.device().counters().memory_operations_refused);
     wqe.status = bind ? IBV_WC_MW_BIND_ERR : IBV_WC_LOC_QP_OP_ERR;
     retire(now);
-    end(now);
+    end(transport::StreamTransport::CloseMode::kNow);
     qp_.enter_error(now);
     return false;
   }

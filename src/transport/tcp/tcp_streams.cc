@@ -5,7 +5,7 @@
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
-#include <time.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,27 +46,36 @@ uint16_t bound_port(int fd) {
   return port;
 }
 
-int64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
 }  // namespace
 
-std::unique_ptr<TcpStreams> TcpStreams::open(const Gid& address, std::string& why) {
+std::unique_ptr<TcpStreams> TcpStreams::open(const Gid& address, std::string& why,
+                                             CloseTiming timing) {
   const int epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
   if (epoll_fd < 0) {
     why = std::string("epoll_create1: ") + std::strerror(errno);
     return nullptr;
   }
-  return std::unique_ptr<TcpStreams>(new TcpStreams(address, epoll_fd));
+  const int timer_fd = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kTimerTag;
+  if (timer_fd < 0 || ::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, timer_fd, &ev) != 0) {
+    why = std::string("timerfd: ") + std::strerror(errno);
+    if (timer_fd >= 0) ::close(timer_fd);
+    ::close(epoll_fd);
+    return nullptr;
+  }
+  return std::unique_ptr<TcpStreams>(new TcpStreams(address, epoll_fd, timer_fd, timing));
 }
 
+// Streams still open close at once; those closing gracefully get to finish.
 TcpStreams::~TcpStreams() {
-  for (auto& [fd, until] : closing_) ::close(fd);
   for (auto& [port, fd] : listeners_) ::close(fd);
   for (auto& [id, c] : connections_) ::close(c.fd);
+  listeners_.clear();
+  connections_.clear();
+  finish_closing();
+  ::close(timer_fd_);
   ::close(epoll_fd_);
 }
 
@@ -218,6 +227,11 @@ size_t TcpStreams::poll(std::span<StreamEvent> events) {
   size_t n = 0;
   for (int i = 0; i < got && n < events.size(); ++i) {
     const uint64_t tag = ready[i].data.u64;
+    if (tag == kTimerTag) {
+      uint64_t expirations;
+      if (::read(timer_fd_, &expirations, sizeof expirations) > 0) expire_closing();
+      continue;
+    }
     if ((tag & kClosingTag) != 0) {
       drain_closing(int(uint32_t(tag)));
       continue;
@@ -273,58 +287,6 @@ ssize_t TcpStreams::write(StreamId stream, std::span<const iovec> parts) {
   const ssize_t n = ::sendmsg(it->second.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
   if (n >= 0) return n;
   return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -errno;
-}
-
-// An orderly close (RFC 793's FIN), not a reset: closing a socket that holds unread
-// bytes, or that bytes reach afterwards, makes the kernel send a RST, and a peer
-// reset while its last SEND is in flight fails that SEND (siw: IBV_WC_LOC_QP_OP_ERR
-// in perftest's closing exchange). So the stream's sending side is shut, and what
-// still arrives is read and dropped until the peer's FIN or kLingerNs, then the
-// socket is closed. A connection still connecting has nothing to lose.
-void TcpStreams::close(StreamId stream) {
-  auto it = connections_.find(stream);
-  if (it == connections_.end()) return;
-  Connection c = it->second;
-  connections_.erase(it);
-  if (c.connecting || ::shutdown(c.fd, SHUT_WR) != 0) {
-    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
-    ::close(c.fd);
-    return;
-  }
-  epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLRDHUP;
-  ev.data.u64 = kClosingTag | uint32_t(c.fd);
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.fd, &ev);
-  closing_[c.fd] = monotonic_ns() + kLingerNs;
-  drain_closing(c.fd);
-}
-
-// Reads and drops what a closing stream still receives; closes it at its end.
-void TcpStreams::drain_closing(int fd) {
-  std::array<uint8_t, 4096> scratch;
-  for (;;) {
-    const ssize_t n = ::recv(fd, scratch.data(), scratch.size(), MSG_DONTWAIT);
-    if (n > 0) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-    break;  // the peer's FIN, or the connection broke
-  }
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
-  ::close(fd);
-  closing_.erase(fd);
-}
-
-void TcpStreams::expire_closing() {
-  if (closing_.empty()) return;
-  const int64_t now = monotonic_ns();
-  for (auto it = closing_.begin(); it != closing_.end();) {
-    if (it->second > now) {
-      ++it;
-      continue;
-    }
-    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->first, nullptr);
-    ::close(it->first);
-    it = closing_.erase(it);
-  }
 }
 
 bool TcpStreams::peer_of(StreamId stream, Gid& address, uint16_t& port) const {

@@ -4,6 +4,7 @@
 // and siw turns it off too). Not thread-safe: the engine's owner uses it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -13,10 +14,21 @@
 
 namespace softrdma::transport::tcp {
 
+// How long a closing stream waits (tcp_streams_close.cc): with its FIN held, for
+// the peer to be quiet (quiet_ns) or at most linger_ns; with its FIN sent, for the
+// peer's FIN at most linger_ns. `exit_waits`: a thread drives these streams (the
+// progress loop), and a process that exits waits for it to end the closing ones.
+struct CloseTiming {
+  int64_t quiet_ns = 100'000'000;
+  int64_t linger_ns = 2'000'000'000;
+  bool exit_waits = false;
+};
+
 class TcpStreams final : public StreamTransport {
  public:
   // Serves `address` (an IPv4-mapped or IPv6 GID); null and why when epoll fails.
-  static std::unique_ptr<TcpStreams> open(const Gid& address, std::string& why);
+  static std::unique_ptr<TcpStreams> open(const Gid& address, std::string& why,
+                                          CloseTiming timing = {});
   ~TcpStreams() override;
   TcpStreams(const TcpStreams&) = delete;
   TcpStreams& operator=(const TcpStreams&) = delete;
@@ -29,8 +41,11 @@ class TcpStreams final : public StreamTransport {
   ssize_t write(StreamId stream, std::span<const iovec> parts) override;
   StreamId adopt(int fd, int& err) override;
   void want_writable(StreamId stream, bool want) override;
-  void close(StreamId stream) override;
+  void close(StreamId stream, CloseMode mode) override;
   bool peer_of(StreamId stream, Gid& address, uint16_t& port) const override;
+
+  // Streams close() ended whose sockets are still open (a FIN held or a linger).
+  size_t closing_streams() const { return closing_.size(); }
 
   Gid local_gid() const override { return address_; }
   int rx_fd() const override { return epoll_fd_; }
@@ -46,23 +61,41 @@ class TcpStreams final : public StreamTransport {
   };
   void watch(StreamId id, const Connection& c);
   StreamEvent writable(StreamId id, Connection& c);
-  TcpStreams(const Gid& address, int epoll_fd) : address_(address), epoll_fd_(epoll_fd) {}
+  TcpStreams(const Gid& address, int epoll_fd, int timer_fd, CloseTiming timing)
+      : address_(address), epoll_fd_(epoll_fd), timer_fd_(timer_fd), timing_(timing) {}
   StreamId add(int fd, bool connecting, const Gid& peer, uint16_t peer_port);
   // Epoll data: a listener's port | kListenerTag, or a stream id.
   static constexpr uint64_t kListenerTag = uint64_t(1) << 32;
-  // Epoll data of a stream being closed: its fd | kClosingTag (close()).
+  // Epoll data of a stream being closed: its fd | kClosingTag (close()); of the
+  // timer that ends the closing streams' waits: kTimerTag.
   static constexpr uint64_t kClosingTag = uint64_t(1) << 33;
-  static constexpr int64_t kLingerNs = 2'000'000'000;
+  static constexpr uint64_t kTimerTag = uint64_t(1) << 34;
+  // A stream being closed: its FIN not yet sent (kAfterPeer: until the peer's FIN,
+  // or quiet_until, or fin_by, whichever comes first), or sent and the socket
+  // drained until the peer's FIN or close_by.
+  struct Closing {
+    bool fin_sent = false;
+    bool counted = false;  // among the closings an exiting process waits for
+    int64_t quiet_until = 0, fin_by = 0, close_by = 0;
+    int64_t due() const { return fin_sent ? close_by : std::min(quiet_until, fin_by); }
+  };
+  void send_fin(int fd, Closing& c, int64_t now);
+  void count_closing(Closing& c, int64_t now);
+  void close_now(std::map<int, Closing>::iterator it);
   void drain_closing(int fd);
   void expire_closing();
+  void arm_closing_timer();
+  void finish_closing();
   size_t accept_all(uint16_t port, int fd, std::span<StreamEvent> events);
   StreamEvent settle_connect(StreamId id, Connection& c);
 
   Gid address_;
   int epoll_fd_;
+  int timer_fd_;  // timerfd, in epoll_fd_: the earliest Closing::due()
+  CloseTiming timing_;
   std::map<uint16_t, int> listeners_;         // port -> fd
   std::map<StreamId, Connection> connections_;
-  std::map<int, int64_t> closing_;  // fd -> when it is closed at the latest
+  std::map<int, Closing> closing_;  // by fd
   StreamId next_id_ = 1;
 };
 
