@@ -182,11 +182,9 @@ bool ProgressLoop::run_once() {
 }
 
 void ProgressLoop::poller_satisfied(bool hand_over) {
-  aside_until_ns_.store(monotonic_now_ns() + options_.aside_after_completion.count(),
-                        std::memory_order_seq_cst);
-  // The loop may be asleep until the end of the long stand-aside: tell it now
-  // when the poller is likely to wait next where the loop must serve it.
   if (!hand_over) return;
+  // The loop may be asleep until the end of the stand-aside: tell it now.
+  aside_until_ns_.store(0, std::memory_order_seq_cst);
   uint32_t aside = uint32_t(LoopState::kAside);
   if (word_->state.load(std::memory_order_seq_cst) != aside) return;
   if (!word_->state.compare_exchange_strong(aside, uint32_t(LoopState::kRunning),
@@ -211,10 +209,9 @@ void ProgressLoop::stand_aside() {
     stats_.asides.fetch_add(1, std::memory_order_relaxed);
     set_state(LoopState::kAside);
     epoll_event events[kMaxEvents];
-    // Looks again at least every aside_check: a poller that left without a
-    // hand-over is noticed within it.
-    const int64_t wake_at = std::min(until, monotonic_now_ns() + options_.aside_check.count());
-    const int n = wait_for_events(aside_epoll_fd_, events, wake_at);
+    // Polls only ever push `until` later (a hand-over wakes the loop): it looks
+    // again then, and sleeps on if the poller polled meanwhile.
+    const int n = wait_for_events(aside_epoll_fd_, events, until);
     set_state(LoopState::kRunning);
     if (n > 0) {
       uint64_t count;

@@ -48,14 +48,14 @@ struct ProgressHooks {
 
 struct ProgressOptions {
   std::chrono::nanoseconds spin{30'000};  // keep polling this long before blocking
-  // An application thread that polled and found nothing is waiting for a
-  // completion and will poll again: the loop stands aside this long after it.
+  // An application thread that polls (run_once) will poll again: the loop stands
+  // aside this long after each poll, whether it found completions or not. Only a
+  // hand-over (poller_satisfied(true)) or this much time without a poll ends it:
+  // a loop that came back between two polls (while the application posts its
+  // answer) was woken by the next message and preempted the poller just when it
+  // had that message to read (iWARP ib_send_lat: twice the latency of inline
+  // progress; docs/decisions/threading.md).
   std::chrono::nanoseconds aside_while_waiting{200'000};
-  // One that just got completions may be done polling (a target of a one-sided
-  // operation then spins on memory and needs the loop): a short stand-aside.
-  std::chrono::nanoseconds aside_after_completion{5'000};
-  // While standing aside the loop looks at the poller's time at least this often.
-  std::chrono::nanoseconds aside_check{50'000};
   std::string thread_name = "softrdma-prog";  // up to 15 characters (pthread)
 };
 
@@ -101,9 +101,10 @@ class ProgressLoop {
   // stands aside (sleeps, without watching the fds) while one is present, so that
   // exactly one thread drives the engine and the two never take turns on a core.
   bool run_once();
-  // The poller that called run_once() got what it waited for: the loop takes over
-  // soon (ProgressOptions::aside_after_completion) unless it polls again;
-  // `hand_over`: at once (the poller is likely to wait on memory next).
+  // The poller that called run_once() got what it waited for. `hand_over`: it is
+  // likely to wait elsewhere next (on memory, on a completion channel): the loop
+  // takes over at once. Otherwise nothing changes: the loop stands aside until
+  // ProgressOptions::aside_while_waiting has passed without a poll.
   void poller_satisfied(bool hand_over);
 
   // Watches one more fd (e.g. a transport opened later). Thread-safe.

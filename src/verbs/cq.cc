@@ -108,9 +108,9 @@ Cq* take_cq_event(CompChannel* channel) {
 // ibv_get_cq_event(3) on a blocking channel: the waiting thread runs the engine
 // itself, as a poller in ibv_poll_cq does, so the completion it waits for is made
 // on this thread and the progress thread stands aside (docs/decisions/threading.md).
-// It spins for a while (progress, then a look at the channel), then sleeps in
-// poll() on the channel and the transport; once it has slept past the
-// stand-aside, the progress thread serves the engine (and its timers) again.
+// It spins for a while (progress, then a look at the channel), then hands the
+// engine over to the progress thread (which watches every transport, timers
+// included) and sleeps in poll() on the channel and the datagram transport.
 // 0 when an event unit was taken, -1 with errno.
 int wait_for_event(CompChannel* channel) {
   const int fd = channel->ibv.fd;
@@ -130,6 +130,7 @@ int wait_for_event(CompChannel* channel) {
       sched_yield();
       continue;
     }
+    node->poller_satisfied(/*hand_over=*/true);
     // A signal interrupts the wait (-1, EINTR), as it does the kernel's read().
     if (poll(fds, 2, -1) < 0) return -1;
     spin_until = std::chrono::steady_clock::now() + kSpin;

@@ -258,9 +258,7 @@ struct CountingByThread {
 TEST(ProgressLoop, StandsAsideForAPollerUntilHandedOver) {
   CountingByThread engine;
   ProgressLoop loop(engine.hooks(), ProgressOptions{.spin = 0ns,
-                                                    .aside_while_waiting = 3600s,
-                                                    .aside_after_completion = 0ns,
-                                                    .aside_check = 3600s});
+                                                    .aside_while_waiting = 3600s});
   loop.start();
   ASSERT_TRUE(eventually([&] { return blocked_at_least(loop, 1) && loop.thread_tid() != 0; }));
   loop.run_once();
@@ -299,9 +297,7 @@ TEST(ProgressLoop, AnotherProcessWakesItThroughSharedWakeWords) {
   WakeWord& word = *new (shared) WakeWord{};
   CountingByThread engine;
   ProgressLoop loop(engine.hooks(), ProgressOptions{.spin = 0ns,
-                                                    .aside_while_waiting = 3600s,
-                                                    .aside_after_completion = 0ns,
-                                                    .aside_check = 3600s});
+                                                    .aside_while_waiting = 3600s});
   loop.share_wake_word(&word);
   loop.start();
   ASSERT_TRUE(eventually([&] { return word.state.load() == uint32_t(LoopState::kBlocked); }));
