@@ -42,6 +42,13 @@ class Node {
   bool progress_inline();
   // Nothing came by the wire lately (engine::Device::wire_quiet).
   bool wire_quiet() const { return device_->wire_quiet(device_->clock().now()); }
+  // Whether a poll that found nothing gives the core away at once (verbs/cq.cc
+  // after_idle_poll): over RoCE while the wire carries traffic (this process's
+  // progress thread may have to run); never over iWARP, whose poller reads its
+  // streams itself while the loop stands aside (docs/decisions/iwarp.md).
+  bool idle_poll_yields_at_once() const {
+    return device_->family().wire_protocol() == engine::WireProtocol::kRoceV2 && !wire_quiet();
+  }
   // The inline poller got completions (it may stop polling): the loop takes over.
   void poller_satisfied(bool hand_over) {
     if (loop_) loop_->poller_satisfied(hand_over);

@@ -68,6 +68,8 @@ class StreamTransport {
   // Whether poll() reports kWritable once the stream can take bytes (after a
   // write() that took less than it was given); reported once, then unwatched.
   virtual void want_writable(StreamId stream, bool want) = 0;
+  // Whether any stream waits for kWritable.
+  virtual bool waiting_for_room() const = 0;
   // How close() ends a connection. kNow: this side's FIN leaves at once (after an
   // error, a Terminate, or the peer's own close). kAfterPeer: a disconnect of a
   // connection that is still up; the FIN waits for the peer's, or for the peer to

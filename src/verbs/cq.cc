@@ -226,7 +226,7 @@ int op_poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
     const bool worked = cq->node->progress_inline();
     n += cq->cq->poll(num_entries - n, wc + n);
     if (n > 0) cq->node->poller_satisfied(hands_over(wc, n));
-    if (n == 0 && !worked) after_idle_poll(cq->node->wire_quiet());
+    if (n == 0 && !worked) after_idle_poll(cq->node->idle_poll_yields_at_once());
   }
   if (n > 0) after_busy_poll();
   return n;
@@ -246,13 +246,14 @@ constexpr uint32_t kIdlePollsPerYield = 8;
 // the scheduler (0.6 µs here), which was a fifth of a same-host ping-pong's time
 // when every empty poll paid it (docs/performance.md). While the wire carries
 // traffic, the thread that must run next is often this process's progress thread
-// (ib_write_lat over UDP: 41 -> 54 µs without the yield): every empty poll yields.
-// On a quiet wire a poller yields once it has found nothing
-// kIdlePollsBeforeYielding times in a row (some µs: an answer on the same host
-// comes within them), then on every kIdlePollsPerYield-th.
-void after_idle_poll(bool wire_quiet) {
+// (ib_write_lat over UDP: 41 -> 54 µs without the yield): every empty poll yields
+// (`at_once`). Otherwise (a quiet wire; iWARP, whose poller reads its own streams)
+// a poller yields once it has found nothing kIdlePollsBeforeYielding times in a
+// row (some µs: an answer on the same host comes within them), then on every
+// kIdlePollsPerYield-th.
+void after_idle_poll(bool at_once) {
   ++idle_polls;
-  if (!wire_quiet ||
+  if (at_once ||
       (idle_polls >= kIdlePollsBeforeYielding && idle_polls % kIdlePollsPerYield == 0))
     sched_yield();
 }

@@ -44,7 +44,7 @@ bool take_with_progress(Cq* cq, bool starting) {
   // A completed RDMA WRITE hands the engine to the progress thread at once
   // (op_poll_cq's hands_over; docs/decisions/threading.md).
   if (got) cq->node->poller_satisfied(cq->batch->current.wc.opcode == IBV_WC_RDMA_WRITE);
-  if (!got && !worked) after_idle_poll(cq->node->wire_quiet());  // (cq.cc)
+  if (!got && !worked) after_idle_poll(cq->node->idle_poll_yields_at_once());  // (cq.cc)
   if (got) after_busy_poll();
   return got;
 }

@@ -7,6 +7,8 @@
 
 #include <chrono>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "engine/iwarp/connection.h"
 #include "engine/iwarp_fixture.h"
@@ -38,6 +40,48 @@ TEST_F(IwarpPairTest, ASendLandsInThePostedReceiveBothWays) {
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].status, IBV_WC_SUCCESS);
   EXPECT_EQ(sent[0].opcode, IBV_WC_SEND);
+}
+
+// A turn reads up to two streams itself and any more through epoll
+// (IwarpFamily::read_directly): with four connections between the two devices,
+// a SEND each way on every one arrives whole, with both ways of reading in use.
+TEST_F(IwarpPairTest, SendsOnMoreStreamsThanATurnReadsDirectlyAllArrive) {
+  std::vector<std::pair<Qp*, Qp*>> pairs{{a.qp, b.qp}};
+  for (int i = 0; i < 3; ++i) {
+    Qp* at_a = new_rc_qp(a, 16);
+    Qp* at_b = new_rc_qp(b, 16);
+    ASSERT_TRUE(at_a != nullptr && at_b != nullptr);
+    const std::array<int, 2> fds = tcp_pair();
+    wire::iwarp::IwarpHandoff ha{fds[0], false, true, RtrKind::kRead, 8, 8};
+    wire::iwarp::IwarpHandoff hb{fds[1], false, false, RtrKind::kRead, 8, 8};
+    ASSERT_EQ(a.device->attach_iwarp(at_a, ha), 0);
+    ASSERT_EQ(b.device->attach_iwarp(at_b, hb), 0);
+    pairs.emplace_back(at_a, at_b);
+  }
+  constexpr uint32_t kBytes = 1000;
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    a.qp = pairs[i].first;
+    b.qp = pairs[i].second;
+    fill(a, i * kBytes, kBytes, uint32_t(i));
+    fill(b, (8 + i) * kBytes, kBytes, uint32_t(i + 10));
+    post_recv(b, (16 + i) * kBytes, kBytes, i);
+    post_recv(a, (24 + i) * kBytes, kBytes, i);
+    ASSERT_EQ(post(a, IBV_WR_SEND, i * kBytes, kBytes, 0, i), 0);
+    ASSERT_EQ(post(b, IBV_WR_SEND, (8 + i) * kBytes, kBytes, 0, i), 0);
+  }
+  const auto at_b = wait_for(b.rcq, pairs.size());
+  const auto at_a = wait_for(a.rcq, pairs.size());
+  ASSERT_EQ(at_b.size(), pairs.size());
+  ASSERT_EQ(at_a.size(), pairs.size());
+  for (const auto* got : {&at_a, &at_b})
+    for (const ibv_wc& wc : *got) {
+      EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+      EXPECT_EQ(wc.byte_len, kBytes);
+    }
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    EXPECT_EQ(std::memcmp(&a.mem[i * kBytes], &b.mem[(16 + i) * kBytes], kBytes), 0) << i;
+    EXPECT_EQ(std::memcmp(&b.mem[(8 + i) * kBytes], &a.mem[(24 + i) * kBytes], kBytes), 0) << i;
+  }
 }
 
 // Messages far above one FPDU's 64 KiB: WRITE and SEND in many segments (DDP's

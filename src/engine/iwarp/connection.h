@@ -59,8 +59,8 @@ class Connection final : public Protocol {
   transport::StreamId stream() const { return stream_; }
   Qp& qp() const { return qp_; }
   // The stream has bytes, or can take more, or has ended (`error` 0: the peer's
-  // orderly close).
-  void on_readable(Nanos now);
+  // orderly close). on_readable: whether it took any bytes (or the end).
+  bool on_readable(Nanos now);
   void on_writable(Nanos now);
   void on_closed(int error, Nanos now);
 

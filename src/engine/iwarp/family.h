@@ -47,7 +47,10 @@ class IwarpFamily final : public ProtocolFamily {
  private:
   Device& device_;
   transport::StreamTransport& streams_;
+  bool read_directly(Nanos now);
+
   std::map<transport::StreamId, Connection*> connections_;
+  Nanos last_event_check_ = 0;
 };
 
 }  // namespace softrdma::engine::iwarp

@@ -59,22 +59,25 @@ Fault untagged_fault(uint8_t code) {
 
 }  // namespace
 
-void Connection::on_readable(Nanos now) {
+bool Connection::on_readable(Nanos now) {
+  bool took = false;
   for (int reads = 0; reads < 8 && !ended_; ++reads) {
     const size_t room = rx_.size() - rx_end_;
     const ssize_t n = family_.streams().read(stream_, std::span(rx_.data() + rx_end_, room));
     if (n == 0) break;
+    took = true;
     if (n < 0) {
       on_closed(n == transport::kEndOfStream ? 0 : int(-n), now);
-      return;
+      return true;
     }
     rx_end_ += size_t(n);
-    if (!take_fpdus(now)) return;
+    if (!take_fpdus(now)) return true;
     // A read that did not fill the room took all there was: no second system call
     // to hear "nothing more" (the stream is level-triggered: more is reported).
     if (size_t(n) < room) break;
   }
-  if (!ended_ && produce(now)) qp_.device().want_tx(qp_);
+  if (took && !ended_ && produce(now)) qp_.device().want_tx(qp_);
+  return took;
 }
 
 bool Connection::take_fpdus(Nanos now) {

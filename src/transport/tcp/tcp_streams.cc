@@ -176,6 +176,7 @@ void TcpStreams::want_writable(StreamId stream, bool want) {
   if (it == connections_.end() || it->second.connecting || it->second.want_writable == want)
     return;
   it->second.want_writable = want;
+  want ? ++wanting_room_ : --wanting_room_;
   watch(stream, it->second);
 }
 
@@ -214,6 +215,7 @@ StreamEvent TcpStreams::settle_connect(StreamId id, Connection& c) {
 }
 
 StreamEvent TcpStreams::writable(StreamId id, Connection& c) {
+  if (c.want_writable) --wanting_room_;
   c.want_writable = false;
   watch(id, c);
   return StreamEvent{id, StreamEvent::kWritable, c.peer_port, 0};

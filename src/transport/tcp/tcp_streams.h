@@ -41,6 +41,7 @@ class TcpStreams final : public StreamTransport {
   ssize_t write(StreamId stream, std::span<const iovec> parts) override;
   StreamId adopt(int fd, int& err) override;
   void want_writable(StreamId stream, bool want) override;
+  bool waiting_for_room() const override { return wanting_room_ > 0; }
   void close(StreamId stream, CloseMode mode) override;
   bool peer_of(StreamId stream, Gid& address, uint16_t& port) const override;
 
@@ -97,6 +98,7 @@ class TcpStreams final : public StreamTransport {
   std::map<StreamId, Connection> connections_;
   std::map<int, Closing> closing_;  // by fd
   StreamId next_id_ = 1;
+  size_t wanting_room_ = 0;  // connections with want_writable set
 };
 
 }  // namespace softrdma::transport::tcp

@@ -84,6 +84,7 @@ void TcpStreams::close(StreamId stream, CloseMode mode) {
   if (it == connections_.end()) return;
   const Connection c = it->second;
   connections_.erase(it);
+  if (c.want_writable) --wanting_room_;
   if (c.connecting) {  // nothing was said on it: nothing to lose
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
     ::close(c.fd);
