@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "engine/cq.h"
+#include "support/loopback_listener.h"
 
 namespace softrdma::engine::testing {
 
@@ -22,14 +23,9 @@ transport::Gid loopback_gid(uint8_t last) {
 }  // namespace
 
 std::array<int, 2> IwarpPairTest::tcp_pair() {
-  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in at{};
-  at.sin_family = AF_INET;
-  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof at;
-  EXPECT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&at), sizeof at), 0);
-  EXPECT_EQ(::listen(listener, 1), 0);
-  EXPECT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&at), &length), 0);
+  sockaddr_in at;
+  const int listener = testing_support::listen_on_loopback(at);
+  EXPECT_GE(listener, 0);
   const int client = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   EXPECT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&at), sizeof at), 0);
   const int server = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);

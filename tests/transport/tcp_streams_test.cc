@@ -19,6 +19,8 @@
 
 #include <gtest/gtest.h>
 
+#include "support/loopback_listener.h"
+
 namespace softrdma::transport::tcp {
 namespace {
 
@@ -276,14 +278,9 @@ TEST_F(TcpStreamsTest, DestroyingTheTransportLetsAHeldFinLeave) {
 // exit() waits while the thread that drives the streams sends it, here once the
 // peer's own FIN came (the quiet spell is made endless).
 TEST(TcpStreamsExitTest, ExitWaitsWhileTheDrivingThreadHoldsAFin) {
-  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in at{};
-  at.sin_family = AF_INET;
-  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof at;
-  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&at), sizeof at), 0);
-  ASSERT_EQ(::listen(listener, 1), 0);
-  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&at), &length), 0);
+  sockaddr_in at;
+  const int listener = testing_support::listen_on_loopback(at);
+  ASSERT_GE(listener, 0);
   int exiting[2];
   ASSERT_EQ(::pipe(exiting), 0);
   const pid_t child = ::fork();
