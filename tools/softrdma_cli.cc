@@ -7,6 +7,8 @@
 //                                   describes the device (tools/run/mount_view.h;
 //                                   off with the flag or SOFTRDMA_SYSFS_VIEW=off).
 //                                   Nothing is installed anywhere.
+//   softrdma --version              the version (CMake's project version; also the
+//                                   device's fw_ver, verbs/attributes.cc).
 //   softrdma status                 the device, its addresses (GIDs), every setting
 //                                   in force, then every softrdma process of the
 //                                   host with its device, QPs and live counters
@@ -40,6 +42,7 @@ int usage(FILE* out) {
                "usage: softrdma run [--no-sysfs-view] [--] CMD [ARGS...]\n"
                "                                  run a verbs program on softrdma\n"
                "       softrdma status            device, addresses, settings, counters\n"
+               "       softrdma --version         the version of softrdma\n"
                "Settings are environment variables (docs/configuration.md).\n");
   return out == stdout ? 0 : 2;
 }
@@ -226,6 +229,10 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   if (command == "run") return run(argc - 2, argv + 2);
   if (command == "status") return status();
+  if (command == "--version" || command == "version") {
+    std::printf("softrdma %s\n", SOFTRDMA_VERSION);
+    return 0;
+  }
   if (command == "help" || command == "--help" || command == "-h") return usage(stdout);
   std::fprintf(stderr, "softrdma: unknown command \"%s\"\n", command.c_str());
   return usage(stderr);

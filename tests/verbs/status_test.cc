@@ -17,14 +17,35 @@
 namespace softrdma::verbs::testing {
 namespace {
 
-std::string run_status() {
+std::string run_tool(const char* arguments) {
   std::string out;
-  FILE* p = popen(SOFTRDMA_TOOL " status 2>&1", "r");
+  FILE* p = popen((std::string(SOFTRDMA_TOOL " ") + arguments + " 2>&1").c_str(), "r");
   if (p == nullptr) return out;
   char buffer[4096];
   while (size_t n = fread(buffer, 1, sizeof buffer, p)) out.append(buffer, n);
   pclose(p);
   return out;
+}
+
+std::string run_status() { return run_tool("status"); }
+
+// One version (CMake's project version), said by `softrdma --version` and by the
+// device's fw_ver as ibv_devinfo shows it (issue 17).
+TEST(SoftrdmaVersion, TheCommandAndTheDeviceSayTheProjectsVersion) {
+  const std::string expected = "softrdma " SOFTRDMA_PROJECT_VERSION;
+  EXPECT_EQ(run_tool("--version"), expected + "\n");
+  EXPECT_EQ(run_tool("version"), expected + "\n");
+  int count = 0;
+  ibv_device** list = ibv_get_device_list(&count);
+  ASSERT_NE(list, nullptr);
+  ASSERT_GT(count, 0);
+  ibv_context* context = ibv_open_device(list[0]);
+  ibv_free_device_list(list);
+  ASSERT_NE(context, nullptr);
+  ibv_device_attr attr{};
+  ASSERT_EQ(ibv_query_device(context, &attr), 0);
+  EXPECT_EQ(std::string(attr.fw_ver), expected);
+  ibv_close_device(context);
 }
 
 // A UD QP on `side`'s context and PD, in RTS with Q_Key 0x11, its receive posted
