@@ -7,6 +7,11 @@
 //                                   describes the device (tools/run/mount_view.h;
 //                                   off with the flag or SOFTRDMA_SYSFS_VIEW=off).
 //                                   Nothing is installed anywhere.
+//   softrdma env                    shell commands (eval "$(softrdma env)") that make
+//                                   every later command of a shell or CI job use
+//                                   softrdma's libraries, for jobs that cannot wrap
+//                                   each command in `softrdma run`; without the sysfs
+//                                   view, which only `run` can make.
 //   softrdma --version              the version (CMake's project version; also the
 //                                   device's fw_ver, verbs/attributes.cc).
 //   softrdma status                 the device, its addresses (GIDs), every setting
@@ -42,6 +47,7 @@ int usage(FILE* out) {
                "usage: softrdma run [--no-sysfs-view] [--] CMD [ARGS...]\n"
                "                                  run a verbs program on softrdma\n"
                "       softrdma status            device, addresses, settings, counters\n"
+               "       softrdma env               shell settings: eval \"$(softrdma env)\"\n"
                "       softrdma --version         the version of softrdma\n"
                "Settings are environment variables (docs/configuration.md).\n");
   return out == stdout ? 0 : 2;
@@ -82,6 +88,35 @@ void offer_sysfs_view(const fs::path& lib, bool wanted) {
                "softrdma: running without the sysfs view (%s); SOFTRDMA_SYSFS_VIEW in "
                "docs/configuration.md\n",
                error.c_str());
+}
+
+// `text` in single quotes for a POSIX shell (a quote inside becomes '\'').
+std::string shell_quoted(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// What `run` puts in the environment, as shell commands that keep what the
+// variables held before (after softrdma's own).
+int env() {
+  const fs::path lib = library_dir();
+  if (!fs::exists(lib / "libibverbs.so.1")) {
+    std::fprintf(stderr, "softrdma: %s has no libibverbs.so.1: build the project first\n",
+                 lib.c_str());
+    return 1;
+  }
+  std::printf("export LD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\n",
+              shell_quoted(lib.string()).c_str());
+#ifdef SOFTRDMA_ASAN_RUNTIME
+  std::printf("export LD_PRELOAD=%s${LD_PRELOAD:+ $LD_PRELOAD}\n",
+              shell_quoted(SOFTRDMA_ASAN_RUNTIME).c_str());
+#endif
+  std::printf("# softrdma %s: verbs programs started from here use softrdma (%s).\n"
+              "# Without the sysfs view of `softrdma run`: programs that read\n"
+              "# /sys/class/infiniband themselves (UCX) need `softrdma run`.\n",
+              SOFTRDMA_VERSION, lib.c_str());
+  return 0;
 }
 
 int run(int argc, char** argv) {
@@ -229,6 +264,7 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   if (command == "run") return run(argc - 2, argv + 2);
   if (command == "status") return status();
+  if (command == "env") return env();
   if (command == "--version" || command == "version") {
     std::printf("softrdma %s\n", SOFTRDMA_VERSION);
     return 0;

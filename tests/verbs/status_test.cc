@@ -48,6 +48,18 @@ TEST(SoftrdmaVersion, TheCommandAndTheDeviceSayTheProjectsVersion) {
   ibv_close_device(context);
 }
 
+// `softrdma env` (issue 17): after eval of its output, an unmodified Debian
+// program (ibverbs-utils' ibv_devinfo) finds softrdma's device, and what
+// LD_LIBRARY_PATH held before is kept after it.
+TEST(SoftrdmaEnv, AfterEvalAnUnwrappedProgramFindsTheDevice) {
+  const std::string out = run_tool(
+      "env > /dev/null && LD_LIBRARY_PATH=/kept sh -c 'eval \"$(" SOFTRDMA_TOOL
+      " env)\"; echo \"path=$LD_LIBRARY_PATH\"; ibv_devinfo'");
+  EXPECT_NE(out.find("fw_ver:\t\t\t\tsoftrdma " SOFTRDMA_PROJECT_VERSION), std::string::npos) << out;
+  EXPECT_NE(out.find(":/kept\n"), std::string::npos) << out;
+  EXPECT_EQ(out.find("path=/kept"), std::string::npos) << out;
+}
+
 // A UD QP on `side`'s context and PD, in RTS with Q_Key 0x11, its receive posted
 // into the side's buffer at `offset`; null when something failed.
 ibv_qp* make_ud(Side& side, size_t offset) {
