@@ -53,14 +53,17 @@ int usage(FILE* out) {
   return out == stdout ? 0 : 2;
 }
 
-// lib/ beside this program's directory (build/tools/softrdma -> build/lib), so
-// a moved build tree keeps working; else the one this program was built for.
+// Where softrdma's libraries are: lib/ beside this program's directory in a build
+// tree (build/tools/softrdma -> build/lib), so that a moved tree keeps working;
+// lib/softrdma/ (SOFTRDMA_INSTALL_LIB_DIR) in an installation (PREFIX/bin/softrdma
+// -> PREFIX/lib/.../softrdma); else the build tree this program was built in.
 fs::path library_dir() {
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) {
-    const fs::path beside = exe.parent_path().parent_path() / "lib";
-    if (fs::exists(beside / "libibverbs.so.1")) return beside;
+    const fs::path up = exe.parent_path().parent_path();
+    for (const fs::path& beside : {up / "lib", up / SOFTRDMA_INSTALL_LIB_DIR})
+      if (fs::exists(beside / "libibverbs.so.1")) return beside;
   }
   return SOFTRDMA_BUILD_LIB_DIR;
 }
