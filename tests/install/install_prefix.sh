@@ -25,9 +25,12 @@ for lib in "${libs[@]}"; do
 done
 [[ ${#libs[@]} -eq 4 ]] || fail "expected 4 libraries, found: ${libs[*]}"
 [[ "$("$sr" --version)" == "softrdma $version" ]] || fail "--version: $("$sr" --version)"
-"$sr" status | grep -q "^library .*$prefix/lib.*/softrdma/libibverbs.so.1$" ||
-  fail "status does not name the installed library: $("$sr" status | grep '^library')"
-"$sr" run -- ibv_devinfo | grep -q "fw_ver:.*softrdma $version" || fail "ibv_devinfo"
+# Whole outputs first: `cmd | grep -q` under pipefail fails when grep stops early.
+status=$("$sr" status)
+grep -q "^library .*$prefix/lib.*/softrdma/libibverbs.so.1$" <<<"$status" ||
+  fail "status does not name the installed library: $(grep '^library' <<<"$status")"
+devinfo=$("$sr" run -- ibv_devinfo)
+grep -q "fw_ver:.*softrdma $version" <<<"$devinfo" || fail "ibv_devinfo: $devinfo"
 
 # Waits (at most 30 s) until `test` succeeds.
 wait_until() {
