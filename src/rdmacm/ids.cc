@@ -163,9 +163,9 @@ SOFTRDMA_CM_EXPORT int rdma_listen(rdma_cm_id* ibv, int backlog) {
       if (int err = bind_id(id, reinterpret_cast<sockaddr*>(&any))) return err;
     }
     if (id.state != IdState::kAddrBound) return EINVAL;
-    id.backlog = backlog > 0 ? backlog : 1024;
     Agent& agent = Agent::get();
     std::lock_guard lock(agent.cm_mutex());
+    id.backlog = backlog > 0 ? backlog : 1024;  // the agent's thread reads it (cm_receive.cc)
     if (is_iwarp(id)) {
       // A TCP listener beside the port's reservation (iwarp_cm.h).
       if (int err = agent.iwarp().listen(id, id.backlog)) return err;
