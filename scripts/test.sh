@@ -31,6 +31,9 @@ bash scripts/install-deps.sh
 
 passed=0
 failed=0
+# The names of failed tests, printed again just before the summary: CI keeps
+# only the tail of a run's output, and ctest's own list is far above it.
+failed_names=()
 
 # stage NAME BUILD_DIR EXCLUDE_LABEL -- [CMAKE_ARGS...]
 # EXCLUDE_LABEL: tests with this ctest label do not run here ("" for none).
@@ -76,6 +79,11 @@ stage() {
     local f=${BASH_REMATCH[1]} t=${BASH_REMATCH[2]}
     passed=$((passed + t - f))
     failed=$((failed + f))
+    # ctest lists each failure as "  1234 - name (Failed|Timeout|SEGFAULT...)".
+    local line
+    while IFS= read -r line; do
+      failed_names+=("$name: ${line#"${line%%[![:space:]]*}"}")
+    done < <(sed -n '/The following tests FAILED:/,/^$/p' "$log" | grep -E '^[[:space:]]+[0-9]+ - ' || true)
   elif grep -q 'No tests were found' "$log"; then
     echo "=== $name: no tests found"
   else
@@ -124,6 +132,10 @@ interop_stage() {
   if [[ $summary =~ ([0-9]+)\ passed,\ ([0-9]+)\ failed ]] && ((BASH_REMATCH[1] > 0)); then
     passed=$((passed + BASH_REMATCH[1]))
     failed=$((failed + BASH_REMATCH[2]))
+    local line
+    while IFS= read -r line; do
+      failed_names+=("interop: $line")
+    done < <(grep -E '^FAIL ' "$log" || true)
   else
     echo "=== interop: ended without a summary (counted as one failure)"
     failed=$((failed + 1))
@@ -136,5 +148,9 @@ else
   failed=$((failed + 1))
 fi
 
+if ((${#failed_names[@]})); then
+  echo "failed:"
+  printf '  %s\n' "${failed_names[@]}"
+fi
 echo "summary: $passed passed, $failed failed"
 ((failed == 0))
