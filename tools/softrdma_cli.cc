@@ -37,6 +37,7 @@
 #include "runtime/node.h"
 #include "runtime/settings.h"
 #include "runtime/status_segment.h"
+#include "softrdma_version.h"
 
 namespace {
 
@@ -118,7 +119,7 @@ int env() {
   std::printf("# softrdma %s: verbs programs started from here use softrdma (%s).\n"
               "# Without the sysfs view of `softrdma run`: programs that read\n"
               "# /sys/class/infiniband themselves (UCX) need `softrdma run`.\n",
-              SOFTRDMA_VERSION, lib.c_str());
+              softrdma::kVersion, lib.c_str());
   return 0;
 }
 
@@ -201,7 +202,8 @@ void print_processes() {
               stale);
   for (const auto& r : reports) {
     if (r.pid == getpid()) continue;
-    std::printf("process %d  device %s  %s\n", r.pid, r.device.c_str(), r.address.c_str());
+    std::printf("process %d  device %s  %s  softrdma %s\n", r.pid, r.device.c_str(),
+                r.address.c_str(), r.version.c_str());
     for (const auto& q : r.qps) {
       std::printf("  qp %u  type %s  state %s  dest_qp %u  peer %s  path %s  tx %llu  rx %llu  "
                   "retx %llu  host_ops %llu\n",
@@ -269,7 +271,7 @@ int main(int argc, char** argv) {
   if (command == "status") return status();
   if (command == "env") return env();
   if (command == "--version" || command == "version") {
-    std::printf("softrdma %s\n", SOFTRDMA_VERSION);
+    std::printf("softrdma %s\n", softrdma::kVersion);
     return 0;
   }
   if (command == "help" || command == "--help" || command == "-h") return usage(stdout);

@@ -101,6 +101,7 @@ bool parse(int fd, const struct stat& st, StatusReport& out) {
   out.pid = h.pid;
   out.device.assign(h.device, strnlen(h.device, sizeof h.device));
   out.address.assign(h.address, strnlen(h.address, sizeof h.address));
+  out.version.assign(h.version, strnlen(h.version, sizeof h.version));
   out.counters = named<engine::EngineCounters>(values.data());
   out.transport_counters = named<transport::UdpCounters>(values.data() + kEngineCounters);
   read_rows(fd, st, h.rows_in_use, out);

@@ -14,6 +14,7 @@
 
 #include "runtime/status_file.h"
 #include "runtime/status_registry.h"
+#include "softrdma_version.h"
 
 namespace softrdma::runtime {
 
@@ -33,9 +34,10 @@ uint32_t rows_held(size_t file_bytes) {
   return uint32_t((file_bytes - status_file::fixed_bytes()) / sizeof(StatusQpRow));
 }
 
-void copy_text(char (&out)[64], const std::string& text) {
-  std::memset(out, 0, sizeof out);
-  std::memcpy(out, text.data(), std::min(text.size(), sizeof out - 1));
+template <size_t N>
+void copy_text(char (&out)[N], const std::string& text) {
+  std::memset(out, 0, N);
+  std::memcpy(out, text.data(), std::min(text.size(), N - 1));
 }
 
 // A new file, or -1: O_EXCL never opens what exists (a link, even a dangling one,
@@ -144,6 +146,7 @@ bool StatusSegment::map_initial(int fd, const std::string& device) {
   header_->row_bytes = sizeof(StatusQpRow);
   header_->pid = getpid();
   copy_text(header_->device, device);
+  copy_text(header_->version, softrdma::kVersion);
   counters_ = new (header_ + 1) engine::EngineCounters();
   transport_counters_ = new (counters_ + 1) transport::UdpCounters();
   rows_ = reinterpret_cast<StatusQpRow*>(transport_counters_ + 1);

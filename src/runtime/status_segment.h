@@ -30,9 +30,9 @@
 
 namespace softrdma::runtime {
 
-// "2": the layout of issue 14 (transport counters, growing table); a reader of
-// another layout skips the file.
-inline constexpr char kStatusMagic[8] = {'s', 'r', 'd', 'm', 'a', 's', 't', '2'};
+// "3": issue 17's layout (issue 14's transport counters and growing table, and
+// the writer's version); a reader of another layout skips the file.
+inline constexpr char kStatusMagic[8] = {'s', 'r', 'd', 'm', 'a', 's', 't', '3'};
 // Rows the segment can grow to (address space is reserved for them, memory and
 // file grow as rows are used): one per QP the device allows.
 inline constexpr uint32_t kStatusMaxQpRows = 1u << 18;
@@ -50,6 +50,7 @@ struct StatusHeader {
   uint32_t rows_in_use;
   char device[64];
   char address[64];
+  char version[32];  // softrdma's version in the writing process (src/version.h.in)
 };
 
 // One QP; `qpn` 0 is a free row (QPN 0 is never handed out, IBA 3.5.6).
@@ -127,7 +128,7 @@ class StatusSegment {
 // What a reader found: one entry per live process and device.
 struct StatusReport {
   int pid = 0;
-  std::string device, address, path;
+  std::string device, address, path, version;
   std::vector<std::pair<std::string, uint64_t>> counters;            // the engine's
   std::vector<std::pair<std::string, uint64_t>> transport_counters;  // UDP's
   struct Qp {

@@ -8,13 +8,10 @@
 #include <cstring>
 
 #include "engine/limits.h"
+#include "softrdma_version.h"
 #include "verbs/netdev.h"
 #include "wire/ip_udp.h"
 #include "wire/iwarp/mpa.h"
-
-#ifndef SOFTRDMA_VERSION
-#define SOFTRDMA_VERSION "0"
-#endif
 
 namespace softrdma::verbs {
 
@@ -44,7 +41,7 @@ __be64 guid_of(const std::vector<transport::Gid>& gids) {
 void fill_device_attr(Context& ctx, ibv_device_attr& a) {
   const engine::DeviceLimits& lim = ctx.device->limits();
   a = ibv_device_attr{};
-  std::snprintf(a.fw_ver, sizeof a.fw_ver, "softrdma %s", SOFTRDMA_VERSION);
+  std::snprintf(a.fw_ver, sizeof a.fw_ver, "softrdma %s", softrdma::kVersion);
   a.node_guid = guid_of(ctx.device->gids());
   a.sys_image_guid = a.node_guid;
   a.max_mr_size = lim.max_mr_size;

@@ -158,8 +158,12 @@ TEST_P(SoftrdmaStatus, ShowsARunningProcessAndForgetsAKilledOne) {
   ASSERT_EQ(std::sscanf(line, "%u %u %u %u", &qpn_a, &qpn_b, &qpn_rtr, &qpn_ud), 4);
 
   const std::string out = run_status();
-  EXPECT_NE(out.find("process " + std::to_string(child) + "  device softrdma0"), std::string::npos)
-      << out;
+  const size_t block = out.find("process " + std::to_string(child) + "  device softrdma0");
+  ASSERT_NE(block, std::string::npos) << out;
+  // The version the child's library wrote into its segment (issue 17).
+  const std::string process_line = out.substr(block, out.find('\n', block) - block);
+  EXPECT_NE(process_line.find("  softrdma " SOFTRDMA_PROJECT_VERSION), std::string::npos)
+      << process_line;
   for (unsigned qpn : {qpn_a, qpn_b}) {
     EXPECT_NE(out.find("qp " + std::to_string(qpn) + "  type RC  state RTS"), std::string::npos)
         << "qp " << qpn << " in\n" << out;
