@@ -12,6 +12,10 @@
 //                                   softrdma's libraries, for jobs that cannot wrap
 //                                   each command in `softrdma run`; without the sysfs
 //                                   view, which only `run` can make.
+//   softrdma doctor                 what this machine allows softrdma (namespaces,
+//                                   cross-memory attach, /dev/shm, the port, rdma-core,
+//                                   UCX and libfabric settings), found by trying it,
+//                                   and what to change (doctor/doctor.h).
 //   softrdma --version              the version (CMake's project version; also the
 //                                   device's fw_ver, verbs/attributes.cc).
 //   softrdma status                 the device, its addresses (GIDs), every setting
@@ -31,6 +35,7 @@
 #include <optional>
 #include <string>
 
+#include "doctor/doctor.h"
 #include "run/device_query.h"
 #include "run/mount_view.h"
 #include "run/sysfs_files.h"
@@ -49,6 +54,7 @@ int usage(FILE* out) {
                "                                  run a verbs program on softrdma\n"
                "       softrdma status            device, addresses, settings, counters\n"
                "       softrdma env               shell settings: eval \"$(softrdma env)\"\n"
+               "       softrdma doctor            what this machine allows, what to change\n"
                "       softrdma --version         the version of softrdma\n"
                "Settings are environment variables (docs/configuration.md).\n");
   return out == stdout ? 0 : 2;
@@ -270,6 +276,8 @@ int main(int argc, char** argv) {
   if (command == "run") return run(argc - 2, argv + 2);
   if (command == "status") return status();
   if (command == "env") return env();
+  if (command == "doctor") return softrdma::tools::print_findings(
+      softrdma::tools::examine(library_dir()), stdout);
   if (command == "--version" || command == "version") {
     std::printf("softrdma %s\n", softrdma::kVersion);
     return 0;

@@ -30,7 +30,7 @@ bool Peer::ring() const {
 // this one's RNIC, as UCX allows its peers (the same user's processes could attach
 // to each other under scope 0 anyway). Scopes 2 and 3 are left as they are: cross-
 // memory attach then fails and peers use UDP, saying why once.
-static void allow_same_user_peers() {
+void allow_same_user_peers() {
   FILE* f = std::fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
   if (f == nullptr) return;
   int scope = -1;

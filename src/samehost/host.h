@@ -35,6 +35,11 @@ struct Peer {
   bool usable() const { return node->serving() && memory->alive(); }
 };
 
+// Yama's ptrace_scope 1 admits only descendants as tracers: this names every
+// process as one, so that the same user's peers may reach this one by
+// cross-memory attach (Host::open does it; `softrdma doctor` probes with it).
+void allow_same_user_peers();
+
 class Host {
  public:
   // Publishes this process's node segment under `gids`; null and why when it cannot.
