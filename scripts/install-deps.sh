@@ -5,7 +5,17 @@
 # missing (checked with dpkg-query), and then `apt-get update` runs once.
 # Works as root without a terminal (CI) and through sudo otherwise.
 # docs/dependencies.md says why each package is here.
+#
+#   install-deps.sh           everything: build, tests, benchmarks, interop
+#   install-deps.sh --build   only what building the drop-ins and the package
+#                             needs (scripts/install.sh, a user's install)
 set -euo pipefail
+
+build_packages=(
+  build-essential cmake ninja-build pkg-config  # build-essential brings dpkg-dev:
+                                                # dpkg-shlibdeps finds the .deb's Depends
+  libisal-dev zlib1g-dev libibverbs-dev librdmacm-dev libcli11-dev
+)
 
 packages=(
   # Build
@@ -30,6 +40,10 @@ packages=(
   # Benchmark (bench/compare.sh): the peers and the plots
   libfabric-bin python3-matplotlib
 )
+
+if [[ ${1:-} == --build ]]; then
+  packages=("${build_packages[@]}")
+fi
 
 missing=()
 for pkg in "${packages[@]}"; do
