@@ -8,7 +8,7 @@
 // Without --role it is the launcher: it starts itself twice (server and client)
 // through `softrdma run`, so both run on softrdma's drop-in libibverbs with the
 // fault and capture settings in their environment, and prints the table. With
-// --role it is one of those two processes (tools/traffic/).
+// --role it is one of those two processes (tests/support/traffic/).
 #include <cstdio>
 #include <string>
 

@@ -1,4 +1,4 @@
-// Unit tests of the traffic tool's own pieces (tools/traffic): the arena that
+// Unit tests of the traffic tool's own pieces (tests/support/traffic): the arena that
 // hands out buffers, scatter/gather splits, generated contents, plans and what
 // each transport may carry, the cross-process check messages (with UC's lost
 // ranges), the markers that end a round, and the report. The two-process runs
