@@ -7,11 +7,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <optional>
 
 namespace softrdma::traffic {
 
@@ -19,15 +22,16 @@ namespace {
 
 struct Child {
   pid_t pid = -1;
-  int out_fd = -1;      // its stdout, read end
-  std::string partial;  // an incomplete last line
+  std::unique_ptr<OobChannel> report;  // null once the node closed it
+  std::optional<Progress> progress;    // its latest
   ChildResult result;
 };
 
-// In the child: stdout to the pipe, the socketpair end kept open across exec.
-[[noreturn]] void exec_child(ChildSpec spec, int out_w, int oob_fd) {
-  dup2(out_w, STDOUT_FILENO);
-  fcntl(oob_fd, F_SETFD, 0);  // clear FD_CLOEXEC: the node inherits it
+// In the child: both socketpair ends kept open across exec, named on its
+// command line.
+[[noreturn]] void exec_child(ChildSpec spec, int report_fd, int oob_fd) {
+  fcntl(oob_fd, F_SETFD, 0);  // clear FD_CLOEXEC: the node inherits them
+  fcntl(report_fd, F_SETFD, 0);
   for (const auto& [name, value] : spec.env) {
     if (value.empty()) {
       unsetenv(name.c_str());
@@ -36,6 +40,7 @@ struct Child {
     }
   }
   spec.argv.push_back("--oob-fd=" + std::to_string(oob_fd));
+  spec.argv.push_back("--report-fd=" + std::to_string(report_fd));
   std::vector<char*> argv;
   for (std::string& a : spec.argv) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -45,40 +50,76 @@ struct Child {
 }
 
 bool start_child(Child& c, const ChildSpec& spec, int oob_fd, std::string& error) {
-  int pipe_fds[2];
-  if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
-    error = std::string("pipe: ") + std::strerror(errno);
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    error = std::string("socketpair: ") + std::strerror(errno);
     return false;
   }
   c.pid = fork();
   if (c.pid < 0) {
     error = std::string("fork: ") + std::strerror(errno);
+    close(sv[0]);
+    close(sv[1]);
     return false;
   }
-  if (c.pid == 0) exec_child(spec, pipe_fds[1], oob_fd);
-  close(pipe_fds[1]);
-  c.out_fd = pipe_fds[0];
+  if (c.pid == 0) exec_child(spec, sv[1], oob_fd);
+  close(sv[1]);
+  c.report = std::make_unique<OobChannel>(sv[0]);
   return true;
 }
 
-// Reads what the child wrote; splits complete lines. False at end of file.
-bool read_child(Child& c) {
-  char buf[4096];
-  const ssize_t n = read(c.out_fd, buf, sizeof buf);
-  if (n < 0 && errno == EINTR) return true;
-  if (n <= 0) {
-    if (!c.partial.empty()) c.result.lines.push_back(c.partial);
-    close(c.out_fd);
-    c.out_fd = -1;
-    return false;
+// Both nodes' progress in the latest phase either has reached.
+void tell_progress(const Child& a, const Child& b, RunObserver& observer) {
+  Progress sum;
+  for (const Child* c : {&a, &b})
+    if (c->progress) sum.phase = std::max(sum.phase, c->progress->phase);
+  for (const Child* c : {&a, &b}) {
+    if (!c->progress || c->progress->phase != sum.phase) continue;
+    sum.done += c->progress->done;
+    sum.total += c->progress->total;
   }
-  c.partial.append(buf, size_t(n));
-  size_t nl;
-  while ((nl = c.partial.find('\n')) != std::string::npos) {
-    c.result.lines.push_back(c.partial.substr(0, nl));
-    c.partial.erase(0, nl + 1);
+  observer.on_progress(sum);
+}
+
+// One frame from `c`; false when it is not a report frame a node sends.
+bool take_frame(Child& c, const Frame& f, const Child& other, bool c_is_server,
+                RunObserver* observer) {
+  switch (f.type) {
+    case MsgType::kProgress:
+      c.progress = decode_progress(f.payload);
+      if (c.progress && observer) {
+        c_is_server ? tell_progress(c, other, *observer) : tell_progress(other, c, *observer);
+      }
+      return c.progress.has_value();
+    case MsgType::kPhaseResult: {
+      std::optional<PhaseRecord> r = decode_phase(f.payload);
+      if (!r) return false;
+      const uint32_t index = r->index;
+      c.result.report.phases[index] = std::move(*r);
+      auto theirs = other.result.report.phases.find(index);
+      if (observer && theirs != other.result.report.phases.end()) {
+        const PhaseRecord& mine = c.result.report.phases[index];
+        c_is_server ? observer->on_phase(mine, theirs->second)
+                    : observer->on_phase(theirs->second, mine);
+      }
+      return true;
+    }
+    case MsgType::kFinalResult:
+      return decode_final(f.payload, c.result.report);
+    default:
+      return false;
   }
-  return true;
+}
+
+// Reads what `c` sent; closes its channel at end of file.
+void read_reports(Child& c, const Child& other, bool c_is_server, RunObserver* observer,
+                  std::string& error) {
+  if (!c.report->receive()) error = c.report->error();
+  while (std::optional<Frame> f = c.report->next()) {
+    if (!take_frame(c, *f, other, c_is_server, observer) && error.empty())
+      error = "a malformed report frame (type " + std::to_string(int(f->type)) + ")";
+  }
+  if (c.report->closed() || !error.empty()) c.report.reset();
 }
 
 void reap(Child& c) {
@@ -100,7 +141,7 @@ std::string self_path() {
 }
 
 PairResult launch_pair(const ChildSpec& server_spec, const ChildSpec& client_spec,
-                       int time_limit_s) {
+                       int time_limit_s, RunObserver* observer) {
   PairResult r;
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
@@ -113,8 +154,9 @@ PairResult launch_pair(const ChildSpec& server_spec, const ChildSpec& client_spe
   close(sv[0]);
   close(sv[1]);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(time_limit_s);
-  while (started && (server.out_fd >= 0 || client.out_fd >= 0)) {
-    pollfd fds[2] = {{server.out_fd, POLLIN, 0}, {client.out_fd, POLLIN, 0}};
+  while (started && (server.report || client.report)) {
+    pollfd fds[2] = {{server.report ? server.report->fd() : -1, POLLIN, 0},
+                     {client.report ? client.report->fd() : -1, POLLIN, 0}};
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
@@ -122,12 +164,12 @@ PairResult launch_pair(const ChildSpec& server_spec, const ChildSpec& client_spe
       break;
     }
     if (poll(fds, 2, int(std::min<int64_t>(left.count(), 1000))) < 0 && errno != EINTR) break;
-    if (fds[0].revents != 0) read_child(server);
-    if (fds[1].revents != 0) read_child(client);
+    if (fds[0].revents != 0) read_reports(server, client, true, observer, r.error);
+    if (fds[1].revents != 0) read_reports(client, server, false, observer, r.error);
   }
   for (Child* c : {&server, &client}) {
     if (r.timed_out && c->pid > 0) kill(c->pid, SIGKILL);  // our own child, by pid
-    if (c->out_fd >= 0) close(c->out_fd);
+    c->report.reset();
     reap(*c);
   }
   r.server = std::move(server.result);
