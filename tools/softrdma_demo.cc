@@ -126,18 +126,18 @@ void print_node(const char* who, const NodeReport& r, bool verbose) {
     return (unsigned long long)(it == r.totals.end() ? 0 : it->second);
   };
   std::printf("%s (engine counters from `softrdma status`): ", who);
-  if (get("tx_packets") == 0 && get("host_bytes") != 0) {
-    std::printf("same-host path: %llu sends, %llu writes, %llu reads, %llu atomics, %llu bytes",
+  const bool host = get("host_bytes") != 0, wire = get("tx_packets") != 0 || !host;
+  if (host)
+    std::printf("same-host path: %llu sends, %llu writes, %llu reads, %llu atomics, %llu bytes%s",
                 get("host_sends"), get("host_writes"), get("host_reads"), get("host_atomics"),
-                get("host_bytes"));
-  } else {
+                get("host_bytes"), wire ? "; " : "");
+  if (wire)
     std::printf(
-        "%llu packets sent, %llu received, %llu retransmitted (%llu timeouts, %llu NAKs "
+        "wire: %llu packets sent, %llu received, %llu retransmitted (%llu timeouts, %llu NAKs "
         "received), %llu duplicate requests, UC messages dropped %llu",
         get("tx_packets"), get("rx_packets"), get("retransmitted_packets"),
         get("retransmit_timeouts"), get("seq_naks_received"), get("duplicate_requests"),
         get("uc_messages_dropped"));
-  }
   std::printf("; errors %llu\n", (unsigned long long)r.errors);
   if (!verbose) return;
   for (const auto& [name, value] : r.totals)
