@@ -6,12 +6,74 @@ namespace softrdma::traffic {
 
 namespace {
 
-// Verified's fields in one order, for both directions of the encoding.
-template <typename V, typename F>
-void each_verified(V& v, F f) {
-  for (auto* field : {&v.completions, &v.bytes_compared, &v.crc_matches, &v.atomics, &v.sent,
-                      &v.received, &v.lost, &v.late, &v.duplicates})
-    f(*field);
+// Each record's fields are listed once (k...Fields below) and one visitor writes
+// them, another reads them: the two directions cannot disagree on order or width.
+struct Put {
+  Encoder& e;
+  void operator()(uint32_t v) { e.u32(v); }
+  void operator()(uint64_t v) { e.u64(v); }
+  void operator()(int64_t v) { e.u64(uint64_t(v)); }
+  void operator()(Transport v) { e.u8(uint8_t(v)); }
+  void operator()(const std::string& v) { e.str(v); }
+  void operator()(const Counters& v) {
+    e.u32(uint32_t(v.size()));
+    for (const auto& [name, value] : v) e.str(name).u64(value);
+  }
+};
+
+struct Get {
+  Decoder& d;
+  bool valid = true;  // what the Decoder cannot judge: an enumeration's range
+  void operator()(uint32_t& v) { v = d.u32(); }
+  void operator()(uint64_t& v) { v = d.u64(); }
+  void operator()(int64_t& v) { v = int64_t(d.u64()); }
+  void operator()(Transport& v) {
+    const uint8_t raw = d.u8();
+    valid &= raw <= uint8_t(Transport::kSrq);
+    v = Transport(raw);
+  }
+  void operator()(std::string& v) { v = d.str(); }
+  void operator()(Counters& v) {
+    const uint32_t n = d.u32();
+    for (uint32_t i = 0; i < n && d.ok(); ++i) {
+      std::string name = d.str();
+      v[std::move(name)] = d.u64();
+    }
+  }
+};
+
+// The fields of each record, in wire order; `r` may be const (encoding) or not.
+constexpr auto kPhaseFields = [](auto& r, auto& f) {
+  f(r.index), f(r.label), f(r.ns), f(r.sent), f(r.lost);
+  for (auto& s : r.ops) f(s.messages), f(s.bytes), f(s.latency_ns), f(s.max_length);
+};
+constexpr auto kProgressFields = [](auto& p, auto& f) { f(p.phase), f(p.done), f(p.total); };
+// The final record: a NodeReport without its phases (sent one by one before).
+constexpr auto kFinalFields = [](auto& r, auto& f) {
+  f(r.transport), f(r.errors);
+  auto& v = r.verified;
+  f(v.completions), f(v.bytes_compared), f(v.crc_matches), f(v.atomics), f(v.sent),
+      f(v.received), f(v.lost), f(v.late), f(v.duplicates);
+  f(r.totals);
+};
+
+template <typename T, typename Fields>
+Encoder encode_as(const T& record, Fields fields) {
+  Encoder e;
+  Put put{e};
+  fields(record, put);
+  return e;
+}
+
+// Nothing when the payload is short, long or out of range.
+template <typename T, typename Fields>
+std::optional<T> decode_as(std::span<const uint8_t> payload, Fields fields) {
+  Decoder d(payload);
+  Get get{d};
+  T record;
+  fields(record, get);
+  if (!d.ok() || !d.at_end() || !get.valid) return std::nullopt;
+  return record;
 }
 
 }  // namespace
@@ -38,73 +100,24 @@ Summary summarize(const NodeReport& server, const NodeReport& client) {
   return s;
 }
 
-Encoder encode(const PhaseRecord& r) {
-  Encoder e;
-  e.u32(r.index).str(r.label).u64(uint64_t(r.ns)).u64(r.sent).u64(r.lost);
-  for (const OpStats& s : r.ops) e.u64(s.messages).u64(s.bytes).u64(s.latency_ns).u32(s.max_length);
-  return e;
-}
+Encoder encode(const PhaseRecord& r) { return encode_as(r, kPhaseFields); }
+Encoder encode(const Progress& p) { return encode_as(p, kProgressFields); }
+Encoder encode_final(const NodeReport& r) { return encode_as(r, kFinalFields); }
 
 std::optional<PhaseRecord> decode_phase(std::span<const uint8_t> payload) {
-  Decoder d(payload);
-  PhaseRecord r;
-  r.index = d.u32();
-  r.label = d.str();
-  r.ns = int64_t(d.u64());
-  r.sent = d.u64();
-  r.lost = d.u64();
-  for (OpStats& s : r.ops) {
-    s.messages = d.u64();
-    s.bytes = d.u64();
-    s.latency_ns = d.u64();
-    s.max_length = d.u32();
-  }
-  if (!d.ok() || !d.at_end()) return std::nullopt;
-  return r;
-}
-
-Encoder encode(const Progress& p) {
-  Encoder e;
-  e.u32(p.phase).u64(p.done).u64(p.total);
-  return e;
+  return decode_as<PhaseRecord>(payload, kPhaseFields);
 }
 
 std::optional<Progress> decode_progress(std::span<const uint8_t> payload) {
-  Decoder d(payload);
-  Progress p;
-  p.phase = d.u32();
-  p.done = d.u64();
-  p.total = d.u64();
-  if (!d.ok() || !d.at_end()) return std::nullopt;
-  return p;
-}
-
-Encoder encode_final(const NodeReport& r) {
-  Encoder e;
-  e.u8(uint8_t(r.transport)).u64(r.errors);
-  each_verified(r.verified, [&](uint64_t v) { e.u64(v); });
-  e.u32(uint32_t(r.totals.size()));
-  for (const auto& [name, value] : r.totals) e.str(name).u64(value);
-  return e;
+  return decode_as<Progress>(payload, kProgressFields);
 }
 
 bool decode_final(std::span<const uint8_t> payload, NodeReport& into) {
-  Decoder d(payload);
-  NodeReport r;
-  const uint8_t transport = d.u8();
-  r.errors = d.u64();
-  each_verified(r.verified, [&](uint64_t& v) { v = d.u64(); });
-  const uint32_t n = d.u32();
-  for (uint32_t i = 0; i < n && d.ok(); ++i) {
-    std::string name = d.str();
-    r.totals[std::move(name)] = d.u64();
-  }
-  if (!d.ok() || !d.at_end() || transport > uint8_t(Transport::kSrq)) return false;
+  std::optional<NodeReport> r = decode_as<NodeReport>(payload, kFinalFields);
+  if (!r) return false;
+  r->phases = std::move(into.phases);  // those came before, one record each
+  into = std::move(*r);
   into.has_final = true;
-  into.transport = Transport(transport);
-  into.errors = r.errors;
-  into.verified = r.verified;
-  into.totals = std::move(r.totals);
   return true;
 }
 
