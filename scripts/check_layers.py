@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Checks the layering of DESIGN.md §2 on the sources: each folder of src/ may
-include only the folders (or single headers) listed for it. CMake's PRIVATE links
+include only the folders (or single headers) listed for it (and the traffic
+oracle, in tests/support/, only itself). CMake's PRIVATE links
 catch a wrong arrow at link time; this catches a wrong #include, which compiles
 because every layer's include root is src/. Run by ctest (layering).
 
   check_layers.py SRC_DIR      exit 0: clean; 1: lists every violation
+  check_layers.py tests/support
 """
 import pathlib
 import re
@@ -25,6 +27,9 @@ ALLOWED = {
     # librdmacm sits on the public verbs API (and the pure wire code for CM MADs),
     # never on the engine: it must work as a separate library over libibverbs.so.1.
     "rdmacm": {"wire", "rdmacm"},
+    # tests/support/traffic, the traffic oracle (run on tests/support): an
+    # ordinary verbs program, <infiniband/verbs.h> and nothing of softrdma's.
+    "traffic": {"traffic"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 

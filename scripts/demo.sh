@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The README's main-job command: installs what is missing, builds the release
 # build (build/, the same configuration as scripts/test.sh) and runs
-# 1. build/tools/softrdma-demo: two verbs processes, started through
-#    `softrdma run` on the drop-in libibverbs.so.1, exchange data over UDP
-#    loopback with every RC operation, check every byte and print what moved and
-#    how fast (arguments go to it: --transport=uc|ud|srq, --loss=P, ...);
+# 1. build/tools/softrdma-demo: two verbs processes (softrdma-traffic-node, the
+#    integration tests' oracle), started through `softrdma run` on the drop-in
+#    libibverbs.so.1, exchange data (same-host path, or RoCEv2 over UDP loopback
+#    with faults) with every RC operation, check every byte and completion; the
+#    demo prints what moved and how fast (arguments go to it:
+#    --transport=uc|ud|srq, --loss=P, ...);
 # 2. scripts/perftest_table.py: Debian's unmodified perftest tools (write, read,
 #    send, atomic; bandwidth and latency) between two processes on softrdma's
 #    drop-in libibverbs.so.1, as one table.

@@ -1,7 +1,7 @@
-// Unit tests of the traffic tool's own pieces (tools/traffic): the arena that
+// Unit tests of the traffic oracle's own pieces (tests/support/traffic): the arena that
 // hands out buffers, scatter/gather splits, generated contents, plans and what
 // each transport may carry, the cross-process check messages (with UC's lost
-// ranges), the markers that end a round, and the report. The two-process runs
+// ranges), the markers that end a round, and the report records. The two-process runs
 // rely on every one of them.
 #include <gtest/gtest.h>
 
@@ -215,23 +215,57 @@ TEST(Marker, TagSurvivesTheImmediateData) {
   EXPECT_EQ(back.consumed, 70001u & MarkerTag::kConsumedMask);
 }
 
-TEST(Report, LinesParseIntoTheSummary) {
-  const std::vector<std::string> lines = {
-      "phase index=0 role=client label=mix ns=1000",
-      "op index=0 role=client op=READ messages=3 bytes=300 latency_ns=30 max_length=200",
-      "totals role=client retransmitted_packets=5 uc_messages_dropped=2",
-      "final role=client errors=0 completions=3 bytes_compared=300 crc_matches=3 atomics=0 "
-      "sent=9 received=7 lost=2 late=1 duplicates=0"};
-  const NodeReport client = parse_report(lines);
-  const NodeReport server = parse_report({});
-  ASSERT_TRUE(client.has_final);
-  EXPECT_EQ(client.phases.at(0).ops[op_index(Op::kRead)].max_length, 200u);
-  const std::string s = summary_line(server, client, true, "uc");
-  EXPECT_NE(s.find("status=PASS transport=uc"), std::string::npos);
-  EXPECT_NE(s.find("retransmitted=5"), std::string::npos);
-  EXPECT_NE(s.find("uc_messages_dropped=2"), std::string::npos);
-  EXPECT_NE(s.find("sent=9 received=7 lost=2 late=1"), std::string::npos);
-  EXPECT_NE(s.find("max_READ=200"), std::string::npos);
+// A node's records survive the frames to the launcher, and the summary adds both
+// nodes up (a streak is the larger one, not a sum).
+TEST(Report, RecordsRoundTripIntoTheSummary) {
+  PhaseRecord phase;
+  phase.index = 3;
+  phase.label = "READ/64KiB";
+  phase.ns = 1000;
+  phase.sent = 9;
+  phase.lost = 2;
+  phase.ops[op_index(Op::kRead)] = OpStats{3, 300, 30, 200};
+  const std::optional<PhaseRecord> back = decode_phase(encode(phase).data());
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->label, "READ/64KiB");
+  EXPECT_EQ(back->lost, 2u);
+  EXPECT_EQ(back->ops[op_index(Op::kRead)].max_length, 200u);
+
+  NodeReport sent;
+  sent.transport = Transport::kUc;
+  sent.errors = 1;
+  sent.verified.sent = 9;
+  sent.verified.lost = 2;
+  sent.totals = {{"retransmitted_packets", 5}, {"retry_streak_max", 4}};
+  NodeReport client;
+  client.phases[3] = *back;
+  ASSERT_TRUE(decode_final(encode_final(sent).data(), client));
+  EXPECT_TRUE(client.has_final);
+  EXPECT_EQ(client.transport, Transport::kUc);
+
+  NodeReport server;
+  server.totals = {{"retransmitted_packets", 1}, {"retry_streak_max", 6}};
+  const Summary s = summarize(server, client);
+  EXPECT_EQ(s.errors, 1u);
+  EXPECT_EQ(s.verified.lost, 2u);
+  EXPECT_EQ(s.counter("retransmitted_packets"), 6u);
+  EXPECT_EQ(s.counter("retry_streak_max"), 6u);
+  EXPECT_EQ(s.op(Op::kRead).messages, 3u);
+  EXPECT_EQ(s.all.bytes, 300u);
+}
+
+// A truncated frame is refused, not read as zeros.
+TEST(Report, TruncatedRecordsAreRefused) {
+  PhaseRecord phase;
+  phase.label = "mix";
+  std::vector<uint8_t> bytes = encode(phase).data();
+  bytes.pop_back();
+  EXPECT_FALSE(decode_phase(bytes));
+  NodeReport r;
+  std::vector<uint8_t> final_bytes = encode_final(r).data();
+  final_bytes.pop_back();
+  EXPECT_FALSE(decode_final(final_bytes, r));
+  EXPECT_FALSE(r.has_final);
 }
 
 }  // namespace

@@ -1,16 +1,18 @@
-// Two processes over UDP loopback (DESIGN.md §8): softrdma-demo in its test mode
-// starts a server and a client process through `softrdma run`, so each is an
-// ordinary verbs program on softrdma's drop-in libibverbs with its own software
-// RNIC on its own 127.x.y.z address, and with the library's fault injection
-// (SOFTRDMA_FAULTS: loss, duplication, reordering on its transmit side) in its
-// environment. They connect N QPs of one transport (RC, UC, UD, or RC QPs on a
-// shared receive queue) and move randomly sized messages (every operation the
-// transport has, both directions, several QPs, several work requests outstanding,
-// scatter/gather lists), checking every byte (regenerated contents, CRC-32
-// exchanged for one-sided operations) and every completion. On UC and UD a lost
-// message is gone: the receiver checks that every message that arrives is intact
-// and counts those that never arrived. This test asserts their verdict and what
-// the run must have exercised. No timing is asserted.
+// Two processes over UDP loopback (DESIGN.md §8): the traffic oracle
+// (tests/support/traffic, run.h) starts a server and a client process
+// (softrdma-traffic-node) through `softrdma run`, so each is an ordinary verbs
+// program on softrdma's drop-in libibverbs with its own software RNIC on its own
+// 127.x.y.z address, and with the library's fault injection (SOFTRDMA_FAULTS: loss,
+// duplication, reordering on its transmit side) in its environment. They connect
+// N QPs of one transport (RC, UC, UD, or RC QPs on a shared receive queue) and
+// move randomly sized messages (every operation the transport has, both
+// directions, several QPs, several work requests outstanding, scatter/gather
+// lists), checking every byte (regenerated contents, CRC-32 exchanged for
+// one-sided operations) and every completion. On UC and UD a lost message is
+// gone: the receiver checks that every message that arrives is intact and counts
+// those that never arrived. Each node sends its results to the test as records
+// (report.h); this test asserts their verdict and what the run must have
+// exercised. No timing is asserted.
 #include <gtest/gtest.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -19,12 +21,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "traffic/run.h"
+
 extern char** environ;
+
+namespace softrdma::traffic {
+
+// Test names and failure messages say "uc", not "1-byte object <01>".
+void PrintTo(Transport t, std::ostream* os) { *os << transport_name(t); }
 
 namespace {
 
@@ -63,58 +71,61 @@ ProgramRun run_program(const std::vector<std::string>& argv) {
   return r;
 }
 
-// The fields of the first line starting with `kind ` (key=value pairs).
-std::map<std::string, std::string> fields_of(const ProgramRun& r, const std::string& kind,
-                                             const std::string& must_contain = "") {
-  std::map<std::string, std::string> f;
-  for (const std::string& line : r.lines) {
-    if (line.rfind(kind + " ", 0) != 0 || line.find(must_contain) == std::string::npos) continue;
-    std::istringstream in(line);
-    std::string tok;
-    while (in >> tok)
-      if (auto eq = tok.find('='); eq != std::string::npos)
-        f[tok.substr(0, eq)] = tok.substr(eq + 1);
-    break;
-  }
-  return f;
-}
-
-uint64_t num(const std::map<std::string, std::string>& f, const std::string& k) {
-  auto it = f.find(k);
-  return it == f.end() ? 0 : std::strtoull(it->second.c_str(), nullptr, 10);
-}
-
-// Message counts scale down in sanitizer builds (SOFTRDMA_INTEGRATION_SCALE, also
-// from the environment); the 8 MiB messages of every op stay.
-std::string scale_arg() {
-  const char* env = std::getenv("SOFTRDMA_INTEGRATION_SCALE");
-  return std::string("--scale=") + (env != nullptr ? env : SOFTRDMA_INTEGRATION_SCALE);
-}
-
 void dump(const ProgramRun& r) {
   for (const std::string& line : r.lines) std::printf("%s\n", line.c_str());
 }
 
-constexpr uint64_t kMaxMessage = 8u << 20;
-const char* const kOps[] = {"SEND", "SEND_IMM", "WRITE",    "WRITE_IMM",
-                            "READ", "CMP_SWAP", "FETCH_ADD"};
+// A run of the build tree's node program through its `softrdma`. Message counts
+// scale down in sanitizer builds (SOFTRDMA_INTEGRATION_SCALE, also from the
+// environment); the 8 MiB messages of every op stay.
+RunOptions options(Transport transport, uint32_t qps) {
+  RunOptions o;
+  o.softrdma = SOFTRDMA_TOOL;
+  o.node = SOFTRDMA_TRAFFIC_NODE;
+  o.transport = transport;
+  o.qps = qps;
+  o.mode = "test";
+  const char* env = std::getenv("SOFTRDMA_INTEGRATION_SCALE");
+  o.scale = std::strtod(env != nullptr ? env : SOFTRDMA_INTEGRATION_SCALE, nullptr);
+  o.time_limit_s = 250;
+  return o;
+}
 
-// What each transport offers (IBA Table 39).
-std::vector<std::string> ops_of(const std::string& transport) {
-  if (transport == "uc") return {"SEND", "SEND_IMM", "WRITE", "WRITE_IMM"};
-  if (transport == "ud") return {"SEND", "SEND_IMM"};
+// What a failed run says about itself (each node's errors went to stderr).
+std::string describe(const RunResult& r) {
+  std::ostringstream s;
+  s << "error '" << r.nodes.error << "' timed_out " << r.nodes.timed_out;
+  for (const ChildResult* c : {&r.nodes.server, &r.nodes.client})
+    s << (c == &r.nodes.server ? "; server" : "; client") << " exit " << c->exit_code
+      << " signal " << c->signal << " final " << c->report.has_final << " errors "
+      << c->report.errors;
+  return s.str();
+}
+
+constexpr uint64_t kMaxMessage = 8u << 20;
+constexpr Op kOps[] = {Op::kSend, Op::kSendImm, Op::kWrite,   Op::kWriteImm,
+                       Op::kRead, Op::kCmpSwap, Op::kFetchAdd};
+
+// What each transport offers (IBA Table 39), stated here, not asked of the oracle.
+std::vector<Op> ops_of(Transport transport) {
+  if (transport == Transport::kUc) return {Op::kSend, Op::kSendImm, Op::kWrite, Op::kWriteImm};
+  if (transport == Transport::kUd) return {Op::kSend, Op::kSendImm};
   return {std::begin(kOps), std::end(kOps)};
 }
 
+std::string name_of(Op op) { return std::string(op_info(op).name); }
+
 struct LossCase {
-  const char* transport;
+  Transport transport;
   const char* name;
-  const char* loss;
+  double loss;
   uint64_t seed;
-  const char* mtu;  // path MTUs vary across the cases: segmentation at several sizes
+  uint32_t mtu;  // path MTUs vary across the cases: segmentation at several sizes
 };
 
-void PrintTo(const LossCase& c, std::ostream* os) { *os << c.transport << "_" << c.name; }
+void PrintTo(const LossCase& c, std::ostream* os) {
+  *os << transport_name(c.transport) << "_" << c.name;
+}
 
 class TwoProcessLoss : public ::testing::TestWithParam<LossCase> {};
 
@@ -123,130 +134,130 @@ class TwoProcessLoss : public ::testing::TestWithParam<LossCase> {};
 // sides: every byte and completion checks, and every message is accounted for.
 TEST_P(TwoProcessLoss, EveryByteAndCompletionChecks) {
   const LossCase& c = GetParam();
-  const std::string transport = c.transport;
-  const ProgramRun r = run_program(
-      {SOFTRDMA_DEMO, "--mode=test", "--transport=" + transport, "--qps=4",
-       "--seed=" + std::to_string(c.seed), std::string("--loss=") + c.loss,
-       std::string("--mtu=") + c.mtu, "--dup=0.01", "--reorder=0.02", scale_arg(),
-       "--time-limit=250"});
-  const auto s = fields_of(r, "summary");
-  if (r.exit_code != 0 || s.empty() || s.at("status") != "PASS") dump(r);
-  ASSERT_EQ(r.exit_code, 0);
-  ASSERT_FALSE(s.empty()) << "no summary line";
-  EXPECT_EQ(s.at("status"), "PASS");
-  EXPECT_EQ(s.at("transport"), transport);
-  EXPECT_EQ(num(s, "errors"), 0u);
-  EXPECT_GT(num(s, "completions"), 0u);
-  for (const std::string& op : ops_of(transport))
-    EXPECT_GT(num(s, "msgs_" + op), 0u) << op;
+  RunOptions o = options(c.transport, 4);
+  o.seed = c.seed;
+  o.loss = c.loss;
+  o.mtu = c.mtu;
+  o.dup = 0.01;
+  o.reorder = 0.02;
+  const RunResult r = run_traffic(o, nullptr);
+  const Summary& s = r.summary;
+  ASSERT_TRUE(r.pass) << describe(r);
+  EXPECT_EQ(r.nodes.server.report.transport, c.transport);
+  EXPECT_EQ(r.nodes.client.report.transport, c.transport);
+  EXPECT_EQ(s.errors, 0u);
+  EXPECT_GT(s.verified.completions, 0u);
+  for (Op op : ops_of(c.transport)) EXPECT_GT(s.op(op).messages, 0u) << name_of(op);
   // Every data message is accounted for: it arrived intact, or never.
-  const double loss = std::strtod(c.loss, nullptr);
-  const uint64_t sent = num(s, "sent"), received = num(s, "received"), lost = num(s, "lost");
+  const uint64_t sent = s.verified.sent, received = s.verified.received, lost = s.verified.lost;
   EXPECT_GT(sent, 0u);
   EXPECT_EQ(received + lost, sent);
-  if (transport == "rc" || transport == "srq") {
+  if (c.transport == Transport::kRc || c.transport == Transport::kSrq) {
     EXPECT_EQ(lost, 0u);
-    EXPECT_GT(num(s, "crc_matches"), 0u);
-    EXPECT_GT(num(s, "atomics"), 0u);
+    EXPECT_GT(s.verified.crc_matches, 0u);
+    EXPECT_GT(s.verified.atomics, 0u);
     // Every byte that moved was compared with regenerated contents somewhere.
-    const uint64_t atomic_bytes = 8 * (num(s, "msgs_CMP_SWAP") + num(s, "msgs_FETCH_ADD"));
-    EXPECT_GE(num(s, "bytes_compared"), num(s, "bytes") - atomic_bytes);
-    if (loss <= 0.01) {
-      for (const char* op : {"SEND", "SEND_IMM", "WRITE", "WRITE_IMM", "READ"})
-        EXPECT_EQ(num(s, std::string("max_") + op), kMaxMessage) << op;
+    const uint64_t atomic_bytes =
+        8 * (s.op(Op::kCmpSwap).messages + s.op(Op::kFetchAdd).messages);
+    EXPECT_GE(s.verified.bytes_compared, s.all.bytes - atomic_bytes);
+    if (c.loss <= 0.01) {
+      for (Op op : {Op::kSend, Op::kSendImm, Op::kWrite, Op::kWriteImm, Op::kRead})
+        EXPECT_EQ(s.op(op).max_length, kMaxMessage) << name_of(op);
     }
     // The faults happened and were recovered from (engine counters, `softrdma status`).
-    if (loss > 0) {
-      EXPECT_GT(num(s, "retransmitted"), 0u);
+    if (c.loss > 0) {
+      EXPECT_GT(s.counter("retransmitted_packets"), 0u);
     }
-    EXPECT_GT(num(s, "duplicate_requests"), 0u);
-    EXPECT_GT(num(s, "seq_naks"), 0u);
-  } else if (transport == "uc") {
-    EXPECT_GT(num(s, "crc_matches"), 0u);
+    EXPECT_GT(s.counter("duplicate_requests"), 0u);
+    EXPECT_GT(s.counter("seq_naks_sent"), 0u);
+  } else if (c.transport == Transport::kUc) {
+    EXPECT_GT(s.verified.crc_matches, 0u);
     // Without loss only reordering and duplication drop messages: each dropped
     // message the receiver counts lost is one its engine gave up (uc.md).
-    if (loss > 0) {
+    if (c.loss > 0) {
       EXPECT_GT(lost, 0u);
     } else {
-      EXPECT_LE(lost, num(s, "uc_messages_dropped"));
+      EXPECT_LE(lost, s.counter("uc_messages_dropped"));
     }
   } else {  // ud
-    const uint64_t mtu = std::strtoull(c.mtu, nullptr, 10);
-    EXPECT_EQ(num(s, "max_SEND"), mtu);
-    EXPECT_EQ(num(s, "max_SEND_IMM"), mtu);
-    EXPECT_EQ(num(s, "ud_no_receive_wqe"), 0u);
-    if (loss > 0) {
+    EXPECT_EQ(s.op(Op::kSend).max_length, c.mtu);
+    EXPECT_EQ(s.op(Op::kSendImm).max_length, c.mtu);
+    EXPECT_EQ(s.counter("ud_no_receive_wqe"), 0u);
+    if (c.loss > 0) {
       EXPECT_GT(lost, 0u);
     } else {
       EXPECT_EQ(lost, 0u);  // reordered datagrams arrive late, duplicates twice
     }
   }
-  EXPECT_EQ(num(s, "rx_malformed"), 0u);
+  EXPECT_EQ(s.counter("rx_malformed"), 0u);
 }
 
-#define SOFTRDMA_LOSS_CASES(t, seed)                                  \
-  LossCase{t, "Loss0", "0", seed + 1, "4096"},                        \
-      LossCase{t, "Loss1", "0.01", seed + 2, "1024"},                 \
-      LossCase{t, "Loss5", "0.05", seed + 3, "2048"},                 \
-      LossCase{t, "Loss10", "0.10", seed + 4, "4096"}
+#define SOFTRDMA_LOSS_CASES(t, seed)                                \
+  LossCase{t, "Loss0", 0, seed + 1, 4096}, LossCase{t, "Loss1", 0.01, seed + 2, 1024}, \
+      LossCase{t, "Loss5", 0.05, seed + 3, 2048}, LossCase{t, "Loss10", 0.10, seed + 4, 4096}
 
 INSTANTIATE_TEST_SUITE_P(Faults, TwoProcessLoss,
-                         ::testing::Values(SOFTRDMA_LOSS_CASES("rc", 10),
-                                           SOFTRDMA_LOSS_CASES("uc", 20),
-                                           SOFTRDMA_LOSS_CASES("ud", 30),
-                                           SOFTRDMA_LOSS_CASES("srq", 40)),
+                         ::testing::Values(SOFTRDMA_LOSS_CASES(Transport::kRc, 10),
+                                           SOFTRDMA_LOSS_CASES(Transport::kUc, 20),
+                                           SOFTRDMA_LOSS_CASES(Transport::kUd, 30),
+                                           SOFTRDMA_LOSS_CASES(Transport::kSrq, 40)),
                          [](const auto& info) {
-                           return std::string(info.param.transport) + "_" + info.param.name;
+                           return std::string(transport_name(info.param.transport)) + "_" +
+                                  info.param.name;
                          });
 
 // The demo's own phases (every op alone at 64 B, 64 KiB and 8 MiB, then a mix) at
-// a small scale: the table has a row for every op and the run passes.
+// a small scale, through the demo program itself: it passes, and its table has a
+// row for every op.
 TEST(TwoProcessDemo, EveryOperationHasARow) {
   const ProgramRun r = run_program({SOFTRDMA_DEMO, "--scale=0.02", "--qps=2", "--time-limit=250"});
-  const auto s = fields_of(r, "summary");
   if (r.exit_code != 0) dump(r);
   ASSERT_EQ(r.exit_code, 0);
-  EXPECT_EQ(s.at("status"), "PASS");
-  for (const char* op : kOps) {
+  ASSERT_FALSE(r.lines.empty());
+  EXPECT_EQ(r.lines.back().rfind("PASS: rc, 0 errors", 0), 0u) << r.lines.back();
+  for (Op op : kOps) {
     bool row = false;
     for (const std::string& line : r.lines)
-      row |= line.find(std::string(op) + "/") == 0;  // e.g. "READ/64KiB   READ ..."
-    EXPECT_TRUE(row) << "no table row for " << op;
+      row |= line.find(name_of(op) + "/") == 0;  // e.g. "READ/64KiB   READ ..."
+    EXPECT_TRUE(row) << "no table row for " << name_of(op);
   }
 }
 
-// The checks can fail: with --inject-data-errors each process spoils one received
+// A short run (2 QPs, up to 64 KiB) whose nodes spoil data before checking it.
+RunResult run_spoiled(Transport transport) {
+  RunOptions o = options(transport, 2);
+  o.max_size = 65536;
+  o.scale = 0.2;
+  o.inject_data_errors = true;
+  return run_traffic(o, nullptr);
+}
+
+// The checks can fail: with inject_data_errors each process spoils one received
 // SEND, one READ result and one WRITE target range before checking them, and the
 // run must report those errors and fail.
 TEST(TwoProcessDemo, CorruptedDataIsDetected) {
-  const ProgramRun r = run_program({SOFTRDMA_DEMO, "--mode=test", "--qps=2", "--max-size=65536",
-                                    "--scale=0.2", "--inject-data-errors", "--time-limit=250"});
-  const auto s = fields_of(r, "summary");
-  ASSERT_FALSE(s.empty()) << "no summary line";
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_EQ(s.at("status"), "FAIL");
+  const RunResult r = run_spoiled(Transport::kRc);
+  EXPECT_TRUE(r.nodes.server.report.has_final && r.nodes.client.report.has_final) << describe(r);
+  EXPECT_FALSE(r.pass);
   // Per process: SEND bytes, READ bytes + READ CRC, WRITE bytes + WRITE CRC.
-  EXPECT_GE(num(s, "errors"), 2u * 5u);
+  EXPECT_GE(r.summary.errors, 2u * 5u);
 }
 
-class TwoProcessCorruption : public ::testing::TestWithParam<const char*> {};
+class TwoProcessCorruption : public ::testing::TestWithParam<Transport> {};
 
 // The same on the other transports: each process spoils the first SEND it
 // receives (and on UC its first WRITE range): the run must fail. On UC and UD a
 // spoiled message is no message of the peer's plan: it is an error, not a loss.
 TEST_P(TwoProcessCorruption, SpoiledSendIsDetected) {
-  const ProgramRun r = run_program({SOFTRDMA_DEMO, "--mode=test", "--qps=2",
-                                    std::string("--transport=") + GetParam(),
-                                    "--max-size=65536", "--scale=0.2", "--inject-data-errors",
-                                    "--time-limit=250"});
-  const auto s = fields_of(r, "summary");
-  ASSERT_FALSE(s.empty()) << "no summary line";
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_EQ(s.at("status"), "FAIL");
-  EXPECT_GE(num(s, "errors"), 2u);
+  const RunResult r = run_spoiled(GetParam());
+  EXPECT_TRUE(r.nodes.server.report.has_final && r.nodes.client.report.has_final) << describe(r);
+  EXPECT_FALSE(r.pass);
+  EXPECT_GE(r.summary.errors, 2u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, TwoProcessCorruption, ::testing::Values("uc", "ud", "srq"));
+INSTANTIATE_TEST_SUITE_P(Transports, TwoProcessCorruption,
+                         ::testing::Values(Transport::kUc, Transport::kUd, Transport::kSrq),
+                         [](const auto& info) { return std::string(transport_name(info.param)); });
 
 // A capture of a run with loss, duplication and reordering (the client's packets,
 // both directions, as they were on the wire: SOFTRDMA_PCAP of the client process)
@@ -258,16 +269,18 @@ TEST(TwoProcessCapture, TsharkDecodesEveryPacketAndEveryIcrcChecks) {
   const std::string pcap = (std::filesystem::temp_directory_path() /
                             ("softrdma_integration_" + std::to_string(getpid()) + ".pcap"))
                                .string();
-  const ProgramRun r = run_program({SOFTRDMA_DEMO, "--mode=test", "--qps=2", "--max-size=262144",
-                                    "--scale=0.1", "--loss=0.01", "--dup=0.01", "--reorder=0.02",
-                                    "--pcap=" + pcap, "--verbose", "--time-limit=250"});
-  const auto s = fields_of(r, "summary");
-  if (r.exit_code != 0) dump(r);
-  ASSERT_EQ(r.exit_code, 0);
-  EXPECT_EQ(s.at("status"), "PASS");
-  const auto client = fields_of(r, "  totals", "role=client");
-  const uint64_t received = num(client, "rx_packets");
-  const uint64_t sent = num(client, "tx_packets");
+  RunOptions o = options(Transport::kRc, 2);
+  o.max_size = 262144;
+  o.scale = 0.1;
+  o.loss = 0.01;
+  o.dup = 0.01;
+  o.reorder = 0.02;
+  o.pcap = pcap;
+  const RunResult r = run_traffic(o, nullptr);
+  ASSERT_TRUE(r.pass) << describe(r);
+  const Counters& client = r.nodes.client.report.totals;
+  const uint64_t received = client.count("rx_packets") ? client.at("rx_packets") : 0;
+  const uint64_t sent = client.count("tx_packets") ? client.at("tx_packets") : 0;
   ASSERT_GT(received, 100u);
 
   const ProgramRun check =
@@ -293,3 +306,4 @@ TEST(TwoProcessCapture, TsharkDecodesEveryPacketAndEveryIcrcChecks) {
 }
 
 }  // namespace
+}  // namespace softrdma::traffic

@@ -12,11 +12,12 @@ namespace softrdma::traffic {
 namespace {
 
 const char* const kDescription =
-    "Runs two processes (server and client) that exchange data over verbs (softrdma's\n"
-    "RoCEv2 on UDP loopback when run through `softrdma run`) with every operation of the\n"
-    "transport, checks every byte and completion, and prints a table. By hand, in two\n"
-    "shells: --role=server --listen=PORT / --role=client --connect=HOST:PORT (with the same\n"
-    "other options), each under `softrdma run --`.";
+    "Two processes (server and client, softrdma-traffic-node) exchange data over verbs\n"
+    "(softrdma's RoCEv2 on UDP loopback when run through `softrdma run`) with every\n"
+    "operation of the transport and check every byte and completion. softrdma-demo starts\n"
+    "both and prints a table. By hand, in two shells: softrdma-traffic-node\n"
+    "--role=server --listen=PORT / --role=client --connect=HOST:PORT (with the same other\n"
+    "options), each under `softrdma run --`.";
 
 std::string op_list(const std::vector<Op>& ops) {
   std::string s;
@@ -89,13 +90,15 @@ void add_run_options(CLI::App& app, RunOptions& o) {
                  "a node gives up after S seconds without progress")
       ->check(CLI::Range(1, 86400))
       ->capture_default_str();
-  app.add_flag("-v,--verbose", o.verbose, "echo the nodes' result lines");
+  app.add_flag("-v,--verbose", o.verbose, "print every engine counter of each node");
   app.add_flag("--inject-data-errors", o.inject_data_errors,
                "each process spoils one received SEND, READ result and WRITE target range "
                "before checking it: the run must fail");
   app.add_option("--softrdma", o.softrdma,
                  "the softrdma command (runs the nodes, reports their engine counters); "
                  "default: the one beside this program");
+  app.add_option("--node", o.node,
+                 "the node program; default: softrdma-traffic-node beside this program");
 }
 
 void add_node_options(CLI::App& app, RunOptions& o) {
@@ -104,6 +107,7 @@ void add_node_options(CLI::App& app, RunOptions& o) {
          "run one node: server or client")
       ->check(CLI::IsMember({"server", "client"}));
   app.add_option("--oob-fd", o.oob_fd, "the out-of-band socket (from the launcher)");
+  app.add_option("--report-fd", o.report_fd, "the socket for results (from the launcher)");
   app.add_option("--listen", o.port, "server: TCP port for the out-of-band channel");
   app.add_option_function<std::string>(
       "--connect",
@@ -118,8 +122,9 @@ void add_node_options(CLI::App& app, RunOptions& o) {
 
 }  // namespace
 
-bool parse_options(int argc, char** argv, RunOptions& o, int& exit_status) {
-  CLI::App app(kDescription, "softrdma-demo");
+bool parse_options(int argc, char** argv, const std::string& program, RunOptions& o,
+                   int& exit_status) {
+  CLI::App app(kDescription, program);
   add_traffic_options(app, o);
   add_plan_options(app, o);
   add_run_options(app, o);
@@ -184,9 +189,21 @@ std::vector<std::string> to_node_args(const RunOptions& o) {
   return a;
 }
 
+namespace {
+
+// A command installed beside the running program (the build tree's tools/).
+std::string beside_this_program(const char* name) {
+  return (std::filesystem::path(self_path()).parent_path() / name).string();
+}
+
+}  // namespace
+
 std::string softrdma_command(const RunOptions& o) {
-  if (!o.softrdma.empty()) return o.softrdma;
-  return (std::filesystem::path(self_path()).parent_path() / "softrdma").string();
+  return o.softrdma.empty() ? beside_this_program("softrdma") : o.softrdma;
+}
+
+std::string node_command(const RunOptions& o) {
+  return o.node.empty() ? beside_this_program("softrdma-traffic-node") : o.node;
 }
 
 NodeConfig node_config(const RunOptions& o, Role role) {
@@ -199,6 +216,7 @@ NodeConfig node_config(const RunOptions& o, Role role) {
   c.ack_timeout = uint8_t(o.ack_timeout);
   c.phases = phases_for(o);
   c.oob_fd = o.oob_fd;
+  c.report_fd = o.report_fd;
   c.oob_port = o.port;
   c.oob_host = o.host;
   c.stall_timeout_ms = o.stall_timeout_s * 1000;

@@ -1,6 +1,8 @@
 // The out-of-band channel between the two processes of a run, as ibv_rc_pingpong
 // has over TCP: the QP numbers, PSNs, GIDs and memory keys to connect, then the
-// checksums of one-sided transfers and the end of each phase. Framed messages over
+// checksums of one-sided transfers and the end of each phase. The same framing
+// carries each node's results to the launcher (report.h) on a socketpair of its
+// own, so the launcher reads structs, not text. Framed messages over
 // a stream socket: a socketpair when one parent starts both processes, or TCP on
 // 127.0.0.1 when they are started by hand. Non-blocking both ways, so two processes
 // that both have much to say never wait on each other.
@@ -23,6 +25,10 @@ enum class MsgType : uint8_t {
   kFail = 6,        // I stop: a fatal error (text)
   kPhaseStart = 7,  // my receive WQEs of this phase are posted: send
   kRoundDone = 8,   // UC, UD: your marker of this round arrived (lane.h)
+  // Node -> launcher (report.h), never between the nodes.
+  kProgress = 9,      // messages completed so far in the current phase
+  kPhaseResult = 10,  // one phase's record
+  kFinalResult = 11,  // errors, what was verified, engine counters
 };
 
 // Little-endian encoder / decoder of message payloads.
@@ -102,6 +108,9 @@ class OobChannel {
 
   // Setup: blocks (flushing) until a frame arrives, or the timeout / an error.
   std::optional<Frame> wait_frame(int timeout_ms);
+  // The end of a process: blocks until everything sent is written. False on an
+  // error or the timeout.
+  bool drain(int timeout_ms);
 
  private:
   int fd_;

@@ -157,6 +157,19 @@ std::optional<Frame> OobChannel::wait_frame(int timeout_ms) {
   }
 }
 
+bool OobChannel::drain(int timeout_ms) {
+  const int64_t deadline = now_ms() + timeout_ms;
+  while (wants_write()) {
+    if (!flush()) return false;
+    const int64_t left = deadline - now_ms();
+    if (left <= 0) return false;
+    if (!wants_write()) break;
+    pollfd p{fd_, POLLOUT, 0};
+    poll(&p, 1, int(std::min<int64_t>(left, 1000)));
+  }
+  return true;
+}
+
 int OobChannel::listen_and_accept(uint16_t port, int timeout_ms, std::string& error) {
   const int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (ls < 0) {

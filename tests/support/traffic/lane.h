@@ -80,6 +80,9 @@ class Lane {
 
   bool done() const { return state_ == State::kDone; }
   const OpTable& stats() const { return stats_; }
+  // Messages of this phase's plan completed, and planned (progress, report.h).
+  uint64_t completed() const;
+  uint64_t planned() const { return plan_.size(); }
   int64_t first_post_ns() const { return first_post_ns_; }  // 0: none this phase
   int64_t last_completion_ns() const { return last_completion_ns_; }
   std::string describe(int64_t now) const;

@@ -9,8 +9,6 @@
 
 #include "traffic/content.h"
 #include "traffic/node.h"
-#include "traffic/report.h"
-#include "traffic/status.h"
 
 namespace softrdma::traffic {
 
@@ -73,6 +71,7 @@ bool Node::run_phase(uint32_t phase) {
     const int64_t now = now_ns();
     const bool worked = step(phase, now);
     if (phase_done_sent_ && peer_phases_done_ > phase && receivers_done()) break;
+    report_progress(phase, now);
     if (worked) {
       last_progress_ns_ = now;
       continue;
@@ -101,7 +100,7 @@ bool Node::run_phase(uint32_t phase) {
       first = s.lane->first_post_ns();
     end = std::max(end, s.lane->last_completion_ns());
   }
-  print_phase(phase, first != 0 && end > first ? end - first : 0, before);
+  report_phase(phase, first != 0 && end > first ? end - first : 0, before);
   if (errors_.is_fatal()) {
     dump_state(now_ns());
     Encoder e;
@@ -147,6 +146,10 @@ bool Node::poll_cqs(int64_t now) {
     int n;
     while ((n = ibv_poll_cq(cq, kPollBatch, wc)) > 0) {
       any = true;
+      // The batch's own time, not the step's: a message posted earlier in this
+      // step and complete already would otherwise take 0 ns (and a phase of
+      // them 0 s, which the report shows as 0 MB/s).
+      now = std::max(now, now_ns());
       for (int i = 0; i < n && !errors_.is_fatal(); ++i) {
         auto it = index_of_qpn_.find(wc[i].qp_num);
         if (it == index_of_qpn_.end()) {
@@ -244,6 +247,9 @@ void Node::handle_frame(const Frame& f) {
     }
     case MsgType::kHello:
     case MsgType::kReady:
+    case MsgType::kProgress:  // launcher-bound frames: not the peer's to send
+    case MsgType::kPhaseResult:
+    case MsgType::kFinalResult:
       break;
   }
   errors_.fatal("unexpected out-of-band message " + std::to_string(int(f.type)));
@@ -298,6 +304,7 @@ void Node::dump_state(int64_t now) {
 
 int Node::run() {
   const std::string role(role_name(config_.role));
+  if (config_.report_fd >= 0) report_ = std::make_unique<OobChannel>(config_.report_fd);
   std::string error;
   if (!setup(error)) {
     std::fprintf(stderr, "[%s] set-up failed: %s\n", role.c_str(), error.c_str());
@@ -313,32 +320,8 @@ int Node::run() {
                config_.qps, std::string(transport_name(config_.transport)).c_str());
   for (uint32_t p = 0; p < config_.phases.size(); ++p)
     if (!run_phase(p)) break;
-  print_final();
+  report_final();
   return errors_.count() == 0 ? 0 : 1;
-}
-
-void Node::print_phase(uint32_t phase, int64_t ns, const Verified& before) {
-  PhaseRecord r;
-  r.label = config_.phases[phase].label;
-  r.ns = ns;
-  for (const QpSlot& s : qps_)
-    for (size_t k = 0; k < kOpCount; ++k) r.ops[k].merge(s.lane->stats()[k]);
-  r.counters["sent"] = verified_.sent - before.sent;
-  r.counters["lost"] = verified_.lost - before.lost;
-  print_phase_lines(stdout, std::string(role_name(config_.role)), phase, r);
-}
-
-void Node::print_final() {
-  std::map<std::string, uint64_t> totals;
-  if (!config_.status_tool.empty()) {
-    std::string error;
-    totals = engine_counters_from_status(config_.status_tool, error);
-    if (!error.empty())
-      std::fprintf(stderr, "[%s] no engine counters: %s\n",
-                   std::string(role_name(config_.role)).c_str(), error.c_str());
-  }
-  print_final_lines(stdout, std::string(role_name(config_.role)), errors_.count(), verified_,
-                    totals);
 }
 
 }  // namespace softrdma::traffic

@@ -3,8 +3,9 @@
 // (RC, UC, UD, or RC on one SRQ) and their memory, exchanges QPNs, PSNs, GID and
 // keys with its peer out of band (oob.h), connects the QPs, and runs the phases of
 // the plan (plan.h) with a lane (requester, lane.h) and a receiver per QP (RC:
-// receiver.h; UC, UD, SRQ: slot_pool.h and arrivals.h). Results go to stdout as
-// `kind key=value ...` lines (report.h parses them); errors go to stderr.
+// receiver.h; UC, UD, SRQ: slot_pool.h and arrivals.h). Results go to the
+// launcher as records (report.h) on the report channel, or, for a node started
+// by hand, as a few readable lines on stdout; errors go to stderr.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,7 @@
 #include "traffic/oob.h"
 #include "traffic/plan.h"
 #include "traffic/receiver.h"
+#include "traffic/report.h"
 #include "traffic/slot_pool.h"
 #include "traffic/stats.h"
 
@@ -41,6 +43,8 @@ struct NodeConfig {
   int oob_fd = -1;
   uint16_t oob_port = 0;
   std::string oob_host = "127.0.0.1";
+  // The launcher's end of the report channel (report.h); -1: started by hand.
+  int report_fd = -1;
   int stall_timeout_ms = 30000;  // no progress for this long: fail, printing the state
   // `softrdma` (its `status` command reports this process's engine counters); ""
   // for none.
@@ -116,15 +120,18 @@ class Node {
   bool receivers_done() const;
   uint64_t slot_value(uint32_t qp) const;
 
-  // report lines (runner.cc)
-  void print_phase(uint32_t phase, int64_t ns, const Verified& before);
-  void print_final();
+  // node_report.cc: results to the launcher (or stdout).
+  void report_phase(uint32_t phase, int64_t ns, const Verified& before);
+  void report_progress(uint32_t phase, int64_t now);
+  void report_final();
 
   NodeConfig config_;
   ErrorLog errors_;
   Verified verified_;
   std::unique_ptr<Fabric> fabric_;
   std::unique_ptr<OobChannel> oob_;
+  std::unique_ptr<OobChannel> report_;  // null: started by hand
+  int64_t last_progress_report_ns_ = 0;
   Region exposed_, atomics_;
   Region shared_recv_;                    // SRQ: the shared pool's buffers
   std::unique_ptr<SlotPool> shared_pool_;  // SRQ

@@ -47,6 +47,12 @@ const char* Lane::to_string(State s) {
   return "?";
 }
 
+uint64_t Lane::completed() const {
+  uint64_t n = 0;
+  for (const OpStats& s : stats_) n += s.messages;
+  return n;
+}
+
 void Lane::start_phase(uint32_t phase, std::vector<Message> plan, uint32_t depth) {
   phase_ = phase;
   plan_ = std::move(plan);
