@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# Two containers talk RDMA over softrdma (issue 17; docs/containers.md): each in
+# its own network namespace on a podman network, without capabilities
+# (--cap-drop=ALL), without gaining any (no-new-privileges), without devices,
+# as uid 65534; each with SOFTRDMA_ADDR set to its own address. An rping pair
+# (rdma_cm: CM MADs on QP1, then RC SENDs, READs and WRITEs) and an ib_write_bw
+# pair cross between them as RoCEv2 on UDP port 4791.
+#   containers.sh BUILD_DIR VERSION PORT     (PORT and PORT+1 are used)
+# The image comes from packaging/build-image.sh (the cached Debian root). Needs
+# root (rootful podman, a capture on the bridge), podman, runc, mmdebstrap and
+# tcpdump; without them it fails, saying which.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+packaging=$(cd "$here/../../packaging" && pwd)
+source "$packaging/podman-settings.sh"
+build=$1 version=$2 port=$3
+fail() { echo "containers: FAIL: $*" >&2; exit 1; }
+
+[[ $(id -u) -eq 0 ]] || fail "needs root (rootful podman: a network of its own, the cached Debian root)"
+for tool in podman runc mmdebstrap tcpdump; do
+  command -v "$tool" > /dev/null || fail "no $tool: run scripts/install-deps.sh"
+done
+
+work=$(mktemp -d /tmp/softrdma-containers.XXXXXX)
+image=localhost/softrdma-test:$$
+net=softrdma-test-$$
+names=()
+capture=
+cleanup() {
+  [[ -z $capture ]] || kill "$capture" 2>/dev/null || true
+  ((${#names[@]} == 0)) || "${podman[@]}" rm -f -t 0 "${names[@]}" > /dev/null 2>&1 || true
+  "${podman[@]}" network rm -f "$net" > /dev/null 2>&1 || true
+  "${podman[@]}" rmi -f "$image" > /dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+started=$SECONDS
+
+make_image() {
+  local t=$SECONDS deb
+  (cd "$build" && cpack -B "$work/out" > "$work/cpack.log" 2>&1) ||
+    { cat "$work/cpack.log"; fail "cpack failed"; }
+  deb=$work/out/softrdma_${version}_$(dpkg --print-architecture).deb
+  "$packaging/build-image.sh" "$deb" "$image" > /dev/null || fail "packaging/build-image.sh"
+  echo "containers: image $image built in $((SECONDS - t)) s"
+}
+
+# A podman network (a bridge; each container a veth of it in a namespace of its
+# own). podman picks a free /24; the containers take fixed host numbers in it.
+make_network() {
+  "${podman[@]}" network create "$net" > /dev/null || fail "podman network create"
+  local subnet
+  subnet=$("${podman[@]}" network inspect "$net" --format '{{range .Subnets}}{{.Subnet}}{{end}}')
+  [[ $subnet =~ ^([0-9]+\.[0-9]+\.[0-9]+)\.0/24$ ]] || fail "expected a /24 network, got '$subnet'"
+  prefix=${BASH_REMATCH[1]}
+  bridge=$("${podman[@]}" network inspect "$net" --format '{{.NetworkInterface}}')
+  echo "containers: network $net, $subnet on bridge $bridge"
+}
+
+# What crosses the bridge, captured from the host: the proof that the pairs
+# talked RoCEv2 between namespaces (softrdma's same-host path cannot reach
+# across containers: no shared /dev/shm, no shared pid namespace).
+start_capture() {
+  tcpdump -i "$bridge" -n -w "$work/bridge.pcap" udp port 4791 > "$work/tcpdump.log" 2>&1 &
+  capture=$!
+  for _ in $(seq 100); do grep -q "listening on" "$work/tcpdump.log" && return; sleep 0.1; done
+  fail "tcpdump did not start: $(cat "$work/tcpdump.log")"
+}
+
+# Both directions carried RoCEv2 datagrams between the two address pairs.
+check_capture() {
+  kill -INT "$capture"; wait "$capture" || true
+  local packets
+  packets=$(tcpdump -n -r "$work/bridge.pcap" 2> /dev/null)
+  local from to
+  for pair in "$prefix.11 $prefix.10" "$prefix.10 $prefix.11" "$prefix.13 $prefix.12" "$prefix.12 $prefix.13"; do
+    read -r from to <<<"$pair"
+    # The source port varies by flow (RoCEv2 uses it for entropy); the destination is 4791.
+    grep -Eq "IP ${from//./\\.}\.[0-9]+ > ${to//./\\.}\.4791: UDP" <<<"$packets" || fail "no RoCEv2 datagram $from -> $to on $bridge"
+  done
+  echo "containers: $(wc -l <<<"$packets") RoCEv2 datagrams crossed $bridge"
+}
+
+# Sets run_cmd to start (-d) or run (--rm) a container at ADDR: unprivileged,
+# no devices, SOFTRDMA_ADDR its own address; the image's entrypoint is
+# `softrdma run --`. (An array, not a function, so that `timeout` can run it.)
+#   container NAME ADDR -d|--rm PROGRAM ARGS...
+container() {
+  local name=$1 addr=$2 mode=$3
+  shift 3
+  names+=("$name")
+  run_cmd=("${podman[@]}" run "$mode" --name "$name" --network "$net" --ip "$addr"
+    --cap-drop=ALL --security-opt=no-new-privileges --user 65534:65534 "${podman_limits[@]}"
+    -e SOFTRDMA_ADDR="$addr" "$image" "$@")
+}
+
+# Waits (at most 30 s) until `ss ARGS` in container NAME prints PATTERN.
+wait_listening() {
+  local name=$1 pattern=$2
+  shift 2
+  for _ in $(seq 300); do
+    grep -q "$pattern" <<<"$("${podman[@]}" exec "$name" ss "$@" 2>/dev/null)" && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+# The server's log and exit status, once the client is done.
+server_done() {
+  local name=$1 status
+  status=$(timeout 30 "${podman[@]}" wait "$name") || status="(still running)"
+  "${podman[@]}" logs "$name" > "$work/$name.log" 2>&1 || true
+  [[ $status == 0 ]] || { cat "$work/$name.log"; fail "$name exited with $status"; }
+}
+
+# The containers hold no capability, and no RDMA device is passed in.
+check_unprivileged() {
+  local caps
+  caps=$("${podman[@]}" run --rm --network "$net" --cap-drop=ALL --security-opt=no-new-privileges \
+    --user 65534:65534 "${podman_limits[@]}" --entrypoint /bin/sh "$image" \
+    -c 'grep -E "^(CapEff|CapBnd|NoNewPrivs)" /proc/self/status; ls /dev/infiniband 2>&1 || true')
+  grep -Eq '^CapEff:\s+0+$' <<<"$caps" && grep -Eq '^CapBnd:\s+0+$' <<<"$caps" &&
+    grep -Eq '^NoNewPrivs:\s+1$' <<<"$caps" && grep -q 'No such file' <<<"$caps" ||
+    fail "not unprivileged: $caps"
+}
+
+rping_pair() {
+  local t=$SECONDS server=$prefix.10 client=$prefix.11
+  container rping-s-$$ "$server" -d rping -s -a "$server" -p "$port" -C 3 -v
+  "${run_cmd[@]}" > /dev/null || fail "rping server container"
+  wait_listening rping-s-$$ "softrdma-rdmacm/[^ ]*/$port/" -lxH || fail "rping server not listening"
+  container rping-c-$$ "$client" --rm rping -c -a "$server" -p "$port" -C 3 -v
+  timeout 60 "${run_cmd[@]}" > "$work/rping.client" 2>&1 || { cat "$work/rping.client"; fail "rping client"; }
+  [[ $(grep -c "ping data: rdma-ping-" "$work/rping.client") -eq 3 ]] ||
+    { cat "$work/rping.client"; fail "rping: not 3 pings"; }
+  server_done rping-s-$$
+  echo "containers: rping $client -> $server: 3 pings in $((SECONDS - t)) s"
+}
+
+bw_pair() {
+  local t=$SECONDS server=$prefix.12 client=$prefix.13 bw_port=$((port + 1))
+  local args=(ib_write_bw -p "$bw_port" -s 65536 -n 200)
+  container bw-s-$$ "$server" -d "${args[@]}"
+  "${run_cmd[@]}" > /dev/null || fail "ib_write_bw server container"
+  wait_listening bw-s-$$ . -ltnH "sport = :$bw_port" || fail "ib_write_bw server not listening"
+  container bw-c-$$ "$client" --rm "${args[@]}" "$server"
+  timeout 60 "${run_cmd[@]}" > "$work/bw.client" 2>&1 ||
+    { cat "$work/bw.client"; fail "ib_write_bw client"; }
+  local row
+  row=$(grep -E '^\s*65536\s+200\s+' "$work/bw.client") || { cat "$work/bw.client"; fail "ib_write_bw: no result row"; }
+  server_done bw-s-$$
+  echo "containers: ib_write_bw $client -> $server in $((SECONDS - t)) s: $(tr -s ' ' <<<"$row")"
+}
+
+make_image
+make_network
+check_unprivileged
+start_capture
+rping_pair
+bw_pair
+check_capture
+echo "containers: two unprivileged containers ran rping and ib_write_bw over softrdma; $((SECONDS - started)) s in all"
