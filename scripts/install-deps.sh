@@ -31,6 +31,7 @@ packages=(
   mmdebstrap debian-archive-keyring   # the clean Debian 12 root, from Debian's signed packages
   podman runc                         # the image and the two containers (runc: crun refuses hybrid cgroups)
   containernetworking-plugins         # podman's bridge network between the containers (only recommended)
+  python3-yaml                        # tests/install/k8s_pods.py: reads the Kubernetes example's pods
   # Benchmark (bench/compare.sh): the peers and the plots
   libfabric-bin python3-matplotlib
 )

@@ -4,7 +4,9 @@
 # (--cap-drop=ALL), without gaining any (no-new-privileges), without devices,
 # as uid 65534; each with SOFTRDMA_ADDR set to its own address. An rping pair
 # (rdma_cm: CM MADs on QP1, then RC SENDs, READs and WRITEs) and an ib_write_bw
-# pair cross between them as RoCEv2 on UDP port 4791.
+# pair cross between them as RoCEv2 on UDP port 4791 (a capture of the bridge
+# checks it); then the Kubernetes example's two pods run their own commands
+# the same way (packaging/k8s/softrdma-pair.yaml).
 #   containers.sh BUILD_DIR VERSION PORT     (PORT and PORT+1 are used)
 # The image comes from packaging/build-image.sh (the cached Debian root). Needs
 # root (rootful podman, a capture on the bridge), podman, runc, mmdebstrap and
@@ -84,12 +86,13 @@ check_capture() {
 # Sets run_cmd to start (-d) or run (--rm) a container at ADDR: unprivileged,
 # no devices, SOFTRDMA_ADDR its own address; the image's entrypoint is
 # `softrdma run --`. (An array, not a function, so that `timeout` can run it.)
-#   container NAME ADDR -d|--rm PROGRAM ARGS...
+#   container NAME ADDR -d|--rm [--add-host NAME:ADDR] PROGRAM ARGS...
 container() {
-  local name=$1 addr=$2 mode=$3
+  local name=$1 addr=$2 mode=$3 hosts=()
   shift 3
+  if [[ $1 == --add-host ]]; then hosts=("$1" "$2"); shift 2; fi
   names+=("$name")
-  run_cmd=("${podman[@]}" run "$mode" --name "$name" --network "$net" --ip "$addr"
+  run_cmd=("${podman[@]}" run "$mode" --name "$name" --network "$net" --ip "$addr" "${hosts[@]}"
     --cap-drop=ALL --security-opt=no-new-privileges --user 65534:65534 "${podman_limits[@]}"
     -e SOFTRDMA_ADDR="$addr" "$image" "$@")
 }
@@ -105,10 +108,10 @@ wait_listening() {
   return 1
 }
 
-# The server's log and exit status, once the client is done.
-server_done() {
+# A detached container's log and exit status, once it ends (within SECONDS, default 30).
+container_done() {
   local name=$1 status
-  status=$(timeout 30 "${podman[@]}" wait "$name") || status="(still running)"
+  status=$(timeout "${2:-30}" "${podman[@]}" wait "$name") || status="(still running)"
   "${podman[@]}" logs "$name" > "$work/$name.log" 2>&1 || true
   [[ $status == 0 ]] || { cat "$work/$name.log"; fail "$name exited with $status"; }
 }
@@ -133,7 +136,7 @@ rping_pair() {
   timeout 60 "${run_cmd[@]}" > "$work/rping.client" 2>&1 || { cat "$work/rping.client"; fail "rping client"; }
   [[ $(grep -c "ping data: rdma-ping-" "$work/rping.client") -eq 3 ]] ||
     { cat "$work/rping.client"; fail "rping: not 3 pings"; }
-  server_done rping-s-$$
+  container_done rping-s-$$
   echo "containers: rping $client -> $server: 3 pings in $((SECONDS - t)) s"
 }
 
@@ -148,8 +151,29 @@ bw_pair() {
     { cat "$work/bw.client"; fail "ib_write_bw client"; }
   local row
   row=$(grep -E '^\s*65536\s+200\s+' "$work/bw.client") || { cat "$work/bw.client"; fail "ib_write_bw: no result row"; }
-  server_done bw-s-$$
+  container_done bw-s-$$
   echo "containers: ib_write_bw $client -> $server in $((SECONDS - t)) s: $(tr -s ' ' <<<"$row")"
+}
+
+# The Kubernetes example's two pods (packaging/k8s/softrdma-pair.yaml), their
+# own commands run under podman as the cluster would run them: the same user,
+# no capabilities, SOFTRDMA_ADDR the pod's address, the server's name resolving
+# to its address (the headless Service's part); the client first, as pods start
+# in any order. The manifest must ask for no privilege (k8s_pods.py check).
+manifest_pair() {
+  local t=$SECONDS manifest=$packaging/k8s/softrdma-pair.yaml server=$prefix.20 client=$prefix.21
+  python3 "$here/k8s_pods.py" "$manifest" check || fail "$manifest asks for privileges"
+  local server_args client_args
+  mapfile -d '' server_args < <(python3 "$here/k8s_pods.py" "$manifest" args softrdma-server)
+  mapfile -d '' client_args < <(python3 "$here/k8s_pods.py" "$manifest" args softrdma-client)
+  container k8s-c-$$ "$client" -d --add-host "softrdma-server:$server" "${client_args[@]}"
+  "${run_cmd[@]}" > /dev/null || fail "client pod's container"
+  container k8s-s-$$ "$server" -d "${server_args[@]}"
+  "${run_cmd[@]}" > /dev/null || fail "server pod's container"
+  container_done k8s-c-$$ 120
+  container_done k8s-s-$$ 30
+  grep -Eq '^\s*65536\s+2000\s+' "$work/k8s-c-$$.log" || { cat "$work/k8s-c-$$.log"; fail "pods: no ib_write_bw row"; }
+  echo "containers: the Kubernetes example's pods, under podman: rping and ib_write_bw in $((SECONDS - t)) s"
 }
 
 make_image
@@ -159,4 +183,5 @@ start_capture
 rping_pair
 bw_pair
 check_capture
+manifest_pair
 echo "containers: two unprivileged containers ran rping and ib_write_bw over softrdma; $((SECONDS - started)) s in all"
