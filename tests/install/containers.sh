@@ -9,8 +9,8 @@
 # the same way (packaging/k8s/softrdma-pair.yaml).
 #   containers.sh BUILD_DIR VERSION PORT     (PORT and PORT+1 are used)
 # The image comes from packaging/build-image.sh (the cached Debian root). Needs
-# root (rootful podman, a capture on the bridge), podman, runc, mmdebstrap and
-# tcpdump; without them it fails, saying which.
+# root (rootful podman, a capture on the bridge), podman, runc, mmdebstrap,
+# tcpdump and python3-yaml; without them it fails, saying which.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 packaging=$(cd "$here/../../packaging" && pwd)
@@ -22,6 +22,7 @@ fail() { echo "containers: FAIL: $*" >&2; exit 1; }
 for tool in podman runc mmdebstrap tcpdump; do
   command -v "$tool" > /dev/null || fail "no $tool: run scripts/install-deps.sh"
 done
+python3 -c 'import yaml' 2> /dev/null || fail "no python3-yaml: run scripts/install-deps.sh"
 
 work=$(mktemp -d /tmp/softrdma-containers.XXXXXX)
 image=localhost/softrdma-test:$$
@@ -74,7 +75,7 @@ check_capture() {
   kill -INT "$capture"; wait "$capture" || true
   local packets
   packets=$(tcpdump -n -r "$work/bridge.pcap" 2> /dev/null)
-  local from to
+  local pair from to
   for pair in "$prefix.11 $prefix.10" "$prefix.10 $prefix.11" "$prefix.13 $prefix.12" "$prefix.12 $prefix.13"; do
     read -r from to <<<"$pair"
     # The source port varies by flow (RoCEv2 uses it for entropy); the destination is 4791.
