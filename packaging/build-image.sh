@@ -7,6 +7,7 @@
 # Prints the image's name on the last line. Needs root (mmdebstrap, rootful podman).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=podman-settings.sh
 source "$here/podman-settings.sh"
 fail() { echo "build-image: $*" >&2; exit 1; }
 

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # the variables are for the scripts that source this
 # Sourced by packaging/build-image.sh and tests/install/containers.sh: how they
 # call podman, and why (docs/decisions/containers.md, "podman on this machine").
 #

@@ -14,6 +14,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 packaging=$(cd "$here/../../packaging" && pwd)
+# shellcheck source=../../packaging/podman-settings.sh
 source "$packaging/podman-settings.sh"
 build=$1 version=$2 port=$3
 fail() { echo "containers: FAIL: $*" >&2; exit 1; }
@@ -123,9 +124,10 @@ check_unprivileged() {
   caps=$("${podman[@]}" run --rm --network "$net" --cap-drop=ALL --security-opt=no-new-privileges \
     --user 65534:65534 "${podman_limits[@]}" --entrypoint /bin/sh "$image" \
     -c 'grep -E "^(CapEff|CapBnd|NoNewPrivs)" /proc/self/status; ls /dev/infiniband 2>&1 || true')
-  grep -Eq '^CapEff:\s+0+$' <<<"$caps" && grep -Eq '^CapBnd:\s+0+$' <<<"$caps" &&
-    grep -Eq '^NoNewPrivs:\s+1$' <<<"$caps" && grep -q 'No such file' <<<"$caps" ||
-    fail "not unprivileged: $caps"
+  local expected
+  for expected in '^CapEff:\s+0+$' '^CapBnd:\s+0+$' '^NoNewPrivs:\s+1$' 'infiniband.*No such file'; do
+    grep -Eq "$expected" <<<"$caps" || fail "not unprivileged ($expected): $caps"
+  done
 }
 
 rping_pair() {
@@ -167,6 +169,7 @@ manifest_pair() {
   local server_args client_args
   mapfile -d '' server_args < <(python3 "$here/k8s_pods.py" "$manifest" args softrdma-server)
   mapfile -d '' client_args < <(python3 "$here/k8s_pods.py" "$manifest" args softrdma-client)
+  ((${#server_args[@]} && ${#client_args[@]})) || fail "no args for the pods in $manifest"
   container k8s-c-$$ "$client" -d --add-host "softrdma-server:$server" "${client_args[@]}"
   "${run_cmd[@]}" > /dev/null || fail "client pod's container"
   container k8s-s-$$ "$server" -d "${server_args[@]}"

@@ -58,7 +58,7 @@ mount_root() {
 
 # Package names in a Depends field, alternatives and versions dropped.
 depends_names() {
-  dpkg-deb -f "$1" Depends | tr ',|' '\n\n' | sed -E 's/\(.*\)//; s/:any//; s/ //g' | sed '/^$/d' | sort -u
+  dpkg-deb -f "$1" Depends | tr ',|' '\n' | sed -E 's/\(.*\)//; s/:any//; s/ //g' | sed '/^$/d' | sort -u
 }
 
 installed() { [[ $(in_root dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null) == installed ]]; }
