@@ -40,6 +40,19 @@ cleanup() {
 trap cleanup EXIT
 started=$SECONDS
 
+# What a run killed at its TIMEOUT (no trap runs on SIGKILL) left: containers,
+# network and image named after a pid that is gone.
+sweep_stale() {
+  local stale pid
+  for stale in $("${podman[@]}" network ls --format '{{.Name}}' | grep -E '^softrdma-test-[0-9]+$'); do
+    pid=${stale#softrdma-test-}
+    [[ -d /proc/$pid ]] && continue
+    "${podman[@]}" ps -a --format '{{.Names}}' | grep "^$stale-" | xargs -r "${podman[@]}" rm -f -t 0 > /dev/null || true
+    "${podman[@]}" network rm -f "$stale" > /dev/null || true
+    "${podman[@]}" rmi -f "localhost/softrdma-test:$pid" > /dev/null 2>&1 || true
+  done
+}
+
 make_image() {
   local t=$SECONDS deb
   (cd "$build" && cpack -B "$work/out" > "$work/cpack.log" 2>&1) ||
@@ -132,29 +145,29 @@ check_unprivileged() {
 
 rping_pair() {
   local t=$SECONDS server=$prefix.10 client=$prefix.11
-  container rping-s-$$ "$server" -d rping -s -a "$server" -p "$port" -C 3 -v
+  container "$net-rping-s" "$server" -d rping -s -a "$server" -p "$port" -C 3 -v
   "${run_cmd[@]}" > /dev/null || fail "rping server container"
-  wait_listening rping-s-$$ "softrdma-rdmacm/[^ ]*/$port/" -lxH || fail "rping server not listening"
-  container rping-c-$$ "$client" --rm rping -c -a "$server" -p "$port" -C 3 -v
+  wait_listening "$net-rping-s" "softrdma-rdmacm/[^ ]*/$port/" -lxH || fail "rping server not listening"
+  container "$net-rping-c" "$client" --rm rping -c -a "$server" -p "$port" -C 3 -v
   timeout 60 "${run_cmd[@]}" > "$work/rping.client" 2>&1 || { cat "$work/rping.client"; fail "rping client"; }
   [[ $(grep -c "ping data: rdma-ping-" "$work/rping.client") -eq 3 ]] ||
     { cat "$work/rping.client"; fail "rping: not 3 pings"; }
-  container_done rping-s-$$
+  container_done "$net-rping-s"
   echo "containers: rping $client -> $server: 3 pings in $((SECONDS - t)) s"
 }
 
 bw_pair() {
   local t=$SECONDS server=$prefix.12 client=$prefix.13 bw_port=$((port + 1))
   local args=(ib_write_bw -p "$bw_port" -s 65536 -n 200)
-  container bw-s-$$ "$server" -d "${args[@]}"
+  container "$net-bw-s" "$server" -d "${args[@]}"
   "${run_cmd[@]}" > /dev/null || fail "ib_write_bw server container"
-  wait_listening bw-s-$$ . -ltnH "sport = :$bw_port" || fail "ib_write_bw server not listening"
-  container bw-c-$$ "$client" --rm "${args[@]}" "$server"
+  wait_listening "$net-bw-s" . -ltnH "sport = :$bw_port" || fail "ib_write_bw server not listening"
+  container "$net-bw-c" "$client" --rm "${args[@]}" "$server"
   timeout 60 "${run_cmd[@]}" > "$work/bw.client" 2>&1 ||
     { cat "$work/bw.client"; fail "ib_write_bw client"; }
   local row
   row=$(grep -E '^\s*65536\s+200\s+' "$work/bw.client") || { cat "$work/bw.client"; fail "ib_write_bw: no result row"; }
-  container_done bw-s-$$
+  container_done "$net-bw-s"
   echo "containers: ib_write_bw $client -> $server in $((SECONDS - t)) s: $(tr -s ' ' <<<"$row")"
 }
 
@@ -170,16 +183,17 @@ manifest_pair() {
   mapfile -d '' server_args < <(python3 "$here/k8s_pods.py" "$manifest" args softrdma-server)
   mapfile -d '' client_args < <(python3 "$here/k8s_pods.py" "$manifest" args softrdma-client)
   ((${#server_args[@]} && ${#client_args[@]})) || fail "no args for the pods in $manifest"
-  container k8s-c-$$ "$client" -d --add-host "softrdma-server:$server" "${client_args[@]}"
+  container "$net-k8s-c" "$client" -d --add-host "softrdma-server:$server" "${client_args[@]}"
   "${run_cmd[@]}" > /dev/null || fail "client pod's container"
-  container k8s-s-$$ "$server" -d "${server_args[@]}"
+  container "$net-k8s-s" "$server" -d "${server_args[@]}"
   "${run_cmd[@]}" > /dev/null || fail "server pod's container"
-  container_done k8s-c-$$ 120
-  container_done k8s-s-$$ 30
-  grep -Eq '^\s*65536\s+2000\s+' "$work/k8s-c-$$.log" || { cat "$work/k8s-c-$$.log"; fail "pods: no ib_write_bw row"; }
+  container_done "$net-k8s-c" 120
+  container_done "$net-k8s-s" 30
+  grep -Eq '^\s*65536\s+2000\s+' "$work/$net-k8s-c.log" || { cat "$work/$net-k8s-c.log"; fail "pods: no ib_write_bw row"; }
   echo "containers: the Kubernetes example's pods, under podman: rping and ib_write_bw in $((SECONDS - t)) s"
 }
 
+sweep_stale
 make_image
 make_network
 check_unprivileged
