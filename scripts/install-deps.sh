@@ -37,6 +37,11 @@ packages=(
   iproute2 procps
   iptables                            # scripts/interop.py: TCP loss for the iWARP cases (statistic match)
   ethtool                             # KernelFacts.GsoSegments...: segmentation offload off on a veth
+  # Package tests (label `package`): the .deb in a clean Debian root and in containers
+  mmdebstrap debian-archive-keyring   # the clean Debian 12 root, from Debian's signed packages
+  podman runc                         # the image and the two containers (runc: crun refuses hybrid cgroups)
+  containernetworking-plugins         # podman's bridge network between the containers (only recommended)
+  python3-yaml                        # tests/install/k8s_pods.py: reads the Kubernetes example's pods
   # Benchmark (bench/compare.sh): the peers and the plots
   libfabric-bin python3-matplotlib
 )
