@@ -14,12 +14,14 @@ set -euo pipefail
 build_packages=(
   build-essential cmake ninja-build pkg-config  # build-essential brings dpkg-dev:
                                                 # dpkg-shlibdeps finds the .deb's Depends
+  file                                          # CPack's SHLIBDEPS runs file(1) on each binary
   libisal-dev zlib1g-dev libibverbs-dev librdmacm-dev libcli11-dev
 )
 
 packages=(
   # Build
   build-essential cmake ninja-build pkg-config binutils
+  file                                # CPack's SHLIBDEPS (the .deb's Depends) runs file(1)
   libisal-dev                         # crc32_gzip_refl(): the ICRC's CRC-32 (carry-less multiply)
   zlib1g-dev                          # crc32(): the reference CRC-32 for tests and tools
   libdeflate-dev                      # bench/crc_bench: the CRC-32 libraries compared

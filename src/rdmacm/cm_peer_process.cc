@@ -17,11 +17,12 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <cstddef>
 #include <cstdio>
+#include <cstring>
 #include <set>
-#include <vector>
 
 #include "rdmacm/agent.h"
 #include "rdmacm/cm.h"
@@ -74,12 +75,13 @@ int pidfd_of_holder(const ibv_gid& gid, pid_t& pid) {
 void Agent::publish_liveness() {
   ibv_port_attr port{};
   if (ibv_query_port(context_, 1, &port) != 0) return;
-  std::set<std::vector<uint8_t>> named;
+  std::set<std::array<uint8_t, 16>> named;  // std::array: GCC 12 warns on vector<uint8_t>'s <=>
   for (int index = 0; index < port.gid_tbl_len; ++index) {
     ibv_gid gid{};
     if (ibv_query_gid(context_, 1, index, &gid) != 0) continue;
-    const std::vector<uint8_t> raw(gid.raw, gid.raw + 16);
-    if (raw == std::vector<uint8_t>(16, 0) || !named.insert(raw).second) continue;
+    std::array<uint8_t, 16> raw;
+    std::memcpy(raw.data(), gid.raw, raw.size());
+    if (raw == std::array<uint8_t, 16>{} || !named.insert(raw).second) continue;
     const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     socklen_t length = 0;
     sockaddr_un name = liveness_name(gid, length);
