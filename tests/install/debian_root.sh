@@ -90,6 +90,13 @@ run_clients() {
   in_root /bin/bash /tmp/softrdma-test/run_clients.sh softrdma "$version" "$port" /tmp/softrdma-test ||
     fail "clients in the root"
   rm -rf "$m/tmp/softrdma-test"
+  # The installed doctor: no problem in the root, and its verdict on the sysfs view
+  # is the one `softrdma run` meets there (the root is an overlay, a mount point).
+  local doctor
+  doctor=$(in_root softrdma doctor) || fail "softrdma doctor found a problem in the root: $doctor"
+  grep -q '^ok *device ' <<< "$doctor" && grep -q '/usr/lib/softrdma$' <<< "$doctor" ||
+    fail "doctor on the device: $doctor"
+  grep -q '^ok *sysfs view' <<< "$doctor" || fail "doctor on the sysfs view: $doctor"
   echo "debian_root: clients ran in $((SECONDS - t)) s"
 }
 

@@ -50,8 +50,14 @@ std::string answer_of_child(const std::function<std::string()>& body) {
   return answer;
 }
 
-// Why a user namespace may be refused, from the settings that refuse them.
-std::string namespace_advice() {
+// Why the view may be refused: a root that is not a mount point, else the
+// settings that refuse user namespaces.
+std::string namespace_advice(const std::string& error) {
+  // mount(2) refuses to change the propagation of what is not a mount point:
+  // in a chroot whose directory was not mounted on itself, "/" is not one.
+  if (error.find("private") != std::string::npos && error.find("Invalid argument") != std::string::npos)
+    return "this process's / is not a mount point (a chroot): bind-mount the root directory onto "
+           "itself before chroot (mount --bind DIR DIR), or use a container";
   if (read_first_line("/proc/sys/kernel/unprivileged_userns_clone") == "0")
     return "unprivileged user namespaces are off: sysctl kernel.unprivileged_userns_clone=1";
   if (read_first_line("/proc/sys/user/max_user_namespaces") == "0")
@@ -120,7 +126,7 @@ Finding check_sysfs_view(const DeviceSnapshot* device) {
   f.found = "`softrdma run` cannot make the view (" + error +
             "): programs that find devices through ibv_get_device_list work, UCX does not "
             "see the device";
-  f.advice = namespace_advice();
+  f.advice = namespace_advice(error);
   return f;
 }
 
