@@ -8,23 +8,65 @@
 #include <cerrno>
 
 #include "rdmacm/address.h"
+#include "rdmacm/cm.h"
+
+extern "C" void softrdma_observe_qp_destroy(void (*observer)(ibv_qp*));
 
 namespace softrdma::rdmacm {
 
+namespace {
+
+// Never destroyed: the thread may still be inside epoll_wait at exit. A forked
+// child has the parent's object but not its thread, and may not use the parent's
+// device context (docs/decisions/verbs-contexts.md): it gets an agent of its own
+// (the parent's copy is left as it is).
+std::mutex agent_mutex;
+Agent* the_agent = nullptr;  // guarded by agent_mutex
+pid_t agent_owner = 0;       // guarded by agent_mutex
+
+}  // namespace
+
 Agent& Agent::get() {
-  // Never destroyed: the thread may still be inside epoll_wait at exit. A forked
-  // child has the parent's object but not its thread, and may not use the
-  // parent's device context (docs/decisions/verbs-contexts.md): it gets an agent
-  // of its own (the parent's copy is left as it is).
-  static std::mutex mutex;
-  static Agent* agent = nullptr;
-  static pid_t owner = 0;
-  std::lock_guard lock(mutex);
-  if (agent == nullptr || owner != getpid()) {
-    agent = new Agent;
-    owner = getpid();
+  std::lock_guard lock(agent_mutex);
+  if (the_agent == nullptr || agent_owner != getpid()) {
+    the_agent = new Agent;
+    agent_owner = getpid();
   }
-  return *agent;
+  return *the_agent;
+}
+
+Agent* Agent::existing() {
+  std::lock_guard lock(agent_mutex);
+  return agent_owner == getpid() ? the_agent : nullptr;
+}
+
+void Agent::own_qp(CmId& id) {
+  std::lock_guard lock(qps_mutex_);
+  qp_owners_[id.ibv.qp] = &id;
+}
+
+void Agent::disown_qp(CmId& id) {
+  // By owner, not by id.ibv.qp: the application may have changed that field.
+  std::lock_guard lock(qps_mutex_);
+  std::erase_if(qp_owners_, [&](const auto& entry) { return entry.second == &id; });
+}
+
+// On the application's thread, in ibv_destroy_qp before the QP is touched: the id
+// no longer has it (id->qp is null, as after rdma_destroy_qp), so neither this
+// agent nor a later rdma_destroy_qp uses it again.
+void Agent::qp_destroyed(ibv_qp* qp) noexcept {
+  Agent* agent = existing();
+  if (agent == nullptr) return;
+  {
+    std::lock_guard lock(agent->qps_mutex_);
+    if (!agent->qp_owners_.contains(qp)) return;  // not an id's QP
+  }
+  std::lock_guard cm_lock(agent->cm_mutex_);
+  std::lock_guard lock(agent->qps_mutex_);
+  auto it = agent->qp_owners_.find(qp);
+  if (it == agent->qp_owners_.end()) return;
+  it->second->ibv.qp = nullptr;
+  agent->qp_owners_.erase(it);
 }
 
 Agent::Agent()
@@ -34,6 +76,7 @@ Agent::Agent()
   event.data.fd = wake_fd_;
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &event);
   iwarp_ = std::make_unique<IwarpCm>(epoll_fd_, wake_fd_);
+  softrdma_observe_qp_destroy(&Agent::qp_destroyed);
   thread_ = std::thread([this] { run(); });
   thread_.detach();
 }
