@@ -1,5 +1,6 @@
 #include "rdmacm/agent.h"
 
+#include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -70,7 +71,9 @@ void Agent::qp_destroyed(ibv_qp* qp) noexcept {
 }
 
 Agent::Agent()
-    : epoll_fd_(epoll_create1(EPOLL_CLOEXEC)), wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+    : placeholder_fd_(open("/dev/null", O_RDONLY | O_CLOEXEC)),
+      epoll_fd_(epoll_create1(EPOLL_CLOEXEC)),
+      wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   epoll_event event{};
   event.events = EPOLLIN;
   event.data.fd = wake_fd_;
@@ -117,10 +120,30 @@ void Agent::watch_reservation(int fd) {
 
 void Agent::forget_reservation(int fd) {
   // Under the lock, so that the thread never accepts on a number being reused.
+  // The socket goes at once (its port may be reserved again right away: perftest
+  // -R listens twice on one port), but not its number: the thread's current batch
+  // may hold an event for it, taken from the epoll before this. Served after a
+  // close, that event found the number unknown, took it for a GID request's
+  // connection and closed it: whatever the process had opened under it since
+  // (the next reservation, its bind being the next socket). dup3 swaps the socket
+  // for the placeholder in one step; the thread closes it after the batch.
   std::lock_guard lock(mutex_);
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
   reservations_.erase(fd);
-  close(fd);
+  if (placeholder_fd_ < 0 || dup3(placeholder_fd_, fd, O_CLOEXEC) != fd) {
+    close(fd);
+    return;
+  }
+  retired_.insert(fd);
+  uint64_t one = 1;
+  (void)!write(wake_fd_, &one, sizeof one);  // the batch ends; the number is freed
+}
+
+// After a batch of events: no later epoll_wait returns a retired number.
+void Agent::close_retired() {
+  std::lock_guard lock(mutex_);
+  for (int fd : retired_) close(fd);
+  retired_.clear();
 }
 
 // A reservation's socket is readable: accept the connection and wait for its
@@ -146,6 +169,7 @@ void Agent::serve(int fd) {
     if (iwarp_->serve(fd)) return;
   }
   std::unique_lock lock(mutex_);
+  if (retired_.contains(fd)) return;  // a forgotten reservation's stale event
   ibv_context* context = context_;
   if (!reservations_.contains(fd)) {
     lock.unlock();
@@ -172,6 +196,7 @@ void Agent::run() {
     int n = epoll_wait(epoll_fd_, events, 16, next_timeout_ms());
     if (n < 0 && errno != EINTR) return;
     for (int i = 0; i < n; ++i) serve(events[i].data.fd);
+    close_retired();
     on_timeouts();
   }
 }

@@ -82,6 +82,7 @@ class Agent {
   static void qp_destroyed(ibv_qp* qp) noexcept;
   void run();
   void serve(int fd);
+  void close_retired();
   void on_mad(const ibv_gid& source, std::span<const uint8_t> mad);
   void on_req(const ibv_gid& source, const Incoming& req);
   void on_mra(CmId& id, const Incoming& mra);
@@ -110,6 +111,12 @@ class Agent {
   ibv_context* context_ = nullptr;  // guarded by mutex_
   ibv_pd* default_pd_ = nullptr;    // guarded by mutex_
   std::set<int> reservations_;      // guarded by mutex_
+  // Numbers of reservations forgotten since the thread's batch of events began:
+  // their sockets are closed, but each number names the placeholder (/dev/null)
+  // until the batch is served, so that an event of the batch for it never reaches
+  // a file opened under that number meanwhile (forget_reservation).
+  std::set<int> retired_;           // guarded by mutex_
+  int placeholder_fd_ = -1;
   int epoll_fd_ = -1;
   int wake_fd_ = -1;  // an eventfd: a new deadline, recompute the wait
   // softrdma_qp_error_fd of context_: readable when a QP entered Error.
