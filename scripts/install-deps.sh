@@ -37,6 +37,7 @@ packages=(
   ucx-utils libucx0                   # ucx_info, ucx_perftest: UCX on softrdma0 (and bench/compare.sh)
   libucx-dev                          # tests/conformance/ucx_sockaddr.c: UCX client/server over rdma_cm
   iproute2 procps
+  gdb                                 # run_client.py: a backtrace of a client that died of a signal (its core)
   iptables                            # scripts/interop.py: TCP loss for the iWARP cases (statistic match)
   ethtool                             # KernelFacts.GsoSegments...: segmentation offload off on a veth
   # Package tests (label `package`): the .deb in a clean Debian root and in containers

@@ -53,6 +53,13 @@ class Agent {
   void add_listener(CmId& id);
   void add_connection(CmId& id);  // gives it a fresh local communication ID
   void forget(CmId& id);          // listener or connection, before it is freed
+  // The QP rdma_create_qp(3) gave an id (id.ibv.qp), known until rdma_destroy_qp(3)
+  // or rdma_destroy_id(3) so that an ibv_destroy_qp(3) of it (perftest destroys
+  // its control connection's QP so, the id still connected) first takes it from
+  // the id: this thread moves an id's QP on a peer's DREQ or exit, and must never
+  // meet a freed one. Both under cm_mutex().
+  void own_qp(CmId& id);
+  void disown_qp(CmId& id);
   // A passive id leaves "request received": its listener's backlog has room again.
   void request_answered(CmId& id);
   // The connection is established: if its peer is a process of this host, its
@@ -69,8 +76,13 @@ class Agent {
 
  private:
   Agent();
+  // This process's agent if it has one (none made here), for the observer below.
+  static Agent* existing();
+  // softrdma_observe_qp_destroy's observer: an owned QP leaves its id.
+  static void qp_destroyed(ibv_qp* qp) noexcept;
   void run();
   void serve(int fd);
+  void close_retired();
   void on_mad(const ibv_gid& source, std::span<const uint8_t> mad);
   void on_req(const ibv_gid& source, const Incoming& req);
   void on_mra(CmId& id, const Incoming& mra);
@@ -99,6 +111,12 @@ class Agent {
   ibv_context* context_ = nullptr;  // guarded by mutex_
   ibv_pd* default_pd_ = nullptr;    // guarded by mutex_
   std::set<int> reservations_;      // guarded by mutex_
+  // Numbers of reservations forgotten since the thread's batch of events began:
+  // their sockets are closed, but each number names the placeholder (/dev/null)
+  // until the batch is served, so that an event of the batch for it never reaches
+  // a file opened under that number meanwhile (forget_reservation).
+  std::set<int> retired_;           // guarded by mutex_
+  int placeholder_fd_ = -1;
   int epoll_fd_ = -1;
   int wake_fd_ = -1;  // an eventfd: a new deadline, recompute the wait
   // softrdma_qp_error_fd of context_: readable when a QP entered Error.
@@ -113,6 +131,11 @@ class Agent {
   // (peer GID, its comm ID) -> id: a repeated REQ finds its connection.
   std::map<std::pair<ibv_gid, uint32_t>, CmId*, GidKeyLess> by_remote_;
   uint32_t next_comm_id_ = 0;
+  // QP -> the id that owns it (own_qp). Written under cm_mutex_ and qps_mutex_,
+  // a leaf lock: qp_destroyed looks first without cm_mutex_, as QP1, no id's, is
+  // destroyed under it.
+  std::mutex qps_mutex_;
+  std::map<const ibv_qp*, CmId*> qp_owners_;
   // Liveness on one host (cm_peer_process.cc): the abstract sockets named after
   // this process's GIDs (guarded by mutex_), and a pidfd per peer process
   // (guarded by cm_mutex_).

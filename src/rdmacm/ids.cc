@@ -138,6 +138,8 @@ SOFTRDMA_CM_EXPORT int rdma_destroy_id(rdma_cm_id* ibv) {
         agent.send(*id, dreq, false);
       }
       agent.forget(*id);
+      // A QP the application keeps past its id is the application's alone.
+      agent.disown_qp(*id);
     }
     if (id->ibv.event != nullptr) rdma_ack_cm_event(id->ibv.event);
     if (id->port_reservation >= 0) Agent::get().forget_reservation(id->port_reservation);

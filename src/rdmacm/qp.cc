@@ -177,8 +177,10 @@ int create_qp(CmId& id, ibv_qp_init_attr_ex& attr) {
     destroy_cqs(id);
     return err;
   }
-  std::lock_guard lock(Agent::get().cm_mutex());  // the agent reads id.ibv.qp under it
+  Agent& agent = Agent::get();
+  std::lock_guard lock(agent.cm_mutex());  // the agent reads id.ibv.qp under it
   id.ibv.qp = qp;
+  agent.own_qp(id);
   id.ibv.pd = attr.pd;
   return 0;
 }
@@ -213,7 +215,9 @@ SOFTRDMA_CM_EXPORT void rdma_destroy_qp(rdma_cm_id* ibv) {
   {
     // The agent moves the QP on a peer's REP or DREQ under this lock: it must
     // never see a QP being destroyed.
-    std::lock_guard lock(Agent::get().cm_mutex());
+    Agent& agent = Agent::get();
+    std::lock_guard lock(agent.cm_mutex());
+    agent.disown_qp(*to_id(ibv));
     qp = ibv->qp;
     ibv->qp = nullptr;
     // A QP attached to a group cannot be destroyed (EBUSY, as the kernel
@@ -222,8 +226,9 @@ SOFTRDMA_CM_EXPORT void rdma_destroy_qp(rdma_cm_id* ibv) {
       for (const CmId::Group& group : to_id(ibv)->groups)
         if (group.attached) ibv_detach_mcast(qp, &group.mgid, 0);
   }
-  if (qp == nullptr) return;
-  ibv_destroy_qp(qp);
+  // Null: the application destroyed it already (ibv_destroy_qp, Agent::own_qp);
+  // the CQs made for it are still the id's.
+  if (qp != nullptr) ibv_destroy_qp(qp);
   destroy_cqs(*to_id(ibv));
 }
 

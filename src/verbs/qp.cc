@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 
 #include "verbs/domains.h"
@@ -290,8 +291,27 @@ SOFTRDMA_EXPORT int ibv_query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int attr_mask,
   });
 }
 
+namespace {
+
+// softrdma_observe_qp_destroy's observer, or null.
+std::atomic<void (*)(ibv_qp*)> qp_destroy_observer{nullptr};
+
+}  // namespace
+
+// SOFTRDMA_PRIVATE_1, for softrdma's librdmacm only: `observer` is called at the
+// start of every ibv_destroy_qp(3), before the QP is touched. rdma-core's
+// librdmacm moves an id's QP only in the application's own calls; softrdma's
+// CM agent moves it from its thread too (a peer's DREQ or exit: QP to Error), so
+// it must hear of a QP the application destroys with ibv_destroy_qp(3) instead
+// of rdma_destroy_qp(3) while its id stays connected (perftest's control
+// connection), and forget it, before it is freed.
+SOFTRDMA_EXPORT void softrdma_observe_qp_destroy(void (*observer)(ibv_qp*)) {
+  qp_destroy_observer.store(observer, std::memory_order_release);
+}
+
 SOFTRDMA_EXPORT int ibv_destroy_qp(ibv_qp* ibqp) {
   return guard_errno([&] {
+    if (auto* observer = qp_destroy_observer.load(std::memory_order_acquire)) observer(ibqp);
     Qp* qp = to_qp(ibqp);
     if (live(ibqp->context)) {
       Process::get().remove_qp(qp);

@@ -25,10 +25,18 @@ Each --expect is a Python regular expression (MULTILINE) that must match.
 library cannot load into an unsanitized binary otherwise).
 Waiting for the server to listen reads /proc/net/tcp{,6}: a probe connection
 would be taken for the client by the one-connection servers.
+
+A client that dies of a signal is diagnosed: each runs in an empty directory of
+its own with core dumps allowed, and the core such a death leaves there (the
+kernel's core_pattern "core" is relative to the process's directory) is read by
+gdb, whose backtrace of every thread follows the client's output. Nothing is
+left behind: the directory goes with the run.
 """
 import argparse
 import os
 import re
+import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -85,13 +93,27 @@ def environment(args):
     return env
 
 
+def allow_core_dumps():
+    """Core dumps for the clients (the limit is inherited): the soft limit up to
+    the hard one, which an unprivileged process may do."""
+    try:
+        _, hard = resource.getrlimit(resource.RLIMIT_CORE)
+        resource.setrlimit(resource.RLIMIT_CORE, (hard, hard))
+    except (ValueError, OSError):
+        pass
+
+
 def start(cmd, env):
     # Output goes to a file, not a pipe: a server printing more than a pipe holds
     # while the client is being waited for would block (rping -v -S 65535).
     out = tempfile.TemporaryFile(mode="w+")
+    # The directory a core dump of this client lands in (one each: the server's
+    # and the client's would both be "core"); the clients take no relative paths.
+    core_dir = tempfile.mkdtemp(prefix="softrdma-client-")
     proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+                            start_new_session=True, cwd=core_dir)
     proc.output_file = out
+    proc.core_dir = core_dir
     return proc
 
 
@@ -102,7 +124,8 @@ def output_so_far(proc):
 
 def finish(proc, deadline):
     """Waits until the deadline; kills the process group after it. Returns
-    (exit status or None on timeout, output)."""
+    (exit status or None on timeout, output); proc.crash_report says how a
+    client that died of a signal died (crash_report)."""
     try:
         proc.wait(timeout=max(0.1, deadline - time.monotonic()))
         status = proc.returncode
@@ -110,14 +133,75 @@ def finish(proc, deadline):
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         status = None
+    proc.crash_report = ""
+    if status is not None and status < 0:
+        proc.crash_report = crash_report(proc, -status, deadline)
+    shutil.rmtree(proc.core_dir, ignore_errors=True)
     proc.output_file.seek(0)
     return status, proc.output_file.read()
 
 
-def check(name, status, output, expects, want_status=0):
+# signal(7): the signals whose default action is to dump core.
+DUMPING_SIGNALS = {signal.SIGQUIT, signal.SIGILL, signal.SIGTRAP, signal.SIGABRT, signal.SIGBUS,
+                   signal.SIGFPE, signal.SIGSEGV, signal.SIGXCPU, signal.SIGXFSZ, signal.SIGSYS}
+
+
+def crash_report(proc, signum, deadline):
+    """The backtrace of every thread of a client killed by `signum`, from the core
+    it left in its directory, or why there is none."""
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    head = f"===== died of {name} (pid {proc.pid})"
+    cores = sorted(f for f in os.listdir(proc.core_dir) if f.startswith("core"))
+    if not cores and signum not in DUMPING_SIGNALS:
+        return f"{head}: no core dump (this signal leaves none)"
+    if not cores:
+        try:
+            with open("/proc/sys/kernel/core_pattern") as f:
+                pattern = f.read().strip()
+        except OSError:
+            pattern = "?"
+        limit = resource.getrlimit(resource.RLIMIT_CORE)[0]
+        return (f"{head}: no core dump to read (core_pattern {pattern!r}, "
+                f"RLIMIT_CORE {limit})")
+    gdb = shutil.which("gdb")
+    if gdb is None:
+        return f"{head}: gdb is not installed (scripts/install-deps.sh), no backtrace"
+    core = os.path.join(proc.core_dir, cores[0])
+    budget = time.monotonic() + min(120, max(20, deadline + 25 - time.monotonic()))
+    # The program is the one the core names (AT_EXECFN), not necessarily the
+    # command started (`softrdma run` and env(1) exec it); with it gdb reads the
+    # symbols of the libraries the core lists.
+    auxv = run_gdb([gdb, "-nx", "-batch", "-ex", "info auxv", "-c", core], budget)
+    program = re.search(r'AT_EXECFN\s.*"(.+)"', auxv)
+    cmd = [gdb, "-nx", "-batch", "-iex", "set debuginfod enabled off",
+           "-ex", "info sharedlibrary", "-ex", "thread apply all bt"]
+    if program and os.path.isabs(program.group(1)):
+        cmd.append(program.group(1))
+    cmd += ["-c", core]
+    return f"{head}: backtrace of its core ({' '.join(cmd[1:])})\n{run_gdb(cmd, budget)}"
+
+
+def run_gdb(cmd, budget):
+    """gdb's output (never waiting for a debuginfod server nor past `budget`)."""
+    try:
+        return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              stdin=subprocess.DEVNULL,
+                              timeout=max(1, budget - time.monotonic()),
+                              env=dict(os.environ, DEBUGINFOD_URLS="")).stdout
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else e.stdout
+        return (out or "") + "\n(gdb timed out)"
+
+
+def check(name, status, output, expects, want_status=0, crash_report=""):
     ok = True
     print(f"===== {name}: exit {status if status is not None else 'TIMEOUT'}")
     print(output)
+    if crash_report:
+        print(crash_report)
     if status != want_status:
         print(f"===== {name}: expected exit status {want_status}")
         ok = False
@@ -130,8 +214,10 @@ def check(name, status, output, expects, want_status=0):
 
 def run_single(args, env):
     deadline = time.monotonic() + args.timeout
-    status, out = finish(start(args.command, env), deadline)
-    return check(" ".join(args.command), status, out, args.expect, args.expect_exit)
+    proc = start(args.command, env)
+    status, out = finish(proc, deadline)
+    return check(" ".join(args.command), status, out, args.expect, args.expect_exit,
+                 proc.crash_report)
 
 
 # Failures of the tools themselves, not of softrdma; only these are run again:
@@ -203,7 +289,7 @@ def run_pair_once(args, env):
     while not ready(args.port):
         if server.poll() is not None or time.monotonic() > deadline:
             status, out = finish(server, deadline)
-            check("server (never listened)", status, out, [])
+            check("server (never listened)", status, out, [], crash_report=server.crash_report)
             return False, out
         time.sleep(0.02)
     client = start(client_cmd, env)
@@ -211,8 +297,10 @@ def run_pair_once(args, env):
     if c_status != 0:  # a failed client leaves the server waiting: stop it
         deadline = min(deadline, time.monotonic() + 5)
     s_status, s_out = finish(server, deadline)
-    ok = check("server: " + " ".join(server_cmd), s_status, s_out, args.expect_server)
-    ok = check("client: " + " ".join(client_cmd), c_status, c_out, args.expect) and ok
+    ok = check("server: " + " ".join(server_cmd), s_status, s_out, args.expect_server,
+               crash_report=server.crash_report)
+    ok = check("client: " + " ".join(client_cmd), c_status, c_out, args.expect,
+               crash_report=client.crash_report) and ok
     return ok, (c_out or "") + (s_out or "")
 
 
@@ -245,6 +333,7 @@ def main():
     if (args.pair or args.cm_pair) and not args.port:
         ap.error("--pair and --cm-pair need --port")
     env = environment(args)
+    allow_core_dumps()
     ok = run_pair(args, env) if args.pair or args.cm_pair else run_single(args, env)
     return 0 if ok else 1
 

@@ -88,6 +88,43 @@ TEST(PeerDeath, KilledClientOfAnIdleServerIsDisconnected) {
   EXPECT_TRUE(server.quiet());
 }
 
+// perftest's control connection at exit: the QP rdma_create_qp gave the id is
+// destroyed with ibv_destroy_qp(3), not rdma_destroy_qp(3), and the id stays
+// connected. The agent moved id->qp to Error when the peer exited (or its DREQ
+// came): a freed QP, and the server of conformance.ib_read_bw.rdma_cm_R died of
+// SIGSEGV after its report. Now the id forgets the QP when it is destroyed (id->qp
+// is null, as after rdma_destroy_qp) and the agent leaves it alone. A QP of the
+// application's own, made right after, usually gets the freed one's memory: a
+// dangling id->qp would move that one to Error instead of crashing.
+TEST(PeerDeath, QpDestroyedWithoutItsIdIsNotTouchedWhenThePeerExits) {
+  CmServer server;
+  ASSERT_NE(server.listen_id, nullptr);
+  PeerProcess client("cm", server.port);
+  ASSERT_TRUE(server.accept());
+  ASSERT_EQ(client.line(), "connected");
+  ibv_qp* destroyed = server.conn->qp;
+  ASSERT_EQ(ibv_destroy_qp(destroyed), 0);
+  EXPECT_EQ(server.conn->qp, nullptr);
+  ibv_qp_init_attr attr{};
+  attr.qp_type = IBV_QPT_RC;
+  attr.send_cq = attr.recv_cq = server.conn->send_cq;
+  attr.cap.max_send_wr = attr.cap.max_recv_wr = 4;
+  attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+  ibv_qp* mine = ibv_create_qp(server.conn->pd, &attr);
+  ASSERT_NE(mine, nullptr) << std::strerror(errno);
+  std::printf("[ note ] the application's new QP %s the destroyed one's memory\n",
+              mine == destroyed ? "has" : "does not have");
+  client.kill_now();
+  EXPECT_EQ(server.next(), RDMA_CM_EVENT_DISCONNECTED);
+  ibv_qp_attr now{};
+  ibv_qp_init_attr init{};
+  ASSERT_EQ(ibv_query_qp(mine, &now, IBV_QP_STATE, &init), 0);
+  EXPECT_EQ(now.qp_state, IBV_QPS_RESET);
+  EXPECT_EQ(ibv_destroy_qp(mine), 0);
+  server.conn->qp = nullptr;  // (dangling if the id kept it: not for ~CmServer)
+  EXPECT_TRUE(server.quiet());
+}
+
 // The client stops answering; the server then sends to it. By the wire the SEND
 // is never acknowledged and the QP exhausts its retries (IBV_WC_RETRY_EXC_ERR);
 // on the same-host path the server places it in the stopped client's posted
