@@ -130,7 +130,9 @@ TEST(AgentEvents, AReservationsEventServedAfterItsIdIsDestroyedClosesNothingOpen
   ASSERT_GT(calls.load(), before);
   EXPECT_GE(fcntl(file, F_GETFD), 0) << "the agent closed the application's file";
   // Whatever kept the reservation's number taken meanwhile is gone with the batch.
-  if (file != reservation) EXPECT_LT(fcntl(reservation, F_GETFD), 0);
+  if (file != reservation) {
+    EXPECT_LT(fcntl(reservation, F_GETFD), 0);
+  }
   close(file);
   close(asker);
   // The port is free at once, as before (perftest -R listens on it again).
