@@ -13,6 +13,14 @@
 
 namespace softrdma::testing_support {
 
+// Installs `filter` for this process and its children (no new privileges first,
+// which an unprivileged process needs for a filter).
+inline bool install_filter(sock_filter* filter, unsigned short length) {
+  sock_fprog program{length, filter};
+  return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+         prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) == 0;
+}
+
 inline bool forbid_cross_memory_attach() {
   sock_filter filter[] = {
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
@@ -21,9 +29,7 @@ inline bool forbid_cross_memory_attach() {
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
   };
-  sock_fprog program{sizeof filter / sizeof filter[0], filter};
-  return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
-         prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) == 0;
+  return install_filter(filter, sizeof filter / sizeof filter[0]);
 }
 
 // The same for unshare(2) (EPERM), as under Docker's default profile without
@@ -35,9 +41,7 @@ inline bool forbid_unshare() {
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
   };
-  sock_fprog program{sizeof filter / sizeof filter[0], filter};
-  return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
-         prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) == 0;
+  return install_filter(filter, sizeof filter / sizeof filter[0]);
 }
 
 }  // namespace softrdma::testing_support
