@@ -7,6 +7,7 @@
 #include <pwd.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,6 +22,7 @@
 #include <filesystem>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/seccomp_filter.h"
@@ -98,6 +100,18 @@ std::string gid_hex(const ibv_gid& gid) {
   return text;
 }
 
+// A child killed, and reaped, once: by now(), or at the latest when this ends.
+struct Killed {
+  pid_t pid;
+  bool done = false;
+  void now() {
+    if (std::exchange(done, true)) return;
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  ~Killed() { now(); }
+};
+
 // A target killed while its peer WRITEs into it: the survivor's QP ends with an
 // error completion, the rest flushed, in bounded time; and what the dead process
 // had in /dev/shm is gone once the survivor noticed.
@@ -105,8 +119,12 @@ TEST(SameHost, APeerKilledInTheMiddleOfWritesEndsTheQpAndLeavesNothing) {
   setenv("SOFTRDMA_TRANSPORT", "auto", 1);
   int sv[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  const pid_t test_process = getpid();
   const pid_t target = fork();
   if (target == 0) {
+    // Gone with the test process, whatever ends it (a ctest timeout's SIGKILL).
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != test_process) _exit(1);
     close(sv[0]);
     Ends ends;
     Endpoint other{};
@@ -116,6 +134,9 @@ TEST(SameHost, APeerKilledInTheMiddleOfWritesEndsTheQpAndLeavesNothing) {
     for (;;) pause();
   }
   close(sv[1]);
+  // The target dies on every way out of this test, a failed ASSERT's too: alive,
+  // it would hold the test's output pipe, and ctest waits for that to close.
+  Killed killed{target};
   Ends ends;
   ASSERT_TRUE(ends.open());
   Endpoint other{};
@@ -126,15 +147,17 @@ TEST(SameHost, APeerKilledInTheMiddleOfWritesEndsTheQpAndLeavesNothing) {
   ASSERT_TRUE(std::filesystem::exists(node)) << node;
 
   ibv_sge sge{uint64_t(uintptr_t(ends.buf.data())), 4096, ends.mr->lkey};
-  int posted = 0, completed = 0, errors = 0;
+  int posted = 0, completed = 0, errors = 0, completed_at_kill = 0;
   ibv_wc_status first_error = IBV_WC_SUCCESS;
   auto killed_at = std::chrono::steady_clock::time_point{};
   const auto guard = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < guard && (errors == 0 || completed < posted)) {
-    if (completed == 200 && killed_at == std::chrono::steady_clock::time_point{}) {
-      kill(target, SIGKILL);
-      waitpid(target, nullptr, 0);
+    // At least 200, not exactly: one poll below may take several completions and
+    // step over 200 (up to 16 are outstanding), and then the target lived on.
+    if (completed >= 200 && killed_at == std::chrono::steady_clock::time_point{}) {
+      killed.now();
       killed_at = std::chrono::steady_clock::now();
+      completed_at_kill = completed;
     }
     if (errors == 0 && posted - completed < 16 &&
         post_send(ends.qp, IBV_WR_RDMA_WRITE, sge, uint64_t(posted), other.addr, other.rkey) == 0)
@@ -154,7 +177,8 @@ TEST(SameHost, APeerKilledInTheMiddleOfWritesEndsTheQpAndLeavesNothing) {
   EXPECT_EQ(attr.qp_state, IBV_QPS_ERR);
   const double noticed_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - killed_at).count();
-  std::printf("the survivor's QP ended %.1f ms after the kill\n", noticed_ms);
+  std::printf("the survivor's QP ended %.1f ms after the kill (after %d completions)\n",
+              noticed_ms, completed_at_kill);
   // As over the wire: the request the dead peer could not take was retried
   // retry_cnt (7) times before it failed, never failed at once (it would overtake
   // the completions of requests the peer took just before it died).
