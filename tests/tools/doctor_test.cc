@@ -110,6 +110,7 @@ bool siblings_can_attach() {
   if (pipe(ready) != 0) return false;
   const pid_t target = fork();
   if (target == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlives the test
     if (prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) != 0) { /* no Yama: fine */ }
     (void)!write(ready[1], "r", 1);
     pause();

@@ -3,6 +3,7 @@
 // runtime/status_segment.h). A child process connects a pair of QPs and moves
 // data, then waits; the test runs the real command, as a user would.
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -108,6 +109,9 @@ bool send_datagram(Pair& pair, ibv_qp* from, ibv_qp* to) {
 // ib_write_bw server leaves its own), and a UD QP of a that sent one datagram to
 // one of b; then the four QPNs to the parent, then it waits to be killed.
 [[noreturn]] void child_main(int report_fd, const char* transport) {
+  // Dies with the test process: a failed ASSERT before the kill must not leave it
+  // holding ctest's output pipe (ctest then waits for its timeout).
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
   setenv("SOFTRDMA_TRANSPORT", transport, 1);
   Pair pair;
   ibv_sge sge{pair.a.addr(0), 4096, pair.a.mr->lkey};

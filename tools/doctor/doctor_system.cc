@@ -79,6 +79,7 @@ std::string reach_between_siblings() {
   const pid_t target = fork();
   if (target == 0) {
     close(ready[0]);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlives a doctor killed meanwhile
     samehost::allow_same_user_peers();
     (void)!write(ready[1], "r", 1);
     pause();  // until the doctor kills it
