@@ -4,6 +4,7 @@
 #include "runtime/status_segment.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -108,6 +109,7 @@ TEST(StatusSegmentTest, ExitRemovesASegmentNeverClosed) {
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // a failed ASSERT below must not leave it
     auto segment = StatusSegment::create("dev0", dir.path());
     if (segment == nullptr) _exit(3);
     testing_support::forget(segment.release());  // as librdmacm forgets its device
@@ -127,6 +129,7 @@ TEST(StatusSegmentTest, AKilledProcesssSegmentIsRemovedByTheNextOpen) {
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // a failed ASSERT below must not leave it
     auto segment = StatusSegment::create("dev0", dir.path());
     const char byte = segment != nullptr ? 'r' : 'x';
     if (write(ready[1], &byte, 1) != 1) _exit(3);
