@@ -315,10 +315,21 @@ bool NodeSegment::take_notice(uint32_t& index) {
   return true;
 }
 
-void NodeSegment::publish_qp(uint32_t qpn, const QpGrant& grant) {
-  view_.qps.put(qpn, encode(grant));
+void NodeSegment::publish_qp_entry(uint32_t key, const QpTable::Value& value) {
+  if (published_qps_.contains(key)) {
+    view_.qps.put(key, value);
+  } else if (published_qps_.size() < view_.qps.capacity() && view_.qps.put_new(key, value)) {
+    published_qps_.insert(key);
+  }
 }
-void NodeSegment::remove_qp(uint32_t qpn) { view_.qps.erase(qpn); }
+
+void NodeSegment::publish_qp(uint32_t qpn, const QpGrant& grant) {
+  publish_qp_entry(qpn, encode(grant));
+}
+
+void NodeSegment::remove_qp(uint32_t qpn) {
+  if (published_qps_.erase(qpn) != 0) view_.qps.erase(qpn);
+}
 
 // Its PD in the grant's `pd`, its domain in `xrcd`, its queue in `recv_queue`.
 void NodeSegment::publish_xrc_srq(uint32_t srqn, const SrqGrant& grant) {
@@ -326,7 +337,7 @@ void NodeSegment::publish_xrc_srq(uint32_t srqn, const SrqGrant& grant) {
   as_qp.pd = grant.pd;
   as_qp.xrcd = grant.xrcd;
   as_qp.recv_queue = grant.recv_queue;
-  view_.qps.put(srqn | kSrqKeyBit, encode(as_qp));
+  publish_qp_entry(srqn | kSrqKeyBit, encode(as_qp));
 }
 
 std::unique_ptr<PeerNode> PeerNode::open(const Gid& gid, std::string& why,

@@ -24,6 +24,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "samehost/published_table.h"
@@ -219,10 +220,16 @@ class NodeSegment {
 
  private:
   NodeSegment() = default;
+  // Replaces a published entry in place, or adds one while the table has room;
+  // past its capacity the QP is not published (peers reach it over UDP).
+  void publish_qp_entry(uint32_t key, const QpTable::Value& value);
 
   NodeView view_;
   std::vector<std::string> names_;
   std::vector<uint32_t> free_recvs_;  // RecvState indices not in use
+  // The keys live in view_.qps (QPNs, and SRQNs with kSrqKeyBit): a QP never
+  // published, or one past the table's capacity, costs no walk of the table.
+  std::unordered_set<uint32_t> published_qps_;
   pid_t creator_ = 0;        // a forked child must not unlink its parent's names
   uint64_t probe_word_ = 0;  // the word peers read to prove who they reach
 };

@@ -58,6 +58,19 @@ class PublishedTable {
     write(*target, kLive, key, value);
     return true;
   }
+  // Owner only, for a key it knows is not live (it keeps its own index): the first
+  // slot of the key's chain that is not live, without walking the rest of the
+  // chain to look for the key. False when the table is full. A table whose empty
+  // slots are used up has chains as long as the table; `put` walks all of them.
+  bool put_new(uint32_t key, const Value& value) {
+    for (uint32_t probe = 0, i = home(key); probe < capacity(); ++probe, i = (i + 1) & mask_) {
+      Slot& s = slots_[i];
+      if (s.state.load(std::memory_order_relaxed) == kLive) continue;
+      write(s, kLive, key, value);
+      return true;
+    }
+    return false;
+  }
   // Owner only. False when the key was not there.
   bool erase(uint32_t key) {
     Slot* s = find_live(key);

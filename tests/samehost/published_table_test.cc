@@ -49,6 +49,27 @@ TEST(PublishedTable, ErasedKeysLeaveEveryOtherKeyReachable) {
   for (uint32_t k = 1; k <= kCapacity; k += 2) EXPECT_EQ(s.table.get(k * 31)->at(1), 1u);
 }
 
+// put_new (the owner knows the key is absent) fills a table, refuses one more,
+// reuses tombstones, and every key it placed is found by a reader's walk.
+TEST(PublishedTable, PutNewFillsReusesTombstonesAndStaysReachable) {
+  constexpr uint32_t kCapacity = 64;
+  Storage s(kCapacity);
+  for (uint32_t k = 1; k <= kCapacity; ++k) ASSERT_TRUE(s.table.put_new(k, {k, 0, 0}));
+  EXPECT_FALSE(s.table.put_new(1000, {0, 0, 0})) << "full";
+  for (uint32_t k = 1; k <= kCapacity; k += 3) ASSERT_TRUE(s.table.erase(k));
+  for (uint32_t k = 1; k <= kCapacity; k += 3) ASSERT_TRUE(s.table.put_new(k + 5000, {k, 1, 0}));
+  for (uint32_t k = 1; k <= kCapacity; ++k) {
+    if (k % 3 == 1) {
+      EXPECT_FALSE(s.table.get(k).has_value()) << k;
+      EXPECT_EQ(s.table.get(k + 5000)->at(1), 1u) << k;
+    } else {
+      EXPECT_EQ(s.table.get(k)->at(0), k) << k;
+    }
+  }
+  ASSERT_TRUE(s.table.put(2, {9, 9, 9}));  // put still replaces in place
+  EXPECT_EQ(s.table.get(2), (Table::Value{9, 9, 9}));
+}
+
 // A slot its writer left mid-write (a peer that died there) is never returned.
 TEST(PublishedTable, ASlotLeftMidWriteIsNotReturned) {
   Storage s(8);
