@@ -11,6 +11,8 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -136,14 +138,24 @@ bool trusted(const struct stat& st, int pid) {
 
 }  // namespace
 
-// The pid a segment of this layout names, from its header alone; 0 if not one.
-static int segment_pid(int fd, const struct stat& st) {
+// The pid a segment names: its header's, for this layout. A segment of another
+// layout (left by a killed process of an older or newer softrdma: the header
+// changes whenever a counter is added) still starts with the magic's stem; its
+// pid is then the one in its name, softrdma-<pid>-<device>, which every layout
+// has used. 0 when the file is neither.
+static int segment_pid(const std::string& path, int fd, const struct stat& st) {
   using namespace status_file;
   StatusHeader h{};
-  if (size_t(st.st_size) < fixed_bytes() || !read_exactly(fd, &h, sizeof h, 0) ||
-      !header_of_this_layout(h))
-    return 0;
-  return int(h.pid);
+  if (size_t(st.st_size) >= fixed_bytes() && read_exactly(fd, &h, sizeof h, 0) &&
+      header_of_this_layout(h))
+    return int(h.pid);
+  constexpr size_t kStem = sizeof kStatusMagic - 1;  // "srdmast", without the layout
+  char magic[kStem];
+  if (!read_exactly(fd, magic, kStem, 0) || std::memcmp(magic, kStatusMagic, kStem) != 0) return 0;
+  const std::string name = path.substr(path.rfind('/') + 1);
+  char* end = nullptr;
+  const long pid = std::strtol(name.c_str() + sizeof kPrefix - 1, &end, 10);
+  return pid > 0 && pid <= INT32_MAX && *end == '-' ? int(pid) : 0;
 }
 
 // Calls visit(path, fd, st) for every regular file of `directory` named like a
@@ -169,7 +181,7 @@ int remove_stale_status_segments(const std::string& directory) {
   using namespace status_file;
   int removed = 0;
   for_each_segment(directory, [&](const std::string& path, int fd, const struct stat& st) {
-    const int pid = segment_pid(fd, st);
+    const int pid = segment_pid(path, fd, st);
     if (pid == 0 || process_exists(pid) || st.st_uid != geteuid()) return;
     if (remove_if_same(path, st.st_dev, st.st_ino)) ++removed;
   });

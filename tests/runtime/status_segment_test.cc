@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -100,6 +101,29 @@ TEST(StatusSegmentTest, RowsOfDestroyedQpsAreReused) {
   const StatusReport* mine = own_report(reports);
   ASSERT_NE(mine, nullptr);
   EXPECT_TRUE(mine->qps.empty());
+}
+
+// A killed process of another softrdma version left a segment of another layout
+// (its header differs whenever a counter is added): it is still removed, by the
+// pid in its name, once that process is gone; a live one's is left.
+TEST(StatusSegmentTest, AnotherLayoutsSegmentOfADeadProcessIsRemovedToo) {
+  testing_support::TempDirectory dir;
+  const pid_t dead = fork();
+  ASSERT_GE(dead, 0);
+  if (dead == 0) _exit(0);
+  ASSERT_EQ(testing_support::exit_code_of(dead), 0);
+  auto leave = [&](pid_t pid) {
+    const std::string path = dir.path() + "/softrdma-" + std::to_string(pid) + "-dev0";
+    FILE* f = std::fopen(path.c_str(), "w");
+    std::fputs("srdmast2 an older layout", f);
+    std::fclose(f);
+    chmod(path.c_str(), 0600);
+    return path;
+  };
+  const std::string dead_one = leave(dead), live_one = leave(getpid());
+  EXPECT_EQ(remove_stale_status_segments(dir.path()), 1);
+  EXPECT_FALSE(std::filesystem::exists(dead_one));
+  EXPECT_TRUE(std::filesystem::exists(live_one));
 }
 
 // Issue 14 defect 9: the segment goes when its StatusSegment does, and a process
