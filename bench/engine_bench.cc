@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/device.h"
+#include "engine/roce/family.h"
 #include "transport/fake/fake_network.h"
 
 namespace {
@@ -28,7 +29,7 @@ struct Side {
 
 void open_side(Side& s, transport::fake::FakeNetwork& net, uint8_t host) {
   s.transport = net.attach(transport::fake::ipv4_gid(10, 0, 0, host));
-  s.device = std::make_unique<engine::Device>(engine::DeviceConfig{}, *s.transport);
+  s.device = std::make_unique<engine::Device>(engine::DeviceConfig{}, *s.transport, engine::roce::RoceFamily::maker());
   int err = 0;
   s.pd = s.device->alloc_pd(err);
   s.cq = s.device->create_cq(4096, err);

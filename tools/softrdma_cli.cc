@@ -239,16 +239,16 @@ int status() {
     return 1;
   }
   auto& device = node->device();
-  const bool iwarp = device.family().wire_protocol() == softrdma::engine::WireProtocol::kIwarp;
   // iWARP's QPs speak on the TCP connections librdmacm makes; the address is the
   // datagram transport's (docs/decisions/iwarp.md).
+  const softrdma::engine::FamilyTraits& family = device.family().traits();
   std::printf("device      %s (port 1, %s %s)\n", device.config().name.c_str(),
-              iwarp ? "iWARP over TCP, address" : "RoCEv2 over UDP",
-              node->transport().describe().c_str());
+              std::string(family.wire_name).c_str(), node->transport().describe().c_str());
   std::printf("library     %s/libibverbs.so.1\n", library_dir().c_str());
   const auto& gids = device.gids();
   for (size_t i = 0; i < gids.size(); ++i) {
-    std::printf("GID[%zu]      %s (%s)\n", i, gid_text(gids[i]).c_str(), iwarp ? "iWARP" : "RoCE v2");
+    std::printf("GID[%zu]      %s (%s)\n", i, gid_text(gids[i]).c_str(),
+                std::string(family.gid_type).c_str());
   }
   std::printf("\nsettings (environment; docs/configuration.md)\n");
   for (const auto& [variable, value] : settings->describe()) {

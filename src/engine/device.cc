@@ -9,8 +9,6 @@
 
 #include "engine/guarded_memory.h"
 #include "engine/rc/host_batch.h"
-#include "engine/iwarp/family.h"
-#include "engine/roce/family.h"
 #include "samehost/host.h"
 #include "wire/ip_udp.h"
 
@@ -42,15 +40,14 @@ uint32_t initial_qpn() {
 
 }  // namespace
 
-Device::Device(DeviceConfig config, transport::Transport& transport, const Clock& clock)
+Device::Device(DeviceConfig config, transport::Transport& transport,
+               const FamilyMaker& make_family, const Clock& clock)
     : config_(std::move(config)),
       transport_(transport),
       clock_(clock),
       counters_(config_.counters != nullptr ? *config_.counters : own_counters_),
       next_qpn_(initial_qpn()) {
-  auto roce = std::make_unique<roce::RoceFamily>(*this, transport);
-  roce_ = roce.get();
-  family_ = std::move(roce);
+  family_ = make_family(*this);
   gid_tables_.push_back(std::make_unique<const std::vector<Gid>>(make_gid_table(transport.local_gids())));
   gids_.store(gid_tables_.back().get(), std::memory_order_release);
   // Before any peer can reach registered memory (docs/decisions/memory-faults.md).
@@ -58,29 +55,14 @@ Device::Device(DeviceConfig config, transport::Transport& transport, const Clock
   if (config_.host != nullptr) mrs_.set_node(&config_.host->node(), config_.shared_pages_max_bytes);
 }
 
-transport::Transport& Device::route(const Gid& dst) { return roce_->route(dst); }
-
-void Device::add_transport(transport::Transport& extra) {
+int Device::attach_connection(Qp* qp, const wire::iwarp::IwarpHandoff& handoff) {
   auto engine = hold_engine();
-  if (roce_ != nullptr) roce_->add_transport(extra);
-}
-
-void Device::use_iwarp(transport::StreamTransport& streams) {
-  auto engine = hold_engine();
-  auto family = std::make_unique<iwarp::IwarpFamily>(*this, streams);
-  iwarp_ = family.get();
-  roce_ = nullptr;
-  family_ = std::move(family);
-}
-
-int Device::attach_iwarp(Qp* qp, const wire::iwarp::IwarpHandoff& handoff) {
-  auto engine = hold_engine();
-  if (iwarp_ == nullptr || !live_qps_.contains(qp)) {
+  if (!live_qps_.contains(qp)) {
     ::close(handoff.fd);
     return EINVAL;
   }
   const Nanos now = clock_.now();
-  if (int err = iwarp_->attach(*qp, handoff, now); err != 0) return err;
+  if (int err = family_->adopt_connection(*qp, handoff, now); err != 0) return err;
   qp->enter_rts_connected(handoff.ird, handoff.ord, now);
   return 0;
 }
@@ -244,7 +226,7 @@ Qp* Device::create_qp(Pd* pd, QpInit& init, int& err) {
   Qp* raw = qp.get();
   qps_.emplace(qpn, std::move(qp));
   live_qps_.insert(raw);
-  if (QpCounters* counters = note_qp(*raw)) raw->counters_ = counters;
+  if (QpCounters* counters = note_qp(*raw)) raw->count_into(*counters);
   return raw;
 }
 
@@ -302,8 +284,8 @@ int Device::destroy_qp(Qp* qp) {
 // Engine owner. The QP joins the timer list; the loop is woken if the timer is due
 // before anything it waits for.
 void Device::arm_timer(Qp& qp, Nanos when) {
-  if (!qp.timed_) {
-    qp.timed_ = true;
+  if (!qp.device_links().timed) {
+    qp.device_links().timed = true;
     timed_.push_back(&qp);
   }
   Nanos cur = next_deadline_.load(std::memory_order_acquire);
@@ -313,6 +295,15 @@ void Device::arm_timer(Qp& qp, Nanos when) {
       return;
     }
   }
+}
+
+bool Device::progress_held(Turner who) {
+  bool worked = false;
+  // As progress(): a doorbell rung during the turn is served before leaving.
+  do {
+    worked |= turn(true, who);
+  } while (doorbells_.load(std::memory_order_seq_cst) != nullptr);
+  return worked;
 }
 
 bool Device::progress(Turner who) {
@@ -329,10 +320,10 @@ bool Device::progress(Turner who) {
 
 void Device::ring_doorbell_from_engine(Qp& qp) {
   // IBA-free plumbing: a lock-free stack push, done at most once until served.
-  if (!qp.doorbell_rung_.exchange(true, std::memory_order_acq_rel)) {
+  if (!qp.device_links().doorbell_rung.exchange(true, std::memory_order_acq_rel)) {
     Qp* head = doorbells_.load(std::memory_order_relaxed);
     do {
-      qp.doorbell_next_ = head;
+      qp.device_links().doorbell_next = head;
     } while (!doorbells_.compare_exchange_weak(head, &qp, std::memory_order_release,
                                                std::memory_order_relaxed));
   }
@@ -353,17 +344,17 @@ bool Device::serve_doorbells(Nanos now) {
   if (stack == nullptr) return false;
   Qp* fifo = nullptr;
   while (stack != nullptr) {
-    Qp* next = stack->doorbell_next_;
-    stack->doorbell_next_ = fifo;
+    Qp* next = stack->device_links().doorbell_next;
+    stack->device_links().doorbell_next = fifo;
     fifo = stack;
     stack = next;
   }
   for (Qp* qp = fifo; qp != nullptr;) {
-    Qp* next = qp->doorbell_next_;
+    Qp* next = qp->device_links().doorbell_next;
     // Cleared before serving, as an exchange: it synchronises with the poster's
     // exchange, so whatever it published before ringing is seen now, and a post
     // after this point rings again.
-    qp->doorbell_rung_.exchange(false, std::memory_order_acq_rel);
+    qp->device_links().doorbell_rung.exchange(false, std::memory_order_acq_rel);
     qp->serve_doorbell(now);
     qp = next;
   }
@@ -445,8 +436,8 @@ void Device::push_completion(Cq& cq, const ibv_wc& wc, bool solicited, Nanos tim
 }
 
 void Device::want_tx(Qp& qp) {
-  if (qp.busy_) return;
-  qp.busy_ = true;
+  if (qp.device_links().busy) return;
+  qp.device_links().busy = true;
   busy_.push_back(&qp);
 }
 
@@ -460,7 +451,7 @@ bool Device::serve_busy(Nanos now) {
       ++i;
       continue;
     }
-    qp->busy_ = false;
+    qp->device_links().busy = false;
     busy_[i] = busy_.back();
     busy_.pop_back();
   }
@@ -478,7 +469,7 @@ bool Device::run_timers(Nanos now) {
     if (qp->protocol().deadline() <= now) qp->protocol().on_timer(now);
     const Nanos due = qp->protocol().deadline();
     if (due == kNever) {
-      qp->timed_ = false;
+      qp->device_links().timed = false;
       timed_[i] = timed_.back();
       timed_.pop_back();
       continue;

@@ -44,12 +44,6 @@ namespace softrdma::engine {
 namespace rc {
 struct HostBatch;
 }
-namespace roce {
-class RoceFamily;
-}
-namespace iwarp {
-class IwarpFamily;
-}
 
 using transport::Gid;
 
@@ -62,7 +56,9 @@ struct AsyncEvent {
 
 class Device {
  public:
-  Device(DeviceConfig config, transport::Transport& transport,
+  // `make_family` makes the port's wire protocol family (roce::RoceFamily::maker,
+  // iwarp::IwarpFamily::maker).
+  Device(DeviceConfig config, transport::Transport& transport, const FamilyMaker& make_family,
          const Clock& clock = steady_clock());
   ~Device();
   Device(const Device&) = delete;
@@ -137,6 +133,12 @@ class Device {
   // One turn of the engine unless another thread is running it: doorbells, one
   // receive burst, due timers. True when anything happened.
   bool progress(Turner who = Turner::kLoop);
+  // The same by a thread that holds engine_lock() already (the progress loop takes
+  // it itself: one lock for one owner, docs/decisions/threading.md).
+  bool progress_held(Turner who = Turner::kLoop);
+  // The lock whose holder runs the engine (for the progress loop's try_lock only;
+  // everyone else takes turns through progress(), ring_doorbell(), hold_engine()).
+  std::mutex& engine_lock() { return engine_mutex_; }
   // Nothing came by the wire for kQuietWire: this process's traffic, if any, is on
   // the same-host path. Any thread.
   bool wire_quiet(Nanos now) const {
@@ -193,25 +195,15 @@ class Device {
   void arm_timer(Qp& qp, Nanos when);
   // The wire protocol family of the device's port (family.h).
   ProtocolFamily& family() { return *family_; }
-  // The port speaks iWARP over `streams` instead of RoCEv2 (docs/decisions/
-  // iwarp.md); the datagram transport stays for the address and the GID table.
-  // Once, before any QP exists.
-  void use_iwarp(transport::StreamTransport& streams);
-  // softrdma_iwarp_attach (wire/iwarp/handoff.h): `qp` (RC, INIT, of an iWARP
-  // device) speaks on the connection a connection manager made, and is in RTS.
-  // 0, or an errno; the descriptor is the device's either way.
-  int attach_iwarp(Qp* qp, const wire::iwarp::IwarpHandoff& handoff);
+  // softrdma_iwarp_attach (wire/iwarp/handoff.h): `qp` (RC, INIT, of a device
+  // whose family takes connections) speaks on the connection a connection manager
+  // made, and is in RTS. 0, or an errno; the descriptor is the device's either way.
+  int attach_connection(Qp* qp, const wire::iwarp::IwarpHandoff& handoff);
 
   const DeviceConfig& config() const { return config_; }
   const DeviceLimits& limits() const { return config_.limits; }
-  // The primary transport (the one the GIDs come from), and the one a peer is
-  // reached through: the first added transport that reaches it, else the primary
-  // (roce::RoceFamily::route).
+  // The datagram transport the GIDs come from.
   transport::Transport& transport() { return transport_; }
-  transport::Transport& route(const Gid& dst);
-  // Another transport for some peers (a same-host shared-memory one); received
-  // from each turn like the primary. Before QPs are connected.
-  void add_transport(transport::Transport& extra);
   // Engine owner: the UD QPs attached to multicast group `group` in the order
   // attached, or null when none is (multicast.md).
   const std::vector<Qp*>* multicast_members(const Gid& group) const;
@@ -291,8 +283,6 @@ class Device {
   size_t mcast_attachments_ = 0;
   uint32_t next_qpn_;
   std::unique_ptr<ProtocolFamily> family_;
-  roce::RoceFamily* roce_ = nullptr;  // family_, when it is RoCEv2's
-  iwarp::IwarpFamily* iwarp_ = nullptr;  // family_, when it is iWARP's
   std::vector<Qp*> timed_;    // QPs that may have a timer armed
   std::vector<Qp*> busy_;     // QPs with output to produce (want_tx)
   struct StagedCompletion {

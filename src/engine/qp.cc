@@ -48,10 +48,11 @@ Qp::Qp(Device& device, uint32_t qpn, Pd* pd, const QpInit& init)
   attr_.cap = cap_;
   // The device's family decides (family.h), not the QP's type alone.
   protocol_ = device_.family().make_protocol(*this);
-  // An iWARP QP is born in INIT (siw's starts idle, which ibv_query_qp reports as
+  family_traits_ = &device_.family().traits();
+  // An RNIC's QP is born in INIT (siw's starts idle, which ibv_query_qp reports as
   // INIT; rdma-core's tests expect it of an RNIC), on port 1 with the remote rights
   // the CM would give it (iw_cm's INIT attributes).
-  if (device_.family().wire_protocol() == WireProtocol::kIwarp) {
+  if (family_traits_->connection_managed_qps) {
     attr_.qp_state = attr_.cur_qp_state = IBV_QPS_INIT;
     attr_.port_num = 1;
     attr_.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
@@ -95,11 +96,8 @@ int Qp::check_send_wr(const ibv_send_wr& wr, bool by_bind_verb) const {
   if (type_ == IBV_QPT_UD && ((opcode != IBV_WR_SEND && opcode != IBV_WR_SEND_WITH_IMM) ||
                               wr.wr.ud.ah == nullptr || length > path_mtu_bytes()))
     return EINVAL;
-  // RFC 5040 §4: RDMAP has SEND (with Invalidate), WRITE and READ; immediate data
-  // and atomics (RFC 7306) are not offered (the device reports no atomics).
-  if (device_.family().wire_protocol() == WireProtocol::kIwarp && opcode != IBV_WR_SEND &&
-      opcode != IBV_WR_SEND_WITH_INV && opcode != IBV_WR_RDMA_WRITE && opcode != IBV_WR_RDMA_READ)
-    return EINVAL;
+  // The family's wire may carry fewer operations (iWARP: RFC 5040 §4).
+  if (!family_traits_->carries_opcode(opcode)) return EINVAL;
   // IBA Table 39: UC has SEND and RDMA WRITE (with immediate) only.
   if (type_ == IBV_QPT_UC && opcode != IBV_WR_SEND && opcode != IBV_WR_SEND_WITH_IMM &&
       opcode != IBV_WR_RDMA_WRITE && opcode != IBV_WR_RDMA_WRITE_WITH_IMM)

@@ -23,6 +23,7 @@
 
 #include "engine/clock.h"
 #include "engine/counters.h"
+#include "engine/family.h"
 #include "engine/protocol.h"
 #include "engine/ring.h"
 #include "engine/srq.h"
@@ -97,14 +98,27 @@ class Qp {
   Xrcd* xrcd() const { return xrcd_; }
   Cq* send_cq() const { return send_cq_; }
   Cq* recv_cq() const { return recv_cq_; }
-  bool signal_all() const { return sq_sig_all_; }
   uint32_t path_mtu_bytes() const;
   std::mutex& mutex() const { return mutex_; }
   Protocol& protocol() { return *protocol_; }
+  const Protocol& protocol() const { return *protocol_; }
+  // The device's bookkeeping of this QP (its lists of QPs with a doorbell rung, a
+  // timer armed, output to produce). Their owner is the Device alone (device.cc);
+  // the doorbell fields are shared with posting threads through the atomics.
+  struct DeviceLinks {
+    std::atomic<bool> doorbell_rung{false};
+    Qp* doorbell_next = nullptr;
+    bool timed = false;  // in Device::timed_
+    bool busy = false;   // in Device::busy_
+  };
+  DeviceLinks& device_links() { return device_links_; }
   bool on_same_host() const { return protocol_->on_same_host(); }
 
   // This QP's traffic counters (engine owner writes; see counters.h).
   QpCounters& counters() { return *counters_; }
+  // Its counters live in `row` from now on (the status segment's row for it, which
+  // the device's QP observer gives at creation, before any traffic).
+  void count_into(QpCounters& row) { counters_ = &row; }
   Ring<SendWqe>& sq() { return sq_; }
   Ring<RecvWqe>& rq() { return rq_; }
 
@@ -237,6 +251,7 @@ class Qp {
   std::pmr::vector<Sge> rq_sges_;           // cap_.max_recv_sge per slot
   std::pmr::vector<uint8_t> inline_arena_;  // cap_.max_inline_data per slot
   std::unique_ptr<Protocol> protocol_;
+  const FamilyTraits* family_traits_ = nullptr;  // its device's family's (family.h)
 
   // The same-host receive queue (qp_host_recv.cc): its shared state in the node
   // segment, the results peers write for each consumed WQE (one per slot), and
@@ -262,15 +277,7 @@ class Qp {
   std::vector<uint8_t> tm_fin_;
   std::atomic<uint32_t> tm_sends_{0};
 
-  // The device's engine bookkeeping (owner: Device; doorbell fields shared with
-  // posting threads through the atomics).
-  friend class Device;
-  friend class roce::RoceFamily;  // touched_
-  std::atomic<bool> doorbell_rung_{false};
-  Qp* doorbell_next_ = nullptr;
-  bool timed_ = false;    // in Device::timed_
-  bool touched_ = false;  // in roce::RoceFamily::touched_
-  bool busy_ = false;     // in Device::busy_
+  DeviceLinks device_links_;
   QpCounters own_counters_;
   QpCounters* counters_ = &own_counters_;  // or the QP's row of the status segment
 };

@@ -183,10 +183,10 @@ int Qp::check_modify(const ibv_qp_attr& a, int mask, ibv_qp_state from) const {
   if (!r.valid) return EINVAL;
   const Transport t = transport_of(type_);
   if (from == IBV_QPS_SQE && t == kRc) return EINVAL;  // IBA 10.3.1: RC has no SQE
-  // iWARP: only the connection manager moves a QP into RTS, with its connection
-  // (Qp::enter_rts_connected); as siw answers a modify to RTS without a socket.
+  // An RNIC's QP: only the connection manager moves it into RTS, with its
+  // connection (Qp::enter_rts_connected); as siw answers a modify to RTS without a socket.
   if (wanted == IBV_QPS_RTS && from != IBV_QPS_RTS && from != IBV_QPS_SQD &&
-      device_.family().wire_protocol() == WireProtocol::kIwarp)
+      family_traits_->connection_managed_qps)
     return EINVAL;
   const int given = mask & ~kState;
   if ((given & r.required[t]) != r.required[t]) return EINVAL;

@@ -121,8 +121,8 @@ Srq* Device::create_srq(Pd* pd, SrqInit& init, int& err) {
   const bool tm = init.type == IBV_SRQT_TM;
   err = 0;
   if (init.type != IBV_SRQT_BASIC && !xrc && !tm) err = EINVAL;
-  // An iWARP port has no XRC and no tag matching (docs/decisions/iwarp.md).
-  if ((xrc || tm) && family_->wire_protocol() == WireProtocol::kIwarp) err = EOPNOTSUPP;
+  // A family may lack XRC or tag matching (iWARP: docs/decisions/iwarp.md).
+  if ((xrc && !family_->traits().xrc) || (tm && !family_->traits().tag_matching)) err = EOPNOTSUPP;
   if (pd == nullptr || (xrc && (init.cq == nullptr || init.xrcd == nullptr))) err = EINVAL;
   // tag_matching.md: a TM-SRQ has a CQ of its own, a list of at least one tag and
   // room for one operation at a time, within tm_caps.

@@ -102,7 +102,8 @@ ProgressLoop::ProgressLoop(ProgressHooks hooks, ProgressOptions options)
     : hooks_(std::move(hooks)), options_(std::move(options)),
       epoll_fd_(epoll_create1(EPOLL_CLOEXEC)),
       aside_epoll_fd_(epoll_create1(EPOLL_CLOEXEC)),
-      wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+      wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+      turn_lock_(hooks_.turn_lock != nullptr ? *hooks_.turn_lock : own_turn_lock_) {
   if (epoll_fd_ < 0 || aside_epoll_fd_ < 0) die("epoll_create1");
   if (wake_fd_ < 0) die("eventfd");
   add_fd(wake_fd_);
@@ -162,9 +163,11 @@ void ProgressLoop::set_state(LoopState state) {
 // The loop thread never waits for the lock: when a poller holds it, the poller
 // is making the progress and the loop is about to stand aside.
 bool ProgressLoop::call_progress() {
-  std::unique_lock lock(progress_mutex_, std::try_to_lock);
+  std::unique_lock lock(turn_lock_, std::try_to_lock);
   if (!lock.owns_lock()) return false;
   const bool did_work = hooks_.progress();
+  lock.unlock();
+  if (hooks_.after_progress) hooks_.after_progress();
   if (did_work) stats_.productive.fetch_add(1, std::memory_order_relaxed);
   return did_work;
 }
@@ -174,9 +177,11 @@ bool ProgressLoop::run_once() {
   // by a turn costs nothing but one more progress() call.
   aside_until_ns_.store(monotonic_now_ns() + options_.aside_while_waiting.count(),
                         std::memory_order_relaxed);
-  std::unique_lock lock(progress_mutex_, std::try_to_lock);
+  std::unique_lock lock(turn_lock_, std::try_to_lock);
   if (!lock.owns_lock()) return false;  // another thread is progressing right now
   const bool did_work = hooks_.poll_progress ? hooks_.poll_progress() : hooks_.progress();
+  lock.unlock();
+  if (hooks_.after_progress) hooks_.after_progress();
   if (did_work) stats_.productive.fetch_add(1, std::memory_order_relaxed);
   return did_work;
 }
@@ -222,9 +227,7 @@ void ProgressLoop::stand_aside() {
 
 int64_t ProgressLoop::deadline() const {
   if (!hooks_.next_deadline_ns) return kNoDeadline;
-  // Under the progress lock: the engine's timers change inside progress().
-  std::lock_guard lock(progress_mutex_);
-  return hooks_.next_deadline_ns();
+  return hooks_.next_deadline_ns();  // safe beside progress() (ProgressHooks)
 }
 
 void ProgressLoop::run() {

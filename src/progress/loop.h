@@ -34,16 +34,24 @@
 namespace softrdma::progress {
 
 struct ProgressHooks {
-  // Does what is ready; true when it did any work.
+  // Does what is ready; true when it did any work. Called with turn_lock held.
   std::function<bool()> progress;
   // When progress() must next run even if no fd fires: CLOCK_MONOTONIC ns, or
-  // INT64_MAX for never. Null: never.
+  // INT64_MAX for never. Null: never. Called on the loop's thread without
+  // turn_lock, while other threads may be in progress(): it must be safe then.
   std::function<int64_t()> next_deadline_ns;
   // Readable means progress() has work (transport rx_fds, ...).
   std::vector<int> fds;
   // What run_once() calls instead, when set: an application thread's turn, which
   // may do less than the loop's (it comes back at once if it found nothing).
   std::function<bool()> poll_progress;
+  // The lock whose holder alone runs progress (the engine's: one owner, one lock,
+  // docs/decisions/threading.md); the loop and run_once() try it and never wait.
+  // Null: the loop's own.
+  std::mutex* turn_lock = nullptr;
+  // Called after each progress or poll_progress call, once turn_lock is released
+  // (what may call back into the owner, e.g. reports to listeners). Optional.
+  std::function<void()> after_progress;
 };
 
 struct ProgressOptions {
@@ -143,7 +151,8 @@ class ProgressLoop {
   // own_word_, or in shared memory (share_wake_word).
   WakeWord own_word_{};
   WakeWord* word_ = &own_word_;
-  mutable std::mutex progress_mutex_;  // progress() on one thread at a time
+  std::mutex own_turn_lock_;  // when the hooks name no turn_lock
+  std::mutex& turn_lock_;     // progress() on one thread at a time
   // CLOCK_MONOTONIC ns until which the loop stands aside for a poller.
   std::atomic<int64_t> aside_until_ns_{0};
 

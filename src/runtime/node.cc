@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "engine/iwarp/family.h"
+#include "engine/roce/family.h"
 #include "runtime/status_registry.h"
 #include "transport/fake/fault_injector.h"
 #include "transport/pcap_writer.h"
@@ -66,7 +68,7 @@ std::unique_ptr<Node> Node::open(const Settings& settings, std::string& error) {
   config.max_unacked_packets = settings.max_unacked_packets;
   config.idle_probe_interval_ns = int64_t(settings.idle_probe_ms) * 1'000'000;
   config.shared_pages_max_bytes = uint64_t(settings.shared_pages_mb) << 20;
-  node->device_ = std::make_unique<engine::Device>(config, *node->transport_);
+  engine::FamilyMaker family = engine::roce::RoceFamily::maker();
   if (settings.iwarp) {
     // iWARP (docs/decisions/iwarp.md): QPs speak on TCP connections that librdmacm
     // hands over; the datagram transport stays for the address and GID table.
@@ -74,8 +76,9 @@ std::unique_ptr<Node> Node::open(const Settings& settings, std::string& error) {
     timing.exit_waits = settings.progress_thread;  // the loop sends held FINs at exit
     node->streams_ = transport::tcp::TcpStreams::open(node->transport_->local_gid(), error, timing);
     if (!node->streams_) return nullptr;
-    node->device_->use_iwarp(*node->streams_);
+    family = engine::iwarp::IwarpFamily::maker(*node->streams_);
   }
+  node->device_ = std::make_unique<engine::Device>(config, *node->transport_, family);
   Node* raw = node.get();
   node->device_->set_qp_observer(
       [raw](const engine::Qp& qp, bool gone) { return raw->observe_qp(qp, gone); });
@@ -91,8 +94,13 @@ std::unique_ptr<Node> Node::open(const Settings& settings, std::string& error) {
   if (settings.progress_thread) {
     engine::Device* device = node->device_.get();
     progress::ProgressHooks hooks;
-    hooks.progress = [raw] { return raw->turn(engine::Device::Turner::kLoop); };
-    hooks.poll_progress = [raw] { return raw->turn(engine::Device::Turner::kPoller); };
+    // The loop takes the engine's own lock around each turn (one owner, one lock).
+    hooks.turn_lock = &device->engine_lock();
+    hooks.progress = [device] { return device->progress_held(engine::Device::Turner::kLoop); };
+    hooks.poll_progress = [device] {
+      return device->progress_held(engine::Device::Turner::kPoller);
+    };
+    hooks.after_progress = [raw] { raw->after_turn(); };
     hooks.next_deadline_ns = [device] { return device->next_deadline(); };
     hooks.fds = device->family().rx_fds();  // the wire family's transports
     node->loop_ = std::make_unique<progress::ProgressLoop>(std::move(hooks));
@@ -181,9 +189,13 @@ engine::QpCounters* Node::observe_qp(const engine::Qp& qp, bool gone) {
 
 bool Node::turn(engine::Device::Turner who) {
   const bool worked = device_->progress(who);
+  after_turn();
+  return worked;
+}
+
+void Node::after_turn() {
   // One atomic load per turn; the list is taken only when a QP entered Error.
   if (qp_errors_pending_.load(std::memory_order_acquire)) report_qp_errors();
-  return worked;
 }
 
 [[gnu::cold]] void Node::report_qp_errors() {

@@ -43,11 +43,11 @@ class Node {
   // Nothing came by the wire lately (engine::Device::wire_quiet).
   bool wire_quiet() const { return device_->wire_quiet(device_->clock().now()); }
   // Whether a poll that found nothing gives the core away at once (verbs/cq.cc
-  // after_idle_poll): over RoCE while the wire carries traffic (this process's
-  // progress thread may have to run); never over iWARP, whose poller reads its
-  // streams itself while the loop stands aside (docs/decisions/iwarp.md).
+  // after_idle_poll): while the wire carries traffic (this process's progress
+  // thread may have to run); never when the poller reads the wire itself while
+  // the loop stands aside (iWARP's streams: docs/decisions/iwarp.md).
   bool idle_poll_yields_at_once() const {
-    return device_->family().wire_protocol() == engine::WireProtocol::kRoceV2 && !wire_quiet();
+    return !device_->family().traits().poller_reads_wire && !wire_quiet();
   }
   // The inline poller got completions (it may stop polling): the loop takes over.
   void poller_satisfied(bool hand_over) {
@@ -73,6 +73,9 @@ class Node {
   engine::QpCounters* observe_qp(const engine::Qp& qp, bool gone);
   // One turn of the engine, then the QPs that entered Error meanwhile are told.
   bool turn(engine::Device::Turner who);
+  // What follows every turn, with the engine released: reports of QPs that
+  // entered Error to the listener.
+  void after_turn();
   void report_qp_errors();
   void watch_addresses();
   // The same-host path (docs/decisions/same-host.md), unless the settings put

@@ -116,12 +116,6 @@ class Transport {
   // Human-readable address, e.g. "127.0.27.3:4791".
   virtual std::string describe() const = 0;
 
-  // Whether this transport carries packets to `dst`. A device sends each QP's
-  // packets through the first of its transports that reaches the peer (chosen
-  // when the QP's path is set, docs/decisions/threading.md "Transports per
-  // peer"): a same-host shared-memory transport answers for the local peers it
-  // knows and leaves the rest to UDP, which reaches every address.
-  virtual bool reaches(const Gid& /*dst*/) const { return true; }
   // The UDP port RoCEv2 packets are sent to and received on (IANA 4791; a test or a
   // user may configure another). The ICRC covers it.
   virtual uint16_t udp_port() const { return wire::kRoceUdpPort; }

@@ -85,21 +85,25 @@ void fill_device_attr(Context& ctx, ibv_device_attr& a) {
   // bound of the time a software responder may take to acknowledge.
   a.local_ca_ack_delay = 15;
   a.phys_port_cnt = 1;
-  if (ctx.device->family().wire_protocol() == engine::WireProtocol::kIwarp) limit_to_iwarp(a);
+  limit_to_family(ctx.device->family().traits(), a);
 }
 
-// What an iWARP port lacks (docs/decisions/iwarp.md): RDMAP carries RC only (no
-// UD, so no AHs or multicast; no XRC), has no RNR NAK, and RFC 7306's atomics
-// are not offered; READ depths are RFC 6581's 14-bit IRD/ORD.
-void limit_to_iwarp(ibv_device_attr& a) {
-  a.device_cap_flags &= ~(IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_XRC);
-  a.atomic_cap = IBV_ATOMIC_NONE;
-  a.max_ah = 0;
-  a.max_mcast_grp = 0;
-  a.max_mcast_qp_attach = 0;
-  a.max_total_mcast_qp_attach = 0;
-  a.max_qp_rd_atom = std::min(a.max_qp_rd_atom, int(wire::iwarp::kMpaMaxIrdOrd));
-  a.max_qp_init_rd_atom = std::min(a.max_qp_init_rd_atom, int(wire::iwarp::kMpaMaxIrdOrd));
+// What the port's family lacks (engine/family.h; iWARP's: docs/decisions/iwarp.md:
+// RDMAP carries RC only, so no AHs or multicast and no XRC, has no RNR NAK, does
+// not offer RFC 7306's atomics, and its READ depths are RFC 6581's 14-bit IRD/ORD).
+void limit_to_family(const engine::FamilyTraits& family, ibv_device_attr& a) {
+  if (!family.rnr_nak) a.device_cap_flags &= ~IBV_DEVICE_RC_RNR_NAK_GEN;
+  if (!family.xrc) a.device_cap_flags &= ~IBV_DEVICE_XRC;
+  if (!family.atomics) a.atomic_cap = IBV_ATOMIC_NONE;
+  if (!family.carries(IBV_QPT_UD)) {  // no datagrams: no address handles, no groups
+    a.max_ah = 0;
+    a.max_mcast_grp = 0;
+    a.max_mcast_qp_attach = 0;
+    a.max_total_mcast_qp_attach = 0;
+  }
+  const int rd_atomic = int(std::min<uint32_t>(family.max_rd_atomic, INT_MAX));
+  a.max_qp_rd_atom = std::min(a.max_qp_rd_atom, rd_atomic);
+  a.max_qp_init_rd_atom = std::min(a.max_qp_init_rd_atom, rd_atomic);
 }
 
 void fill_device_attr_ex(Context& ctx, ibv_device_attr_ex& a) {
@@ -115,13 +119,14 @@ void fill_device_attr_ex(Context& ctx, ibv_device_attr_ex& a) {
   a.max_dm_size = ctx.device->limits().max_dm_size;  // host memory the device owns (dm.cc)
   // Tag matching on RC (docs/decisions/tag-matching.md); TSO, RSS, packet pacing: none.
   const engine::DeviceLimits& lim = ctx.device->limits();
-  if (ctx.device->family().wire_protocol() == engine::WireProtocol::kIwarp) {
-    a.odp_caps.per_transport_caps.rc_odp_caps &= ~IBV_ODP_SUPPORT_ATOMIC;
-    a.odp_caps.per_transport_caps.uc_odp_caps = 0;
-    a.odp_caps.per_transport_caps.ud_odp_caps = 0;
-    a.xrc_odp_caps = 0;
-    return;  // no tag matching either: it rides on RoCE's RC protocol
-  }
+  // ODP for what the family carries only (iWARP: RC without atomics).
+  const engine::FamilyTraits& family = ctx.device->family().traits();
+  auto& per_transport = a.odp_caps.per_transport_caps;
+  if (!family.atomics) per_transport.rc_odp_caps &= ~IBV_ODP_SUPPORT_ATOMIC;
+  if (!family.carries(IBV_QPT_UC)) per_transport.uc_odp_caps = 0;
+  if (!family.carries(IBV_QPT_UD)) per_transport.ud_odp_caps = 0;
+  if (!family.xrc) a.xrc_odp_caps = 0;
+  if (!family.tag_matching) return;
   a.tm_caps.flags = IBV_TM_CAP_RC;
   a.tm_caps.max_num_tags = lim.max_tm_tags;
   a.tm_caps.max_ops = lim.max_tm_ops;

@@ -34,7 +34,7 @@ inline constexpr uint64_t kCompletionTimestampMask = (uint64_t(1) << 63) - 1;
 __be64 guid_of(const std::vector<transport::Gid>& gids);
 
 void fill_device_attr(Context& ctx, ibv_device_attr& attr);
-void limit_to_iwarp(ibv_device_attr& attr);
+void limit_to_family(const engine::FamilyTraits& family, ibv_device_attr& attr);
 void fill_device_attr_ex(Context& ctx, ibv_device_attr_ex& attr);
 void fill_odp_caps(ibv_odp_caps& caps);
 void fill_port_attr(Context& ctx, ibv_port_attr& attr);

@@ -68,7 +68,7 @@ Cq* create_cq(Context* ctx, int cqe, const softrdma::engine::CqOptions& options,
   softrdma::engine::Cq* engine_cq = ctx->device->create_cq(cqe, options, err);
   if (engine_cq == nullptr) return nullptr;
   auto* cq = new Cq{};
-  cq->cq = engine_cq;
+  cq->engine_cq = engine_cq;
   cq->node = ctx->node;
   cq->ctx = ctx;
   cq->inline_progress = ctx->inline_progress;
@@ -87,7 +87,7 @@ void attach_channel(Cq* cq, CompChannel* channel) {
     std::lock_guard lock(channel->mutex);
     ++channel->ibv.refcnt;
   }
-  cq->cq->set_notify([cq] { on_notify(cq); });
+  cq->engine_cq->set_notify([cq] { on_notify(cq); });
 }
 
 // ibv_get_cq_event(3): the oldest CQ whose notification fired, counted as
@@ -221,10 +221,10 @@ int op_poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   Cq* cq = to_cq(ibcq);
   if (num_entries <= 0 || Process::get().stale(cq->ctx)) [[unlikely]]
     return num_entries == 0 ? 0 : -1;
-  int n = cq->cq->poll(num_entries, wc);
+  int n = cq->engine_cq->poll(num_entries, wc);
   if (n < num_entries && (n == 0 || cq->inline_progress)) {
     const bool worked = cq->node->progress_inline();
-    n += cq->cq->poll(num_entries - n, wc + n);
+    n += cq->engine_cq->poll(num_entries - n, wc + n);
     if (n > 0) cq->node->poller_satisfied(hands_over(wc, n));
     if (n == 0 && !worked) after_idle_poll(cq->node->idle_poll_yields_at_once());
   }
@@ -264,7 +264,7 @@ void after_busy_poll() { idle_polls = 0; }
 int op_req_notify_cq(ibv_cq* ibcq, int solicited_only) {
   Cq* cq = to_cq(ibcq);
   if (Process::get().stale(cq->ctx)) return EIO;
-  cq->cq->arm(solicited_only != 0);
+  cq->engine_cq->arm(solicited_only != 0);
   return 0;
 }
 
@@ -291,7 +291,7 @@ SOFTRDMA_EXPORT int ibv_destroy_cq(ibv_cq* ibcq) {
   return guard_errno([&] {
     Cq* cq = to_cq(ibcq);
     if (live(ibcq->context)) {
-      if (int err = cq->ctx->device->destroy_cq(cq->cq)) return err;
+      if (int err = cq->ctx->device->destroy_cq(cq->engine_cq)) return err;
       Process::get().remove_cq(cq);
       drop_pending(cq);
       wait_for_acks(cq);
@@ -309,8 +309,8 @@ SOFTRDMA_EXPORT int ibv_resize_cq(ibv_cq* ibcq, int cqe) {
     if (!live(ibcq->context)) return EIO;
     if (cqe < 1 || uint32_t(cqe) > cq->ctx->device->limits().max_cqe) return EINVAL;
     cq->ctx->device->settle();  // completions of work already posted count
-    if (int err = cq->cq->resize(uint32_t(cqe))) return err;
-    ibcq->cqe = int(cq->cq->capacity());
+    if (int err = cq->engine_cq->resize(uint32_t(cqe))) return err;
+    ibcq->cqe = int(cq->engine_cq->capacity());
     return 0;
   });
 }

@@ -28,7 +28,7 @@ const ibv_wc& current_wc(ibv_cq_ex* ex) { return batch_of(ex).current.wc; }
 // struct, where the application reads them (ibv_create_cq_ex(3)).
 bool take(Cq* cq) {
   CqPollBatch& batch = *cq->batch;
-  if (!cq->cq->pop(batch.current)) return false;
+  if (!cq->engine_cq->pop(batch.current)) return false;
   cq->ex.wr_id = batch.current.wc.wr_id;
   cq->ex.status = batch.current.wc.status;
   return true;
@@ -59,9 +59,9 @@ int start_poll(ibv_cq_ex* ex, ibv_poll_cq_attr* attr) {
   if (Process::get().stale(cq->ctx)) return EIO;
   CqPollBatch& batch = *cq->batch;
   if (!batch.single_threaded) batch.lock.lock();
-  cq->cq->begin_batch();
+  cq->engine_cq->begin_batch();
   if (!take_with_progress(cq, true)) {
-    cq->cq->end_batch();
+    cq->engine_cq->end_batch();
     if (!batch.single_threaded) batch.lock.unlock();
     return ENOENT;
   }
@@ -88,7 +88,7 @@ void end_poll(ibv_cq_ex* ex) {
   CqPollBatch& batch = batch_of(ex);
   if (!batch.open) return;
   batch.open = false;
-  to_cq(ex)->cq->end_batch();
+  to_cq(ex)->engine_cq->end_batch();
   if (!batch.single_threaded) batch.lock.unlock();
 }
 

@@ -51,7 +51,7 @@ int op_bind_mw(ibv_qp* ibqp, ibv_mw* mw, ibv_mw_bind* mw_bind) {
     wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
     wr.bind_mw.bind_info = mw_bind->bind_info;
     const ibv_send_wr* bad = nullptr;
-    if (int err = to_qp(ibqp)->qp->post_send(&wr, &bad, /*by_bind_verb=*/true)) return err;
+    if (int err = to_qp(ibqp)->engine_qp->post_send(&wr, &bad, /*by_bind_verb=*/true)) return err;
     mw->rkey = wr.bind_mw.rkey;
     return 0;
   });

@@ -146,7 +146,7 @@ struct Cq {
     ibv_cq ibv;
     ibv_cq_ex ex;
   };
-  engine::Cq* cq;
+  engine::Cq* engine_cq;  // the software RNIC's CQ behind it
   runtime::Node* node;
   Context* ctx;
   CompChannel* channel;  // or null
@@ -197,7 +197,7 @@ struct WrBatch {
 
 struct Qp {
   ibv_qp_ex ex;  // ex.qp_base is the ibv_qp applications see
-  engine::Qp* qp;
+  engine::Qp* engine_qp;  // the software RNIC's QP behind it
   Context* ctx;
   runtime::Node* node;
   std::unique_ptr<WrBatch> batch;  // set when created with send_ops_flags

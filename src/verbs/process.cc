@@ -163,12 +163,12 @@ void Process::remove_qp(Qp* qp) {
 
 void Process::add_cq(Cq* cq) {
   std::lock_guard lock(route_mutex_);
-  cqs_[cq->cq] = cq;
+  cqs_[cq->engine_cq] = cq;
 }
 
 void Process::remove_cq(Cq* cq) {
   std::lock_guard lock(route_mutex_);
-  cqs_.erase(cq->cq);
+  cqs_.erase(cq->engine_cq);
 }
 
 void Process::add_srq(Srq* srq) {

@@ -51,9 +51,9 @@ int resolve_objects(ibv_context* context, const ibv_qp_init_attr_ex& attr,
   init.type = attr.qp_type;
   // An XRC receive QP has no CQs; rdma-core's providers ignore any given.
   if (attr.qp_type != IBV_QPT_XRC_RECV) {
-    if (attr.send_cq != nullptr) init.send_cq = to_cq(attr.send_cq)->cq;
+    if (attr.send_cq != nullptr) init.send_cq = to_cq(attr.send_cq)->engine_cq;
     if (attr.recv_cq != nullptr && attr.qp_type != IBV_QPT_XRC_SEND)
-      init.recv_cq = to_cq(attr.recv_cq)->cq;
+      init.recv_cq = to_cq(attr.recv_cq)->engine_cq;
     if (attr.srq != nullptr) init.srq = to_srq(attr.srq)->srq;
   }
   if ((attr.comp_mask & IBV_QP_INIT_ATTR_XRCD) && attr.xrcd != nullptr)
@@ -84,8 +84,8 @@ Qp* create_qp(ibv_context* context, ibv_pd* pd, ibv_qp_init_attr_ex& attr, int& 
     qp->memory = parent_domain_memory(*domain, kResourceQpQueues);
     init.memory = qp->memory.get();
   }
-  qp->qp = ctx->device->create_qp(domain != nullptr ? domain->pd : nullptr, init, err);
-  if (qp->qp == nullptr) return nullptr;
+  qp->engine_qp = ctx->device->create_qp(domain != nullptr ? domain->pd : nullptr, init, err);
+  if (qp->engine_qp == nullptr) return nullptr;
   if (domain != nullptr && domain->protection != nullptr) {
     qp->parent_domain = domain;
     domain->users.fetch_add(1);
@@ -100,8 +100,8 @@ Qp* create_qp(ibv_context* context, ibv_pd* pd, ibv_qp_init_attr_ex& attr, int& 
   q.send_cq = init.send_cq != nullptr ? attr.send_cq : nullptr;
   q.recv_cq = init.recv_cq != nullptr ? attr.recv_cq : nullptr;
   q.srq = init.srq != nullptr ? attr.srq : nullptr;
-  q.handle = qp->qp->qpn();
-  q.qp_num = qp->qp->qpn();
+  q.handle = qp->engine_qp->qpn();
+  q.qp_num = qp->engine_qp->qpn();
   // RESET, as libibverbs' ibv_cmd_create_qp sets it for every device; an iWARP
   // QP is already INIT in the engine, which ibv_query_qp reports (as with siw).
   q.state = IBV_QPS_RESET;
@@ -189,14 +189,14 @@ int post_wrs(Qp* qp, Wr* wr, Wr** bad_wr, Post&& post) {
 int op_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   Qp* qp = to_qp(ibqp);
   return post_wrs(qp, wr, bad_wr, [&](const ibv_send_wr* w, const ibv_send_wr** bad) {
-    return qp->qp->post_send(w, bad);
+    return qp->engine_qp->post_send(w, bad);
   });
 }
 
 int op_post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   Qp* qp = to_qp(ibqp);
   return post_wrs(qp, wr, bad_wr, [&](const ibv_recv_wr* w, const ibv_recv_wr** bad) {
-    return qp->qp->post_recv(w, bad);
+    return qp->engine_qp->post_recv(w, bad);
   });
 }
 
@@ -252,7 +252,7 @@ SOFTRDMA_EXPORT int softrdma_iwarp_attach(ibv_qp* ibqp,
       return EIO;
     }
     Qp* qp = to_qp(ibqp);
-    if (int err = to_context(ibqp->context)->device->attach_iwarp(qp->qp, *handoff)) return err;
+    if (int err = to_context(ibqp->context)->device->attach_connection(qp->engine_qp, *handoff)) return err;
     ibqp->state = IBV_QPS_RTS;
     return 0;
   });
@@ -267,7 +267,7 @@ SOFTRDMA_EXPORT int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int attr_mask
     // Before the engine's change, which is when the observer sees the state.
     const bool to_error = (attr_mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_ERR;
     if (to_error) qp->error_requested.store(true, std::memory_order_relaxed);
-    if (int err = qp->qp->modify(*attr, attr_mask)) return err;
+    if (int err = qp->engine_qp->modify(*attr, attr_mask)) return err;
     if (attr_mask & IBV_QP_STATE) ibqp->state = attr->qp_state;
     if ((attr_mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RESET)
       qp->error_requested.store(false, std::memory_order_relaxed);
@@ -281,7 +281,7 @@ SOFTRDMA_EXPORT int ibv_query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int attr_mask,
                                  ibv_qp_init_attr* init_attr) {
   return guard_errno([&] {
     if (!live(ibqp->context)) return EIO;
-    if (int err = to_qp(ibqp)->qp->query(*attr, attr_mask, *init_attr)) return err;
+    if (int err = to_qp(ibqp)->engine_qp->query(*attr, attr_mask, *init_attr)) return err;
     init_attr->qp_context = ibqp->qp_context;
     init_attr->send_cq = ibqp->send_cq;
     init_attr->recv_cq = ibqp->recv_cq;
@@ -317,7 +317,7 @@ SOFTRDMA_EXPORT int ibv_destroy_qp(ibv_qp* ibqp) {
       Process::get().remove_qp(qp);
       drop_async_events(*qp->ctx, ibqp);
       wait_for_acks(qp);
-      if (int err = qp->ctx->device->destroy_qp(qp->qp)) {
+      if (int err = qp->ctx->device->destroy_qp(qp->engine_qp)) {
         Process::get().add_qp(qp);
         return err;
       }
@@ -359,7 +359,7 @@ int change_mcast(ibv_qp* ibqp, const ibv_gid* gid, bool attach) {
     softrdma::engine::Gid group;
     std::copy(std::begin(gid->raw), std::end(gid->raw), group.begin());
     softrdma::engine::Device& device = *qp->ctx->device;
-    return attach ? device.attach_mcast(qp->qp, group) : device.detach_mcast(qp->qp, group);
+    return attach ? device.attach_mcast(qp->engine_qp, group) : device.detach_mcast(qp->engine_qp, group);
   });
 }
 }  // namespace

@@ -85,7 +85,7 @@ ibv_srq* op_create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
       if (!(mask & IBV_SRQ_INIT_ATTR_TM) || !(mask & IBV_SRQ_INIT_ATTR_CQ) ||
           attr->cq == nullptr || attr->cq->context != context)
         return fail(EINVAL);
-      init.cq = to_cq(attr->cq)->cq;
+      init.cq = to_cq(attr->cq)->engine_cq;
       init.tm = attr->tm_cap;
     }
     if (init.type == IBV_SRQT_XRC) {
@@ -93,7 +93,7 @@ ibv_srq* op_create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
           attr->xrcd == nullptr || attr->cq == nullptr || attr->cq->context != context)
         return fail(EINVAL);
       init.xrcd = to_xrcd(attr->xrcd)->xrcd;
-      init.cq = to_cq(attr->cq)->cq;
+      init.cq = to_cq(attr->cq)->engine_cq;
     }
     return create_srq(to_context(context), attr->pd, init, attr->srq_context, attr->attr);
   });

@@ -283,10 +283,6 @@ inline constexpr std::array<OpcodeInfo, 256> kOpcodes = detail::make_opcode_tabl
 
 constexpr const OpcodeInfo& opcode_info(uint8_t opcode) { return kOpcodes[opcode]; }
 
-constexpr size_t header_offset(uint8_t opcode, Header h) {
-  return kOpcodes[opcode].offset[static_cast<size_t>(h)];
-}
-
 static_assert(kOpcodes[op::kRcWriteOnly].offset[size_t(Header::kReth)] == kBthBytes);
 static_assert(kOpcodes[op::kRcWriteOnlyImm].offset[size_t(Header::kImmDt)] == kBthBytes + 16);
 static_assert(kOpcodes[op::kRcAtomicAcknowledge].header_bytes == 12 + 4 + 8);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/device.h"
+#include "engine/roce/family.h"
 #include "transport/fake/fake_network.h"
 
 namespace softrdma::engine {
@@ -153,7 +154,7 @@ TEST(CqTest, ResizeToZeroIsEinval) {
 TEST(CqTest, CreateCqValidatesSize) {
   fake::FakeNetwork net;
   auto transport = net.attach(fake::ipv4_gid(10, 0, 0, 1));
-  Device device(DeviceConfig{}, *transport);
+  Device device(DeviceConfig{}, *transport, roce::RoceFamily::maker());
   int err = 0;
   for (int cqe : {0, -1, int(device.limits().max_cqe + 1)}) {
     err = 0;
@@ -174,7 +175,7 @@ TEST(CqTest, CreateCqValidatesSize) {
 TEST(CqTest, OverrunRaisesCqErrEvent) {
   fake::FakeNetwork net;
   auto transport = net.attach(fake::ipv4_gid(10, 0, 0, 1));
-  Device device(DeviceConfig{}, *transport);
+  Device device(DeviceConfig{}, *transport, roce::RoceFamily::maker());
   int err = 0;
   Pd* pd = device.alloc_pd(err);
   Cq* small = device.create_cq(1, err);
@@ -288,7 +289,7 @@ class CqDeviceTest : public ::testing::Test {
   fake::FakeNetwork net_;
   std::unique_ptr<transport::Transport> transport_ = net_.attach(fake::ipv4_gid(10, 0, 0, 1));
   ManualClock clock_;
-  Device device_{DeviceConfig{}, *transport_, clock_};
+  Device device_{DeviceConfig{}, *transport_, roce::RoceFamily::maker(), clock_};
   Qp* qp_ = nullptr;
 };
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/device.h"
+#include "engine/roce/family.h"
 #include "transport/fake/fake_network.h"
 
 namespace softrdma::engine {
@@ -34,7 +35,7 @@ class DevicePollerTest : public ::testing::Test {
   ManualClock clock_;
   std::unique_ptr<fake::FakeTransport> transport_ = net_.attach(kLocal);
   std::unique_ptr<Device> device_ =
-      std::make_unique<Device>(DeviceConfig{}, *transport_, clock_);
+      std::make_unique<Device>(DeviceConfig{}, *transport_, roce::RoceFamily::maker(), clock_);
 };
 
 TEST_F(DevicePollerTest, APollerReadsAQuietWireOnlyNowAndThen) {

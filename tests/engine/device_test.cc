@@ -2,6 +2,7 @@
 // lifetimes (EBUSY while in use), and the receive path's handling of packets that
 // are not for a ready QP: dropped, counted by reason, never a crash.
 #include "engine/device.h"
+#include "engine/roce/family.h"
 
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
@@ -71,7 +72,7 @@ class DeviceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     transport_ = net_.attach(kLocal);
-    device_ = std::make_unique<Device>(DeviceConfig{}, *transport_, clock_);
+    device_ = std::make_unique<Device>(DeviceConfig{}, *transport_, roce::RoceFamily::maker(), clock_);
     int err = 0;
     pd_ = device_->alloc_pd(err);
     scq_ = device_->create_cq(64, err);
@@ -182,7 +183,7 @@ TEST_F(DeviceTest, GidTableWithServedLinkLocalAddress) {
   const Gid link_local = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 2, 0x11, 0x22, 0xff, 0xfe, 0x33, 0x44, 0x55};
   auto inner = net_.attach(mapped);
   ServedAddresses served(*inner, {mapped, link_local});
-  Device d(DeviceConfig{}, served);
+  Device d(DeviceConfig{}, served, roce::RoceFamily::maker());
   ASSERT_EQ(d.gids().size(), 2u);
   EXPECT_EQ(d.gids()[0], link_local);
   EXPECT_EQ(d.gids()[1], mapped);
@@ -192,7 +193,7 @@ TEST_F(DeviceTest, GidTableWithServedLinkLocalAddress) {
 TEST_F(DeviceTest, GidTableFromIpv6Address) {
   const Gid v6 = {0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
   auto t = net_.attach(v6);
-  Device d(DeviceConfig{}, *t);
+  Device d(DeviceConfig{}, *t, roce::RoceFamily::maker());
   ASSERT_EQ(d.gids().size(), 1u);
   EXPECT_EQ(d.gids()[0], v6);
 }
@@ -271,7 +272,7 @@ TEST_F(DeviceTest, ObjectCountsAreBoundedByTheLimits) {
   config.limits.max_cq = 2;
   config.limits.max_qp = 2;
   config.limits.max_mr = 2;
-  Device d(config, *t);
+  Device d(config, *t, roce::RoceFamily::maker());
   int err = 0;
   Pd* pd = d.alloc_pd(err);
   Pd* pd2 = d.alloc_pd(err);
@@ -524,7 +525,7 @@ TEST_F(DeviceTest, RandomAndTruncatedPacketsNeverCrash) {
 // GID index 0 (what rdma-core's tests pick) exchange a SEND.
 TEST_F(DeviceTest, GidIndexZeroCarriesTraffic) {
   auto peer_transport = net_.attach(kPeer);
-  Device peer(DeviceConfig{}, *peer_transport, clock_);
+  Device peer(DeviceConfig{}, *peer_transport, roce::RoceFamily::maker(), clock_);
   int err = 0;
   Pd* ppd = peer.alloc_pd(err);
   Cq* pcq = peer.create_cq(16, err);

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "engine/cq.h"
+#include "engine/iwarp/family.h"
 #include "support/loopback_listener.h"
 
 namespace softrdma::engine::testing {
@@ -38,8 +39,8 @@ void IwarpPairTest::make_node(IwarpNode& n, const transport::Gid& gid) {
   std::string why;
   n.streams = transport::tcp::TcpStreams::open(gid, why);
   ASSERT_NE(n.streams, nullptr) << why;
-  n.device = std::make_unique<Device>(DeviceConfig{}, *n.transport);
-  n.device->use_iwarp(*n.streams);
+  n.device = std::make_unique<Device>(DeviceConfig{}, *n.transport,
+                                      iwarp::IwarpFamily::maker(*n.streams));
   int err = 0;
   n.pd = n.device->alloc_pd(err);
   n.scq = n.device->create_cq(1024, err);
@@ -78,8 +79,8 @@ void IwarpPairTest::connect(const IwarpOptions& options) {
   const std::array<int, 2> fds = tcp_pair();
   wire::iwarp::IwarpHandoff ha{fds[0], options.crc_a, true, options.rtr, options.ird, options.ord};
   wire::iwarp::IwarpHandoff hb{fds[1], options.crc_b, false, options.rtr, options.ird, options.ord};
-  ASSERT_EQ(a.device->attach_iwarp(a.qp, ha), 0);
-  ASSERT_EQ(b.device->attach_iwarp(b.qp, hb), 0);
+  ASSERT_EQ(a.device->attach_connection(a.qp, ha), 0);
+  ASSERT_EQ(b.device->attach_connection(b.qp, hb), 0);
   ASSERT_EQ(a.qp->state(), IBV_QPS_RTS);
   ASSERT_EQ(b.qp->state(), IBV_QPS_RTS);
 }

@@ -54,8 +54,8 @@ TEST_F(IwarpPairTest, SendsOnMoreStreamsThanATurnReadsDirectlyAllArrive) {
     const std::array<int, 2> fds = tcp_pair();
     wire::iwarp::IwarpHandoff ha{fds[0], false, true, RtrKind::kRead, 8, 8};
     wire::iwarp::IwarpHandoff hb{fds[1], false, false, RtrKind::kRead, 8, 8};
-    ASSERT_EQ(a.device->attach_iwarp(at_a, ha), 0);
-    ASSERT_EQ(b.device->attach_iwarp(at_b, hb), 0);
+    ASSERT_EQ(a.device->attach_connection(at_a, ha), 0);
+    ASSERT_EQ(b.device->attach_connection(at_b, hb), 0);
     pairs.emplace_back(at_a, at_b);
   }
   constexpr uint32_t kBytes = 1000;
@@ -338,7 +338,7 @@ class IwarpHostileTest : public IwarpPairTest {
     wire::iwarp::IwarpHandoff hb{fds[1], false, false, RtrKind::kNone, 8, 8};
     b.device->destroy_qp(b.qp);
     b.qp = new_rc_qp(b, 16);
-    EXPECT_EQ(b.device->attach_iwarp(b.qp, hb), 0);
+    EXPECT_EQ(b.device->attach_connection(b.qp, hb), 0);
     std::swap(fresh, a);
     return fds[0];
   }
@@ -356,7 +356,7 @@ TEST_F(IwarpHostileTest, TheInitiatorNudgesASilentPeerUntilItSpeaks) {
   a.qp = new_rc_qp(a, 16);
   ASSERT_NE(a.qp, nullptr);
   wire::iwarp::IwarpHandoff ha{fds[0], false, true, RtrKind::kWrite, 8, 8};
-  ASSERT_EQ(a.device->attach_iwarp(a.qp, ha), 0);
+  ASSERT_EQ(a.device->attach_connection(a.qp, ha), 0);
   // Zero-length WRITEs are 20 bytes each (length, 14-byte tagged header, CRC).
   std::vector<uint8_t> got;
   for (int i = 0; i < 2'000'000 && got.size() < 3 * 20; ++i) {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "engine/device.h"
+#include "engine/roce/family.h"
 #include "engine/pd.h"
 #include "transport/fake/fake_network.h"
 
@@ -38,7 +39,7 @@ class MrTest : public ::testing::Test {
  protected:
   void SetUp() override {
     transport_ = net_.attach(fake::ipv4_gid(10, 0, 0, 1));
-    device_ = std::make_unique<Device>(DeviceConfig{}, *transport_);
+    device_ = std::make_unique<Device>(DeviceConfig{}, *transport_, roce::RoceFamily::maker());
     int err = 0;
     pd_ = device_->alloc_pd(err);
     other_pd_ = device_->alloc_pd(err);
@@ -137,7 +138,7 @@ TEST_F(MrTest, KeysCannotBePredictedFromEarlierKeys) {
 // Two devices (two processes) do not hand out the same key sequence.
 TEST_F(MrTest, KeysDifferBetweenDevices) {
   auto other_transport = net_.attach(fake::ipv4_gid(10, 0, 0, 2));
-  Device other(DeviceConfig{}, *other_transport);
+  Device other(DeviceConfig{}, *other_transport, roce::RoceFamily::maker());
   int err = 0;
   Pd* pd = other.alloc_pd(err);
   std::vector<uint32_t> mine, theirs;

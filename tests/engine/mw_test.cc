@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/device.h"
+#include "engine/roce/family.h"
 #include "engine/mr.h"
 #include "engine/pd.h"
 #include "transport/fake/fake_network.h"
@@ -27,7 +28,7 @@ class MwTest : public ::testing::Test {
  protected:
   void SetUp() override {
     transport_ = net_.attach(fake::ipv4_gid(10, 0, 0, 1));
-    device_ = std::make_unique<Device>(DeviceConfig{}, *transport_);
+    device_ = std::make_unique<Device>(DeviceConfig{}, *transport_, roce::RoceFamily::maker());
     int err = 0;
     pd_ = device_->alloc_pd(err);
     other_pd_ = device_->alloc_pd(err);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/device.h"
+#include "engine/roce/family.h"
 #include "engine/rc_fixture.h"
 #include "transport/fake/fake_network.h"
 
@@ -174,7 +175,7 @@ class QpStateTest : public ::testing::Test {
  protected:
   void SetUp() override {
     transport_ = net_.attach(fake::ipv4_gid(10, 0, 0, 1));
-    device_ = std::make_unique<Device>(DeviceConfig{}, *transport_, clock_);
+    device_ = std::make_unique<Device>(DeviceConfig{}, *transport_, roce::RoceFamily::maker(), clock_);
     int err = 0;
     pd_ = device_->alloc_pd(err);
     ASSERT_NE(pd_, nullptr);

@@ -1,3 +1,4 @@
+#include "engine/roce/family.h"
 #include "engine/rc_fixture.h"
 
 #include <arpa/inet.h>
@@ -26,7 +27,7 @@ void build_node(Node& n, transport::fake::FakeNetwork& net, const transport::Gid
   config.idle_probe_interval_ns = o.idle_probe;
   config.max_retry_interval_ns = o.max_retry_interval;
   config.shared_pages_max_bytes = o.shared_pages;
-  n.device = std::make_unique<Device>(config, *n.transport, clock);
+  n.device = std::make_unique<Device>(config, *n.transport, roce::RoceFamily::maker(), clock);
   int err = 0;
   n.pd = n.device->alloc_pd(err);
   n.scq = n.device->create_cq(1024, err);

@@ -26,7 +26,7 @@ void IwarpFamily::forget(const Qp& qp) {
   }
 }
 
-int IwarpFamily::attach(Qp& qp, const wire::iwarp::IwarpHandoff& handoff, Nanos now) {
+int IwarpFamily::adopt_connection(Qp& qp, const wire::iwarp::IwarpHandoff& handoff, Nanos now) {
   auto* connection = dynamic_cast<Connection*>(&qp.protocol());
   if (connection == nullptr || connection->stream() != transport::kNoStream ||
       qp.state() != IBV_QPS_INIT) {

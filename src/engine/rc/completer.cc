@@ -148,7 +148,7 @@ void Completer::on_nak(uint8_t syn, uint32_t psn, Nanos now) {
       --rnr_retries_left_;
     }
     const Nanos wait = Nanos(kRnrTimerMicros[syndrome::value(syn)]) * 1000;
-    conn_.requester().rewind(psn, Requester::Rewind::kRnr);
+    conn_.requester().on_loss(psn, LossCause::kRnr, now);
     conn_.requester().pause_until(now + wait);
     conn_.qp().device().arm_timer(conn_.qp(), now + wait);
     deadline_ = kNever;  // no ACK timeout while waiting out the RNR timer
@@ -279,7 +279,7 @@ void Completer::progress_made(Nanos now) {
   rto_.on_acknowledged(una_psn_, now);
   deadline_ = kNever;
   if (outstanding()) restart_timer(now);
-  conn_.requester().on_progress(una_psn_);
+  conn_.requester().on_progress(una_psn_, now);
   conn_.requester().run(now);
 }
 
@@ -295,8 +295,8 @@ void Completer::retry(uint32_t psn, Nanos now, Cause cause) {
   // one retry per gap until progress or the next timeout.
   read_rerequested_ = true;
   rto_.on_retry();  // Karn: what is resent times no round trip
-  conn_.requester().rewind(psn, cause == Cause::kTimeout ? Requester::Rewind::kRetryAfterTimeout
-                                                         : Requester::Rewind::kRetry);
+  conn_.requester().on_loss(psn, cause == Cause::kTimeout ? LossCause::kTimeout : LossCause::kNak,
+                           now);
   restart_timer(now);
   conn_.requester().run(now);
 }

@@ -10,11 +10,13 @@
 
 namespace softrdma::engine::rc {
 
-RcConnection::RcConnection(Qp& qp, roce::RoceFamily& family)
+RcConnection::RcConnection(Qp& qp, roce::TxBatch& tx, transport::Transport& via)
     : qp_(qp),
-      family_(family),
+      tx_(tx),
+      via_(via),
       opcode_base_(roce::opcode_base_of(qp.type())),
       acknowledged_(qp.type() != IBV_QPT_UC),
+      recovery_(make_loss_recovery(qp.device().config().max_unacked_packets)),
       requester_(*this),
       completer_(*this),
       responder_(*this),
@@ -22,7 +24,7 @@ RcConnection::RcConnection(Qp& qp, roce::RoceFamily& family)
 
 wire::PacketView RcConnection::emit(uint8_t opcode, size_t payload_len, uint32_t psn) {
   bump(qp_.counters().tx_packets);
-  return rc::emit(family_.tx(), path_, opcode, payload_len, psn);
+  return rc::emit(tx_, path_, opcode, payload_len, psn);
 }
 
 void RcConnection::on_packet(wire::PacketView packet, const transport::RxPacket& from,
@@ -77,7 +79,7 @@ void RcConnection::load_path() {
   std::copy(std::begin(attr.ah_attr.grh.dgid.raw), std::end(attr.ah_attr.grh.dgid.raw),
             path_.dst.begin());
   path_.dest_qpn = attr.dest_qp_num & wire::kPsnMask;
-  path_.via = &family_.route(path_.dst);
+  path_.via = &via_;
   path_.src_port = transport::roce_source_port(qp_.qpn());
   path_.pkey = qp_.device().pkey();
   path_.mtu = qp_.path_mtu_bytes();

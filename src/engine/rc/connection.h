@@ -9,10 +9,11 @@
 #include <optional>
 #include <vector>
 
-#include "engine/roce/family.h"
 #include "engine/roce/protocol.h"
+#include "engine/roce/tx_batch.h"
 #include "engine/rc/completer.h"
 #include "engine/rc/liveness.h"
+#include "engine/rc/loss_recovery.h"
 #include "engine/rc/path.h"
 #include "engine/rc/requester.h"
 #include "engine/rc/responder.h"
@@ -25,7 +26,9 @@ namespace softrdma::engine::rc {
 
 class RcConnection final : public roce::RoceProtocol {
  public:
-  RcConnection(Qp& qp, roce::RoceFamily& family);
+  // `tx`: the family's batch its packets are built in; `via`: the transport they
+  // leave by (the RoCE family's, roce/family.h).
+  RcConnection(Qp& qp, roce::TxBatch& tx, transport::Transport& via);
 
   void on_packet(wire::PacketView packet, const transport::RxPacket& from,
                  Nanos now) override;
@@ -39,12 +42,13 @@ class RcConnection final : public roce::RoceProtocol {
 
   Qp& qp() { return qp_; }
   // The batch this connection's packets are built in (its family's).
-  roce::TxBatch& tx() { return family_.tx(); }
-  roce::RoceFamily& family() { return family_; }
+  roce::TxBatch& tx() { return tx_; }
   const Path& path() const { return path_; }
   Requester& requester() { return requester_; }
   Completer& completer() { return completer_; }
   Responder& responder() { return responder_; }
+  // What is resent after a loss, and the window (loss_recovery.h).
+  LossRecovery& recovery() { return *recovery_; }
   const Liveness& liveness() const { return liveness_; }
 
   // The opcode of `operation` (IBA 9.2.1: low 5 bits) on this QP's transport.
@@ -60,10 +64,12 @@ class RcConnection final : public roce::RoceProtocol {
   void load_path();
 
   Qp& qp_;
-  roce::RoceFamily& family_;
+  roce::TxBatch& tx_;
+  transport::Transport& via_;
   const uint8_t opcode_base_;  // IBA 9.2.1: the transport bits of every opcode sent
   const bool acknowledged_;
   Path path_;
+  std::unique_ptr<LossRecovery> recovery_;
   Requester requester_;
   Completer completer_;
   Responder responder_;

@@ -17,7 +17,7 @@ struct Peer;
 namespace softrdma::engine::rc {
 
 struct Path {
-  transport::Transport* via = nullptr;  // the device's transport that reaches dst
+  transport::Transport* via = nullptr;  // the family's transport the packets leave by
   transport::Gid src{};
   transport::Gid dst{};
   uint32_t dest_qpn = 0;

@@ -31,10 +31,11 @@ uint32_t Requester::rd_atomic_outstanding() const {
 void Requester::reset(uint32_t sq_psn) {
   next_psn_ = sq_psn & kPsnMask;
   high_psn_ = next_psn_;
+  resend_to_ = next_psn_;
   send_index_ = conn_.qp().sq().head();
   paused_until_ = 0;
-  resume_window_ = 0;
   repeat_first_ = false;
+  conn_.recovery().reset(next_psn_);
 }
 
 bool Requester::run(Nanos now) {
@@ -123,19 +124,11 @@ bool Requester::start_on_wire(SendWqe& wqe) {
   return true;
 }
 
-// Packets from `psn` on that may go now: the window counts PSNs from the oldest
-// unacknowledged one. With nothing unacknowledged one packet may always go.
+// Packets from `psn` on that may go now: the loss recovery's window (UC: the
+// turn's burst, nothing acknowledges).
 uint32_t Requester::window_space(uint32_t psn) const {
   if (!conn_.acknowledged()) return burst_left_;
-  const uint32_t limit = window_limit();
-  const int32_t in_flight = psn_diff(psn, conn_.completer().una_psn());
-  if (in_flight <= 0) return limit;
-  return in_flight >= int32_t(limit) ? 0 : limit - uint32_t(in_flight);
-}
-
-uint32_t Requester::window_limit() const {
-  const uint32_t limit = conn_.qp().device().config().max_unacked_packets;
-  return resume_window_ != 0 ? std::min(resume_window_, limit) : limit;
+  return conn_.recovery().window_space(psn, conn_.completer().una_psn());
 }
 
 // `psns`: how many PSNs the packet stands for (a READ request: its responses).
@@ -153,12 +146,21 @@ void Requester::count_send(uint32_t psn, uint32_t psns) {
 
 bool Requester::send_packets(SendWqe& wqe) {
   if (wqe.is_atomic()) {
-    send_atomic(wqe);
+    if (stays_sent(wqe.first_psn)) {
+      wqe.next_packet = 1;
+    } else {
+      send_atomic(wqe);
+    }
   } else if (wqe.is_read()) {
     if (!send_read_request(wqe)) return false;
   } else {
     while (wqe.next_packet < wqe.npackets) {
-      if (window_space(psn_add(wqe.first_psn, wqe.next_packet)) == 0) return false;
+      const uint32_t psn = psn_add(wqe.first_psn, wqe.next_packet);
+      if (stays_sent(psn)) {
+        ++wqe.next_packet;
+        continue;
+      }
+      if (window_space(psn) == 0) return false;
       if (!send_data_packet(wqe)) return false;
     }
   }
@@ -214,7 +216,7 @@ bool Requester::send_data_packet(SendWqe& wqe) {
   // IBA 9.7.5.1.4: AckReq at least twice per window, or a window smaller than the
   // interval would wait for the ACK timer (a gentle restart's: every packet).
   const uint32_t interval =
-      std::max<uint32_t>(1, std::min(config.ack_request_interval, window_limit() / 2));
+      std::max<uint32_t>(1, std::min(config.ack_request_interval, conn_.recovery().window() / 2));
   const bool last = info.is(kOpLast);
   // UC asks for no ACK (IBA 9.8: AckReq is 0; so do Soft-RoCE's UC captures).
   p.set(bth::kAckReq, conn_.acknowledged() && (last || (index + 1) % interval == 0));
@@ -247,6 +249,10 @@ bool Requester::send_read_request(SendWqe& wqe) {
     // The previous chunk's responses come first.
     if (wqe.next_packet != wqe.read_packets_received) return false;
     const uint32_t psn = psn_add(wqe.first_psn, wqe.next_packet);
+    if (stays_sent(psn) && wqe.read_requested > wqe.next_packet) {
+      wqe.next_packet = wqe.read_requested;  // its responses are on their way
+      continue;
+    }
     const uint32_t space = window_space(psn);
     if (space == 0) return false;
     // A re-request (after a loss) asks again for exactly the rest of what was asked
@@ -307,9 +313,10 @@ void Requester::repeat_if_first_of_retry(PacketView packet) {
   bump(conn_.qp().counters().retransmitted_packets);
 }
 
-// Go back N: the WQE holding `psn` resends from there; every later WQE that was
-// (partly) sent resends whole, keeping the PSNs it was given.
-void Requester::rewind(uint32_t psn, Rewind why) {
+// The WQE holding `psn` resends from there; every later WQE that was (partly)
+// sent resends whole, keeping the PSNs it was given, except what the loss
+// recovery leaves sent (stays_sent).
+void Requester::on_loss(uint32_t psn, LossCause cause, Nanos now) {
   Ring<SendWqe>& sq = conn_.qp().sq();
   for (uint32_t i = sq.head(); i != sq.tail(); ++i) {
     SendWqe& w = sq.at(i);
@@ -323,24 +330,13 @@ void Requester::rewind(uint32_t psn, Rewind why) {
       sq.at(j).state = SendState::kSending;
     }
     send_index_ = i;
-    if (why == Rewind::kRetryAfterTimeout) {
-      resume_window_ = kResumeWindow;
-      resume_una_ = psn;
-    }
-    repeat_first_ = why != Rewind::kRnr;  // an RNR NAK's resend is no retry
+    const Resend resend = conn_.recovery().on_loss(psn, high_psn_, cause, now);
+    resend_to_ = resend.to;
+    repeat_first_ = resend.repeat_first;
     return;
   }
 }
 
-// Slow start after a gentle restart: every PSN acknowledged lets one more go, so
-// the window doubles each round trip until it is the configured one again.
-void Requester::on_progress(uint32_t una) {
-  if (resume_window_ == 0) return;
-  const int32_t acked = psn_diff(una, resume_una_);
-  if (acked <= 0) return;
-  resume_una_ = una;
-  resume_window_ += uint32_t(acked);
-  if (resume_window_ >= conn_.qp().device().config().max_unacked_packets) resume_window_ = 0;
-}
+void Requester::on_progress(uint32_t una, Nanos now) { conn_.recovery().on_acknowledged(una, now); }
 
 }  // namespace softrdma::engine::rc

@@ -1,6 +1,7 @@
 // RC requester (IBA 9.7.4 "requester side"): assigns PSNs to send WQEs, segments
-// them to the path MTU and sends request packets within the window; rewinds for
-// go-back-N retransmission when the completer asks.
+// them to the path MTU and sends request packets within the window; resends what
+// the connection's loss recovery (loss_recovery.h) asks for when the completer
+// reports a loss.
 #pragma once
 
 #include <sys/uio.h>
@@ -11,10 +12,12 @@
 
 #include "engine/clock.h"
 #include "engine/peer_recv.h"
+#include "engine/rc/loss_recovery.h"
 #include "engine/wqe.h"
 #include "samehost/recv_queue.h"
 #include "samehost/shared_pages.h"
 #include "wire/packet.h"
+#include "wire/psn.h"
 
 namespace softrdma::samehost {
 struct Peer;
@@ -35,19 +38,11 @@ class Requester {
   // Sends as much queued work as the window, fences and max_rd_atomic allow.
   // UC has no window: a burst per engine turn; true while more waits for the next.
   bool run(Nanos now);
-  // What a rewind is for: a retry (IBA 9.7.6.1.3, charged to retry_cnt) after a NAK
-  // or a response gap, one after a timeout, or the resend an RNR NAK asked for.
-  enum class Rewind : uint8_t { kRnr, kRetry, kRetryAfterTimeout };
-  // Go back N (IBA 9.7.4.1.3): resend from `psn`, which lies in an outstanding WQE.
-  // After a timeout: resume with kResumeWindow packets, the window growing by what
-  // each ACK acknowledges, as TCP restarts after an RTO. A retry sends its first
-  // packet twice (docs/decisions/retransmission.md "Resuming").
-  void rewind(uint32_t psn, Rewind why);
+  // A loss at `psn`, which lies in an outstanding WQE: resend what the loss
+  // recovery answers (go-back-N: everything from `psn`, IBA 9.7.4.1.3).
+  void on_loss(uint32_t psn, LossCause cause, Nanos now);
   // The completer saw everything before `una` acknowledged.
-  void on_progress(uint32_t una);
-  // Packets a gentle restart resends before the first ACK comes back: two, each
-  // asking for an ACK, so that one lost packet or ACK does not waste the retry.
-  static constexpr uint32_t kResumeWindow = 2;
+  void on_progress(uint32_t una, Nanos now);
   // Hold all sending until `until` (after an RNR NAK, IBA 9.7.5.2.8).
   void pause_until(Nanos until) { paused_until_ = until; }
   Nanos paused_until() const { return paused_until_; }
@@ -56,7 +51,6 @@ class Requester {
   uint32_t next_psn() const { return next_psn_; }
   // First PSN never sent: a response beyond it answers nothing (IBA 9.7.5.2.1).
   uint32_t high_psn() const { return high_psn_; }
-  uint32_t send_index() const { return send_index_; }
   // READ/ATOMIC WQEs sent and not yet completed (IBA 9.7.4.1.5: max_rd_atomic).
   uint32_t rd_atomic_outstanding() const;
 
@@ -127,8 +121,11 @@ class Requester {
   bool send_packets(SendWqe& wqe);
   wire::PacketView emit_request(const SendWqe& wqe, uint8_t opcode, size_t len, uint32_t psn);
   uint32_t window_space(uint32_t psn) const;
-  // The window in force: the configured one, or a gentle restart's smaller one.
-  uint32_t window_limit() const;
+  // `psn` was sent before and the last loss asked not to resend it (selective
+  // repeat; never under go-back-N): it is stepped over.
+  bool stays_sent(uint32_t psn) const {
+    return !wire::psn_before(psn, resend_to_) && wire::psn_before(psn, high_psn_);
+  }
   // The first packet of a retry: its second copy (IBA 9.7.5.1.2: a duplicate).
   void repeat_if_first_of_retry(wire::PacketView packet);
   bool send_data_packet(SendWqe& wqe);
@@ -142,8 +139,7 @@ class Requester {
   uint32_t send_index_ = 0;   // SQ index of the WQE being sent
   uint32_t high_psn_ = 0;     // first PSN never sent: below it, a send is a resend
   Nanos paused_until_ = 0;
-  uint32_t resume_window_ = 0;  // after a timeout: the window while it grows; 0: none
-  uint32_t resume_una_ = 0;     // the oldest unacknowledged PSN it last grew at
+  uint32_t resend_to_ = 0;      // the last loss's resend ends here (Resend::to)
   bool repeat_first_ = false;   // a retry's first packet is yet to go: send it twice
   uint32_t burst_left_ = 0;  // UC: packets this run may still send
   uint32_t host_retries_ = 0;  // same-host: consecutive tries the peer's QP refused

@@ -10,33 +10,25 @@
 namespace softrdma::engine::roce {
 
 RoceFamily::RoceFamily(Device& device, transport::Transport& primary)
-    : device_(device), primary_(primary), receivers_{&primary}, tx_(device.counters()) {}
+    : device_(device), primary_(primary), tx_(device.counters()) {}
 
 // IBA 9.8.4: UD is datagrams; RC, UC and XRC are connections (rc/connection.h).
 std::unique_ptr<Protocol> RoceFamily::make_protocol(Qp& qp) {
-  if (qp.type() == IBV_QPT_UD) return std::make_unique<ud::Datagram>(qp, *this);
-  return std::make_unique<rc::RcConnection>(qp, *this);
+  if (qp.type() == IBV_QPT_UD) return std::make_unique<ud::Datagram>(qp, tx_, primary_);
+  return std::make_unique<rc::RcConnection>(qp, tx_, primary_);
 }
 
-void RoceFamily::forget(const Qp& qp) { std::erase(touched_, &qp); }
+FamilyMaker RoceFamily::maker() {
+  return [](Device& device) { return std::make_unique<RoceFamily>(device, device.transport()); };
+}
+
+void RoceFamily::forget(const Qp& qp) {
+  std::erase_if(touched_, [&](const RoceProtocol* p) { return p == &qp.protocol(); });
+}
 
 std::vector<int> RoceFamily::rx_fds() const {
-  std::vector<int> fds;
-  for (const transport::Transport* t : receivers_)
-    if (t->rx_fd() >= 0) fds.push_back(t->rx_fd());
-  return fds;
-}
-
-transport::Transport& RoceFamily::route(const transport::Gid& dst) {
-  if (wire::gid_is_multicast(dst)) return primary_;  // the others carry no groups
-  for (transport::Transport* t : extra_)
-    if (t->reaches(dst)) return *t;
-  return primary_;
-}
-
-void RoceFamily::add_transport(transport::Transport& extra) {
-  extra_.push_back(&extra);
-  receivers_.push_back(&extra);
+  if (primary_.rx_fd() < 0) return {};
+  return {primary_.rx_fd()};
 }
 
 }  // namespace softrdma::engine::roce

@@ -20,31 +20,41 @@ class Device;
 
 namespace softrdma::engine::roce {
 
+class RoceProtocol;
+
 class RoceFamily final : public ProtocolFamily {
  public:
+  // Every IBA transport and operation (IBA Table 39 decides per QP type).
+  static constexpr FamilyTraits kTraits{
+      .wire_name = "RoCEv2 over UDP",
+      .gid_type = "RoCE v2",
+      .qp_types = bit(IBV_QPT_RC) | bit(IBV_QPT_UC) | bit(IBV_QPT_UD) | bit(IBV_QPT_XRC_SEND) |
+                  bit(IBV_QPT_XRC_RECV),
+      .send_opcodes = ~uint64_t(0),
+      .atomics = true,
+      .rnr_nak = true,
+      .xrc = true,
+      .tag_matching = true,
+  };
+
   // `primary`: the transport the device's GIDs come from and multicast uses.
   RoceFamily(Device& device, transport::Transport& primary);
+  // The family of a device whose port speaks RoCEv2 over its datagram transport.
+  static FamilyMaker maker();
 
-  WireProtocol wire_protocol() const override { return WireProtocol::kRoceV2; }
-  bool carries(ibv_qp_type) const override { return true; }
+  const FamilyTraits& traits() const override { return kTraits; }
   std::unique_ptr<Protocol> make_protocol(Qp& qp) override;
   bool receive(Nanos now, int bursts) override;
   void flush() override { tx_.flush(); }
   void forget(const Qp& qp) override;
   std::vector<int> rx_fds() const override;
 
+  // The transport every packet of the family leaves and arrives by.
   transport::Transport& primary() { return primary_; }
-  // The transport a peer is reached through: the first added transport that
-  // reaches it, else the primary (multicast: always the primary).
-  transport::Transport& route(const transport::Gid& dst);
-  // Another transport for some peers (a same-host shared-memory one); received
-  // from each turn like the primary. Engine held, before QPs are connected.
-  void add_transport(transport::Transport& extra);
   // The engine owner's send batch.
   TxBatch& tx() { return tx_; }
 
  private:
-  bool receive_from(transport::Transport& from, Nanos now, int bursts);
   void dispatch(const transport::RxPacket& rx, Nanos now);
   void dispatch_multicast(const wire::PacketView& packet, const transport::RxPacket& rx,
                           Nanos now);
@@ -52,10 +62,8 @@ class RoceFamily final : public ProtocolFamily {
 
   Device& device_;
   transport::Transport& primary_;
-  std::vector<transport::Transport*> receivers_;  // the primary, then the extra ones
-  std::vector<transport::Transport*> extra_;
   TxBatch tx_;
-  std::vector<Qp*> touched_;  // QPs that got packets this burst (ACKs to coalesce)
+  std::vector<RoceProtocol*> touched_;  // QPs that got packets this burst (ACKs to coalesce)
 };
 
 }  // namespace softrdma::engine::roce

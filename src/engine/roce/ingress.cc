@@ -24,23 +24,18 @@ bool pkey_matches(uint16_t a, uint16_t b) {
 
 }  // namespace
 
+// Up to `bursts` receive bursts, until one comes back short; after each, the QPs
+// that got packets send their coalesced ACKs.
 bool RoceFamily::receive(Nanos now, int bursts) {
-  bool got = false;
-  for (transport::Transport* from : receivers_) got |= receive_from(*from, now, bursts);
-  return got;
-}
-
-// Up to `bursts` receive bursts from `from`, until one comes back short; after
-// each, the QPs that got packets send their coalesced ACKs.
-bool RoceFamily::receive_from(transport::Transport& from, Nanos now, int bursts) {
+  transport::Transport& from = primary_;
   std::array<transport::RxPacket, 32> burst;
   bool got = false;
   for (int b = 0; b < bursts; ++b) {
     const size_t n = from.rx_burst(burst);
     for (size_t i = 0; i < n; ++i) dispatch(burst[i], now);
-    for (Qp* qp : touched_) {
-      qp->touched_ = false;
-      static_cast<RoceProtocol&>(qp->protocol()).on_burst_end(now);
+    for (RoceProtocol* protocol : touched_) {
+      protocol->in_burst = false;
+      protocol->on_burst_end(now);
     }
     touched_.clear();
     got |= n > 0;
@@ -82,10 +77,11 @@ void RoceFamily::deliver(Qp& qp, const wire::PacketView& packet, const transport
                          Nanos now) {
   bump(device_.counters().rx_packets);
   bump(qp.counters().rx_packets);
-  static_cast<RoceProtocol&>(qp.protocol()).on_packet(packet, rx, now);
-  if (!qp.touched_) {
-    qp.touched_ = true;
-    touched_.push_back(&qp);
+  auto& protocol = static_cast<RoceProtocol&>(qp.protocol());
+  protocol.on_packet(packet, rx, now);
+  if (!protocol.in_burst) {
+    protocol.in_burst = true;
+    touched_.push_back(&protocol);
   }
 }
 

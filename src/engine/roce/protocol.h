@@ -36,6 +36,9 @@ class RoceProtocol : public Protocol {
                          Nanos now) = 0;
   // Once per received burst for QPs that got packets: send coalesced ACKs.
   virtual void on_burst_end(Nanos now) = 0;
+
+  // In the family's list of QPs that got packets this burst (owner: RoceFamily).
+  bool in_burst = false;
 };
 
 }  // namespace softrdma::engine::roce

@@ -48,7 +48,8 @@ void write_grh(const IpUdpInfo& info, size_t udp_payload_len, uint8_t (&grh)[kGr
   }
 }
 
-Datagram::Datagram(Qp& qp, roce::RoceFamily& family) : qp_(qp), family_(family) {}
+Datagram::Datagram(Qp& qp, roce::TxBatch& tx, transport::Transport& via)
+    : qp_(qp), tx_(tx), via_(via) {}
 
 void Datagram::on_send_posted(Nanos /*now*/) {
   send(qp_.device().config().max_unacked_packets);
@@ -97,7 +98,7 @@ bool Datagram::send_one(SendWqe& w) {
   const auto& gids = device.gids();
   const Gid& src = gids[std::min<size_t>(w.ud.sgid_index, gids.size() - 1)];
   const bool imm = w.opcode == IBV_WR_SEND_WITH_IMM;
-  PacketView p = family_.tx().add(family_.route(w.ud.dgid), op::kUd | (imm ? op::kSendOnlyImm : op::kSendOnly),
+  PacketView p = tx_.add(via_, op::kUd | (imm ? op::kSendOnlyImm : op::kSendOnly),
                                  w.length, src, w.ud.dgid, transport::roce_source_port(qp_.qpn()));
   p.set(bth::kPkey, device.pkey());
   p.set(bth::kDestQp, w.ud.remote_qpn);
@@ -117,7 +118,7 @@ bool Datagram::send_one(SendWqe& w) {
     if (why == AccessError::kUnmapped) bump(device.counters().local_access_unmapped);
   }
   if (!gathered) {
-    family_.tx().discard_last();
+    tx_.discard_last();
     w.status = IBV_WC_LOC_PROT_ERR;
     return false;
   }

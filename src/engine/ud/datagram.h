@@ -16,7 +16,7 @@
 #include <span>
 #include <vector>
 
-#include "engine/roce/family.h"
+#include "engine/roce/tx_batch.h"
 #include "engine/roce/protocol.h"
 #include "engine/wqe.h"
 #include "transport/transport.h"
@@ -59,7 +59,8 @@ constexpr uint8_t roce_packet_type(bool ipv4) {
 
 class Datagram final : public roce::RoceProtocol {
  public:
-  Datagram(Qp& qp, roce::RoceFamily& family);
+  // `tx`, `via`: as RcConnection's (rc/connection.h).
+  Datagram(Qp& qp, roce::TxBatch& tx, transport::Transport& via);
 
   void on_packet(wire::PacketView packet, const transport::RxPacket& from,
                  Nanos now) override;
@@ -94,7 +95,8 @@ class Datagram final : public roce::RoceProtocol {
   std::vector<PeerEntry> peers_;
 
   Qp& qp_;
-  roce::RoceFamily& family_;
+  roce::TxBatch& tx_;
+  transport::Transport& via_;
   uint32_t next_psn_ = 0;
 };
 

@@ -51,7 +51,6 @@ class FifoArena {
   std::optional<uint64_t> alloc(uint64_t bytes);
   void free_oldest();
   uint64_t used() const { return used_; }
-  size_t allocations() const { return taken_.size(); }
 
  private:
   uint64_t capacity_;
