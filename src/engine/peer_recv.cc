@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "engine/counters.h"
+#include "engine/access_check.h"
 #include "engine/guarded_memory.h"
 #include "engine/mr.h"
 
@@ -173,14 +174,16 @@ PeerScatter scatter_into_peer(const PeerRecvTarget& target, uint32_t index, uint
     const samehost::RecvSge& sge = sges[i];
     capacity += sge.length;
     if (sge.length == 0 || left == 0) continue;
+    // IBA 10.6.3.1: the L_Key's PD, local write, the range (access_check.h).
     const auto grant = target.peer->node->key(sge.lkey);
-    if (!grant || grant->pd != target.pd || (grant->access & IBV_ACCESS_LOCAL_WRITE) == 0 ||
-        sge.addr < grant->iova || sge.length > grant->length ||
-        sge.addr - grant->iova > grant->length - sge.length)
+    const KeyView key = grant ? KeyView::of(*grant) : KeyView{};
+    uint64_t offset = 0;
+    const RemoteAccess entry{IBV_ACCESS_LOCAL_WRITE, sge.addr, sge.length, target.pd, 0};
+    if (check_key(grant ? &key : nullptr, entry, offset) != AccessError::kNone)
       return PeerScatter::kRefused;
     const uint64_t take = std::min<uint64_t>(left, sge.length);
     out.spans[out.count] = grant->shared;
-    out.remote[out.count++] = {reinterpret_cast<void*>(grant->host_addr + (sge.addr - grant->iova)),
+    out.remote[out.count++] = {reinterpret_cast<void*>(grant->host_addr + offset),
                                size_t(take)};
     left -= take;
   }

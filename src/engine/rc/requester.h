@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <span>
 
+#include "engine/access_check.h"
 #include "engine/clock.h"
 #include "engine/peer_recv.h"
 #include "engine/wqe.h"
@@ -65,18 +66,15 @@ class Requester {
   bool start(SendWqe& wqe, Nanos now);
   // Assigns the WQE its PSNs: it goes on the wire.
   bool start_on_wire(SendWqe& wqe);
-  // The same-host path (requester_host.cc).
-  enum class HostVerdict : uint8_t {
-    kGo, kWire, kNotReady, kAccess, kInvalidRequest, kRnr, kRemoteOperational,
-    kLocalProtection
-  };
+  // The same-host path (requester_host.cc): what the peer's responder would
+  // answer, in access_check.h's Verdict.
   // IBA 9.6.1.1: a QP takes requests in RTR, RTS, SQD and SQE.
   static bool takes_requests_on_host(uint32_t state);
   bool executes_on_host(const SendWqe& wqe) const;
   // The type the peer's QP has: the same, or XRC receive for an XRC send QP.
   uint32_t peer_qp_type() const;
   // The peer QP's grant with an XRC request's SRQ in it (its PD and queue).
-  HostVerdict as_request_sees_it(const SendWqe& wqe, samehost::Peer& peer,
+  Verdict as_request_sees_it(const SendWqe& wqe, samehost::Peer& peer,
                                  samehost::QpGrant& target) const;
   bool execute_on_host(SendWqe& wqe, Nanos now);
   bool execute_alone_on_host(SendWqe& wqe, Nanos now);
@@ -92,7 +90,7 @@ class Requester {
     samehost::SharedSpan span;
   };
   // `cache`: an open batch's lookups (host_batch.h), or null.
-  HostVerdict check_on_host(const SendWqe& wqe, samehost::Peer& peer, HostRange& range,
+  Verdict check_on_host(const SendWqe& wqe, samehost::Peer& peer, HostRange& range,
                             HostBatch* cache = nullptr) const;
   uint32_t local_iovecs(const SendWqe& wqe, std::span<iovec> out) const;
   int transfer_on_host(SendWqe& wqe, samehost::Peer& peer, const HostRange& range);
@@ -101,22 +99,22 @@ class Requester {
   int transfer_mapped(SendWqe& wqe, samehost::Peer& peer, const HostRange& range);
   bool deliver_atomic_result(const SendWqe& wqe, uint64_t original);
   bool retry_on_host(SendWqe& wqe, Nanos now);
-  void refuse_on_host(SendWqe& wqe, HostVerdict verdict, Nanos now);
+  void refuse_on_host(SendWqe& wqe, Verdict verdict, Nanos now);
   void fail_on_host(SendWqe& wqe, ibv_wc_status status, Nanos now);
   // A SEND or WRITE with immediate placed in the peer's receive WQE
   // (requester_host_send.cc, over peer_recv.h).
   static bool consumes_receive(const SendWqe& wqe);
   bool send_on_host(SendWqe& wqe, Nanos now);
-  HostVerdict find_receiver_on_host(const SendWqe& wqe, PeerRecvTarget& target) const;
-  HostVerdict scatter_on_host(const PeerRecvTarget& target, uint32_t index, uint64_t length,
+  Verdict find_receiver_on_host(const SendWqe& wqe, PeerRecvTarget& target) const;
+  Verdict scatter_on_host(const PeerRecvTarget& target, uint32_t index, uint64_t length,
                               PeerIovecs& out) const;
   int place_on_host(const SendWqe& wqe, const PeerRecvTarget& target, uint32_t index,
                     PeerIovecs& remote, ibv_wc_status status);
-  HostVerdict finish_on_host(const SendWqe& wqe, const PeerRecvTarget& target, uint32_t index,
+  Verdict finish_on_host(const SendWqe& wqe, const PeerRecvTarget& target, uint32_t index,
                              PeerIovecs& remote, ibv_wc_status there);
-  HostVerdict give_back_on_host(const PeerRecvTarget& target, uint32_t index);
+  Verdict give_back_on_host(const PeerRecvTarget& target, uint32_t index);
   bool may_invalidate_on_host(const SendWqe& wqe, const PeerRecvTarget& target) const;
-  bool conclude_send_on_host(SendWqe& wqe, HostVerdict verdict, const PeerRecvTarget& target,
+  bool conclude_send_on_host(SendWqe& wqe, Verdict verdict, const PeerRecvTarget& target,
                              Nanos now);
   bool wait_rnr_on_host(SendWqe& wqe, const PeerRecvTarget& target, Nanos now);
   bool local_buffers_readable(const SendWqe& wqe) const;

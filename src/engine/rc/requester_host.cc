@@ -67,50 +67,51 @@ uint32_t Requester::peer_qp_type() const {
 // `target` becomes the grant as this request sees it. An SRQ outside the receive
 // QP's domain is an invalid request (responder.cc); one not published (no such
 // SRQ, or too large to be) is left to the wire to judge.
-Requester::HostVerdict Requester::as_request_sees_it(const SendWqe& wqe, samehost::Peer& peer,
+Verdict Requester::as_request_sees_it(const SendWqe& wqe, samehost::Peer& peer,
                                                      samehost::QpGrant& target) const {
-  if (conn_.qp().type() != IBV_QPT_XRC_SEND) return HostVerdict::kGo;
+  if (conn_.qp().type() != IBV_QPT_XRC_SEND) return Verdict::kDone;
   const auto srq = peer.node->xrc_srq(wqe.xrc_srqn);
-  if (!srq) return HostVerdict::kWire;
-  if (srq->xrcd != target.xrcd) return HostVerdict::kInvalidRequest;
+  if (!srq) return Verdict::kWire;
+  if (srq->xrcd != target.xrcd) return Verdict::kInvalidRequest;
   target.pd = srq->pd;
   target.recv_queue = srq->recv_queue;  // the receive QP's RNR timer stays
-  return HostVerdict::kGo;
+  return Verdict::kDone;
 }
 
 // What the peer's responder would answer, before any byte moves.
-Requester::HostVerdict Requester::check_on_host(const SendWqe& wqe, samehost::Peer& peer,
+Verdict Requester::check_on_host(const SendWqe& wqe, samehost::Peer& peer,
                                                 HostRange& range, HostBatch* cache) const {
   std::optional<samehost::QpGrant> target;
   if (cache != nullptr && cache->target) target = cache->target;
   else if ((target = peer.node->qp(conn_.path().dest_qpn)) && cache != nullptr) cache->target = target;
   if (!target || !takes_requests_on_host(target->state) || target->type != peer_qp_type())
-    return HostVerdict::kNotReady;
-  if (const HostVerdict v = as_request_sees_it(wqe, peer, *target); v != HostVerdict::kGo)
+    return Verdict::kNotReady;
+  if (const Verdict v = as_request_sees_it(wqe, peer, *target); v != Verdict::kDone)
     return v;
-  const int need = right_needed(wqe);
-  if ((target->access & uint32_t(need)) == 0) return HostVerdict::kInvalidRequest;
-  if (wqe.length > conn_.qp().device().limits().max_msg_size) return HostVerdict::kInvalidRequest;
-  if (wqe.is_atomic() && wqe.remote_addr % 8 != 0) return HostVerdict::kInvalidRequest;
+  // The peer's responder's rules (access_check.h) against what it published.
   const uint64_t length = wqe.is_atomic() ? 8 : wqe.length;
-  if (length == 0) return HostVerdict::kGo;  // the responder checks no key for it
+  const RemoteAccess request{right_needed(wqe), wqe.remote_addr, length, target->pd,
+                             conn_.path().dest_qpn};
   std::optional<samehost::KeyGrant> grant;
-  if (cache != nullptr && cache->key && cache->rkey == wqe.rkey) {
-    grant = cache->key;
-  } else if ((grant = peer.node->key(wqe.rkey)) && cache != nullptr) {
-    cache->rkey = wqe.rkey;
-    cache->key = grant;
+  if (length != 0) {
+    if (cache != nullptr && cache->key && cache->rkey == wqe.rkey) {
+      grant = cache->key;
+    } else if ((grant = peer.node->key(wqe.rkey)) && cache != nullptr) {
+      cache->rkey = wqe.rkey;
+      cache->key = grant;
+    }
   }
-  if (!grant) return peer.node->key_overflow() ? HostVerdict::kWire : HostVerdict::kAccess;
-  const uint64_t va = wqe.remote_addr;
-  if (grant->pd != target->pd || (grant->qpn != 0 && grant->qpn != conn_.path().dest_qpn) ||
-      (grant->access & uint32_t(need)) != uint32_t(need) || va < grant->iova ||
-      length > grant->length || va - grant->iova > grant->length - length)
-    return HostVerdict::kAccess;
-  range.addr = grant->host_addr + (va - grant->iova);
+  const KeyView key = grant ? KeyView::of(*grant) : KeyView{};
+  uint64_t offset = 0;
+  const Verdict v = check_remote_access(target->access, conn_.qp().device().limits().max_msg_size,
+                                        wqe.is_atomic(), request, grant ? &key : nullptr, offset);
+  // A key the peer could not publish (its table full) is the wire's to judge.
+  if (v == Verdict::kRemoteAccess && !grant && peer.node->key_overflow()) return Verdict::kWire;
+  if (v != Verdict::kDone || length == 0) return v;  // zero length: no key, no range
+  range.addr = grant->host_addr + offset;
   range.span = grant->shared;
-  if (wqe.is_atomic() && range.addr % 8 != 0) return HostVerdict::kInvalidRequest;
-  return HostVerdict::kGo;
+  if (wqe.is_atomic() && range.addr % 8 != 0) return Verdict::kInvalidRequest;
+  return Verdict::kDone;
 }
 
 // The local side of the transfer: the WQE's buffers (checked by start()).
@@ -183,13 +184,13 @@ bool Requester::execute_alone_on_host(SendWqe& wqe, Nanos now) {
   // The key is looked up inside the access: the peer's ibv_dereg_mr waits for it
   // to end, or this lookup misses the key (NodeSegment::revoke_key).
   peer.node->begin_access();
-  HostVerdict verdict = check_on_host(wqe, peer, range);
-  if (verdict == HostVerdict::kGo) err = transfer_on_host(wqe, peer, range);
+  Verdict verdict = check_on_host(wqe, peer, range);
+  if (verdict == Verdict::kDone) err = transfer_on_host(wqe, peer, range);
   peer.node->end_access();
-  if (verdict == HostVerdict::kWire) return start_on_wire(wqe);
-  if (verdict == HostVerdict::kGo && err == EFAULT) verdict = HostVerdict::kAccess;
-  if (verdict == HostVerdict::kGo && err != 0) verdict = HostVerdict::kNotReady;
-  if (verdict != HostVerdict::kGo && conn_.qp().type() == IBV_QPT_UC) {
+  if (verdict == Verdict::kWire) return start_on_wire(wqe);
+  if (verdict == Verdict::kDone && err == EFAULT) verdict = Verdict::kRemoteAccess;
+  if (verdict == Verdict::kDone && err != 0) verdict = Verdict::kNotReady;
+  if (verdict != Verdict::kDone && conn_.qp().type() == IBV_QPT_UC) {
     // IBA 9.8.3.1: a UC responder drops what it cannot execute, silently, and
     // its QP lives on; the requester, told nothing, completes the WQE as sent,
     // as it does over the wire (responder_uc.cc).
@@ -197,9 +198,9 @@ bool Requester::execute_alone_on_host(SendWqe& wqe, Nanos now) {
     mark_executed_on_host(wqe);
     return true;
   }
-  if (verdict == HostVerdict::kNotReady) return retry_on_host(wqe, now);
+  if (verdict == Verdict::kNotReady) return retry_on_host(wqe, now);
   host_retries_ = 0;
-  if (verdict != HostVerdict::kGo) {
+  if (verdict != Verdict::kDone) {
     refuse_on_host(wqe, verdict, now);
     return false;
   }
@@ -243,8 +244,8 @@ bool Requester::retry_on_host(SendWqe& wqe, Nanos now) {
 
 // IBA 9.9.3.1.2: the status the NAK would give here, and the peer's QP ends with
 // the event its responder would raise.
-void Requester::refuse_on_host(SendWqe& wqe, HostVerdict verdict, Nanos now) {
-  const bool access = verdict == HostVerdict::kAccess;
+void Requester::refuse_on_host(SendWqe& wqe, Verdict verdict, Nanos now) {
+  const bool access = verdict == Verdict::kRemoteAccess;
   samehost::Peer& peer = *conn_.path().peer;
   if (peer.node->report_fault(conn_.path().dest_qpn,
                               access ? IBV_EVENT_QP_ACCESS_ERR : IBV_EVENT_QP_REQ_ERR) &&

@@ -47,7 +47,7 @@ bool Requester::batch_on_host(SendWqe& wqe) {
     b.key.reset();
   }
   HostRange range;
-  if (check_on_host(wqe, peer, range, &b) != HostVerdict::kGo) return false;
+  if (check_on_host(wqe, peer, range, &b) != Verdict::kDone) return false;
   // On the peer's shared pages, with nothing batched before it: a store now, in
   // order. After batched WRITEs it joins them, so as not to overtake them.
   if (b.wqes == 0) {

@@ -36,17 +36,17 @@ namespace softrdma::engine::rc {
 // (peer_recv.h): kGo, kInvalidRequest (too long: LOC_LEN_ERR there) or
 // kRemoteOperational (an L_Key refused: LOC_PROT_ERR there); kNotReady when the
 // peer's memory cannot be read.
-Requester::HostVerdict Requester::scatter_on_host(const PeerRecvTarget& target, uint32_t index,
+Verdict Requester::scatter_on_host(const PeerRecvTarget& target, uint32_t index,
                                                   uint64_t length, PeerIovecs& out) const {
   switch (scatter_into_peer(target, index, length, out, conn_.qp().device().counters())) {
     case PeerScatter::kGo:
-      return HostVerdict::kGo;
+      return Verdict::kDone;
     case PeerScatter::kTooLong:
-      return HostVerdict::kInvalidRequest;
+      return Verdict::kInvalidRequest;
     case PeerScatter::kRefused:
-      return HostVerdict::kRemoteOperational;
+      return Verdict::kRemoteOperational;
     default:
-      return HostVerdict::kNotReady;
+      return Verdict::kNotReady;
   }
 }
 
@@ -94,12 +94,12 @@ int Requester::place_on_host(const SendWqe& wqe, const PeerRecvTarget& target, u
 // A WQE claimed here that the message will not use after all goes back (nobody
 // can have claimed after it in a QP's own queue: one sender per QP); in an SRQ
 // another sender may have, and the WQE is then voided. kInvalidRequest.
-Requester::HostVerdict Requester::give_back_on_host(const PeerRecvTarget& target,
+Verdict Requester::give_back_on_host(const PeerRecvTarget& target,
                                                     uint32_t index) {
   uint32_t next = index + 1;
   if (!target.rq->claimed.compare_exchange_strong(next, index, std::memory_order_acq_rel))
     void_peer_claim(target, index, conn_.path().dest_qpn);
-  return HostVerdict::kInvalidRequest;
+  return Verdict::kInvalidRequest;
 }
 
 // Executes the WQE into the peer's next receive; false when the requester must
@@ -110,27 +110,27 @@ bool Requester::send_on_host(SendWqe& wqe, Nanos now) {
   uint32_t index = 0;
   ibv_wc_status there = IBV_WC_SUCCESS;
   peer.node->begin_access();
-  HostVerdict verdict = find_receiver_on_host(wqe, target);
+  Verdict verdict = find_receiver_on_host(wqe, target);
   PeerIovecs remote;
   HostRange range;
-  if (verdict == HostVerdict::kGo && wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+  if (verdict == Verdict::kDone && wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
     verdict = check_on_host(wqe, peer, range);
-  if (verdict == HostVerdict::kGo && !claim_peer_recv(*target.rq, index)) verdict = HostVerdict::kRnr;
-  const bool claimed = verdict == HostVerdict::kGo;
-  if (verdict == HostVerdict::kGo) {
+  if (verdict == Verdict::kDone && !claim_peer_recv(*target.rq, index)) verdict = Verdict::kRnr;
+  const bool claimed = verdict == Verdict::kDone;
+  if (verdict == Verdict::kDone) {
     if (wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
       if (wqe.length != 0) {
         remote.spans[remote.count] = range.span;
         remote.remote[remote.count++] = {reinterpret_cast<void*>(range.addr), wqe.length};
       }
     } else {
-      const HostVerdict scattered = scatter_on_host(target, index, wqe.length, remote);
+      const Verdict scattered = scatter_on_host(target, index, wqe.length, remote);
       // UC drops a message longer than its WQE and keeps the WQE (responder_uc.cc).
-      if (scattered == HostVerdict::kInvalidRequest && conn_.qp().type() == IBV_QPT_UC)
+      if (scattered == Verdict::kInvalidRequest && conn_.qp().type() == IBV_QPT_UC)
         verdict = give_back_on_host(target, index);
-      if (scattered == HostVerdict::kInvalidRequest) there = IBV_WC_LOC_LEN_ERR;
-      if (scattered == HostVerdict::kRemoteOperational) there = IBV_WC_LOC_PROT_ERR;
-      if (scattered == HostVerdict::kNotReady) verdict = scattered;
+      if (scattered == Verdict::kInvalidRequest) there = IBV_WC_LOC_LEN_ERR;
+      if (scattered == Verdict::kRemoteOperational) there = IBV_WC_LOC_PROT_ERR;
+      if (scattered == Verdict::kNotReady) verdict = scattered;
       if (there == IBV_WC_SUCCESS && wqe.opcode == IBV_WR_SEND_WITH_INV &&
           !may_invalidate_on_host(wqe, target)) {
         bump(conn_.qp().device().counters().host_refused);
@@ -138,36 +138,36 @@ bool Requester::send_on_host(SendWqe& wqe, Nanos now) {
       }
     }
   }
-  if (verdict == HostVerdict::kGo)
+  if (verdict == Verdict::kDone)
     verdict = finish_on_host(wqe, target, index, remote, there);
-  if (claimed && (verdict == HostVerdict::kNotReady || verdict == HostVerdict::kAccess))
+  if (claimed && (verdict == Verdict::kNotReady || verdict == Verdict::kRemoteAccess))
     void_peer_claim(target, index, conn_.path().dest_qpn);
   peer.node->end_access();
   return conclude_send_on_host(wqe, verdict, target, now);
 }
 
 // The peer's QP, and its receive queue if SENDs to it may be placed from here.
-Requester::HostVerdict Requester::find_receiver_on_host(const SendWqe& wqe,
+Verdict Requester::find_receiver_on_host(const SendWqe& wqe,
                                                         PeerRecvTarget& target) const {
   samehost::Peer& peer = *conn_.path().peer;
   const uint32_t dest_qpn = conn_.path().dest_qpn;
   auto grant = peer.node->qp(dest_qpn);
   if (!grant || !takes_requests_on_host(grant->state) || grant->type != peer_qp_type())
-    return HostVerdict::kNotReady;
-  if (const HostVerdict v = as_request_sees_it(wqe, peer, *grant); v != HostVerdict::kGo)
+    return Verdict::kNotReady;
+  if (const Verdict v = as_request_sees_it(wqe, peer, *grant); v != Verdict::kDone)
     return v;
-  if (wqe.length > conn_.qp().device().limits().max_msg_size) return HostVerdict::kInvalidRequest;
+  if (wqe.length > conn_.qp().device().limits().max_msg_size) return Verdict::kInvalidRequest;
   // Not published (an XRC or tag-matching SRQ's, or one too large): the wire.
-  if (grant->recv_queue == 0) return HostVerdict::kWire;
+  if (grant->recv_queue == 0) return Verdict::kWire;
   // Closed (the QP is entering Error or Reset, the SRQ is destroyed): as a QP that
   // takes no request.
-  if (!open_peer_recv(peer, *grant, dest_qpn, target)) return HostVerdict::kNotReady;
-  return HostVerdict::kGo;
+  if (!open_peer_recv(peer, *grant, dest_qpn, target)) return Verdict::kNotReady;
+  return Verdict::kDone;
 }
 
 // Writes, then tells the peer: its `placed` moves past the WQE and a notice wakes
 // its engine. A failed write of the payload leaves a protection error there.
-Requester::HostVerdict Requester::finish_on_host(const SendWqe& wqe, const PeerRecvTarget& target,
+Verdict Requester::finish_on_host(const SendWqe& wqe, const PeerRecvTarget& target,
                                                  uint32_t index, PeerIovecs& remote,
                                                  ibv_wc_status there) {
   int err = place_on_host(wqe, target, index, remote, there);
@@ -177,62 +177,62 @@ Requester::HostVerdict Requester::finish_on_host(const SendWqe& wqe, const PeerR
   // per RC QP; in an SRQ another sender may have, and the WQE is then voided).
   if (err == EFAULT && !local_buffers_readable(wqe)) {
     give_back_on_host(target, index);
-    return HostVerdict::kLocalProtection;
+    return Verdict::kLocalProtection;
   }
   if (err == EFAULT && there == IBV_WC_SUCCESS) {
     there = wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM ? IBV_WC_SUCCESS : IBV_WC_LOC_PROT_ERR;
-    if (there == IBV_WC_SUCCESS) return HostVerdict::kAccess;  // the R_Key's memory went
+    if (there == IBV_WC_SUCCESS) return Verdict::kRemoteAccess;  // the R_Key's memory went
     PeerIovecs none;
     err = place_on_host(wqe, target, index, none, there);
   }
-  if (err != 0) return HostVerdict::kNotReady;
+  if (err != 0) return Verdict::kNotReady;
   if (!target.many_senders) target.rq->placed.store(index + 1, std::memory_order_release);
   notify_peer_recv(target, conn_.qp().device().counters());
   if (there == IBV_WC_LOC_LEN_ERR || there == IBV_WC_REM_INV_REQ_ERR)
-    return HostVerdict::kInvalidRequest;
-  if (there == IBV_WC_LOC_PROT_ERR) return HostVerdict::kRemoteOperational;
-  return HostVerdict::kGo;
+    return Verdict::kInvalidRequest;
+  if (there == IBV_WC_LOC_PROT_ERR) return Verdict::kRemoteOperational;
+  return Verdict::kDone;
 }
 
-bool Requester::conclude_send_on_host(SendWqe& wqe, HostVerdict verdict,
+bool Requester::conclude_send_on_host(SendWqe& wqe, Verdict verdict,
                                       const PeerRecvTarget& target, Nanos now) {
   Qp& qp = conn_.qp();
   // IBA 9.8.3.1: what a UC responder cannot take (no WQE, too long, a bad R_Key,
   // a QP not ready) it drops silently; the requester completes the WQE as sent.
   // An error of the peer's own WQE (LOC_PROT_ERR there) was placed and ends its QP.
-  if (qp.type() == IBV_QPT_UC && verdict != HostVerdict::kGo && verdict != HostVerdict::kWire &&
-      verdict != HostVerdict::kLocalProtection) {
+  if (qp.type() == IBV_QPT_UC && verdict != Verdict::kDone && verdict != Verdict::kWire &&
+      verdict != Verdict::kLocalProtection) {
     bump(qp.device().counters().host_refused);
     mark_executed_on_host(wqe);
     return true;
   }
   switch (verdict) {
-    case HostVerdict::kGo:
+    case Verdict::kDone:
       host_retries_ = host_rnr_retries_ = 0;
       bump(qp.device().counters().host_sends);
       bump(qp.device().counters().host_bytes, wqe.length);
       bump(qp.counters().host_operations);
       mark_executed_on_host(wqe);
       return true;
-    case HostVerdict::kWire:
+    case Verdict::kWire:
       return start_on_wire(wqe);
-    case HostVerdict::kNotReady:
+    case Verdict::kNotReady:
       return retry_on_host(wqe, now);
-    case HostVerdict::kRnr:
+    case Verdict::kRnr:
       // A dead peer posts nothing more: as over the wire, it stops answering.
       if (!conn_.path().peer->memory->alive_lately()) return retry_on_host(wqe, now);
       return wait_rnr_on_host(wqe, target, now);
-    case HostVerdict::kAccess:
+    case Verdict::kRemoteAccess:
       refuse_on_host(wqe, verdict, now);
       return false;
-    case HostVerdict::kLocalProtection:
+    case Verdict::kLocalProtection:
       bump(qp.device().counters().local_access_unmapped);
       fail_on_host(wqe, IBV_WC_LOC_PROT_ERR, now);
       return false;
     default:
       // The peer's WQE carries the error and ends its QP when completed.
       host_retries_ = host_rnr_retries_ = 0;
-      fail_on_host(wqe, verdict == HostVerdict::kInvalidRequest ? IBV_WC_REM_INV_REQ_ERR
+      fail_on_host(wqe, verdict == Verdict::kInvalidRequest ? IBV_WC_REM_INV_REQ_ERR
                                                                 : IBV_WC_REM_OP_ERR,
                    now);
       return false;
