@@ -8,7 +8,7 @@
 #include <cerrno>
 
 #include "engine/guarded_memory.h"
-#include "engine/rc/host_batch.h"
+#include "engine/host/executor.h"
 #include "engine/iwarp/family.h"
 #include "engine/roce/family.h"
 #include "samehost/host.h"
@@ -56,6 +56,7 @@ Device::Device(DeviceConfig config, transport::Transport& transport, const Clock
   // Before any peer can reach registered memory (docs/decisions/memory-faults.md).
   install_memory_fault_handler();
   if (config_.host != nullptr) mrs_.set_node(&config_.host->node(), config_.shared_pages_max_bytes);
+  if (config_.host != nullptr) host_executor_ = std::make_unique<host::HostExecutor>();
 }
 
 transport::Transport& Device::route(const Gid& dst) { return roce_->route(dst); }

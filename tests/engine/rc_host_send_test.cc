@@ -1,4 +1,4 @@
-// SENDs on the same-host path (engine/rc/requester_host_send.cc,
+// SENDs on the same-host path (engine/host/rc_send.cc,
 // engine/qp_host_recv.cc): the sender places the message into the receiver's
 // posted WQE, waits out the receiver's RNR timer when none is posted, and the
 // receiver completes the WQE at its next turn. What

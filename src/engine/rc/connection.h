@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "engine/host/executor.h"
 #include "engine/roce/family.h"
 #include "engine/roce/protocol.h"
 #include "engine/rc/completer.h"
@@ -46,6 +47,8 @@ class RcConnection final : public roce::RoceProtocol {
   Completer& completer() { return completer_; }
   Responder& responder() { return responder_; }
   const Liveness& liveness() const { return liveness_; }
+  // What the same-host executor counts for this connection (host/executor.h).
+  host::HostRetries& host_retries() { return host_retries_; }
 
   // The opcode of `operation` (IBA 9.2.1: low 5 bits) on this QP's transport.
   uint8_t opcode(uint8_t operation) const { return uint8_t(opcode_base_ | operation); }
@@ -68,6 +71,7 @@ class RcConnection final : public roce::RoceProtocol {
   Completer completer_;
   Responder responder_;
   Liveness liveness_;
+  host::HostRetries host_retries_;
 };
 
 }  // namespace softrdma::engine::rc

@@ -1,4 +1,4 @@
-#include "engine/peer_recv.h"
+#include "engine/host/peer_recv.h"
 
 #include <infiniband/verbs.h>
 
@@ -58,7 +58,7 @@ bool read_scatter_list(const PeerRecvTarget& target, uint32_t index, uint32_t sl
 int place_mapped(samehost::Peer& peer, std::span<const iovec> local, const PeerIovecs& remote,
                  uint32_t count, EngineCounters& counters) {
   if (!peer.pages) return ENOENT;
-  if (!peer.memory->alive_lately()) return ESRCH;  // as in Requester::transfer_mapped
+  if (!peer.memory->alive_lately()) return ESRCH;  // as in RcExecution::transfer_mapped
   // The mappings, held until the copy is done (another thread's map() may drop
   // them meanwhile): a few distinct ones, as a scatter list's entries are mostly
   // in one region; more take cross-memory attach. (A holder per entry, 65 of
