@@ -23,14 +23,14 @@ namespace softrdma::engine {
 // RNR NAK, or a NAK ending both QPs) and, for a same-host initiator, what it does
 // instead of sending (kWire, kNotReady) or its own gather's error.
 enum class Verdict : uint8_t {
-  kDone,              // executed (or may be)
-  kRnr,               // IBA 9.7.5.1.4: no receive WQE
-  kInvalidRequest,    // IBA 9.7.5.2.4 NAK Invalid Request
-  kRemoteAccess,      // IBA 9.7.5.2.4 NAK Remote Access Error
-  kRemoteOperational, // IBA 9.7.5.2.4 NAK Remote Operational Error
-  kWire,              // same host: the peer does not publish what this needs
-  kNotReady,          // same host: the peer's QP takes no request now (a lost packet)
-  kLocalProtection,   // same host: this side's own buffer went (its gather's error)
+  kDone,               // executed (or may be)
+  kRnr,                // IBA 9.7.5.1.4: no receive WQE
+  kInvalidRequest,     // IBA 9.7.5.2.4 NAK Invalid Request
+  kRemoteAccess,       // IBA 9.7.5.2.4 NAK Remote Access Error
+  kRemoteOperational,  // IBA 9.7.5.2.4 NAK Remote Operational Error
+  kWire,               // same host: the peer does not publish what this needs
+  kNotReady,           // same host: the peer's QP takes no request now (a lost packet)
+  kLocalProtection,    // same host: this side's own buffer went (its gather's error)
 };
 
 // A key as the check sees it, whichever process holds it.
@@ -39,7 +39,7 @@ struct KeyView {
   uint32_t access = 0;  // IBV_ACCESS_* it grants
   uint64_t base = 0;    // the first address it is named by (0: zero based)
   uint64_t length = 0;
-  uint32_t qpn = 0;     // a type 2 window: the QP it was bound through; 0: any QP
+  uint32_t qpn = 0;  // a type 2 window: the QP it was bound through; 0: any QP
 
   // IBA 10.6.3: an MR of this process (registered zero based, its iova is 0).
   static KeyView of(const Mr& mr) {
@@ -56,7 +56,7 @@ inline uint64_t pd_id(const Pd* pd) { return reinterpret_cast<uintptr_t>(pd); }
 
 // A request for memory as the responder sees it.
 struct RemoteAccess {
-  int need = 0;         // the right it needs: IBV_ACCESS_REMOTE_{READ,WRITE,ATOMIC}
+  int need = 0;  // the right it needs: IBV_ACCESS_REMOTE_{READ,WRITE,ATOMIC}
   uint64_t va = 0;
   uint64_t length = 0;  // bytes it touches (8 for an ATOMIC)
   uint64_t pd = 0;      // the PD the key must be of: the QP's, or its XRC SRQ's (A14)

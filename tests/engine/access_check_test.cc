@@ -88,9 +88,7 @@ class AccessCheckTest : public ::testing::TestWithParam<Source> {
   }
 
   // The PD a request must find, in the same source's terms.
-  uint64_t qp_pd() const {
-    return GetParam() == Source::kGranted ? pd_->handle() : pd_id(pd_);
-  }
+  uint64_t qp_pd() const { return GetParam() == Source::kGranted ? pd_->handle() : pd_id(pd_); }
   RemoteAccess request(int need, uint64_t va, uint64_t length, uint32_t qpn = kQpn) const {
     return RemoteAccess{need, va, length, qp_pd(), qpn};
   }
@@ -135,8 +133,7 @@ TEST_P(AccessCheckTest, AQpWithoutTheRightIsAnInvalidRequest) {
             Verdict::kInvalidRequest);
   EXPECT_EQ(decide({}, request(IBV_ACCESS_REMOTE_READ, kBase, 8), IBV_ACCESS_REMOTE_WRITE),
             Verdict::kInvalidRequest);
-  EXPECT_EQ(decide({}, request(IBV_ACCESS_REMOTE_ATOMIC, kBase, 8), IBV_ACCESS_REMOTE_WRITE,
-                   true),
+  EXPECT_EQ(decide({}, request(IBV_ACCESS_REMOTE_ATOMIC, kBase, 8), IBV_ACCESS_REMOTE_WRITE, true),
             Verdict::kInvalidRequest);
   EXPECT_FALSE(qp_allows(0, IBV_ACCESS_REMOTE_READ));
   EXPECT_TRUE(qp_allows(kRemoteAll, IBV_ACCESS_REMOTE_ATOMIC));
@@ -197,13 +194,11 @@ TEST_P(AccessCheckTest, ARangeOutsideTheKeyIsARemoteAccessError) {
   EXPECT_EQ(why(s, request(IBV_ACCESS_REMOTE_READ, kBase - 1, 8)), AccessError::kOutOfBounds);
   EXPECT_EQ(why(s, request(IBV_ACCESS_REMOTE_READ, kBase + kLength - 7, 8)),
             AccessError::kOutOfBounds);
-  EXPECT_EQ(why(s, request(IBV_ACCESS_REMOTE_READ, kBase, kLength + 1)),
-            AccessError::kOutOfBounds);
+  EXPECT_EQ(why(s, request(IBV_ACCESS_REMOTE_READ, kBase, kLength + 1)), AccessError::kOutOfBounds);
   // A range whose end wraps past 2^64 is not taken for a short one.
   EXPECT_EQ(why(s, request(IBV_ACCESS_REMOTE_READ, kBase + 8, UINT64_MAX - 4)),
             AccessError::kOutOfBounds);
-  EXPECT_EQ(decide(s, request(IBV_ACCESS_REMOTE_READ, kBase + kLength, 1)),
-            Verdict::kRemoteAccess);
+  EXPECT_EQ(decide(s, request(IBV_ACCESS_REMOTE_READ, kBase + kLength, 1)), Verdict::kRemoteAccess);
 }
 
 TEST_P(AccessCheckTest, AType2WindowServesOnlyTheQpItWasBoundThrough) {
@@ -213,8 +208,7 @@ TEST_P(AccessCheckTest, AType2WindowServesOnlyTheQpItWasBoundThrough) {
   s.type = IBV_MW_TYPE_2;
   s.bound_qpn = kQpn;
   EXPECT_EQ(why(s, request(IBV_ACCESS_REMOTE_WRITE, kBase, 8)), AccessError::kNone);
-  EXPECT_EQ(why(s, request(IBV_ACCESS_REMOTE_WRITE, kBase, 8, kOtherQpn)),
-            AccessError::kWrongPd);
+  EXPECT_EQ(why(s, request(IBV_ACCESS_REMOTE_WRITE, kBase, 8, kOtherQpn)), AccessError::kWrongPd);
   EXPECT_EQ(decide(s, request(IBV_ACCESS_REMOTE_WRITE, kBase, 8, kOtherQpn)),
             Verdict::kRemoteAccess);
 }
@@ -241,8 +235,7 @@ TEST_P(AccessCheckTest, AZeroBasedWindowIsNamedFromZero) {
 }
 
 INSTANTIATE_TEST_SUITE_P(KeySources, AccessCheckTest,
-                         ::testing::Values(Source::kLocal, Source::kGranted),
-                         [](const auto& info) {
+                         ::testing::Values(Source::kLocal, Source::kGranted), [](const auto& info) {
                            return info.param == Source::kLocal ? "MrOrMw" : "PublishedGrant";
                          });
 

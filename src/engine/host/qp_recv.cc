@@ -29,9 +29,9 @@ void Qp::reserve_host_receives() {
   if (host == nullptr || (type_ != IBV_QPT_RC && type_ != IBV_QPT_UC && !datagram) ||
       srq_ != nullptr || xrcd_ != nullptr || (datagram && rq_.slot_count() > samehost::kSharedSges))
     return;
-  if (!host_rq_.reserve(*host, datagram ? samehost::RecvState::kDatagram : samehost::RecvState::kQueue,
-                        pd_ != nullptr ? pd_->handle() : 0, rq_.slot_count(), cap_.max_recv_sge,
-                        rq_sges_.data()))
+  const uint32_t kind = datagram ? samehost::RecvState::kDatagram : samehost::RecvState::kQueue;
+  if (!host_rq_.reserve(*host, kind, pd_ != nullptr ? pd_->handle() : 0, rq_.slot_count(),
+                        cap_.max_recv_sge, rq_sges_.data()))
     return;
   device_.note_host_recv(host_rq_.index(), this);
   reopen_host_receives();

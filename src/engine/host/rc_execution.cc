@@ -68,7 +68,7 @@ uint32_t RcExecution::peer_qp_type() const {
 // QP's domain is an invalid request (responder.cc); one not published (no such
 // SRQ, or too large to be) is left to the wire to judge.
 Verdict RcExecution::as_request_sees_it(const SendWqe& wqe, samehost::Peer& peer,
-                                                     samehost::QpGrant& target) const {
+                                        samehost::QpGrant& target) const {
   if (conn_.qp().type() != IBV_QPT_XRC_SEND) return Verdict::kDone;
   const auto srq = peer.node->xrc_srq(wqe.xrc_srqn);
   if (!srq) return Verdict::kWire;
@@ -79,8 +79,8 @@ Verdict RcExecution::as_request_sees_it(const SendWqe& wqe, samehost::Peer& peer
 }
 
 // What the peer's responder would answer, before any byte moves.
-Verdict RcExecution::check(const SendWqe& wqe, samehost::Peer& peer,
-                                                HostRange& range, HostBatch* cache) const {
+Verdict RcExecution::check(const SendWqe& wqe, samehost::Peer& peer, HostRange& range,
+                           HostBatch* cache) const {
   std::optional<samehost::QpGrant> target;
   if (cache != nullptr && cache->target) target = cache->target;
   else if ((target = peer.node->qp(conn_.path().dest_qpn)) && cache != nullptr) cache->target = target;

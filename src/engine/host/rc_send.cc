@@ -36,8 +36,8 @@ namespace softrdma::engine::host {
 // (peer_recv.h): kGo, kInvalidRequest (too long: LOC_LEN_ERR there) or
 // kRemoteOperational (an L_Key refused: LOC_PROT_ERR there); kNotReady when the
 // peer's memory cannot be read.
-Verdict RcExecution::scatter(const PeerRecvTarget& target, uint32_t index,
-                                                  uint64_t length, PeerIovecs& out) const {
+Verdict RcExecution::scatter(const PeerRecvTarget& target, uint32_t index, uint64_t length,
+                             PeerIovecs& out) const {
   switch (scatter_into_peer(target, index, length, out, conn_.qp().device().counters())) {
     case PeerScatter::kGo:
       return Verdict::kDone;
@@ -70,7 +70,7 @@ bool RcExecution::may_invalidate(const SendWqe& wqe, const PeerRecvTarget& targe
 // The message and its result (the WQE's result alone when the message failed
 // there: `status`).
 int RcExecution::place(const SendWqe& wqe, const PeerRecvTarget& target, uint32_t index,
-                             PeerIovecs& remote, ibv_wc_status status) {
+                       PeerIovecs& remote, ibv_wc_status status) {
   samehost::RecvResult result{};
   result.qpn = conn_.path().dest_qpn;
   result.status = uint32_t(status);
@@ -94,8 +94,7 @@ int RcExecution::place(const SendWqe& wqe, const PeerRecvTarget& target, uint32_
 // A WQE claimed here that the message will not use after all goes back (nobody
 // can have claimed after it in a QP's own queue: one sender per QP); in an SRQ
 // another sender may have, and the WQE is then voided. kInvalidRequest.
-Verdict RcExecution::give_back(const PeerRecvTarget& target,
-                                                    uint32_t index) {
+Verdict RcExecution::give_back(const PeerRecvTarget& target, uint32_t index) {
   uint32_t next = index + 1;
   if (!target.rq->claimed.compare_exchange_strong(next, index, std::memory_order_acq_rel))
     void_peer_claim(target, index, conn_.path().dest_qpn);
@@ -147,8 +146,7 @@ bool RcExecution::send(SendWqe& wqe, Nanos now) {
 }
 
 // The peer's QP, and its receive queue if SENDs to it may be placed from here.
-Verdict RcExecution::find_receiver(const SendWqe& wqe,
-                                                        PeerRecvTarget& target) const {
+Verdict RcExecution::find_receiver(const SendWqe& wqe, PeerRecvTarget& target) const {
   samehost::Peer& peer = *conn_.path().peer;
   const uint32_t dest_qpn = conn_.path().dest_qpn;
   auto grant = peer.node->qp(dest_qpn);
@@ -167,9 +165,8 @@ Verdict RcExecution::find_receiver(const SendWqe& wqe,
 
 // Writes, then tells the peer: its `placed` moves past the WQE and a notice wakes
 // its engine. A failed write of the payload leaves a protection error there.
-Verdict RcExecution::finish(const SendWqe& wqe, const PeerRecvTarget& target,
-                                                 uint32_t index, PeerIovecs& remote,
-                                                 ibv_wc_status there) {
+Verdict RcExecution::finish(const SendWqe& wqe, const PeerRecvTarget& target, uint32_t index,
+                            PeerIovecs& remote, ibv_wc_status there) {
   int err = place(wqe, target, index, remote, there);
   // The sender's own buffer went (munmap without ibv_dereg_mr): its local
   // protection error, as the wire's gather finds it, and the WQE claimed there is
@@ -194,8 +191,8 @@ Verdict RcExecution::finish(const SendWqe& wqe, const PeerRecvTarget& target,
   return Verdict::kDone;
 }
 
-bool RcExecution::conclude_send(SendWqe& wqe, Verdict verdict,
-                                      const PeerRecvTarget& target, Nanos now) {
+bool RcExecution::conclude_send(SendWqe& wqe, Verdict verdict, const PeerRecvTarget& target,
+                                Nanos now) {
   Qp& qp = conn_.qp();
   // IBA 9.8.3.1: what a UC responder cannot take (no WQE, too long, a bad R_Key,
   // a QP not ready) it drops silently; the requester completes the WQE as sent.

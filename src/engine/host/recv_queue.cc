@@ -32,8 +32,7 @@ bool HostRecvQueue::reserve(samehost::Host& host, uint32_t kind, uint32_t pd, ui
   // Results of an earlier queue at this index must not look complete to this one.
   if (many) clear_results(slots);
   samehost::describe(*state, {kind, pd, slots, max_sge, reinterpret_cast<uintptr_t>(sges),
-                              many ? 0 : reinterpret_cast<uintptr_t>(own_results_.data()),
-                              shared});
+                              many ? 0 : reinterpret_cast<uintptr_t>(own_results_.data()), shared});
   return true;
 }
 
@@ -55,8 +54,7 @@ void HostRecvQueue::clear_results(uint32_t slots) {
 }
 
 void HostRecvQueue::mirror(uint32_t slot, const Sge* sges, uint32_t max_sge) {
-  if (sges_ != nullptr)
-    std::memcpy(sges_ + size_t(slot) * max_sge, sges, sizeof(Sge) * max_sge);
+  if (sges_ != nullptr) std::memcpy(sges_ + size_t(slot) * max_sge, sges, sizeof(Sge) * max_sge);
 }
 
 bool HostRecvQueue::take_result(uint32_t index, uint32_t slot, samehost::RecvResult& out) {

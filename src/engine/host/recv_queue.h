@@ -27,8 +27,8 @@ class HostRecvQueue {
   // SRQ's, a UD QP's) and a small one keep their results in the segment, a large
   // QP queue in this process (written by cross-memory attach). False when the
   // segment has no queue left: SENDs to it take the wire.
-  bool reserve(samehost::Host& host, uint32_t kind, uint32_t pd, uint32_t slots,
-               uint32_t max_sge, const Sge* sges);
+  bool reserve(samehost::Host& host, uint32_t kind, uint32_t pd, uint32_t slots, uint32_t max_sge,
+               const Sge* sges);
   // Destroyed: no peer is inside the queue once this returns.
   void release();
   // Peers may claim (`qpn`: the QP, or the SRQ's number); closed: no more claims,
@@ -57,8 +57,8 @@ class HostRecvQueue {
   samehost::Host* host_ = nullptr;
   samehost::RecvState* state_ = nullptr;
   uint32_t index_ = 0;
-  samehost::RecvSge* sges_ = nullptr;         // the segment's copy of the lists, if it fits
-  samehost::RecvResult* results_ = nullptr;   // in the segment, or own_results_
+  samehost::RecvSge* sges_ = nullptr;              // the segment's copy of the lists, if it fits
+  samehost::RecvResult* results_ = nullptr;        // in the segment, or own_results_
   std::vector<samehost::RecvResult> own_results_;  // a large QP queue's
   samehost::StuckClaim stuck_;
 };

@@ -109,7 +109,8 @@ bool Requester::start(SendWqe& wqe, Nanos now) {
     return false;
   }
   host::HostExecutor* host = conn_.qp().device().host_executor();
-  if (host != nullptr && host->takes(conn_, wqe)) return host->execute(conn_, wqe, send_index_, now);
+  if (host != nullptr && host->takes(conn_, wqe))
+    return host->execute(conn_, wqe, send_index_, now);
   if (!flush_host(now)) return false;  // what was batched goes first (IBA 9.5)
   return start_on_wire(wqe);
 }
