@@ -41,20 +41,18 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 # are always allowed). A family is given its device by the runtime
 # (engine::FamilyMaker), so nothing in the core needs to name one.
 ENGINE_ALLOWED = {
-    "": {""},
-    "roce": {"", "rc", "ud"},
+    # The core and the same-host path's shared parts (host/: the executor a device
+    # owns, the receive queue peers consume, what peers place) are one level:
+    # every family may use the same-host path (docs/decisions/same-host-executor.md).
+    "": {"", "host"},
+    "host": {""},
+    "roce": {"", "host", "rc", "ud"},
     # RoCE's connected and datagram protocols, under its family; they reach the
-    # family's egress (tx_batch.h) and protocol interface, never its ingress.
-    "rc": {"", "roce/protocol.h", "roce/tx_batch.h"},
-    "ud": {"", "roce/protocol.h", "roce/tx_batch.h"},
-    "iwarp": {""},
-}
-# Includes that break the engine's sub-layers and are being moved (issue 26): the
-# same-host path's batch and a RoCE detail of same-host receives.
-ENGINE_EXCEPTIONS = {
-    ("device.cc", "engine/rc/host_batch.h"),
-    ("device_host.cc", "engine/rc/host_batch.h"),
-    ("qp_host_recv.cc", "engine/ud/datagram.h"),
+    # family's egress (tx_batch.h) and protocol interface, never its ingress. RC's
+    # execution on a same-host peer is RC's (rc/host_*.cc), behind host/executor.h.
+    "rc": {"", "host", "roce/protocol.h", "roce/tx_batch.h"},
+    "ud": {"", "host", "roce/protocol.h", "roce/tx_batch.h"},
+    "iwarp": {"", "host"},
 }
 
 
@@ -70,7 +68,7 @@ def engine_allowed(parts, header):
     folder = parts[0] if len(parts) > 1 else ""
     target = header.split("/")[1:]
     target_folder = target[0] if len(target) > 1 else ""
-    if target_folder == folder or ("/".join(parts), header) in ENGINE_EXCEPTIONS:
+    if target_folder == folder:
         return True
     rules = ENGINE_ALLOWED.get(folder)
     if rules is None:

@@ -8,7 +8,7 @@
 #include <cerrno>
 
 #include "engine/guarded_memory.h"
-#include "engine/rc/host_batch.h"
+#include "engine/host/executor.h"
 #include "samehost/host.h"
 #include "wire/ip_udp.h"
 
@@ -53,6 +53,7 @@ Device::Device(DeviceConfig config, transport::Transport& transport,
   // Before any peer can reach registered memory (docs/decisions/memory-faults.md).
   install_memory_fault_handler();
   if (config_.host != nullptr) mrs_.set_node(&config_.host->node(), config_.shared_pages_max_bytes);
+  if (config_.host != nullptr) host_executor_ = std::make_unique<host::HostExecutor>();
 }
 
 int Device::attach_connection(Qp* qp, const wire::iwarp::IwarpHandoff& handoff) {

@@ -41,8 +41,8 @@
 
 namespace softrdma::engine {
 
-namespace rc {
-struct HostBatch;
+namespace host {
+class HostExecutor;
 }
 
 using transport::Gid;
@@ -172,8 +172,9 @@ class Device {
   QpCounters* note_qp(const Qp& qp, bool gone = false);
   // The same-host path, or null (DeviceConfig::host).
   samehost::Host* host() const { return config_.host; }
-  // The engine owner's batch of same-host WRITEs (rc/host_batch.h).
-  rc::HostBatch& host_batch();
+  // The engine owner's same-host executor (host/executor.h), or null without
+  // the same-host path.
+  host::HostExecutor* host_executor() { return host_executor_.get(); }
   // Engine held: the QP (or SRQ) whose receive queue peers consume under `index`
   // (both null: none).
   void note_host_recv(uint32_t index, Qp* qp, Srq* srq = nullptr);
@@ -307,7 +308,7 @@ class Device {
   std::deque<AsyncEvent> events_;
   std::function<void()> async_notify_;
   QpObserver qp_observer_;
-  std::unique_ptr<rc::HostBatch> host_batch_;  // made at first use
+  std::unique_ptr<host::HostExecutor> host_executor_;  // with config_.host
   struct HostRecvOwner {
     Qp* qp = nullptr;
     Srq* srq = nullptr;

@@ -1,18 +1,12 @@
 // The device's side of the same-host path (docs/decisions/same-host.md): what it
-// publishes of its QPs to the processes of its host, the faults they report back,
-// and the scratch batch its requesters fill.
+// publishes of its QPs to the processes of its host and the faults they report
+// back (its executor is host/executor.h).
 #include "engine/device.h"
 #include "engine/qp.h"
-#include "engine/rc/host_batch.h"
 #include "engine/srq.h"
 #include "samehost/host.h"
 
 namespace softrdma::engine {
-
-rc::HostBatch& Device::host_batch() {
-  if (!host_batch_) host_batch_ = std::make_unique<rc::HostBatch>();
-  return *host_batch_;
-}
 
 QpCounters* Device::note_qp(const Qp& qp, bool gone) {
   if (config_.host != nullptr) {

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "engine/access_check.h"
 #include "engine/pd.h"
 #include "samehost/node_segment.h"
 
@@ -274,25 +275,11 @@ uint8_t* MrTable::Access::resolve(uint32_t key, const Pd* pd, uint64_t va, uint6
 
 uint8_t* MrTable::Access::resolve_in(const Mr* mr, const Pd* pd, uint64_t va, uint64_t len,
                                      int need, AccessError& why) {
-  if (mr == nullptr) {
-    why = AccessError::kBadKey;
-    return nullptr;
-  }
-  if (mr->pd != pd) {
-    why = AccessError::kWrongPd;
-    return nullptr;
-  }
-  if ((mr->access & need) != need) {
-    why = AccessError::kNoPermission;
-    return nullptr;
-  }
-  uint8_t* p = mr->translate(va, len);
-  if (p == nullptr) {
-    why = AccessError::kOutOfBounds;
-    return nullptr;
-  }
-  why = AccessError::kNone;
-  return p;
+  // The rules are access_check.h's, for an MR's key as for any other.
+  const KeyView key = mr != nullptr ? KeyView::of(*mr) : KeyView{};
+  uint64_t offset = 0;
+  why = check_key(mr != nullptr ? &key : nullptr, RemoteAccess{need, va, len, pd_id(pd), 0}, offset);
+  return why == AccessError::kNone ? mr->addr + offset : nullptr;
 }
 
 }  // namespace softrdma::engine

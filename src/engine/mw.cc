@@ -3,6 +3,7 @@
 
 #include <cerrno>
 
+#include "engine/access_check.h"
 #include "engine/mr.h"
 #include "engine/pd.h"
 
@@ -154,24 +155,18 @@ bool MrTable::invalidate(uint32_t rkey, const Pd* qp_pd, uint32_t qpn, bool remo
 // IBA 10.6.7.3 (C10-79..): a window's R_Key reaches memory while the window is
 // bound, with the window's rights, within its range (relative to its start when
 // zero based), from a QP of its PD - and for type 2B only from the QP it was bound
-// through.
+// through: the rules of access_check.h, for a window's key.
 uint8_t* MrTable::Access::resolve_remote(uint32_t rkey, const Pd* pd, uint32_t qpn, uint64_t va,
                                          uint64_t len, int need, AccessError& why) const {
   if (const Mr* mr = find(rkey)) return resolve_in(mr, pd, va, len, need, why);
   const Mw* mw = table_->window_of(rkey);
-  why = AccessError::kBadKey;
-  if (mw == nullptr || mw->rkey != rkey || !mw->bound) return nullptr;
-  why = AccessError::kWrongPd;
-  if (mw->pd != pd || (mw->type == IBV_MW_TYPE_2 && mw->qpn != qpn)) return nullptr;
-  why = AccessError::kNoPermission;
-  if ((mw->access & need) != need) return nullptr;
-  why = AccessError::kOutOfBounds;
-  const uint64_t offset = (mw->access & IBV_ACCESS_ZERO_BASED) ? va : va - mw->va;
-  if ((!(mw->access & IBV_ACCESS_ZERO_BASED) && va < mw->va) || len > mw->length ||
-      offset > mw->length - len)
-    return nullptr;
+  KeyView key;
+  const bool named = mw != nullptr && KeyView::of(*mw, rkey, key);
+  uint64_t offset = 0;
+  why = check_key(named ? &key : nullptr, RemoteAccess{need, va, len, pd_id(pd), qpn}, offset);
+  if (why != AccessError::kNone) return nullptr;
   uint8_t* host = mw->mr->translate(mw->va + offset, len);
-  if (host != nullptr) why = AccessError::kNone;
+  if (host == nullptr) why = AccessError::kOutOfBounds;
   return host;
 }
 

@@ -241,18 +241,16 @@ int Qp::post_recv(const ibv_recv_wr* wr, const ibv_recv_wr** bad) {
     Sge* sges = &rq_sges_[size_t(slot) * cap_.max_recv_sge];
     copy_recv_wr(*wr, rq_.push_slot(), sges);
     // A same-host peer reads the slot's max_recv_sge entries: the unused are empty.
-    if (host_recv_ != nullptr) {
+    if (host_rq_.reserved()) {
       std::fill(sges + wr->num_sge, sges + cap_.max_recv_sge, Sge{});
       // Before `posted` moves past the slot (release, below): a peer that claims
       // it sees these.
-      if (host_sges_ != nullptr)
-        std::memcpy(host_sges_ + size_t(slot) * cap_.max_recv_sge, sges,
-                    sizeof(Sge) * cap_.max_recv_sge);
+      host_rq_.mirror(slot, sges, cap_.max_recv_sge);
     }
     rq_.publish();
   }
-  // Peers of this host may claim them now (qp_host_recv.cc).
-  if (host_recv_ != nullptr) host_recv_->posted.store(rq_.tail(), std::memory_order_release);
+  // Peers of this host may claim them now (host/qp_recv.cc).
+  if (host_rq_.reserved()) host_rq_.publish_posted(rq_.tail());
   if (err != 0 && bad != nullptr) *bad = wr;
   // IBA 10.3.1: in Error a posted receive completes at once, flushed.
   const bool flush = attr_.qp_state == IBV_QPS_ERR;
@@ -306,7 +304,7 @@ RecvWqe* Qp::current_recv() {
 }
 
 RecvWqe* Qp::take_recv() {
-  if (srq_ == nullptr && host_recv_ != nullptr) return take_shared_recv();
+  if (srq_ == nullptr && host_rq_.reserved()) return take_shared_recv();
   if (srq_ == nullptr || held_.held) return current_recv();
   if (!srq_->take(held_)) return nullptr;
   held_from_ = srq_;

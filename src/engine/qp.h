@@ -24,6 +24,7 @@
 #include "engine/clock.h"
 #include "engine/counters.h"
 #include "engine/family.h"
+#include "engine/host/recv_queue.h"
 #include "engine/protocol.h"
 #include "engine/ring.h"
 #include "engine/srq.h"
@@ -152,15 +153,15 @@ class Qp {
   // Completion of the WQE at the send queue's head, and of current_recv().
   void complete_send_head(ibv_wc_status status);
   void complete_recv_head(const ibv_wc& wc, bool solicited);
-  // The same-host path's receive queue (qp_host_recv.cc): processes of this host
+  // The same-host path's receive queue (host/qp_recv.cc): processes of this host
   // place SENDs into this QP's receive WQEs themselves. Its number as published
   // (index + 1; 0: SENDs to this QP take the wire), and its shared state.
-  // A QP attached to an SRQ names the SRQ's (srq_host_recv.cc).
+  // A QP attached to an SRQ names the SRQ's (host/srq_recv.cc).
   uint32_t host_recv_queue() const {
     if (srq_ != nullptr) return xrcd_ == nullptr ? srq_->host_recv_queue() : 0;
-    return host_recv_ != nullptr ? host_recv_index_ + 1 : 0;
+    return host_rq_.number();
   }
-  samehost::RecvState* host_recv() const { return host_recv_; }
+  samehost::RecvState* host_recv() const { return host_rq_.state(); }
   // Engine owner: completes the receives peers placed, in order (a peer left a
   // notice, or the responder needs the queue's head); false when none was.
   bool drain_host_receives(Nanos now, bool stop_at_failure = false);
@@ -173,7 +174,7 @@ class Qp {
                               const samehost::RecvResult& result, Nanos now);
   // A UD QP whose queue peers fill (host_recv() not null): the wire's message of
   // `length` bytes claims its WQE as they do, and completes it in claim order
-  // (qp_host_recv.cc). Null when none is posted, or (`too_long`) the next is short.
+  // (host/qp_recv.cc). Null when none is posted, or (`too_long`) the next is short.
   RecvWqe* claim_datagram_recv(uint64_t length, uint32_t& index, bool& too_long, Nanos now);
   void complete_datagram_recv(uint32_t index, samehost::RecvResult result, Nanos now);
 
@@ -203,7 +204,7 @@ class Qp {
   void reset_queues();
   void flush_queues();
   void flush_receives();
-  // qp_host_recv.cc.
+  // host/qp_recv.cc.
   void reserve_host_receives();
   void release_host_receives();
   void reopen_host_receives();
@@ -253,17 +254,9 @@ class Qp {
   std::unique_ptr<Protocol> protocol_;
   const FamilyTraits* family_traits_ = nullptr;  // its device's family's (family.h)
 
-  // The same-host receive queue (qp_host_recv.cc): its shared state in the node
-  // segment, the results peers write for each consumed WQE (one per slot), and
+  // The same-host receive queue (host/qp_recv.cc, host/recv_queue.h), and
   // whether the responder holds the head for a wire message.
-  samehost::RecvState* host_recv_ = nullptr;
-  uint32_t host_recv_index_ = 0;
-  std::vector<samehost::RecvResult> host_results_;
-  // Where peers write results: the segment's slots for a small queue, else
-  // host_results_ (by cross-memory attach).
-  samehost::RecvResult* host_results_at_ = nullptr;
-  samehost::StuckClaim stuck_;  // a UD QP's queue (RecvState::kDatagram)
-  samehost::RecvSge* host_sges_ = nullptr;  // the segment's copy of rq_sges_, if it fits
+  host::HostRecvQueue host_rq_;
   bool wire_holds_recv_ = false;
 
   // Tag matching (a QP attached to a TM SRQ). The message being received (engine

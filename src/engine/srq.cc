@@ -55,14 +55,13 @@ int Srq::post_recv(const ibv_recv_wr* wr, const ibv_recv_wr** bad) {
     copy_recv_wr(*wr, ring_.push_slot(), sges);
     // A same-host peer reads the slot's max_sge entries: the unused are empty,
     // and the segment's copy is written before `posted` moves past the slot.
-    if (host_recv_ != nullptr) {
+    if (host_rq_.reserved()) {
       std::fill(sges + wr->num_sge, sges + max_sge_, Sge{});
-      if (host_sges_ != nullptr)
-        std::memcpy(host_sges_ + size_t(slot) * max_sge_, sges, sizeof(Sge) * max_sge_);
+      host_rq_.mirror(slot, sges, max_sge_);
     }
     ring_.publish();
   }
-  if (host_recv_ != nullptr) host_recv_->posted.store(ring_.tail(), std::memory_order_release);
+  if (host_rq_.reserved()) host_rq_.publish_posted(ring_.tail());
   if (err != 0 && bad != nullptr) *bad = wr;
   return err;
 }
@@ -89,7 +88,7 @@ ibv_srq_attr Srq::query() const {
 }
 
 bool Srq::take(HeldRecv& into) {
-  if (host_recv_ != nullptr) return take_claimed(into);
+  if (host_rq_.reserved()) return take_claimed(into);
   if (ring_.empty()) return false;
   const RecvWqe& wqe = ring_.front();
   into.wqe = wqe;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "engine/clock.h"
+#include "engine/host/recv_queue.h"
 #include "engine/ring.h"
 #include "engine/tag_list.h"
 #include "engine/wqe.h"
@@ -82,11 +83,11 @@ class Srq {
                TmMessage& msg);
   const TagList* tags() const { return tags_.get(); }
 
-  // The same-host path (srq_host_recv.cc; docs/decisions/same-host.md "SRQs"):
+  // The same-host path (host/srq_recv.cc; docs/decisions/same-host.md "SRQs"):
   // processes of this host claim its WQEs and place SENDs in them for the QPs
   // attached to it. Its number as published (index + 1; 0: SENDs take the wire).
-  uint32_t host_recv_queue() const { return host_recv_ != nullptr ? host_recv_index_ + 1 : 0; }
-  samehost::RecvState* host_recv() const { return host_recv_; }
+  uint32_t host_recv_queue() const { return host_rq_.number(); }
+  samehost::RecvState* host_recv() const { return host_rq_.state(); }
   // Engine owner: completes, on their QPs, the WQEs peers filled (a notice came,
   // a QP enters Error, or a wire message takes a WQE after them); false if none.
   bool drain_host_receives(Nanos now);
@@ -119,23 +120,19 @@ class Srq {
   uint32_t max_ops_ = 0;
 
   int run_op(ibv_ops_wr& wr);
-  // srq_host_recv.cc.
+  // host/srq_recv.cc.
   void reserve_host_receives();
   void release_host_receives();
   bool take_claimed(HeldRecv& into);
   void retire_consumed();
   void fire_limit_if_low(uint32_t left);
 
-  // The same-host state: the queue in the node segment, its copy of the scatter
-  // lists (null when they do not fit) and its results; per slot, whether the WQE
-  // was taken by a wire message or completed (engine owner), so that the head
-  // moves past it (WQEs are claimed in order but complete in any).
-  samehost::RecvState* host_recv_ = nullptr;
-  uint32_t host_recv_index_ = 0;
-  samehost::RecvSge* host_sges_ = nullptr;
-  samehost::RecvResult* host_results_ = nullptr;
+  // The same-host state: the queue in the node segment (host/recv_queue.h, the
+  // type a QP's own queue is too); per slot, whether the WQE was taken by a wire
+  // message or completed (engine owner), so that the head moves past it (WQEs
+  // are claimed in order but complete in any).
+  host::HostRecvQueue host_rq_;
   std::vector<uint8_t> consumed_;
-  samehost::StuckClaim stuck_;
   bool draining_ = false;
 };
 

@@ -78,7 +78,7 @@ struct SendWqe {
   uint32_t read_chunk_begin = 0;  // READ: first packet the request now answered asks for
   uint32_t read_range_begin = 0;  // READ: where the first request for this range began
   uint32_t read_requested = 0;  // READ: responses asked for so far (end of the last request)
-  bool on_host = false;  // executed on a same-host peer's memory (rc/requester_host.cc)
+  bool on_host = false;  // executed on a same-host peer's memory (rc/host_execution.cc)
   ibv_wc_status status = IBV_WC_SUCCESS;
 
   bool is_read() const { return opcode == IBV_WR_RDMA_READ; }

@@ -1,7 +1,7 @@
 // The receive queue of a QP as processes of the same host consume it: the shared
 // part lives in the owner's node segment (node_segment.h), the rest in the
-// owner's memory (engine/qp_host_recv.cc; the sender's side in
-// engine/rc/requester_host_send.cc).
+// owner's memory (engine/host/qp_recv.cc; the sender's side in
+// engine/rc/host_send.cc).
 #pragma once
 
 #include <atomic>

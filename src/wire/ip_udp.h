@@ -46,4 +46,16 @@ struct IpUdpInfo {
 size_t build_ip_udp_headers(const IpUdpInfo& info, size_t udp_payload_len,
                             std::span<uint8_t> out);
 
+// IBA A17.4.5.1: for RoCEv2 a UD completion carries "a flag that indicates if the
+// received frame is an IPv4, IPv6 or RoCE packet". verbs has no field for it;
+// RoCE NICs (ConnectX, whose completion format fills it in) report it in `sl`,
+// which RoCE has no other use for (no LRH, so no service level arrives): bit 3
+// "UDP header present" (RoCEv2), bits 2:0 the L3 header, 1 IPv6, 2 IPv4. UCX's
+// ud_verbs reads it there to find the destination address in the 40 GRH bytes
+// (decisions/ucx.md).
+constexpr uint8_t roce_packet_type(bool ipv4) {
+  constexpr uint8_t kRoceV2 = 0x8, kIpv6 = 0x1, kIpv4 = 0x2;
+  return kRoceV2 | (ipv4 ? kIpv4 : kIpv6);
+}
+
 }  // namespace softrdma::wire

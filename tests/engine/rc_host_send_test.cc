@@ -1,5 +1,5 @@
-// SENDs on the same-host path (engine/rc/requester_host_send.cc,
-// engine/qp_host_recv.cc): the sender places the message into the receiver's
+// SENDs on the same-host path (engine/rc/host_send.cc,
+// engine/host/qp_recv.cc): the sender places the message into the receiver's
 // posted WQE, waits out the receiver's RNR timer when none is posted, and the
 // receiver completes the WQE at its next turn. What
 // both paths share (delivery, immediate data, a message too long, bad keys) is
@@ -142,7 +142,7 @@ TEST_F(RcHostSendTest, AReceiverInErrorTakesNothingMore) {
 }
 
 // An SRQ's WQEs are claimed in order but filled by as many senders as it has
-// QPs, each at its own pace (engine/srq_host_recv.cc): a result is written when
+// QPs, each at its own pace (engine/host/srq_recv.cc): a result is written when
 // its sender is done, and the owner completes results in claim order, so that
 // every completed WQE's slot can be posted again at once (max_wr outstanding,
 // never fewer). A WQE a sender claimed and then voided, or whose result names no

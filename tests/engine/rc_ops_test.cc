@@ -58,7 +58,7 @@ TEST_P(RcOpsTest, SendDeliversIntoReceiveBuffer) {
   EXPECT_EQ(got[0].src_qp, a.qp->qpn());
   EXPECT_EQ(got[0].wc_flags & IBV_WC_WITH_IMM, 0);
   EXPECT_TRUE(same(a, kSrc, b, kDst, len));
-  // The same-host path places it without a packet (requester_host_send.cc).
+  // The same-host path places it without a packet (rc/host_send.cc).
   EXPECT_EQ(b.counters().rx_packets.load(), same_host_ ? 0 : packets(len));
   EXPECT_EQ(a.counters().host_sends.load(), same_host_ ? 1u : 0u);
 }

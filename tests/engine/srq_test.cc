@@ -9,7 +9,7 @@ namespace softrdma::engine::testing {
 namespace {
 
 // Every body over both paths: the wire, and the same-host path, where the sender
-// claims the SRQ's WQE and places the message itself (engine/srq_host_recv.cc).
+// claims the SRQ's WQE and places the message itself (engine/host/srq_recv.cc).
 class SrqTest : public RcPathTest {
  protected:
   void SetUp() override {

@@ -18,7 +18,7 @@ namespace softrdma::verbs::testing {
 namespace {
 
 // Two sender processes fill one SRQ at once, each through its own QP of the
-// receiver (engine/srq_host_recv.cc): they claim WQEs in turn but place at their
+// receiver (engine/host/srq_recv.cc): they claim WQEs in turn but place at their
 // own pace. Every message arrives once, whole, in the WQE its completion names, on
 // the QP it was sent to, and in the order its sender sent it; the receiver
 // reposts each WQE as it completes, so the SRQ wraps many times.

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "engine/device.h"
+#include "engine/access_check.h"
 #include "engine/guarded_memory.h"
 #include "engine/iwarp/connection.h"
 #include "engine/iwarp/family.h"
@@ -294,7 +295,11 @@ bool Connection::on_read_request(const DdpHeader& h, std::span<const uint8_t> pa
     terminate(untagged_fault(kUntaggedMsnRange), now);
     return false;
   }
-  if (!parse_read_request(payload, request) || request.size > qp_.device().limits().max_msg_size) {
+  // RFC 5040 §4.4, with IBA's max_msg_size as the responder's (access_check.h).
+  if (!parse_read_request(payload, request) ||
+      check_message(RemoteAccess{IBV_ACCESS_REMOTE_READ, request.source_offset, request.size,
+                                 pd_id(qp_.pd()), qp_.qpn()},
+                    qp_.device().limits().max_msg_size, false) != Verdict::kDone) {
     terminate(Fault{TerminateLayer::kRdmap, kRdmapOperation, kRdmapBadOpcode}, now);
     return false;
   }

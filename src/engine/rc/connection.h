@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "engine/host/executor.h"
 #include "engine/roce/protocol.h"
 #include "engine/roce/tx_batch.h"
 #include "engine/rc/completer.h"
@@ -50,6 +51,8 @@ class RcConnection final : public roce::RoceProtocol {
   // What is resent after a loss, and the window (loss_recovery.h).
   LossRecovery& recovery() { return *recovery_; }
   const Liveness& liveness() const { return liveness_; }
+  // What the same-host executor counts for this connection (host/executor.h).
+  host::HostRetries& host_retries() { return host_retries_; }
 
   // The opcode of `operation` (IBA 9.2.1: low 5 bits) on this QP's transport.
   uint8_t opcode(uint8_t operation) const { return uint8_t(opcode_base_ | operation); }
@@ -74,6 +77,7 @@ class RcConnection final : public roce::RoceProtocol {
   Completer completer_;
   Responder responder_;
   Liveness liveness_;
+  host::HostRetries host_retries_;
 };
 
 }  // namespace softrdma::engine::rc

@@ -25,7 +25,7 @@ struct Path {
   uint16_t pkey = 0xffff;
   uint32_t mtu = 1024;
   // A same-host peer (docs/decisions/same-host.md): its memory operations are
-  // executed here (rc/requester_host.cc); null: everything goes on the wire.
+  // executed here (rc/host_execution.cc); null: everything goes on the wire.
   std::shared_ptr<samehost::Peer> peer;
 };
 

@@ -7,6 +7,7 @@
 #include <span>
 
 #include "engine/device.h"
+#include "engine/host/executor.h"
 #include "engine/qp.h"
 #include "engine/rc/connection.h"
 #include "engine/sgl.h"
@@ -57,14 +58,14 @@ bool Requester::run(Nanos now) {
       // IBA 11.2.5.3 SQD: WQEs not yet begun wait for the return to RTS.
       if (qp.state() == IBV_QPS_SQD || !may_start(wqe)) break;
       if (!start(wqe, now)) {
-        flush_host_batch(now);
+        flush_host(now);
         return false;
       }
     }
     if (wqe.state == SendState::kSending && !send_packets(wqe)) break;
     ++send_index_;
   }
-  if (!flush_host_batch(now)) return false;
+  if (!flush_host(now)) return false;
   conn_.completer().on_sent(now);
   const bool more = !conn_.acknowledged() && burst_left_ == 0 && send_index_ != sq.tail() &&
                     qp.state() == IBV_QPS_RTS;
@@ -101,16 +102,23 @@ bool Requester::check_local_sges(const SendWqe& wqe) const {
 // Assigns the WQE its PSNs (IBA 9.7.4.1.1: one per request packet; a READ takes
 // one per response packet) after checking its local buffers.
 bool Requester::start(SendWqe& wqe, Nanos now) {
-  if (wqe.is_local()) return flush_host_batch(now) && execute_local(wqe, now);
+  if (wqe.is_local()) return flush_host(now) && execute_local(wqe, now);
   if (wqe.status != IBV_WC_SUCCESS || !check_local_sges(wqe)) {
     // IBA 10.8.3.1 / ibv_poll_cq(3): local protection error, QP to Error.
     wqe.status = IBV_WC_LOC_PROT_ERR;
     conn_.fail(now, IBV_EVENT_QP_ACCESS_ERR);
     return false;
   }
-  if (executes_on_host(wqe)) return execute_on_host(wqe, now);
-  if (!flush_host_batch(now)) return false;  // what was batched goes first (IBA 9.5)
+  host::HostExecutor* host = conn_.qp().device().host_executor();
+  if (host != nullptr && host->takes(conn_, wqe))
+    return host->execute(conn_, wqe, send_index_, now);
+  if (!flush_host(now)) return false;  // what was batched goes first (IBA 9.5)
   return start_on_wire(wqe);
+}
+
+bool Requester::flush_host(Nanos now) {
+  host::HostExecutor* host = conn_.qp().device().host_executor();
+  return host == nullptr || host->flush(conn_, now, send_index_);
 }
 
 bool Requester::start_on_wire(SendWqe& wqe) {

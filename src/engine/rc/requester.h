@@ -4,29 +4,19 @@
 // reports a loss.
 #pragma once
 
-#include <sys/uio.h>
-
 #include <array>
 #include <cstdint>
 #include <span>
 
 #include "engine/clock.h"
-#include "engine/peer_recv.h"
 #include "engine/rc/loss_recovery.h"
 #include "engine/wqe.h"
-#include "samehost/recv_queue.h"
-#include "samehost/shared_pages.h"
 #include "wire/packet.h"
 #include "wire/psn.h"
-
-namespace softrdma::samehost {
-struct Peer;
-}
 
 namespace softrdma::engine::rc {
 
 class RcConnection;
-struct HostBatch;
 
 // Work queue indices grow forever mod 2^32: compare them as a ring.
 inline bool psn_index_before(uint32_t a, uint32_t b) { return int32_t(a - b) < 0; }
@@ -47,6 +37,10 @@ class Requester {
   void pause_until(Nanos until) { paused_until_ = until; }
   Nanos paused_until() const { return paused_until_; }
 
+  // Assigns the WQE its PSNs: it goes on the wire (also for the same-host
+  // executor, when the peer does not publish what the WQE needs).
+  bool start_on_wire(SendWqe& wqe);
+
   void reset(uint32_t sq_psn);
   uint32_t next_psn() const { return next_psn_; }
   // First PSN never sent: a response beyond it answers nothing (IBA 9.7.5.2.1).
@@ -56,64 +50,11 @@ class Requester {
 
  private:
   bool may_start(const SendWqe& wqe) const;
+  // Where the WQE goes, in queue order: local, the same-host executor, or the wire.
   bool start(SendWqe& wqe, Nanos now);
-  // Assigns the WQE its PSNs: it goes on the wire.
-  bool start_on_wire(SendWqe& wqe);
-  // The same-host path (requester_host.cc).
-  enum class HostVerdict : uint8_t {
-    kGo, kWire, kNotReady, kAccess, kInvalidRequest, kRnr, kRemoteOperational,
-    kLocalProtection
-  };
-  // IBA 9.6.1.1: a QP takes requests in RTR, RTS, SQD and SQE.
-  static bool takes_requests_on_host(uint32_t state);
-  bool executes_on_host(const SendWqe& wqe) const;
-  // The type the peer's QP has: the same, or XRC receive for an XRC send QP.
-  uint32_t peer_qp_type() const;
-  // The peer QP's grant with an XRC request's SRQ in it (its PD and queue).
-  HostVerdict as_request_sees_it(const SendWqe& wqe, samehost::Peer& peer,
-                                 samehost::QpGrant& target) const;
-  bool execute_on_host(SendWqe& wqe, Nanos now);
-  bool execute_alone_on_host(SendWqe& wqe, Nanos now);
-  void mark_executed_on_host(SendWqe& wqe);
-  // requester_host_batch.cc: true when the WQE joined the batch of WRITEs.
-  bool batch_on_host(SendWqe& wqe);
-  // Executes the batch; false when the QP must stop (a retry, an error).
-  bool flush_host_batch(Nanos now);
-  // Where a WRITE, READ or atomic lands in the peer: its address there, and the
-  // shared pages (samehost/shared_pages.h) of the key that granted it.
-  struct HostRange {
-    uint64_t addr = 0;
-    samehost::SharedSpan span;
-  };
-  // `cache`: an open batch's lookups (host_batch.h), or null.
-  HostVerdict check_on_host(const SendWqe& wqe, samehost::Peer& peer, HostRange& range,
-                            HostBatch* cache = nullptr) const;
-  uint32_t local_iovecs(const SendWqe& wqe, std::span<iovec> out) const;
-  int transfer_on_host(SendWqe& wqe, samehost::Peer& peer, const HostRange& range);
-  // The same through the peer's shared pages, by loads and stores: 0, EFAULT, or
-  // ENOENT when the range is not on pages mapped here (cross-memory attach then).
-  int transfer_mapped(SendWqe& wqe, samehost::Peer& peer, const HostRange& range);
-  bool deliver_atomic_result(const SendWqe& wqe, uint64_t original);
-  bool retry_on_host(SendWqe& wqe, Nanos now);
-  void refuse_on_host(SendWqe& wqe, HostVerdict verdict, Nanos now);
-  void fail_on_host(SendWqe& wqe, ibv_wc_status status, Nanos now);
-  // A SEND or WRITE with immediate placed in the peer's receive WQE
-  // (requester_host_send.cc, over peer_recv.h).
-  static bool consumes_receive(const SendWqe& wqe);
-  bool send_on_host(SendWqe& wqe, Nanos now);
-  HostVerdict find_receiver_on_host(const SendWqe& wqe, PeerRecvTarget& target) const;
-  HostVerdict scatter_on_host(const PeerRecvTarget& target, uint32_t index, uint64_t length,
-                              PeerIovecs& out) const;
-  int place_on_host(const SendWqe& wqe, const PeerRecvTarget& target, uint32_t index,
-                    PeerIovecs& remote, ibv_wc_status status);
-  HostVerdict finish_on_host(const SendWqe& wqe, const PeerRecvTarget& target, uint32_t index,
-                             PeerIovecs& remote, ibv_wc_status there);
-  HostVerdict give_back_on_host(const PeerRecvTarget& target, uint32_t index);
-  bool may_invalidate_on_host(const SendWqe& wqe, const PeerRecvTarget& target) const;
-  bool conclude_send_on_host(SendWqe& wqe, HostVerdict verdict, const PeerRecvTarget& target,
-                             Nanos now);
-  bool wait_rnr_on_host(SendWqe& wqe, const PeerRecvTarget& target, Nanos now);
-  bool local_buffers_readable(const SendWqe& wqe) const;
+  // What the same-host executor batched goes first (IBA 9.5); false when the
+  // requester must stop (send_index_ then where it resumes).
+  bool flush_host(Nanos now);
   // Binds and local invalidations (requester_local.cc): executed here, in queue order.
   bool execute_local(SendWqe& wqe, Nanos now);
   bool check_local_sges(const SendWqe& wqe) const;
@@ -142,8 +83,6 @@ class Requester {
   uint32_t resend_to_ = 0;      // the last loss's resend ends here (Resend::to)
   bool repeat_first_ = false;   // a retry's first packet is yet to go: send it twice
   uint32_t burst_left_ = 0;  // UC: packets this run may still send
-  uint32_t host_retries_ = 0;  // same-host: consecutive tries the peer's QP refused
-  uint32_t host_rnr_retries_ = 0;  // same-host: consecutive waits for a receive WQE
 };
 
 }  // namespace softrdma::engine::rc

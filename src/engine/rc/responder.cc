@@ -119,13 +119,14 @@ Responder::Verdict Responder::check_sequence_and_length(PacketView p) const {
   // IBA 9.7.5.1.5: an opcode that carries no payload (READ request, ATOMIC) with
   // bytes after its headers is a malformed request, not a READ of a guessed length.
   if (!info.any(kOpPayload) && len != 0) return Verdict::kInvalidRequest;
-  // IBA 10.2.4.2: the QP's own remote access rights.
-  const int allowed = conn_.qp().attr().qp_access_flags;
-  if (info.any(kOpWrite | kOpAtomicWrite) && !(allowed & IBV_ACCESS_REMOTE_WRITE))
+  // IBA 10.2.4.2: the QP's own remote access rights (access_check.h), at every
+  // packet of a message.
+  const uint32_t allowed = uint32_t(conn_.qp().attr().qp_access_flags);
+  if (info.any(kOpWrite | kOpAtomicWrite) && !qp_allows(allowed, IBV_ACCESS_REMOTE_WRITE))
     return Verdict::kInvalidRequest;
-  if (info.is(kOpReadRequest) && !(allowed & IBV_ACCESS_REMOTE_READ))
+  if (info.is(kOpReadRequest) && !qp_allows(allowed, IBV_ACCESS_REMOTE_READ))
     return Verdict::kInvalidRequest;
-  if (info.is(kOpAtomic) && !(allowed & IBV_ACCESS_REMOTE_ATOMIC))
+  if (info.is(kOpAtomic) && !qp_allows(allowed, IBV_ACCESS_REMOTE_ATOMIC))
     return Verdict::kInvalidRequest;
   return Verdict::kDone;
 }
@@ -258,7 +259,10 @@ Responder::Verdict Responder::do_read(PacketView p) {
   const uint32_t rkey = uint32_t(p.get(reth::kRkey));
   const uint32_t len = uint32_t(p.get(reth::kDmaLength));
   Qp& qp = conn_.qp();
-  if (len > qp.device().limits().max_msg_size) return Verdict::kInvalidRequest;
+  const RemoteAccess request{IBV_ACCESS_REMOTE_READ, va, len, pd_id(qp.pd()), qp.qpn()};
+  if (Verdict v = check_message(request, qp.device().limits().max_msg_size, false);
+      v != Verdict::kDone)
+    return v;
   Response r;
   r.generation = qp.device().mrs().generation();
   if (len > 0) {
@@ -390,9 +394,12 @@ Responder::Verdict Responder::unmapped() {
 
 Responder::Verdict Responder::do_atomic(PacketView p) {
   const uint64_t va = p.get(atomic_eth::kVa);
-  // IBA 9.4.5 (o9-13): an ATOMIC's address must be 8-byte aligned.
-  if (va % 8 != 0) return Verdict::kInvalidRequest;
   Qp& qp = conn_.qp();
+  // IBA 9.4.5 (o9-13): an ATOMIC's address must be 8-byte aligned.
+  const RemoteAccess request{IBV_ACCESS_REMOTE_ATOMIC, va, 8, pd_id(qp.pd()), qp.qpn()};
+  if (Verdict v = check_message(request, qp.device().limits().max_msg_size, true);
+      v != Verdict::kDone)
+    return v;
   uint64_t original = 0;
   {
     auto access = qp.device().mrs().access();

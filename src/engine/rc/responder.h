@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "engine/access_check.h"
 #include "engine/clock.h"
 #include "wire/packet.h"
 
@@ -34,8 +35,9 @@ class Responder {
   bool produce(uint32_t budget, Nanos now);
 
  private:
-  // What executing a request came to; the errors name the NAK they send.
-  enum class Verdict : uint8_t { kDone, kRnr, kInvalidRequest, kRemoteAccess, kRemoteOperational };
+  // What executing a request came to (access_check.h); the errors name the NAK
+  // they send. The responder gives kDone, kRnr and the three NAKs.
+  using Verdict = engine::Verdict;
 
   // UC (IBA 9.8.3, responder_uc.cc): the same execution, no acknowledgement; a
   // message that cannot complete is dropped whole and silently.

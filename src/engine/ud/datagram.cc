@@ -175,7 +175,7 @@ bool Datagram::receive(PacketView p, const transport::RxPacket& from, Nanos now)
   wc.qp_num = qp_.qpn();
   wc.src_qp = uint32_t(p.get(deth::kSrcQp));
   wc.wc_flags = IBV_WC_GRH;
-  wc.sl = roce_packet_type(gid_is_ipv4(from.src));
+  wc.sl = wire::roce_packet_type(gid_is_ipv4(from.src));
   if (p.info().has(Header::kImmDt)) {
     wc.wc_flags |= IBV_WC_WITH_IMM;
     wc.imm_data = htonl(uint32_t(p.get(immdt::kImmediate)));

@@ -20,7 +20,7 @@
 #include <atomic>
 
 #include "engine/device.h"
-#include "engine/peer_recv.h"
+#include "engine/host/peer_recv.h"
 #include "engine/qp.h"
 #include "engine/ud/datagram.h"
 #include "samehost/host.h"

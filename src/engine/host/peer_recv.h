@@ -1,6 +1,6 @@
 // Placing a message into a receive WQE of another softrdma process of this host,
 // as that process's RNIC would on receiving it (docs/decisions/same-host.md,
-// "SENDs"): what an RC or UC requester (rc/requester_host_send.cc) and a UD
+// "SENDs"): what an RC or UC requester (rc/host_send.cc) and a UD
 // sender (ud/datagram_host.cc) share. The sender claims the WQE in the peer's node
 // segment (samehost::RecvState), reads its scatter list (from the segment for a
 // small queue, else from the peer's memory), checks each L_Key against what the

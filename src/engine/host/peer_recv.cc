@@ -1,4 +1,4 @@
-#include "engine/peer_recv.h"
+#include "engine/host/peer_recv.h"
 
 #include <infiniband/verbs.h>
 
@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "engine/counters.h"
+#include "engine/access_check.h"
 #include "engine/guarded_memory.h"
 #include "engine/mr.h"
 
@@ -57,7 +58,7 @@ bool read_scatter_list(const PeerRecvTarget& target, uint32_t index, uint32_t sl
 int place_mapped(samehost::Peer& peer, std::span<const iovec> local, const PeerIovecs& remote,
                  uint32_t count, EngineCounters& counters) {
   if (!peer.pages) return ENOENT;
-  if (!peer.memory->alive_lately()) return ESRCH;  // as in Requester::transfer_mapped
+  if (!peer.memory->alive_lately()) return ESRCH;  // as in RcExecution::transfer_mapped
   // The mappings, held until the copy is done (another thread's map() may drop
   // them meanwhile): a few distinct ones, as a scatter list's entries are mostly
   // in one region; more take cross-memory attach. (A holder per entry, 65 of
@@ -173,14 +174,16 @@ PeerScatter scatter_into_peer(const PeerRecvTarget& target, uint32_t index, uint
     const samehost::RecvSge& sge = sges[i];
     capacity += sge.length;
     if (sge.length == 0 || left == 0) continue;
+    // IBA 10.6.3.1: the L_Key's PD, local write, the range (access_check.h).
     const auto grant = target.peer->node->key(sge.lkey);
-    if (!grant || grant->pd != target.pd || (grant->access & IBV_ACCESS_LOCAL_WRITE) == 0 ||
-        sge.addr < grant->iova || sge.length > grant->length ||
-        sge.addr - grant->iova > grant->length - sge.length)
+    const KeyView key = grant ? KeyView::of(*grant) : KeyView{};
+    uint64_t offset = 0;
+    const RemoteAccess entry{IBV_ACCESS_LOCAL_WRITE, sge.addr, sge.length, target.pd, 0};
+    if (check_key(grant ? &key : nullptr, entry, offset) != AccessError::kNone)
       return PeerScatter::kRefused;
     const uint64_t take = std::min<uint64_t>(left, sge.length);
     out.spans[out.count] = grant->shared;
-    out.remote[out.count++] = {reinterpret_cast<void*>(grant->host_addr + (sge.addr - grant->iova)),
+    out.remote[out.count++] = {reinterpret_cast<void*>(grant->host_addr + offset),
                                size_t(take)};
     left -= take;
   }

@@ -14,19 +14,13 @@
 
 #include "engine/device.h"
 #include "engine/qp.h"
-#include "engine/ud/datagram.h"
+#include "wire/ip_udp.h"
 #include "samehost/host.h"
 
 namespace softrdma::engine {
 
-static_assert(sizeof(Sge) == sizeof(samehost::RecvSge) &&
-                  offsetof(Sge, addr) == offsetof(samehost::RecvSge, addr) &&
-                  offsetof(Sge, length) == offsetof(samehost::RecvSge, length) &&
-                  offsetof(Sge, lkey) == offsetof(samehost::RecvSge, lkey),
-              "peers read the receive SGEs in this layout");
-
 // At creation: an RC, UC or UD QP with a receive queue of its own, on a device
-// that publishes to its host (an SRQ publishes its own: srq_host_recv.cc). A UD
+// that publishes to its host (an SRQ publishes its own: host/srq_recv.cc). A UD
 // QP's queue is filled by many senders at once, as an SRQ's, and so needs its
 // results in the segment: a larger one takes the wire.
 void Qp::reserve_host_receives() {
@@ -35,60 +29,41 @@ void Qp::reserve_host_receives() {
   if (host == nullptr || (type_ != IBV_QPT_RC && type_ != IBV_QPT_UC && !datagram) ||
       srq_ != nullptr || xrcd_ != nullptr || (datagram && rq_.slot_count() > samehost::kSharedSges))
     return;
-  uint32_t index = 0;
-  samehost::RecvState* state = host->node().reserve_recv(index);
-  if (state == nullptr) return;
-  host_recv_ = state;
-  host_recv_index_ = index;
-  host_results_.assign(datagram ? 0 : rq_.slot_count(), samehost::RecvResult{});
-  // A small queue keeps its scatter lists in the segment too: a peer then reads
-  // them with a load, not a process_vm_readv (1.9 µs here; docs/performance.md).
-  // Its results too, which peers then write with stores.
-  const size_t entries = size_t(rq_.slot_count()) * cap_.max_recv_sge;
-  const bool shared = entries <= samehost::kSharedSges;
-  host_sges_ = shared ? host->node().recv_sges(index) : nullptr;
-  host_results_at_ =
-      shared || datagram ? host->node().recv_results(index) : host_results_.data();
-  samehost::describe(*state, {datagram ? samehost::RecvState::kDatagram : samehost::RecvState::kQueue,
-                              pd_ != nullptr ? pd_->handle() : 0, rq_.slot_count(),
-                              cap_.max_recv_sge, reinterpret_cast<uintptr_t>(rq_sges_.data()),
-                              reinterpret_cast<uintptr_t>(host_results_.data()), shared});
-  device_.note_host_recv(index, this);
+  const uint32_t kind = datagram ? samehost::RecvState::kDatagram : samehost::RecvState::kQueue;
+  if (!host_rq_.reserve(*host, kind, pd_ != nullptr ? pd_->handle() : 0, rq_.slot_count(),
+                        cap_.max_recv_sge, rq_sges_.data()))
+    return;
+  device_.note_host_recv(host_rq_.index(), this);
   reopen_host_receives();
 }
 
 // Destroyed: no peer is inside the queue once this returns.
 void Qp::release_host_receives() {
-  if (host_recv_ == nullptr) return;
-  device_.note_host_recv(host_recv_index_, nullptr);
-  device_.host()->node().release_recv(host_recv_index_);
-  host_recv_->shared_sges.store(0, std::memory_order_relaxed);
-  host_recv_ = nullptr;
-  host_sges_ = nullptr;
-  host_results_at_ = nullptr;
+  if (!host_rq_.reserved()) return;
+  device_.note_host_recv(host_rq_.index(), nullptr);
+  host_rq_.release();
 }
 
 // Empty again (Reset), and open: peers claim once the QP takes requests.
 void Qp::reopen_host_receives() {
-  if (host_recv_ == nullptr) return;
+  if (!host_rq_.reserved()) return;
   close_host_receives();
-  host_recv_->posted.store(0, std::memory_order_relaxed);
-  host_recv_->claimed.store(0, std::memory_order_relaxed);
-  host_recv_->placed.store(0, std::memory_order_relaxed);
-  host_recv_->noticed.store(0, std::memory_order_relaxed);
+  samehost::RecvState& state = *host_rq_.state();
+  state.posted.store(0, std::memory_order_relaxed);
+  state.claimed.store(0, std::memory_order_relaxed);
+  state.placed.store(0, std::memory_order_relaxed);
+  state.noticed.store(0, std::memory_order_relaxed);
   // Results of many senders mark themselves complete (`seq`): none left from
   // before may look complete now.
-  if (host_recv_->kind.load(std::memory_order_relaxed) == samehost::RecvState::kDatagram)
-    std::memset(static_cast<void*>(host_results_at_), 0,
-                sizeof(samehost::RecvResult) * rq_.slot_count());
+  if (state.kind.load(std::memory_order_relaxed) == samehost::RecvState::kDatagram)
+    host_rq_.clear_results(rq_.slot_count());
   wire_holds_recv_ = false;
-  host_recv_->qpn.store(qpn_, std::memory_order_release);
+  host_rq_.open(qpn_);
 }
 
 // Error, Reset or destruction: no more claims, and what peers placed is final.
 void Qp::close_host_receives() {
-  if (host_recv_ == nullptr) return;
-  device_.host()->node().close_recv(*host_recv_);
+  host_rq_.close();
 }
 
 // The wire's SEND or WRITE with immediate takes the head as a peer would: after
@@ -98,11 +73,12 @@ RecvWqe* Qp::take_shared_recv() {
   if (wire_holds_recv_) return current_recv();
   // Only when a peer placed something since (one load): a wire message, to a peer
   // on another host above all, pays no fence or clock read for the shared queue.
-  if (host_recv_->placed.load(std::memory_order_acquire) != rq_.head())
+  samehost::RecvState& state = *host_rq_.state();
+  if (state.placed.load(std::memory_order_acquire) != rq_.head())
     drain_host_receives(device_.clock().now(), /*stop_at_failure=*/true);
   if (rq_.empty()) return nullptr;
   uint32_t head = rq_.head();
-  if (!host_recv_->claimed.compare_exchange_strong(head, head + 1, std::memory_order_acq_rel))
+  if (!state.claimed.compare_exchange_strong(head, head + 1, std::memory_order_acq_rel))
     return nullptr;
   wire_holds_recv_ = true;
   return &rq_.front();
@@ -159,24 +135,25 @@ ibv_wc Qp::host_recv_wc(const RecvWqe& wqe, const samehost::RecvResult& result,
   if (type_ == IBV_QPT_UD) {
     wc.src_qp = result.src_qp & 0xffffff;
     wc.wc_flags |= IBV_WC_GRH;
-    wc.sl = ud::roce_packet_type((result.flags & samehost::RecvResult::kIpv4) != 0);
+    wc.sl = wire::roce_packet_type((result.flags & samehost::RecvResult::kIpv4) != 0);
   }
   return wc;
 }
 
 bool Qp::drain_host_receives(Nanos now, bool stop_at_failure) {
-  if (host_recv_ == nullptr) return false;
+  if (!host_rq_.reserved()) return false;
   if (type_ == IBV_QPT_UD) return drain_datagram_receives(now);
+  samehost::RecvState& state = *host_rq_.state();
   // Dekker with samehost::PeerNode::notice: cleared before `placed` is read.
-  host_recv_->noticed.store(0, std::memory_order_seq_cst);
-  const uint32_t placed = host_recv_->placed.load(std::memory_order_acquire);
-  const uint32_t claimed = host_recv_->claimed.load(std::memory_order_acquire);
+  state.noticed.store(0, std::memory_order_seq_cst);
+  const uint32_t placed = state.placed.load(std::memory_order_acquire);
+  const uint32_t claimed = state.claimed.load(std::memory_order_acquire);
   bool drained = false;
   // Only WQEs a peer claimed and placed: [head, min(placed, claimed)).
   while (!rq_.empty() && !wire_holds_recv_ && int32_t(placed - rq_.head()) > 0 &&
          int32_t(claimed - rq_.head()) > 0) {
     samehost::RecvResult result;
-    std::memcpy(&result, &host_results_at_[rq_.slot(rq_.head())], sizeof result);
+    std::memcpy(&result, &host_rq_.result(rq_.slot(rq_.head())), sizeof result);
     const ibv_wc wc = host_recv_wc(rq_.front(), result);
     const bool failed = wc.status != IBV_WC_SUCCESS;
     if (failed && stop_at_failure) break;
@@ -226,21 +203,21 @@ void Qp::fail_on_receive(Nanos now) {
 
 // A UD QP's queue, which any process of the host fills (RecvState::kDatagram):
 // results mark themselves complete and complete in claim order, as an SRQ's
-// (srq_host_recv.cc); a WQE a sender claimed and left empty is consumed without a
+// (host/srq_recv.cc); a WQE a sender claimed and left empty is consumed without a
 // completion. UD's WQEs are consumed in order (IBA 10.2.9), and from one sender
 // its messages arrive in order.
 bool Qp::drain_datagram_receives(Nanos now) {
+  samehost::RecvState& state = *host_rq_.state();
   // Dekker with samehost::PeerNode::notice: cleared before the results are read.
-  host_recv_->noticed.store(0, std::memory_order_seq_cst);
+  state.noticed.store(0, std::memory_order_seq_cst);
   // Untrusted: past what was posted there is no WQE.
-  uint32_t claimed = host_recv_->claimed.load(std::memory_order_acquire);
+  uint32_t claimed = state.claimed.load(std::memory_order_acquire);
   if (int32_t(claimed - rq_.tail()) > 0) claimed = rq_.tail();
   bool drained = false;
   while (!rq_.empty() && int32_t(claimed - rq_.head()) > 0) {
     const uint32_t head = rq_.head();
-    samehost::RecvResult& shared = host_results_at_[rq_.slot(head)];
     samehost::RecvResult result;
-    if (!stuck_.take_result(device_.host()->node(), shared, head, result)) break;
+    if (!host_rq_.take_result(head, rq_.slot(head), result)) break;
     drained = true;
     if ((result.flags & samehost::RecvResult::kVoid) != 0) {
       rq_.pop();
@@ -264,22 +241,22 @@ bool Qp::drain_datagram_receives(Nanos now) {
 RecvWqe* Qp::claim_datagram_recv(uint64_t length, uint32_t& index, bool& too_long, Nanos now) {
   too_long = false;
   drain_datagram_receives(now);
-  uint32_t claimed = host_recv_->claimed.load(std::memory_order_acquire);
+  samehost::RecvState& state = *host_rq_.state();
+  uint32_t claimed = state.claimed.load(std::memory_order_acquire);
   do {
     if (int32_t(rq_.tail() - claimed) <= 0) return nullptr;
     if (rq_.at(claimed).length < length) {
       too_long = true;
       return nullptr;
     }
-  } while (!host_recv_->claimed.compare_exchange_weak(claimed, claimed + 1,
-                                                      std::memory_order_acq_rel));
+  } while (!state.claimed.compare_exchange_weak(claimed, claimed + 1, std::memory_order_acq_rel));
   index = claimed;
   return &rq_.at(index);
 }
 
 // Completes WQE `index` (claim_datagram_recv) with `result`, in claim order.
 void Qp::complete_datagram_recv(uint32_t index, samehost::RecvResult result, Nanos now) {
-  samehost::RecvResult& shared = host_results_at_[rq_.slot(index)];
+  samehost::RecvResult& shared = host_rq_.result(rq_.slot(index));
   result.seq = 0;
   std::memcpy(&shared, &result, sizeof result);
   std::atomic_ref<uint32_t>(shared.seq).store(index + 1, std::memory_order_release);

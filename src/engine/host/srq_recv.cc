@@ -1,5 +1,5 @@
 // A shared receive queue as processes of this host consume it (docs/decisions/
-// same-host.md, "SRQs"). As for a QP's own queue (qp_host_recv.cc), a peer that
+// same-host.md, "SRQs"). As for a QP's own queue (host/qp_recv.cc), a peer that
 // sends to a QP attached to this SRQ claims the next WQE in the node segment,
 // reads its scatter list, writes the payload and a RecvResult, and leaves a
 // notice; this side completes the WQE on the QP the result names. Unlike a QP's
@@ -31,46 +31,35 @@ void Srq::reserve_host_receives() {
   samehost::Host* host = device_.host();
   if (host == nullptr || type_ == IBV_SRQT_TM || ring_.slot_count() > samehost::kSharedSges)
     return;
-  uint32_t index = 0;
-  samehost::RecvState* state = host->node().reserve_recv(index);
-  if (state == nullptr) return;
-  host_recv_ = state;
-  host_recv_index_ = index;
+  if (!host_rq_.reserve(*host, samehost::RecvState::kSrq, pd_->handle(), ring_.slot_count(),
+                        max_sge_, sges_.data()))
+    return;
   consumed_.assign(ring_.slot_count(), 0);
-  // Results of an earlier queue at this index must not look complete to this one.
-  host_results_ = host->node().recv_results(index);
-  std::memset(static_cast<void*>(host_results_), 0,
-              sizeof(samehost::RecvResult) * ring_.slot_count());
-  const bool sges_fit = size_t(ring_.slot_count()) * max_sge_ <= samehost::kSharedSges;
-  host_sges_ = sges_fit ? host->node().recv_sges(index) : nullptr;
-  samehost::describe(*state, {samehost::RecvState::kSrq, pd_->handle(), ring_.slot_count(),
-                              max_sge_, reinterpret_cast<uintptr_t>(sges_.data()), 0, sges_fit});
-  device_.note_host_recv(index, nullptr, this);
-  state->qpn.store(srqn_, std::memory_order_release);  // open
+  device_.note_host_recv(host_rq_.index(), nullptr, this);
+  host_rq_.open(srqn_);
   if (type_ == IBV_SRQT_XRC)
-    host->node().publish_xrc_srq(srqn_, {pd_->handle(), xrcd_->handle, index + 1});
+    host->node().publish_xrc_srq(srqn_, {pd_->handle(), xrcd_->handle, host_rq_.number()});
 }
 
 // Destroyed (no QP is attached): no peer is inside the queue once this returns.
 void Srq::release_host_receives() {
-  if (host_recv_ == nullptr) return;
+  if (!host_rq_.reserved()) return;
   if (type_ == IBV_SRQT_XRC) device_.host()->node().remove_xrc_srq(srqn_);
-  device_.note_host_recv(host_recv_index_, nullptr);
-  device_.host()->node().release_recv(host_recv_index_);
-  host_recv_ = nullptr;
+  device_.note_host_recv(host_rq_.index(), nullptr);
+  host_rq_.release();
 }
 
 // A wire message's WQE: the next one not claimed, claimed as a peer claims.
 bool Srq::take_claimed(HeldRecv& into) {
   // What a peer placed before this message arrived completes first: for the QP
   // this message is for, that is the order it was sent in.
-  if (host_recv_->claimed.load(std::memory_order_acquire) != ring_.head())
+  samehost::RecvState& state = *host_rq_.state();
+  if (state.claimed.load(std::memory_order_acquire) != ring_.head())
     drain_host_receives(device_.clock().now());
-  uint32_t index = host_recv_->claimed.load(std::memory_order_acquire);
+  uint32_t index = state.claimed.load(std::memory_order_acquire);
   do {
     if (int32_t(ring_.tail() - index) <= 0) return false;
-  } while (!host_recv_->claimed.compare_exchange_weak(index, index + 1,
-                                                      std::memory_order_acq_rel));
+  } while (!state.claimed.compare_exchange_weak(index, index + 1, std::memory_order_acq_rel));
   const RecvWqe& wqe = ring_.at(index);
   into.wqe = wqe;
   into.sges.assign(wqe.sgl.sges, wqe.sgl.sges + wqe.sgl.count);
@@ -92,19 +81,19 @@ void Srq::retire_consumed() {
 
 bool Srq::drain_host_receives(Nanos now) {
   // A failed result ends its QP, whose flush drains again: the outer drain goes on.
-  if (host_recv_ == nullptr || draining_) return false;
+  if (!host_rq_.reserved() || draining_) return false;
   draining_ = true;
+  samehost::RecvState& state = *host_rq_.state();
   // Dekker with samehost::PeerNode::notice: cleared before the results are read.
-  host_recv_->noticed.store(0, std::memory_order_seq_cst);
+  state.noticed.store(0, std::memory_order_seq_cst);
   // Untrusted: a peer may move `claimed` anywhere. Past what was posted there is
   // no WQE, and a result there must complete none (nor make this loop long).
-  uint32_t claimed = host_recv_->claimed.load(std::memory_order_acquire);
+  uint32_t claimed = state.claimed.load(std::memory_order_acquire);
   if (int32_t(claimed - ring_.tail()) > 0) claimed = ring_.tail();
   bool drained = false;
   for (uint32_t index = ring_.head(); int32_t(claimed - index) > 0; ++index) {
     const uint32_t slot = ring_.slot(index);
     if (consumed_[slot] != 0) continue;
-    samehost::RecvResult& shared = host_results_[slot];
     // Completed in claim order: one still being placed holds those after it. Out
     // of order, a completed WQE would keep its slot until the head passed it, and
     // the application's repost of it could find the SRQ full (ENOMEM) with fewer
@@ -112,7 +101,7 @@ bool Srq::drain_host_receives(Nanos now) {
     // A claimer killed in the middle never marks it: given up, the WQE is
     // consumed without a completion (samehost::StuckClaim).
     samehost::RecvResult result;
-    if (!stuck_.take_result(device_.host()->node(), shared, index, result)) break;
+    if (!host_rq_.take_result(index, slot, result)) break;
     consumed_[slot] = 1;
     drained = true;
     // Read as untrusted: a QPN that is not one of this SRQ's QPs gets nothing.

@@ -1,8 +1,9 @@
 // The same-host path of a connected QP (docs/decisions/same-host.md): the
-// requester executes an RDMA WRITE, READ or ATOMIC itself, against the memory of
-// the peer process, as that peer's RNIC would on receiving the request — after the
-// checks its responder makes (IBA 10.2.4.2 the QP's remote access rights, 10.6.3
-// the R_Key's PD, rights and range, 9.4.5 alignment), with the same outcome for
+// requester side (rc::Requester, through host::HostExecutor) executes an RDMA
+// WRITE, READ or ATOMIC itself, against the memory of the peer process, as that
+// peer's RNIC would on receiving the request — after the checks its responder
+// makes (access_check.h: IBA 10.2.4.2 the QP's remote access rights, 10.6.3 the
+// R_Key's PD, rights and range, 9.4.5 alignment), with the same outcome for
 // each: a refused request completes with the status its NAK would give and ends
 // the peer's QP as that NAK's sender's ends (IBA 9.9.3.1.2).
 //
@@ -20,12 +21,11 @@
 #include "engine/guarded_memory.h"
 #include "engine/qp.h"
 #include "engine/rc/connection.h"
-#include "engine/rc/host_batch.h"
-#include "engine/rc/requester.h"
+#include "engine/rc/host_execution.h"
 #include "samehost/host.h"
 #include "wire/psn.h"
 
-namespace softrdma::engine::rc {
+namespace softrdma::engine::host {
 
 namespace {
 
@@ -37,12 +37,12 @@ int right_needed(const SendWqe& wqe) {
 
 }  // namespace
 
-bool Requester::takes_requests_on_host(uint32_t state) {
+bool RcExecution::takes_requests(uint32_t state) {
   return state == IBV_QPS_RTR || state == IBV_QPS_RTS || state == IBV_QPS_SQD ||
          state == IBV_QPS_SQE;
 }
 
-bool Requester::executes_on_host(const SendWqe& wqe) const {
+bool RcExecution::executes(const SendWqe& wqe) const {
   // A TM SRQ's rendezvous READ completes on the SRQ's CQ through the wire's
   // completer (tag_matching.md): it stays on the wire.
   if (!conn_.path().peer || wqe.tm != TmSend::kNone) return false;
@@ -57,7 +57,7 @@ bool Requester::executes_on_host(const SendWqe& wqe) const {
   return wqe.opcode == IBV_WR_RDMA_WRITE || wqe.is_read() || wqe.is_atomic();
 }
 
-uint32_t Requester::peer_qp_type() const {
+uint32_t RcExecution::peer_qp_type() const {
   return conn_.qp().type() == IBV_QPT_XRC_SEND ? uint32_t(IBV_QPT_XRC_RECV)
                                                 : uint32_t(conn_.qp().type());
 }
@@ -67,59 +67,60 @@ uint32_t Requester::peer_qp_type() const {
 // `target` becomes the grant as this request sees it. An SRQ outside the receive
 // QP's domain is an invalid request (responder.cc); one not published (no such
 // SRQ, or too large to be) is left to the wire to judge.
-Requester::HostVerdict Requester::as_request_sees_it(const SendWqe& wqe, samehost::Peer& peer,
-                                                     samehost::QpGrant& target) const {
-  if (conn_.qp().type() != IBV_QPT_XRC_SEND) return HostVerdict::kGo;
+Verdict RcExecution::as_request_sees_it(const SendWqe& wqe, samehost::Peer& peer,
+                                        samehost::QpGrant& target) const {
+  if (conn_.qp().type() != IBV_QPT_XRC_SEND) return Verdict::kDone;
   const auto srq = peer.node->xrc_srq(wqe.xrc_srqn);
-  if (!srq) return HostVerdict::kWire;
-  if (srq->xrcd != target.xrcd) return HostVerdict::kInvalidRequest;
+  if (!srq) return Verdict::kWire;
+  if (srq->xrcd != target.xrcd) return Verdict::kInvalidRequest;
   target.pd = srq->pd;
   target.recv_queue = srq->recv_queue;  // the receive QP's RNR timer stays
-  return HostVerdict::kGo;
+  return Verdict::kDone;
 }
 
 // What the peer's responder would answer, before any byte moves.
-Requester::HostVerdict Requester::check_on_host(const SendWqe& wqe, samehost::Peer& peer,
-                                                HostRange& range, HostBatch* cache) const {
+Verdict RcExecution::check(const SendWqe& wqe, samehost::Peer& peer, HostRange& range,
+                           HostBatch* cache) const {
   std::optional<samehost::QpGrant> target;
   if (cache != nullptr && cache->target) target = cache->target;
   else if ((target = peer.node->qp(conn_.path().dest_qpn)) && cache != nullptr) cache->target = target;
-  if (!target || !takes_requests_on_host(target->state) || target->type != peer_qp_type())
-    return HostVerdict::kNotReady;
-  if (const HostVerdict v = as_request_sees_it(wqe, peer, *target); v != HostVerdict::kGo)
+  if (!target || !takes_requests(target->state) || target->type != peer_qp_type())
+    return Verdict::kNotReady;
+  if (const Verdict v = as_request_sees_it(wqe, peer, *target); v != Verdict::kDone)
     return v;
-  const int need = right_needed(wqe);
-  if ((target->access & uint32_t(need)) == 0) return HostVerdict::kInvalidRequest;
-  if (wqe.length > conn_.qp().device().limits().max_msg_size) return HostVerdict::kInvalidRequest;
-  if (wqe.is_atomic() && wqe.remote_addr % 8 != 0) return HostVerdict::kInvalidRequest;
+  // The peer's responder's rules (access_check.h) against what it published.
   const uint64_t length = wqe.is_atomic() ? 8 : wqe.length;
-  if (length == 0) return HostVerdict::kGo;  // the responder checks no key for it
+  const RemoteAccess request{right_needed(wqe), wqe.remote_addr, length, target->pd,
+                             conn_.path().dest_qpn};
   std::optional<samehost::KeyGrant> grant;
-  if (cache != nullptr && cache->key && cache->rkey == wqe.rkey) {
-    grant = cache->key;
-  } else if ((grant = peer.node->key(wqe.rkey)) && cache != nullptr) {
-    cache->rkey = wqe.rkey;
-    cache->key = grant;
+  if (length != 0) {
+    if (cache != nullptr && cache->key && cache->rkey == wqe.rkey) {
+      grant = cache->key;
+    } else if ((grant = peer.node->key(wqe.rkey)) && cache != nullptr) {
+      cache->rkey = wqe.rkey;
+      cache->key = grant;
+    }
   }
-  if (!grant) return peer.node->key_overflow() ? HostVerdict::kWire : HostVerdict::kAccess;
-  const uint64_t va = wqe.remote_addr;
-  if (grant->pd != target->pd || (grant->qpn != 0 && grant->qpn != conn_.path().dest_qpn) ||
-      (grant->access & uint32_t(need)) != uint32_t(need) || va < grant->iova ||
-      length > grant->length || va - grant->iova > grant->length - length)
-    return HostVerdict::kAccess;
-  range.addr = grant->host_addr + (va - grant->iova);
+  const KeyView key = grant ? KeyView::of(*grant) : KeyView{};
+  uint64_t offset = 0;
+  const Verdict v = check_remote_access(target->access, conn_.qp().device().limits().max_msg_size,
+                                        wqe.is_atomic(), request, grant ? &key : nullptr, offset);
+  // A key the peer could not publish (its table full) is the wire's to judge.
+  if (v == Verdict::kRemoteAccess && !grant && peer.node->key_overflow()) return Verdict::kWire;
+  if (v != Verdict::kDone || length == 0) return v;  // zero length: no key, no range
+  range.addr = grant->host_addr + offset;
   range.span = grant->shared;
-  if (wqe.is_atomic() && range.addr % 8 != 0) return HostVerdict::kInvalidRequest;
-  return HostVerdict::kGo;
+  if (wqe.is_atomic() && range.addr % 8 != 0) return Verdict::kInvalidRequest;
+  return Verdict::kDone;
 }
 
 // The local side of the transfer: the WQE's buffers (checked by start()).
-uint32_t Requester::local_iovecs(const SendWqe& wqe, std::span<iovec> out) const {
+uint32_t RcExecution::local_iovecs(const SendWqe& wqe, std::span<iovec> out) const {
   return gather_iovecs(wqe, conn_.qp().device().mrs(), conn_.qp().pd(), out);
 }
 
 // The original value into the WQE's local buffer (IBA 9.4.5: the ATOMIC's result).
-bool Requester::deliver_atomic_result(const SendWqe& wqe, uint64_t original) {
+bool RcExecution::deliver_atomic_result(const SendWqe& wqe, uint64_t original) {
   const Sge& sge = wqe.sgl.sges[0];
   auto access = conn_.qp().device().mrs().access();
   AccessError why;
@@ -129,7 +130,7 @@ bool Requester::deliver_atomic_result(const SendWqe& wqe, uint64_t original) {
   return true;
 }
 
-int Requester::transfer_on_host(SendWqe& wqe, samehost::Peer& peer, const HostRange& range) {
+int RcExecution::transfer(SendWqe& wqe, samehost::Peer& peer, const HostRange& range) {
   if (wqe.length == 0 && !wqe.is_atomic()) return 0;
   if (const int err = transfer_mapped(wqe, peer, range); err != ENOENT) return err;
   EngineCounters& counters = conn_.qp().device().counters();
@@ -163,52 +164,54 @@ int Requester::transfer_on_host(SendWqe& wqe, samehost::Peer& peer, const HostRa
 }
 
 // Executes the WQE on the peer; false when the requester must stop for now (a
-// wait, a retry, an error). Consecutive WRITEs that pass the checks are batched
-// (requester_host_batch.cc): a posted list leaves in one system call.
-bool Requester::execute_on_host(SendWqe& wqe, Nanos now) {
+// wait, a retry, an error), `index` then where it resumes. Consecutive WRITEs
+// that pass the checks are batched (rc_batch.cc): a posted list leaves in one
+// system call.
+bool RcExecution::execute(SendWqe& wqe, uint32_t& index, Nanos now) {
   // IBA 9.5: nothing still on the wire may be overtaken; the ACK that clears the
   // way runs the requester again.
-  if (conn_.acknowledged() && conn_.completer().una_psn() != next_psn_) return false;
-  if (batch_on_host(wqe)) return true;
+  if (conn_.acknowledged() && conn_.completer().una_psn() != conn_.requester().next_psn())
+    return false;
+  if (batch(wqe, index)) return true;
   // Alone, after what was batched (IBA 9.5 order).
-  if (!flush_host_batch(now)) return false;
-  return execute_alone_on_host(wqe, now);
+  if (!flush(now, index)) return false;
+  return execute_alone(wqe, now);
 }
 
-bool Requester::execute_alone_on_host(SendWqe& wqe, Nanos now) {
-  if (consumes_receive(wqe)) return send_on_host(wqe, now);
+bool RcExecution::execute_alone(SendWqe& wqe, Nanos now) {
+  if (consumes_receive(wqe)) return send(wqe, now);
   samehost::Peer& peer = *conn_.path().peer;
   HostRange range;
   int err = 0;
   // The key is looked up inside the access: the peer's ibv_dereg_mr waits for it
   // to end, or this lookup misses the key (NodeSegment::revoke_key).
   peer.node->begin_access();
-  HostVerdict verdict = check_on_host(wqe, peer, range);
-  if (verdict == HostVerdict::kGo) err = transfer_on_host(wqe, peer, range);
+  Verdict verdict = check(wqe, peer, range);
+  if (verdict == Verdict::kDone) err = transfer(wqe, peer, range);
   peer.node->end_access();
-  if (verdict == HostVerdict::kWire) return start_on_wire(wqe);
-  if (verdict == HostVerdict::kGo && err == EFAULT) verdict = HostVerdict::kAccess;
-  if (verdict == HostVerdict::kGo && err != 0) verdict = HostVerdict::kNotReady;
-  if (verdict != HostVerdict::kGo && conn_.qp().type() == IBV_QPT_UC) {
+  if (verdict == Verdict::kWire) return conn_.requester().start_on_wire(wqe);
+  if (verdict == Verdict::kDone && err == EFAULT) verdict = Verdict::kRemoteAccess;
+  if (verdict == Verdict::kDone && err != 0) verdict = Verdict::kNotReady;
+  if (verdict != Verdict::kDone && conn_.qp().type() == IBV_QPT_UC) {
     // IBA 9.8.3.1: a UC responder drops what it cannot execute, silently, and
     // its QP lives on; the requester, told nothing, completes the WQE as sent,
     // as it does over the wire (responder_uc.cc).
     bump(conn_.qp().device().counters().host_refused);
-    mark_executed_on_host(wqe);
+    mark_executed(wqe);
     return true;
   }
-  if (verdict == HostVerdict::kNotReady) return retry_on_host(wqe, now);
-  host_retries_ = 0;
-  if (verdict != HostVerdict::kGo) {
-    refuse_on_host(wqe, verdict, now);
+  if (verdict == Verdict::kNotReady) return retry(wqe, now);
+  retries_.not_ready = 0;
+  if (verdict != Verdict::kDone) {
+    refuse(wqe, verdict, now);
     return false;
   }
-  mark_executed_on_host(wqe);
+  mark_executed(wqe);
   return true;
 }
 
-void Requester::mark_executed_on_host(SendWqe& wqe) {
-  wqe.first_psn = next_psn_;  // takes no PSN, as a bind
+void RcExecution::mark_executed(SendWqe& wqe) {
+  wqe.first_psn = conn_.requester().next_psn();  // takes no PSN, as a bind
   wqe.npackets = 0;
   wqe.next_packet = 0;
   wqe.on_host = true;
@@ -222,13 +225,13 @@ void Requester::mark_executed_on_host(SendWqe& wqe) {
 // completions of requests the peer did take and whose ACKs are still on their way
 // (ibv_srq_pingpong's server saw exactly that). Only an infinite timeout (0) is
 // bounded for a peer known to be gone, by the longest retransmission interval.
-bool Requester::retry_on_host(SendWqe& wqe, Nanos now) {
+bool RcExecution::retry(SendWqe& wqe, Nanos now) {
   Qp& qp = conn_.qp();
   bump(qp.device().counters().host_peer_not_ready);
   const bool gone = !conn_.path().peer->usable();
   if (gone) qp.device().host()->peer_gone();
-  if (host_retries_++ >= qp.attr().retry_cnt) {
-    host_retries_ = 0;
+  if (retries_.not_ready++ >= qp.attr().retry_cnt) {
+    retries_.not_ready = 0;
     wqe.status = IBV_WC_RETRY_EXC_ERR;
     conn_.fail(now, std::nullopt);
     return false;
@@ -236,29 +239,29 @@ bool Requester::retry_on_host(SendWqe& wqe, Nanos now) {
   Nanos wait = std::max<Nanos>(conn_.completer().retry_interval(), 1'000'000);
   if (gone && wait == kNever) wait = qp.device().config().max_retry_interval_ns;
   const Nanos until = now + wait;
-  pause_until(until);
+  conn_.requester().pause_until(until);
   qp.device().arm_timer(qp, until);
   return false;
 }
 
 // IBA 9.9.3.1.2: the status the NAK would give here, and the peer's QP ends with
 // the event its responder would raise.
-void Requester::refuse_on_host(SendWqe& wqe, HostVerdict verdict, Nanos now) {
-  const bool access = verdict == HostVerdict::kAccess;
+void RcExecution::refuse(SendWqe& wqe, Verdict verdict, Nanos now) {
+  const bool access = verdict == Verdict::kRemoteAccess;
   samehost::Peer& peer = *conn_.path().peer;
   if (peer.node->report_fault(conn_.path().dest_qpn,
                               access ? IBV_EVENT_QP_ACCESS_ERR : IBV_EVENT_QP_REQ_ERR) &&
       peer.ring())
     bump(conn_.qp().device().counters().host_doorbells);
-  fail_on_host(wqe, access ? IBV_WC_REM_ACCESS_ERR : IBV_WC_REM_INV_REQ_ERR, now);
+  fail(wqe, access ? IBV_WC_REM_ACCESS_ERR : IBV_WC_REM_INV_REQ_ERR, now);
 }
 
 // The WQE completes with `status`, after those before it; the QP enters Error.
-void Requester::fail_on_host(SendWqe& wqe, ibv_wc_status status, Nanos now) {
+void RcExecution::fail(SendWqe& wqe, ibv_wc_status status, Nanos now) {
   bump(conn_.qp().device().counters().host_refused);
   wqe.status = status;
   conn_.completer().complete_local_heads();
   conn_.fail(now, std::nullopt);
 }
 
-}  // namespace softrdma::engine::rc
+}  // namespace softrdma::engine::host

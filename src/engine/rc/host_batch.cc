@@ -18,17 +18,16 @@
 #include "engine/device.h"
 #include "engine/qp.h"
 #include "engine/rc/connection.h"
-#include "engine/rc/host_batch.h"
-#include "engine/rc/requester.h"
+#include "engine/rc/host_execution.h"
 #include "samehost/host.h"
 
-namespace softrdma::engine::rc {
+namespace softrdma::engine::host {
 
 
-bool Requester::batch_on_host(SendWqe& wqe) {
+bool RcExecution::batch(SendWqe& wqe, uint32_t index) {
   if (wqe.opcode != IBV_WR_RDMA_WRITE || wqe.length == 0) return false;
-  HostBatch& b = conn_.qp().device().host_batch();
-  if (b.open && b.owner != this) return false;
+  HostBatch& b = batch_;
+  if (b.open && b.owner != &conn_) return false;
   const uint32_t sges = wqe.inline_data != nullptr ? 1 : wqe.sgl.count;
   if (b.wqes == HostBatch::kWqes || b.locals + sges > HostBatch::kLocal) return false;
   samehost::Peer& peer = *conn_.path().peer;
@@ -37,7 +36,7 @@ bool Requester::batch_on_host(SendWqe& wqe) {
     // The arrays are written before they are read (up to wqes and locals): only
     // the counts start again (clearing 17 KiB per batch was a seventh of a posted
     // list's instructions, callgrind of ib_write_bw -s 8 --post_list=32).
-    b.owner = this;
+    b.owner = &conn_;
     b.peer = &peer;
     b.open = true;
     b.wqes = 0;
@@ -47,26 +46,26 @@ bool Requester::batch_on_host(SendWqe& wqe) {
     b.key.reset();
   }
   HostRange range;
-  if (check_on_host(wqe, peer, range, &b) != HostVerdict::kGo) return false;
+  if (check(wqe, peer, range, &b) != Verdict::kDone) return false;
   // On the peer's shared pages, with nothing batched before it: a store now, in
   // order. After batched WRITEs it joins them, so as not to overtake them.
   if (b.wqes == 0) {
     const int err = transfer_mapped(wqe, peer, range);
-    if (err == 0) mark_executed_on_host(wqe);
+    if (err == 0) mark_executed(wqe);
     if (err != ENOENT) return err == 0;
   }
   const uint32_t n = local_iovecs(wqe, {b.local.data() + b.locals, HostBatch::kLocal - b.locals});
   b.locals += n;
   b.remote[b.wqes] = {reinterpret_cast<void*>(range.addr), wqe.length};
-  b.index[b.wqes++] = send_index_;  // start() is given the WQE at send_index_
+  b.index[b.wqes++] = index;
   b.bytes += wqe.length;
-  mark_executed_on_host(wqe);
+  mark_executed(wqe);
   return true;
 }
 
-bool Requester::flush_host_batch(Nanos now) {
-  HostBatch& b = conn_.qp().device().host_batch();
-  if (!b.open || b.owner != this) return true;
+bool RcExecution::flush(Nanos now, uint32_t& resume) {
+  HostBatch& b = batch_;
+  if (!b.open || b.owner != &conn_) return true;
   samehost::Peer& peer = *b.peer;
   const int err =
       b.wqes == 0 ? 0 : peer.memory->write({b.local.data(), b.locals}, {b.remote.data(), b.wqes});
@@ -89,11 +88,11 @@ bool Requester::flush_host_batch(Nanos now) {
     sq.at(failed.index[i]).on_host = false;
   }
   for (uint32_t i = 0; i < failed.wqes; ++i) {
-    if (execute_alone_on_host(sq.at(failed.index[i]), now)) continue;
-    send_index_ = failed.index[i];
+    if (execute_alone(sq.at(failed.index[i]), now)) continue;
+    resume = failed.index[i];
     return false;
   }
   return true;
 }
 
-}  // namespace softrdma::engine::rc
+}  // namespace softrdma::engine::host

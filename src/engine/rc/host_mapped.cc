@@ -14,12 +14,12 @@
 #include "engine/guarded_memory.h"
 #include "engine/qp.h"
 #include "engine/rc/connection.h"
-#include "engine/rc/requester.h"
+#include "engine/rc/host_execution.h"
 #include "samehost/host.h"
 
-namespace softrdma::engine::rc {
+namespace softrdma::engine::host {
 
-int Requester::transfer_mapped(SendWqe& wqe, samehost::Peer& peer, const HostRange& range) {
+int RcExecution::transfer_mapped(SendWqe& wqe, samehost::Peer& peer, const HostRange& range) {
   const uint64_t length = wqe.is_atomic() ? 8 : wqe.length;
   if (!peer.pages || !range.span.contains(range.addr, length)) return ENOENT;
   // A store into a dead process's pages succeeds: ask whether it lives (as the
@@ -62,4 +62,4 @@ int Requester::transfer_mapped(SendWqe& wqe, samehost::Peer& peer, const HostRan
   return 0;
 }
 
-}  // namespace softrdma::engine::rc
+}  // namespace softrdma::engine::host

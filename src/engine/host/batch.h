@@ -1,7 +1,7 @@
 // The batch of WRITEs the same-host path builds within one requester run
-// (rc/requester_host_batch.cc). One per device, used by the engine's owner: it
-// lives within a turn. (Not thread_local: a library that is dlopen'ed has only a
-// little static TLS to give, and this is 16 KiB.)
+// (rc/host_batch.cc). One per device, in its HostExecutor, used by the engine's
+// owner: it lives within a turn. (Not thread_local: a library that is dlopen'ed
+// has only a little static TLS to give, and this is 16 KiB.)
 #pragma once
 
 #include <sys/uio.h>
@@ -18,13 +18,15 @@ struct Peer;
 }
 
 namespace softrdma::engine::rc {
+class RcConnection;
+}
 
-class Requester;
+namespace softrdma::engine::host {
 
 struct HostBatch {
   static constexpr uint32_t kWqes = 64;
   static constexpr uint32_t kLocal = IOV_MAX;
-  const Requester* owner = nullptr;  // the requester whose run holds it
+  const rc::RcConnection* owner = nullptr;  // the connection whose run holds it
   samehost::Peer* peer = nullptr;
   bool open = false;  // its access bracket is open
   uint32_t wqes = 0;
@@ -41,4 +43,4 @@ struct HostBatch {
   std::optional<samehost::KeyGrant> key;
 };
 
-}  // namespace softrdma::engine::rc
+}  // namespace softrdma::engine::host

@@ -23,34 +23,34 @@
 
 #include "engine/device.h"
 #include "engine/guarded_memory.h"
-#include "engine/peer_recv.h"
+#include "engine/host/peer_recv.h"
 #include "engine/qp.h"
 #include "engine/rc/connection.h"
-#include "engine/rc/requester.h"
+#include "engine/rc/host_execution.h"
 #include "samehost/host.h"
 #include "wire/fields.h"
 
-namespace softrdma::engine::rc {
+namespace softrdma::engine::host {
 
 // Where the WQE `index` of the peer's queue scatters a message of `length` bytes
 // (peer_recv.h): kGo, kInvalidRequest (too long: LOC_LEN_ERR there) or
 // kRemoteOperational (an L_Key refused: LOC_PROT_ERR there); kNotReady when the
 // peer's memory cannot be read.
-Requester::HostVerdict Requester::scatter_on_host(const PeerRecvTarget& target, uint32_t index,
-                                                  uint64_t length, PeerIovecs& out) const {
+Verdict RcExecution::scatter(const PeerRecvTarget& target, uint32_t index, uint64_t length,
+                             PeerIovecs& out) const {
   switch (scatter_into_peer(target, index, length, out, conn_.qp().device().counters())) {
     case PeerScatter::kGo:
-      return HostVerdict::kGo;
+      return Verdict::kDone;
     case PeerScatter::kTooLong:
-      return HostVerdict::kInvalidRequest;
+      return Verdict::kInvalidRequest;
     case PeerScatter::kRefused:
-      return HostVerdict::kRemoteOperational;
+      return Verdict::kRemoteOperational;
     default:
-      return HostVerdict::kNotReady;
+      return Verdict::kNotReady;
   }
 }
 
-bool Requester::consumes_receive(const SendWqe& wqe) {
+bool RcExecution::consumes_receive(const SendWqe& wqe) {
   return wqe.opcode == IBV_WR_SEND || wqe.opcode == IBV_WR_SEND_WITH_IMM ||
          wqe.opcode == IBV_WR_SEND_WITH_INV || wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
 }
@@ -59,7 +59,7 @@ bool Requester::consumes_receive(const SendWqe& wqe) {
 // it sends to (MrTable::invalidate, which the owner runs as it completes the WQE;
 // a window the owner frees meanwhile fails there). Its published grant names that
 // QP; an MR's and a type 1 window's name none.
-bool Requester::may_invalidate_on_host(const SendWqe& wqe, const PeerRecvTarget& target) const {
+bool RcExecution::may_invalidate(const SendWqe& wqe, const PeerRecvTarget& target) const {
   const auto grant = target.peer->node->key(wqe.invalidate_rkey);
   const auto qp = target.peer->node->qp(conn_.path().dest_qpn);
   // An XRC receive QP's PD is its SRQ's (IBA A14), the queue's own.
@@ -69,8 +69,8 @@ bool Requester::may_invalidate_on_host(const SendWqe& wqe, const PeerRecvTarget&
 
 // The message and its result (the WQE's result alone when the message failed
 // there: `status`).
-int Requester::place_on_host(const SendWqe& wqe, const PeerRecvTarget& target, uint32_t index,
-                             PeerIovecs& remote, ibv_wc_status status) {
+int RcExecution::place(const SendWqe& wqe, const PeerRecvTarget& target, uint32_t index,
+                       PeerIovecs& remote, ibv_wc_status status) {
   samehost::RecvResult result{};
   result.qpn = conn_.path().dest_qpn;
   result.status = uint32_t(status);
@@ -94,145 +94,142 @@ int Requester::place_on_host(const SendWqe& wqe, const PeerRecvTarget& target, u
 // A WQE claimed here that the message will not use after all goes back (nobody
 // can have claimed after it in a QP's own queue: one sender per QP); in an SRQ
 // another sender may have, and the WQE is then voided. kInvalidRequest.
-Requester::HostVerdict Requester::give_back_on_host(const PeerRecvTarget& target,
-                                                    uint32_t index) {
+Verdict RcExecution::give_back(const PeerRecvTarget& target, uint32_t index) {
   uint32_t next = index + 1;
   if (!target.rq->claimed.compare_exchange_strong(next, index, std::memory_order_acq_rel))
     void_peer_claim(target, index, conn_.path().dest_qpn);
-  return HostVerdict::kInvalidRequest;
+  return Verdict::kInvalidRequest;
 }
 
 // Executes the WQE into the peer's next receive; false when the requester must
 // stop for now (an RNR wait, a retry, an error).
-bool Requester::send_on_host(SendWqe& wqe, Nanos now) {
+bool RcExecution::send(SendWqe& wqe, Nanos now) {
   samehost::Peer& peer = *conn_.path().peer;
   PeerRecvTarget target;
   uint32_t index = 0;
   ibv_wc_status there = IBV_WC_SUCCESS;
   peer.node->begin_access();
-  HostVerdict verdict = find_receiver_on_host(wqe, target);
+  Verdict verdict = find_receiver(wqe, target);
   PeerIovecs remote;
   HostRange range;
-  if (verdict == HostVerdict::kGo && wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
-    verdict = check_on_host(wqe, peer, range);
-  if (verdict == HostVerdict::kGo && !claim_peer_recv(*target.rq, index)) verdict = HostVerdict::kRnr;
-  const bool claimed = verdict == HostVerdict::kGo;
-  if (verdict == HostVerdict::kGo) {
+  if (verdict == Verdict::kDone && wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+    verdict = check(wqe, peer, range);
+  if (verdict == Verdict::kDone && !claim_peer_recv(*target.rq, index)) verdict = Verdict::kRnr;
+  const bool claimed = verdict == Verdict::kDone;
+  if (verdict == Verdict::kDone) {
     if (wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
       if (wqe.length != 0) {
         remote.spans[remote.count] = range.span;
         remote.remote[remote.count++] = {reinterpret_cast<void*>(range.addr), wqe.length};
       }
     } else {
-      const HostVerdict scattered = scatter_on_host(target, index, wqe.length, remote);
+      const Verdict scattered = scatter(target, index, wqe.length, remote);
       // UC drops a message longer than its WQE and keeps the WQE (responder_uc.cc).
-      if (scattered == HostVerdict::kInvalidRequest && conn_.qp().type() == IBV_QPT_UC)
-        verdict = give_back_on_host(target, index);
-      if (scattered == HostVerdict::kInvalidRequest) there = IBV_WC_LOC_LEN_ERR;
-      if (scattered == HostVerdict::kRemoteOperational) there = IBV_WC_LOC_PROT_ERR;
-      if (scattered == HostVerdict::kNotReady) verdict = scattered;
+      if (scattered == Verdict::kInvalidRequest && conn_.qp().type() == IBV_QPT_UC)
+        verdict = give_back(target, index);
+      if (scattered == Verdict::kInvalidRequest) there = IBV_WC_LOC_LEN_ERR;
+      if (scattered == Verdict::kRemoteOperational) there = IBV_WC_LOC_PROT_ERR;
+      if (scattered == Verdict::kNotReady) verdict = scattered;
       if (there == IBV_WC_SUCCESS && wqe.opcode == IBV_WR_SEND_WITH_INV &&
-          !may_invalidate_on_host(wqe, target)) {
+          !may_invalidate(wqe, target)) {
         bump(conn_.qp().device().counters().host_refused);
         there = IBV_WC_REM_INV_REQ_ERR;
       }
     }
   }
-  if (verdict == HostVerdict::kGo)
-    verdict = finish_on_host(wqe, target, index, remote, there);
-  if (claimed && (verdict == HostVerdict::kNotReady || verdict == HostVerdict::kAccess))
+  if (verdict == Verdict::kDone)
+    verdict = finish(wqe, target, index, remote, there);
+  if (claimed && (verdict == Verdict::kNotReady || verdict == Verdict::kRemoteAccess))
     void_peer_claim(target, index, conn_.path().dest_qpn);
   peer.node->end_access();
-  return conclude_send_on_host(wqe, verdict, target, now);
+  return conclude_send(wqe, verdict, target, now);
 }
 
 // The peer's QP, and its receive queue if SENDs to it may be placed from here.
-Requester::HostVerdict Requester::find_receiver_on_host(const SendWqe& wqe,
-                                                        PeerRecvTarget& target) const {
+Verdict RcExecution::find_receiver(const SendWqe& wqe, PeerRecvTarget& target) const {
   samehost::Peer& peer = *conn_.path().peer;
   const uint32_t dest_qpn = conn_.path().dest_qpn;
   auto grant = peer.node->qp(dest_qpn);
-  if (!grant || !takes_requests_on_host(grant->state) || grant->type != peer_qp_type())
-    return HostVerdict::kNotReady;
-  if (const HostVerdict v = as_request_sees_it(wqe, peer, *grant); v != HostVerdict::kGo)
+  if (!grant || !takes_requests(grant->state) || grant->type != peer_qp_type())
+    return Verdict::kNotReady;
+  if (const Verdict v = as_request_sees_it(wqe, peer, *grant); v != Verdict::kDone)
     return v;
-  if (wqe.length > conn_.qp().device().limits().max_msg_size) return HostVerdict::kInvalidRequest;
+  if (wqe.length > conn_.qp().device().limits().max_msg_size) return Verdict::kInvalidRequest;
   // Not published (an XRC or tag-matching SRQ's, or one too large): the wire.
-  if (grant->recv_queue == 0) return HostVerdict::kWire;
+  if (grant->recv_queue == 0) return Verdict::kWire;
   // Closed (the QP is entering Error or Reset, the SRQ is destroyed): as a QP that
   // takes no request.
-  if (!open_peer_recv(peer, *grant, dest_qpn, target)) return HostVerdict::kNotReady;
-  return HostVerdict::kGo;
+  if (!open_peer_recv(peer, *grant, dest_qpn, target)) return Verdict::kNotReady;
+  return Verdict::kDone;
 }
 
 // Writes, then tells the peer: its `placed` moves past the WQE and a notice wakes
 // its engine. A failed write of the payload leaves a protection error there.
-Requester::HostVerdict Requester::finish_on_host(const SendWqe& wqe, const PeerRecvTarget& target,
-                                                 uint32_t index, PeerIovecs& remote,
-                                                 ibv_wc_status there) {
-  int err = place_on_host(wqe, target, index, remote, there);
+Verdict RcExecution::finish(const SendWqe& wqe, const PeerRecvTarget& target, uint32_t index,
+                            PeerIovecs& remote, ibv_wc_status there) {
+  int err = place(wqe, target, index, remote, there);
   // The sender's own buffer went (munmap without ibv_dereg_mr): its local
   // protection error, as the wire's gather finds it, and the WQE claimed there is
   // given back (nobody can have claimed after it in a QP's own queue: one sender
   // per RC QP; in an SRQ another sender may have, and the WQE is then voided).
   if (err == EFAULT && !local_buffers_readable(wqe)) {
-    give_back_on_host(target, index);
-    return HostVerdict::kLocalProtection;
+    give_back(target, index);
+    return Verdict::kLocalProtection;
   }
   if (err == EFAULT && there == IBV_WC_SUCCESS) {
     there = wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM ? IBV_WC_SUCCESS : IBV_WC_LOC_PROT_ERR;
-    if (there == IBV_WC_SUCCESS) return HostVerdict::kAccess;  // the R_Key's memory went
+    if (there == IBV_WC_SUCCESS) return Verdict::kRemoteAccess;  // the R_Key's memory went
     PeerIovecs none;
-    err = place_on_host(wqe, target, index, none, there);
+    err = place(wqe, target, index, none, there);
   }
-  if (err != 0) return HostVerdict::kNotReady;
+  if (err != 0) return Verdict::kNotReady;
   if (!target.many_senders) target.rq->placed.store(index + 1, std::memory_order_release);
   notify_peer_recv(target, conn_.qp().device().counters());
   if (there == IBV_WC_LOC_LEN_ERR || there == IBV_WC_REM_INV_REQ_ERR)
-    return HostVerdict::kInvalidRequest;
-  if (there == IBV_WC_LOC_PROT_ERR) return HostVerdict::kRemoteOperational;
-  return HostVerdict::kGo;
+    return Verdict::kInvalidRequest;
+  if (there == IBV_WC_LOC_PROT_ERR) return Verdict::kRemoteOperational;
+  return Verdict::kDone;
 }
 
-bool Requester::conclude_send_on_host(SendWqe& wqe, HostVerdict verdict,
-                                      const PeerRecvTarget& target, Nanos now) {
+bool RcExecution::conclude_send(SendWqe& wqe, Verdict verdict, const PeerRecvTarget& target,
+                                Nanos now) {
   Qp& qp = conn_.qp();
   // IBA 9.8.3.1: what a UC responder cannot take (no WQE, too long, a bad R_Key,
   // a QP not ready) it drops silently; the requester completes the WQE as sent.
   // An error of the peer's own WQE (LOC_PROT_ERR there) was placed and ends its QP.
-  if (qp.type() == IBV_QPT_UC && verdict != HostVerdict::kGo && verdict != HostVerdict::kWire &&
-      verdict != HostVerdict::kLocalProtection) {
+  if (qp.type() == IBV_QPT_UC && verdict != Verdict::kDone && verdict != Verdict::kWire &&
+      verdict != Verdict::kLocalProtection) {
     bump(qp.device().counters().host_refused);
-    mark_executed_on_host(wqe);
+    mark_executed(wqe);
     return true;
   }
   switch (verdict) {
-    case HostVerdict::kGo:
-      host_retries_ = host_rnr_retries_ = 0;
+    case Verdict::kDone:
+      retries_.not_ready = retries_.rnr = 0;
       bump(qp.device().counters().host_sends);
       bump(qp.device().counters().host_bytes, wqe.length);
       bump(qp.counters().host_operations);
-      mark_executed_on_host(wqe);
+      mark_executed(wqe);
       return true;
-    case HostVerdict::kWire:
-      return start_on_wire(wqe);
-    case HostVerdict::kNotReady:
-      return retry_on_host(wqe, now);
-    case HostVerdict::kRnr:
+    case Verdict::kWire:
+      return conn_.requester().start_on_wire(wqe);
+    case Verdict::kNotReady:
+      return retry(wqe, now);
+    case Verdict::kRnr:
       // A dead peer posts nothing more: as over the wire, it stops answering.
-      if (!conn_.path().peer->memory->alive_lately()) return retry_on_host(wqe, now);
-      return wait_rnr_on_host(wqe, target, now);
-    case HostVerdict::kAccess:
-      refuse_on_host(wqe, verdict, now);
+      if (!conn_.path().peer->memory->alive_lately()) return retry(wqe, now);
+      return wait_rnr(wqe, target, now);
+    case Verdict::kRemoteAccess:
+      refuse(wqe, verdict, now);
       return false;
-    case HostVerdict::kLocalProtection:
+    case Verdict::kLocalProtection:
       bump(qp.device().counters().local_access_unmapped);
-      fail_on_host(wqe, IBV_WC_LOC_PROT_ERR, now);
+      fail(wqe, IBV_WC_LOC_PROT_ERR, now);
       return false;
     default:
       // The peer's WQE carries the error and ends its QP when completed.
-      host_retries_ = host_rnr_retries_ = 0;
-      fail_on_host(wqe, verdict == HostVerdict::kInvalidRequest ? IBV_WC_REM_INV_REQ_ERR
+      retries_.not_ready = retries_.rnr = 0;
+      fail(wqe, verdict == Verdict::kInvalidRequest ? IBV_WC_REM_INV_REQ_ERR
                                                                 : IBV_WC_REM_OP_ERR,
                    now);
       return false;
@@ -241,7 +238,7 @@ bool Requester::conclude_send_on_host(SendWqe& wqe, HostVerdict verdict,
 
 // Whether every byte of the WQE's gather list can be read here. Only after a
 // failed placement, to tell whose memory was missing.
-bool Requester::local_buffers_readable(const SendWqe& wqe) const {
+bool RcExecution::local_buffers_readable(const SendWqe& wqe) const {
   std::array<iovec, kMaxPeerSges> local;
   const uint32_t n = local_iovecs(wqe, local);
   return readable_here({local.data(), n});
@@ -249,19 +246,19 @@ bool Requester::local_buffers_readable(const SendWqe& wqe) const {
 
 // IBA 9.7.5.2.8: as after an RNR NAK, wait the peer's min_rnr_timer; rnr_retry 7
 // waits for ever.
-bool Requester::wait_rnr_on_host(SendWqe& wqe, const PeerRecvTarget& target, Nanos now) {
+bool RcExecution::wait_rnr(SendWqe& wqe, const PeerRecvTarget& target, Nanos now) {
   Qp& qp = conn_.qp();
   bump(qp.device().counters().host_rnr_waits);
-  if (qp.attr().rnr_retry != 7 && host_rnr_retries_++ >= qp.attr().rnr_retry) {
-    host_rnr_retries_ = 0;
-    fail_on_host(wqe, IBV_WC_RNR_RETRY_EXC_ERR, now);
+  if (qp.attr().rnr_retry != 7 && retries_.rnr++ >= qp.attr().rnr_retry) {
+    retries_.rnr = 0;
+    fail(wqe, IBV_WC_RNR_RETRY_EXC_ERR, now);
     return false;
   }
   const uint32_t timer = target.min_rnr_timer & 31;
   const Nanos until = now + Nanos(wire::kRnrTimerMicros[timer]) * 1000;
-  pause_until(until);
+  conn_.requester().pause_until(until);
   qp.device().arm_timer(qp, until);
   return false;
 }
 
-}  // namespace softrdma::engine::rc
+}  // namespace softrdma::engine::host
