@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/eventually.h"
 #include "transport/interface_capture.h"
 #include "transport/transport_test_util.h"
 #include "transport/udp/udp_transport.h"
@@ -64,18 +65,15 @@ class VethPair {
   // A packet sent before the link is up is dropped: wait for the event (the
   // kernel's operstate), bounded against hanging.
   bool wait_until_up() const {
-    const int64_t give_up = testing::now_ms() + 10'000;
-    while (testing::now_ms() < give_up) {
+    return testing_support::eventually([&] {
       std::FILE* f = std::fopen(("/sys/class/net/" + host_ + "/operstate").c_str(), "r");
       char state[16] = {};
       if (f != nullptr) {
         if (std::fgets(state, sizeof state, f) == nullptr) state[0] = 0;
         std::fclose(f);
       }
-      if (std::string(state).rfind("up", 0) == 0) return true;
-      usleep(1000);
-    }
-    return false;
+      return std::string(state).rfind("up", 0) == 0;
+    });
   }
 
   bool ok_ = false;
