@@ -164,9 +164,8 @@ TEST(UdpGsoGro, ACorruptedSegmentIsDroppedAndTheOthersPass) {
   for (uint32_t psn = 0; psn < 4; ++psn)
     bytes.push_back(make_packet(wire::op::kRcSendMiddle, 0x24, psn, 1024));
   for (auto& x : bytes) burst.push_back(TxPacket{x, a->local_gid(), b->local_gid(), roce_source_port(0x24)});
-  burst[2].corrupt_at = 40;  // a payload byte, after the ICRC was written
-  burst[2].corrupt_mask = 0x01;
-  ASSERT_EQ(a->tx_burst(burst), 4u);
+  const BitError flip{2, 40, 0x01};  // a payload byte, after the ICRC was written
+  ASSERT_EQ(a->tx_burst_with_errors(burst, {&flip, 1}), 4u);
   const auto got = receive(*b, 3);
   ASSERT_EQ(got.size(), 3u);
   EXPECT_EQ(testing::psn_of(got[0].bytes), 0u);
