@@ -142,6 +142,48 @@ TEST_F(RcRoleTest, DuplicateSendIsReAcknowledgedWithoutASecondCompletion) {
   EXPECT_EQ(got[0].byte_len, 32u);
 }
 
+// The SEND at 5000 is lost; 5001 and 5002 arrive. Expect: one NAK (PSN sequence
+// error, naming 5000) for the gap, and silence for the packet after it (IBA
+// 9.7.5.1.3: NAK once, then drop until the expected PSN comes). Then 5000
+// arrives: it is taken and acknowledged.
+TEST_F(RcRoleTest, ResponderNaksAGapOnceThenDropsUntilTheExpectedPsn) {
+  post_recv(0, 256, 1);
+  const std::vector<FakePacket> nak = deliver(send_only(5001, 16));
+  ASSERT_EQ(nak.size(), 1u);
+  EXPECT_EQ(nak[0].opcode(), op::kRcAcknowledge);
+  EXPECT_EQ(nak[0].psn(), 5000u);
+  EXPECT_EQ(syndrome_of(nak[0]), syndrome::nak(syndrome::kNakPsnSequence));
+  EXPECT_TRUE(deliver(send_only(5002, 16)).empty()) << "a second NAK for the same gap";
+  EXPECT_TRUE(poll(rcq_).empty());
+
+  const std::vector<FakePacket> acked = deliver(send_only(5000, 16));
+  ASSERT_EQ(acked.size(), 1u);
+  EXPECT_EQ(acked[0].psn(), 5000u);
+  EXPECT_EQ(syndrome::type(syndrome_of(acked[0])), syndrome::kAck);
+  EXPECT_EQ(poll(rcq_).size(), 1u);
+  EXPECT_EQ(counters().seq_naks_sent.load(), 1u);
+}
+
+// A SEND arrives with no receive posted. Expect: an RNR NAK naming its PSN and
+// this QP's min_rnr_timer (IBA 9.7.5.1.4; code 1 here), nothing completed. The
+// receive is posted and the requester resends. Expect: an ACK and one completion.
+TEST_F(RcRoleTest, ResponderWithoutAReceiveAnswersRnrNakThenTakesTheResend) {
+  const std::vector<FakePacket> rnr = deliver(send_only(5000, 16));
+  ASSERT_EQ(rnr.size(), 1u);
+  EXPECT_EQ(rnr[0].psn(), 5000u);
+  EXPECT_EQ(syndrome_of(rnr[0]), syndrome::rnr_nak(options_.min_rnr_timer));
+  EXPECT_EQ(counters().rnr_naks_sent.load(), 1u);
+
+  post_recv(0, 256, 7);
+  const std::vector<FakePacket> acked = deliver(send_only(5000, 16));
+  ASSERT_EQ(acked.size(), 1u);
+  EXPECT_EQ(syndrome::type(syndrome_of(acked[0])), syndrome::kAck);
+  const std::vector<ibv_wc> got = poll(rcq_);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].wr_id, 7u);
+  EXPECT_EQ(got[0].status, IBV_WC_SUCCESS);
+}
+
 // ---- the requester and the completer ----
 
 class RcRequesterRoleTest : public RcRoleTest {
@@ -232,6 +274,25 @@ TEST_F(RcRequesterRoleTest, RnrNakPausesForTheTimerOfTheTableThenResends) {
   const std::vector<ibv_wc> done = poll(scq_);
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].status, IBV_WC_SUCCESS);
+}
+
+// rnr_retry 1. The SEND is RNR NAKed, waits out the timer and is resent; the
+// peer RNR NAKs it again. Expect: no second resend; the SEND completes with
+// RNR_RETRY_EXC_ERR (IBA 9.7.5.2.8) and the QP is in the error state.
+TEST_F(RcRequesterRoleTest, RnrNakAfterTheLastRnrRetryEndsTheQp) {
+  RoleOptions o;
+  o.rnr_retry = 1;
+  open(o);
+  ASSERT_EQ(psns(send(1)), (std::vector<uint32_t>{100}));
+  EXPECT_TRUE(deliver(rnr_nak(100, 1)).empty());
+  EXPECT_EQ(psns(advance(20'000)), (std::vector<uint32_t>{100})) << "10 us, then resent";
+
+  EXPECT_TRUE(deliver(rnr_nak(100, 1)).empty());
+  EXPECT_TRUE(advance(100'000).empty()) << "resent beyond rnr_retry";
+  const std::vector<ibv_wc> done = poll(scq_);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, IBV_WC_RNR_RETRY_EXC_ERR) << int(done[0].status);
+  EXPECT_EQ(qp_->state(), IBV_QPS_ERR);
 }
 
 }  // namespace
