@@ -198,8 +198,8 @@ class RcRequesterRoleTest : public RcRoleTest {
 // retry_cnt 1. Three SENDs leave (PSN 100..102); the peer NAKs a PSN sequence
 // error at 100 (it saw 101 first). Expect: one retry, the window resent from 100
 // (go-back-N, IBA 9.7.5.2.2), its first packet twice (docs/decisions/
-// retransmission.md "A retry's first packet and its answer"). The same NAK comes again: no progress since the
-// last retry, and the one retry allowed is spent. Expect: nothing resent; the
+// retransmission.md "A retry's first packet and its answer"). The same NAK comes
+// again: no progress since the last retry, and the one retry allowed is spent. Expect: nothing resent; the
 // first SEND completes with RETRY_EXC_ERR (IBA 9.7.6.1.3), the others are
 // flushed, and the QP is in the error state.
 TEST_F(RcRequesterRoleTest, NakAfterNakWithoutProgressExhaustsRetryCount) {
@@ -228,7 +228,8 @@ TEST_F(RcRequesterRoleTest, NakAfterNakWithoutProgressExhaustsRetryCount) {
 // (IBA 9.7.5.2.2: a NAK acknowledges what precedes its PSN), which is progress
 // and gives the retry count back (IBA 9.7.6.1.3 counts retries in a row).
 // Expect: one retry per gap (each first packet twice, as above): 100..102 resent
-// after the first NAK, 101..102 after the second; the first SEND completes, the other two wait for their ACK.
+// after the first NAK, 101..102 after the second; the first SEND completes, the
+// other two wait for their ACK.
 TEST_F(RcRequesterRoleTest, NakAfterNakWithProgressBetweenRetriesEachGap) {
   RoleOptions o;
   o.retry_cnt = 1;
