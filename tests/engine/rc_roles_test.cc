@@ -199,9 +199,9 @@ class RcRequesterRoleTest : public RcRoleTest {
 // error at 100 (it saw 101 first). Expect: one retry, the window resent from 100
 // (go-back-N, IBA 9.7.5.2.2), its first packet twice (docs/decisions/
 // retransmission.md "A retry's first packet and its answer"). The same NAK comes
-// again: no progress since the last retry, and the one retry allowed is spent. Expect: nothing resent; the
-// first SEND completes with RETRY_EXC_ERR (IBA 9.7.6.1.3), the others are
-// flushed, and the QP is in the error state.
+// again: no progress since the last retry, and the one retry allowed is spent.
+// Expect: nothing resent; the first SEND completes with RETRY_EXC_ERR (IBA
+// 9.7.6.1.3), the others are flushed, and the QP is in the error state.
 TEST_F(RcRequesterRoleTest, NakAfterNakWithoutProgressExhaustsRetryCount) {
   RoleOptions o;
   o.retry_cnt = 1;
