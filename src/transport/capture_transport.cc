@@ -8,7 +8,12 @@ CaptureTransport::CaptureTransport(std::unique_ptr<Transport> inner,
     : inner_(std::move(inner)), writer_(std::move(writer)) {}
 
 size_t CaptureTransport::tx_burst(std::span<TxPacket> packets) {
-  const size_t taken = inner_->tx_burst(packets);
+  return tx_burst_with_errors(packets, {});
+}
+
+size_t CaptureTransport::tx_burst_with_errors(std::span<TxPacket> packets,
+                                              std::span<const BitError> errors) {
+  const size_t taken = inner_->tx_burst_with_errors(packets, errors);
   const uint16_t port = inner_->udp_port();
   for (size_t i = 0; i < taken; ++i) {
     const TxPacket& p = packets[i];
@@ -16,7 +21,10 @@ size_t CaptureTransport::tx_burst(std::span<TxPacket> packets) {
     // segment's index in a GSO send (TxPacket::ipv4_id).
     const wire::IpUdpInfo info{.src = p.src, .dst = p.dst, .src_port = p.src_port,
                                .dst_port = port, .ipv4_id = p.ipv4_id, .ipv4_df = true};
-    writer_->write_roce(info, p.bytes, &p);
+    const BitError* error = nullptr;
+    for (const BitError& e : errors)
+      if (e.packet == i) error = &e;
+    writer_->write_roce(info, p.bytes, error);
   }
   return taken;
 }

@@ -114,7 +114,7 @@ PcapWriter::PcapWriter(std::FILE* file, std::string path, FlushPolicy policy)
 PcapWriter::~PcapWriter() { close(); }
 
 void PcapWriter::write_roce(const wire::IpUdpInfo& info, std::span<const uint8_t> udp_payload,
-                            const TxPacket* corruption) {
+                            const BitError* error) {
   std::array<uint8_t, kEthernetHeaderBytes + wire::kIpv6HeaderBytes + wire::kUdpHeaderBytes>
       headers;
   write_ethernet_header(info, headers.data());
@@ -128,10 +128,9 @@ void PcapWriter::write_roce(const wire::IpUdpInfo& info, std::span<const uint8_t
                             uint32_t(frame_bytes), uint32_t(frame_bytes)};
   size_t flip_at = udp_payload.size();
   uint8_t flipped = 0;
-  if (corruption != nullptr && corruption->corrupt_mask != 0 &&
-      corruption->corrupt_at < udp_payload.size()) {
-    flip_at = corruption->corrupt_at;
-    flipped = udp_payload[flip_at] ^ corruption->corrupt_mask;
+  if (error != nullptr && error->mask != 0 && error->at < udp_payload.size()) {
+    flip_at = error->at;
+    flipped = udp_payload[flip_at] ^ error->mask;
   }
   if (info.ipv6()) {  // IPv4 keeps checksum 0: RFC 768 and RoCEv2 allow it
     const uint16_t checksum = ipv6_udp_checksum(headers.data() + kEthernetHeaderBytes,

@@ -34,10 +34,10 @@ class PcapWriter {
   PcapWriter& operator=(const PcapWriter&) = delete;
 
   // One Ethernet frame carrying `udp_payload` in the IP/UDP headers `info`
-  // describes. `corruption` (optional) is a bit error to show as it was on the wire
-  // (TxPacket::corrupt_*; the transport has already undone it in the buffer).
+  // describes. `error` (optional) is a bit error to show as it was on the wire
+  // (BitError; the transport has already undone it in the buffer).
   void write_roce(const wire::IpUdpInfo& info, std::span<const uint8_t> udp_payload,
-                  const TxPacket* corruption = nullptr);
+                  const BitError* error = nullptr);
 
   void flush();
   void close();
@@ -68,6 +68,8 @@ class CaptureTransport final : public Transport {
   CaptureTransport(std::unique_ptr<Transport> inner, std::shared_ptr<PcapWriter> writer);
 
   size_t tx_burst(std::span<TxPacket> packets) override;
+  size_t tx_burst_with_errors(std::span<TxPacket> packets,
+                              std::span<const BitError> errors) override;
   size_t rx_burst(std::span<RxPacket> packets) override;
   int rx_fd() const override { return inner_->rx_fd(); }
   Gid local_gid() const override { return inner_->local_gid(); }

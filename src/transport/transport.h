@@ -39,22 +39,31 @@ struct TxPacket {
   Gid src;                   // source GID (selects the local address)
   Gid dst;                   // destination GID
   uint16_t src_port;         // wanted UDP source port (0xC000 | hash(QPN)): entropy
-  // Fault injection only (FaultInjector, docs/decisions/transport.md): the packet
-  // leaves with `corrupt_mask` XORed into bytes[corrupt_at] *after* the ICRC was
-  // written, as a bit error on the wire would, so the receiver's ICRC check must
-  // catch it. The transport XORs it back out before tx_burst returns: the caller's
-  // buffer (which it may retransmit from) is left as it was, ICRC apart.
-  uint16_t corrupt_at = 0;
-  uint8_t corrupt_mask = 0;
   // Set by tx_burst: the IPv4 Identification the packet leaves with (the ICRC
   // covers it; a capture writes it), 0 for a single datagram.
   uint16_t ipv4_id = 0;
 };
 
-// Flips TxPacket::corrupt_* in `p.bytes`; a second call undoes the first.
-inline void apply_wire_corruption(TxPacket& p) {
-  if (p.corrupt_mask != 0 && p.corrupt_at < p.bytes.size())
-    p.bytes[p.corrupt_at] ^= p.corrupt_mask;
+// A bit error on the wire, for fault injection only (FaultInjector keeps them,
+// docs/decisions/transport.md): packet `packet` of a burst leaves with `mask`
+// XORed into bytes[at] *after* the ICRC was written, so the receiver's ICRC check
+// must catch it. The transport XORs it back out before returning: the caller's
+// buffer (which it may retransmit from) is left as it was, ICRC apart.
+struct BitError {
+  size_t packet = 0;  // index in the burst
+  uint16_t at = 0;
+  uint8_t mask = 0;
+};
+
+// Flips the bit errors of packets [first, end) of `packets`; a second call undoes
+// the first. `packets` is the whole burst the errors index.
+inline void flip_bit_errors(std::span<TxPacket> packets, std::span<const BitError> errors,
+                            size_t first, size_t end) {
+  for (const BitError& e : errors) {
+    if (e.packet < first || e.packet >= end || e.packet >= packets.size()) continue;
+    std::span<uint8_t> bytes = packets[e.packet].bytes;
+    if (e.at < bytes.size()) bytes[e.at] ^= e.mask;
+  }
 }
 
 struct RxPacket {
@@ -93,6 +102,12 @@ class Transport {
   // Sends what it can of `packets` now; returns how many were taken (the rest may be
   // retried later). Thread-safe: posting threads and the progress thread both send.
   virtual size_t tx_burst(std::span<TxPacket> packets) = 0;
+  // tx_burst with bit errors on the wire (BitError; fault injection only). A
+  // transport that cannot show them sends the packets intact.
+  virtual size_t tx_burst_with_errors(std::span<TxPacket> packets,
+                                      std::span<const BitError> /*errors*/) {
+    return tx_burst(packets);
+  }
 
   // Receives up to packets.size() packets without blocking; returns the count. The
   // bytes stay valid until the next rx_burst. Called by one thread at a time.

@@ -91,7 +91,7 @@ def capture(softrdma, port, pcap):
         while not holds_port(port):
             if server.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("rping server never listened")
-            time.sleep(0.02)
+            time.sleep(0.02)  # the pace of a poll with a deadline
         subprocess.run([softrdma, "run", "--", "rping", "-c", "-a", "127.0.0.1", "-p", str(port),
                         "-C", "1"], env=env, check=True, timeout=120, capture_output=True)
         server.wait(timeout=60)

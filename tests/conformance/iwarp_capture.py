@@ -40,10 +40,25 @@ def capture(pcap, port):
             pass
         if os.path.getsize(pcap) > 24 if os.path.exists(pcap) else False:
             return proc
-        time.sleep(0.02)
+        time.sleep(0.02)  # the pace of a poll with a deadline
     proc.kill()
     with open(log) as f:
         sys.exit("tcpdump did not start: %s" % f.read().strip())
+
+
+def listens_on(port):
+    """A TCP socket listens on `port` (iWARP's rdma_cm listens on TCP; proc(5))."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.readlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            local, state = row.split()[1], row.split()[3]
+            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+                return True
+    return False
 
 
 def run_rping(softrdma, port):
@@ -51,7 +66,11 @@ def run_rping(softrdma, port):
     common = ["-a", "127.0.0.1", "-p", str(port), "-C", "5", "-S", "3000", "-V"]
     server = subprocess.Popen([softrdma, "run", "--", "rping", "-s"] + common, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    time.sleep(0.5)
+    deadline = time.monotonic() + 60
+    while not listens_on(port):
+        if server.poll() is not None or time.monotonic() > deadline:
+            sys.exit("rping server never listened")
+        time.sleep(0.02)  # the pace of a poll with a deadline
     client = subprocess.run([softrdma, "run", "--", "rping", "-c", "-v"] + common, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             timeout=120)
@@ -112,7 +131,7 @@ def main():
         dump = capture(pcap, args.port)
         try:
             run_rping(args.softrdma, args.port)
-            time.sleep(0.3)
+            time.sleep(0.3)  # not an event we can see: tcpdump reads what the kernel still holds
         finally:
             dump.terminate()
             dump.wait(timeout=10)

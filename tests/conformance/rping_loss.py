@@ -42,7 +42,7 @@ def main():
             if server.poll() is not None or time.monotonic() > deadline:
                 print("rping server never listened")
                 return 1
-            time.sleep(0.02)
+            time.sleep(0.02)  # the pace of a poll with a deadline
         for cycle in range(1, args.cycles + 1):
             env["SOFTRDMA_FAULTS"] = f"loss={args.loss},seed={cycle + 1}"
             client = subprocess.run(

@@ -291,7 +291,7 @@ def run_pair_once(args, env):
             status, out = finish(server, deadline)
             check("server (never listened)", status, out, [], crash_report=server.crash_report)
             return False, out
-        time.sleep(0.02)
+        time.sleep(0.02)  # the pace of a poll with a deadline: no fd says "listening"
     client = start(client_cmd, env)
     c_status, c_out = finish(client, deadline)
     if c_status != 0:  # a failed client leaves the server waiting: stop it

@@ -5,10 +5,12 @@
 
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <fstream>
@@ -18,21 +20,14 @@
 
 #include <gtest/gtest.h>
 
+#include "support/eventually.h"
+
 namespace softrdma::progress {
 namespace {
 
 using namespace std::chrono_literals;
 
-// Waits for `condition` (a bound against hanging, not a speed assertion).
-template <typename Condition>
-bool eventually(Condition condition, std::chrono::milliseconds limit = 5000ms) {
-  const auto give_up = std::chrono::steady_clock::now() + limit;
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() > give_up) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
+using testing_support::eventually;
 
 // CPU time a thread of this process has used, in ns: /proc/self/task/TID/schedstat
 // (first field: ns on a CPU), else utime + stime of .../stat in clock ticks.
@@ -66,6 +61,11 @@ struct IdleEngine {
   }
 };
 
+// A thread of this process has ended (the kernel reaps it just after join() returns).
+bool thread_gone(pid_t tid) {
+  return syscall(SYS_tgkill, getpid(), tid, 0) == -1 && errno == ESRCH;
+}
+
 bool blocked_at_least(const ProgressLoop& loop, uint64_t blocks) {
   return loop.stats().blocks >= blocks;
 }
@@ -79,7 +79,7 @@ TEST(ProgressLoop, IdleLoopSleepsInsteadOfBurningACore) {
   const uint64_t calls_before = engine.calls.load();
   const int64_t cpu_before = thread_cpu_ns(tid);
   const auto wall_before = std::chrono::steady_clock::now();
-  std::this_thread::sleep_for(300ms);
+  std::this_thread::sleep_for(300ms);  // not an event: the idle spell whose CPU time is measured
   const int64_t cpu_ns = thread_cpu_ns(tid) - cpu_before;
   const auto wall_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                            std::chrono::steady_clock::now() - wall_before).count();
@@ -103,6 +103,8 @@ TEST(ProgressLoop, WakeMakesTheVeryNextIterationCallProgress) {
   loop_ptr = &loop;
   loop.start();
   ASSERT_TRUE(eventually([&] { return blocked_at_least(loop, 1); }));
+  // Not an event: time passes with the loop blocked, so that a spurious turn would
+  // show in the count of iterations before the wake.
   std::this_thread::sleep_for(5ms);
   const uint64_t iterations_blocked = loop.stats().iterations;
   woken = true;
@@ -321,13 +323,16 @@ TEST(ProgressLoop, StopJoinsABlockedLoopAndIsIdempotent) {
   IdleEngine engine;
   ProgressLoop loop(engine.hooks());
   loop.start();
-  ASSERT_TRUE(eventually([&] { return blocked_at_least(loop, 1); }));
+  ASSERT_TRUE(eventually([&] { return blocked_at_least(loop, 1) && loop.thread_tid() != 0; }));
+  const pid_t tid = loop.thread_tid();
   EXPECT_TRUE(loop.running());
+  EXPECT_FALSE(thread_gone(tid));
   loop.stop();
   EXPECT_FALSE(loop.running());
   loop.stop();
   const uint64_t calls = engine.calls.load();
-  std::this_thread::sleep_for(10ms);
+  // stop() joined the loop's thread: it is gone, so nothing can call progress().
+  EXPECT_TRUE(eventually([&] { return thread_gone(tid); })) << "the loop's thread outlived stop()";
   EXPECT_EQ(engine.calls.load(), calls) << "no progress after stop";
 }
 

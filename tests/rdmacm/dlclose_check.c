@@ -52,9 +52,9 @@ int main(int argc, char **argv) {
   }
   dlclose(lib);
   /* The agent's thread keeps running: give it time to run unmapped code, if
-   * the library were gone. */
+   * the library were gone (not an event: time passes on purpose, bounded). */
   struct timespec half_second = {0, 500 * 1000 * 1000};
-  nanosleep(&half_second, NULL);
+  nanosleep(&half_second, NULL); /* not an event: see above */
   if (dlopen(argv[1], RTLD_NOW | RTLD_NOLOAD) == NULL) {
     fprintf(stderr, "librdmacm was unloaded with its agent thread running\n");
     return 1;

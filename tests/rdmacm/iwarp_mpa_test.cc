@@ -9,11 +9,15 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <string>
 #include <vector>
+
+#include "support/eventually.h"
 
 namespace softrdma::rdmacm::iwarp {
 namespace {
@@ -49,8 +53,16 @@ struct TcpPair {
     close(server);
   }
   void client_sends(std::span<const uint8_t> b) const {
+    const int waiting = readable(server);
     ASSERT_EQ(send_frame(client, b), 0);
-    usleep(2000);  // loopback delivers within this; the reader never blocks
+    // The reader never blocks: wait until the bytes are in the server's socket.
+    ASSERT_TRUE(testing_support::eventually(
+        [&] { return readable(server) >= waiting + int(b.size()); }));
+  }
+  // Bytes the socket holds unread (FIONREAD, tcp(7)).
+  static int readable(int fd) {
+    int bytes = 0;
+    return ioctl(fd, FIONREAD, &bytes) == 0 ? bytes : -1;
   }
 };
 
@@ -173,7 +185,8 @@ TEST(IwarpMpa, APeerThatClosesMidFrameIsClosed) {
   const std::vector<uint8_t> h = header(kMpaRequestKey, 0x10, 2, 8);
   pair.client_sends(std::span(h).first(12));
   shutdown(pair.client, SHUT_WR);
-  usleep(2000);
+  pollfd end{pair.server, POLLRDHUP, 0};  // the FIN has reached the server
+  ASSERT_EQ(poll(&end, 1, 10'000), 1);
   StartFrameReader reader(false);
   EXPECT_EQ(reader.read(pair.server), ReadStatus::kClosed);
 }

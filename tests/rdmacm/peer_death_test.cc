@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "rdmacm/peer_process.h"
+#include "support/eventually.h"
 
 namespace softrdma::rdmacm::testing {
 namespace {
@@ -29,13 +30,10 @@ using Clock = std::chrono::steady_clock;
 
 // The status of the first completion of `cq` within 30 s, or -1.
 int first_completion(ibv_cq* cq) {
-  const auto start = Clock::now();
   ibv_wc wc{};
-  while (seconds_since(start) < 30) {
-    if (ibv_poll_cq(cq, 1, &wc) == 1) return wc.status;
-    usleep(1000);
-  }
-  return -1;
+  const bool polled = softrdma::testing_support::eventually(
+      [&] { return ibv_poll_cq(cq, 1, &wc) == 1; }, std::chrono::seconds(30));
+  return polled ? int(wc.status) : -1;
 }
 
 // An rsocket listening on 127.0.0.1:`port`; `send_buffer` (SO_SNDBUF, set before

@@ -26,7 +26,7 @@ bool poll_one(ibv_cq* cq, ibv_wc& wc, std::chrono::seconds limit = std::chrono::
   while (Clock::now() < deadline) {
     const int n = ibv_poll_cq(cq, 1, &wc);
     if (n != 0) return n == 1;
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    std::this_thread::sleep_for(std::chrono::microseconds(100));  // not an event: a poll's pace
   }
   return false;
 }
@@ -91,6 +91,8 @@ TEST(RnrTimer, ReceivePostedLateWithinTheRetryBudgetGetsTheSend) {
   ASSERT_NE(out_mr, nullptr);
 
   ASSERT_EQ(post_send_from(c.client.id->qp, outbox.data(), 64, out_mr), 0);
+  // Not an event: the receiver is late on purpose, past what the RNR retries of a
+  // 0.64 ms timer would wait (about 4 ms), well within those of 655.36 ms.
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   ASSERT_EQ(post_recv_into(child->qp, inbox.data(), 64, in_mr), 0);
 

@@ -121,7 +121,7 @@ class WirePeer : public RawRsocketPeer {
   bool next_completion(ibv_cq* cq, ibv_wc& wc) {
     for (int spins = 0; spins < 10'000'000; ++spins) {
       if (ibv_poll_cq(cq, 1, &wc) == 1) return true;
-      if (spins > 1000) usleep(1);
+      if (spins > 1000) usleep(1);  // not an event: the pace of a poll with a deadline
     }
     return false;
   }

@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "rdmacm/rdmacm_fixture.h"
+#include "support/eventually.h"
 
 namespace {
 
@@ -35,12 +36,8 @@ std::atomic<bool> released{false};
 std::atomic<long> calls{0};          // epoll_wait calls on trapped_epoll
 
 bool wait_for(const std::atomic<bool>& flag) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (!flag.load()) {
-    if (std::chrono::steady_clock::now() > end) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
+  return softrdma::testing_support::eventually([&] { return flag.load(); },
+                                               std::chrono::seconds(30));
 }
 
 }  // namespace
@@ -104,9 +101,7 @@ TEST(AgentEvents, AReservationsEventServedAfterItsIdIsDestroyedClosesNothingOpen
   trap_fd = reservation;
   const int asker = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   ASSERT_EQ(connect(asker, reinterpret_cast<const sockaddr*>(&name), length), 0);
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (trapped_epoll.load() < 0 && std::chrono::steady_clock::now() < end)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  testing_support::eventually([] { return trapped_epoll.load() >= 0; }, std::chrono::seconds(30));
   ASSERT_GE(trapped_epoll.load(), 0) << "the agent never saw the reservation readable";
 
   // Meanwhile the application destroys the id and opens a file, under the
@@ -125,8 +120,7 @@ TEST(AgentEvents, AReservationsEventServedAfterItsIdIsDestroyedClosesNothingOpen
   // The agent serves its batch and waits again.
   const long before = calls.load();
   released = true;
-  while (calls.load() == before && std::chrono::steady_clock::now() < end)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  testing_support::eventually([&] { return calls.load() != before; }, std::chrono::seconds(30));
   ASSERT_GT(calls.load(), before);
   EXPECT_GE(fcntl(file, F_GETFD), 0) << "the agent closed the application's file";
   // Whatever kept the reservation's number taken meanwhile is gone with the batch.

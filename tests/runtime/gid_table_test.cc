@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "runtime/node.h"
+#include "support/eventually.h"
 #include "transport/udp/udp_socket.h"
 #include "wire/icrc.h"
 #include "wire/opcodes.h"
@@ -97,11 +98,9 @@ class VethPair : public ::testing::Test {
   static bool wait_for_link_local(const std::string& ns, const std::string& v4, Gid& out) {
     InNamespace in(ns);
     uint32_t ifindex = 0;
-    for (int i = 0; i < 500; ++i) {
-      if (transport::udp::find_link_local(ipv4(v4), out, ifindex)) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
+    return testing_support::eventually(
+        [&] { return transport::udp::find_link_local(ipv4(v4), out, ifindex); },
+        std::chrono::seconds(5), std::chrono::milliseconds(10));
   }
   std::unique_ptr<Node> open_node(const std::string& ns, const std::string& address) {
     InNamespace in(ns);
@@ -167,11 +166,9 @@ bool send_probe(const Gid& src, const Gid& dst, uint32_t scope) {
 }
 
 bool wait_for_unknown_qp(engine::Device& device, uint64_t count) {
-  for (int i = 0; i < 1000; ++i) {  // liveness guard (10 s)
-    if (device.counters().rx_unknown_qp.load() >= count) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return false;
+  return testing_support::eventually(  // liveness guard (10 s)
+      [&] { return device.counters().rx_unknown_qp.load() >= count; }, std::chrono::seconds(10),
+      std::chrono::milliseconds(10));
 }
 
 // Index 0 is the interface's link-local address, index 1 the IPv4-mapped address;
@@ -252,11 +249,8 @@ void connect(engine::Qp* qp, const Gid& remote_gid, uint32_t remote_qpn, uint8_t
 
 // Waits (liveness guard 10 s) for one completion on `cq`.
 bool poll_one(engine::Cq* cq, ibv_wc& wc) {
-  for (int i = 0; i < 1000; ++i) {
-    if (cq->poll(1, &wc) == 1) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return false;
+  return testing_support::eventually([&] { return cq->poll(1, &wc) == 1; },
+                                     std::chrono::seconds(10), std::chrono::milliseconds(10));
 }
 
 class VethPairGidIndex : public VethPair, public ::testing::WithParamInterface<uint8_t> {};

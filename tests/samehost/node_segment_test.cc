@@ -5,9 +5,11 @@
 #include "samehost/node_segment.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <pwd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -19,6 +21,7 @@
 #include <thread>
 
 #include "samehost/host.h"
+#include "support/eventually.h"
 
 namespace softrdma::samehost {
 namespace {
@@ -127,6 +130,13 @@ TEST_F(NodeSegmentTest, XrcSrqsArePublishedBesideQpsOfTheSameNumber) {
   EXPECT_TRUE(peer->qp(77).has_value());
 }
 
+// CPU time `clock` (a thread's, pthread_getcpuclockid) has counted, in ns.
+int64_t thread_cpu_ns(clockid_t clock) {
+  timespec t{};
+  clock_gettime(clock, &t);
+  return int64_t(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
+}
+
 // ibv_dereg_mr(3) must not return while a peer still writes through the key: the
 // revocation waits for the access that began before it.
 TEST_F(NodeSegmentTest, RevocationWaitsForAnAccessInFlight) {
@@ -141,9 +151,17 @@ TEST_F(NodeSegmentTest, RevocationWaitsForAnAccessInFlight) {
     node->revoke_key(9);
     revoked.store(true);
   });
+  clockid_t owner_cpu;
+  ASSERT_EQ(pthread_getcpuclockid(owner.native_handle(), &owner_cpu), 0);
   // The key is gone for new lookups at once; the revocation still waits.
   while (peer->key(9).has_value()) std::this_thread::yield();
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Expect: the owner's thread is busy inside revoke_key, waiting for the access:
+  // it keeps running (2 ms on a CPU after the key went, where a revocation that
+  // did not wait returns within microseconds) and has not returned.
+  const int64_t cpu_at_removal = thread_cpu_ns(owner_cpu);
+  EXPECT_TRUE(testing_support::eventually([&] {
+    return revoked.load() || thread_cpu_ns(owner_cpu) - cpu_at_removal > 2'000'000;
+  })) << "the revoking thread never ran";
   EXPECT_FALSE(revoked.load()) << "returned while an access through the key was in flight";
   peer->end_access();
   owner.join();

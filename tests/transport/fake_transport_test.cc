@@ -141,9 +141,8 @@ TEST_F(FakeNetworkTest, RxFdIsReadableExactlyWhilePacketsWait) {
 TEST_F(FakeNetworkTest, CorruptedPacketIsDroppedByTheReceiversIcrcCheck) {
   auto bytes = make_packet(wire::op::kRcSendOnly, 0x11, 1, 32);
   TxPacket p{bytes, a->local_gid(), b->local_gid(), roce_source_port(0x11)};
-  p.corrupt_at = 14;
-  p.corrupt_mask = 0x01;
-  a->tx_burst({&p, 1});
+  const BitError flip{0, 14, 0x01};
+  a->tx_burst_with_errors({&p, 1}, {&flip, 1});
   const auto icrc_written = bytes;
   const auto sent = net.take_sent();
   ASSERT_EQ(sent.size(), 1u);

@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/eventually.h"
 #include "transport/interface_capture.h"
 #include "transport/transport_test_util.h"
 #include "transport/udp/udp_transport.h"
@@ -64,18 +65,15 @@ class VethPair {
   // A packet sent before the link is up is dropped: wait for the event (the
   // kernel's operstate), bounded against hanging.
   bool wait_until_up() const {
-    const int64_t give_up = testing::now_ms() + 10'000;
-    while (testing::now_ms() < give_up) {
+    return testing_support::eventually([&] {
       std::FILE* f = std::fopen(("/sys/class/net/" + host_ + "/operstate").c_str(), "r");
       char state[16] = {};
       if (f != nullptr) {
         if (std::fgets(state, sizeof state, f) == nullptr) state[0] = 0;
         std::fclose(f);
       }
-      if (std::string(state).rfind("up", 0) == 0) return true;
-      usleep(1000);
-    }
-    return false;
+      return std::string(state).rfind("up", 0) == 0;
+    });
   }
 
   bool ok_ = false;
@@ -166,9 +164,8 @@ TEST(UdpGsoGro, ACorruptedSegmentIsDroppedAndTheOthersPass) {
   for (uint32_t psn = 0; psn < 4; ++psn)
     bytes.push_back(make_packet(wire::op::kRcSendMiddle, 0x24, psn, 1024));
   for (auto& x : bytes) burst.push_back(TxPacket{x, a->local_gid(), b->local_gid(), roce_source_port(0x24)});
-  burst[2].corrupt_at = 40;  // a payload byte, after the ICRC was written
-  burst[2].corrupt_mask = 0x01;
-  ASSERT_EQ(a->tx_burst(burst), 4u);
+  const BitError flip{2, 40, 0x01};  // a payload byte, after the ICRC was written
+  ASSERT_EQ(a->tx_burst_with_errors(burst, {&flip, 1}), 4u);
   const auto got = receive(*b, 3);
   ASSERT_EQ(got.size(), 3u);
   EXPECT_EQ(testing::psn_of(got[0].bytes), 0u);

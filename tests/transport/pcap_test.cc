@@ -176,9 +176,8 @@ TEST(Capture, CorruptedPacketShowsAsABadIcrcAndFailsTheCheck) {
   auto bad = make_packet(wire::op::kRcSendOnly, 0x11, 2, 32);
   std::vector<TxPacket> burst{{good, a.local_gid(), peer->local_gid(), 0xC011},
                               {bad, a.local_gid(), peer->local_gid(), 0xC011}};
-  burst[1].corrupt_at = 30;
-  burst[1].corrupt_mask = 0x80;
-  a.tx_burst(burst);
+  const BitError flip{1, 30, 0x80};
+  a.tx_burst_with_errors(burst, {&flip, 1});
   writer->close();
   const test::RoceCapture capture = test::read_roce_pcap(path);
   ASSERT_EQ(capture.packets.size(), 2u);

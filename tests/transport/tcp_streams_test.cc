@@ -8,17 +8,20 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "support/eventually.h"
 #include "support/loopback_listener.h"
 
 namespace softrdma::transport::tcp {
@@ -57,6 +60,15 @@ std::string read_all(TcpStreams& streams, StreamId id, size_t want) {
     got.append(reinterpret_cast<char*>(buffer.data()), size_t(n));
   }
   return got;
+}
+
+// `child`'s main thread is in a sleep call: after its last write, only the
+// atexit wait of tcp_streams_close.cc makes one (/proc/PID/syscall: proc(5)).
+bool waits_in_exit(pid_t child) {
+  std::ifstream syscall_file("/proc/" + std::to_string(child) + "/syscall");
+  long number = -1;  // "running" when on a CPU: not a number
+  if (!(syscall_file >> number)) return false;
+  return number == SYS_clock_nanosleep || number == SYS_nanosleep;  // names, not sleeps
 }
 
 // The child of ExitWaitsWhileTheDrivingThreadHoldsAFin: connects to `port`, lets
@@ -174,7 +186,8 @@ TEST_F(TcpStreamsTest, ACloseWithUnreadBytesEndsTheStreamWithoutAReset) {
   for (int i = 0; i < 100; ++i) {  // the bytes reach the client's socket
     StreamEvent events[4];
     if (client_->poll(events) > 0) break;
-    usleep(1000);
+    pollfd p{client_->rx_fd(), POLLIN, 0};
+    ::poll(&p, 1, 1);
   }
   client_->close(c, StreamTransport::CloseMode::kNow);
   ASSERT_EQ(server_->write(s, std::span(&part, 1)), 6);  // after the close, too
@@ -185,7 +198,8 @@ TEST_F(TcpStreamsTest, ACloseWithUnreadBytesEndsTheStreamWithoutAReset) {
     server_->poll(events);
     client_->poll(events);  // drains what the closing stream still gets
     n = server_->read(s, buffer);
-    if (n == 0) usleep(1000);
+    pollfd p[2] = {{client_->rx_fd(), POLLIN, 0}, {server_->rx_fd(), POLLIN, 0}};
+    if (n == 0) ::poll(p, 2, 1);
   }
   EXPECT_EQ(n, kEndOfStream);  // a reset would be -ECONNRESET
 }
@@ -290,7 +304,10 @@ TEST(TcpStreamsExitTest, ExitWaitsWhileTheDrivingThreadHoldsAFin) {
   ASSERT_GE(peer, 0);
   char byte = 0;
   ASSERT_EQ(::read(exiting[0], &byte, 1), 1) << "the child did not reach exit()";
-  usleep(200'000);  // a child that did not wait would be gone by now
+  // Expect: the child's main thread waits inside exit() (the atexit wait of
+  // tcp_streams_close.cc sleeps between looks); a child that did not wait ends.
+  EXPECT_TRUE(testing_support::eventually([&] { return waits_in_exit(child); }))
+      << "the child's main thread never slept in exit()";
   EXPECT_EQ(::waitpid(child, nullptr, WNOHANG), 0) << "exit() did not wait for the held FIN";
   char buffer[16];
   EXPECT_EQ(::recv(peer, buffer, sizeof buffer, MSG_DONTWAIT), -1) << "the FIN was not held";

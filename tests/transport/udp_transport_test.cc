@@ -132,9 +132,8 @@ TEST(UdpTransport, CorruptedPacketIsDroppedAndCounted) {
   auto bad = make_packet(wire::op::kRcSendOnly, 7, 2, 64);
   const auto bad_before = bad;
   std::vector<TxPacket> burst{to(*a, *b, bad, 7), to(*a, *b, good, 7)};
-  burst[0].corrupt_at = 20;  // a payload bit flipped on the wire, after the ICRC
-  burst[0].corrupt_mask = 0x10;
-  ASSERT_EQ(a->tx_burst(burst), 2u);
+  const BitError flip{0, 20, 0x10};  // a payload bit flipped on the wire, after the ICRC
+  ASSERT_EQ(a->tx_burst_with_errors(burst, {&flip, 1}), 2u);
   EXPECT_TRUE(std::equal(bad.begin(), bad.end() - 4, bad_before.begin()))
       << "the sender's buffer is left as it was (ICRC apart)";
 

@@ -56,7 +56,7 @@ static void wake_progress_thread(const struct sockaddr_in *address) {
   const struct timespec pause = {0, 5 * 1000 * 1000};
   for (int i = 0; i < 100; ++i) {
     sendto(fd, junk, sizeof junk, 0, (const struct sockaddr *)address, sizeof *address);
-    nanosleep(&pause, NULL);
+    nanosleep(&pause, NULL); /* not an event: wakes spread over time, on purpose */
   }
   close(fd);
 }

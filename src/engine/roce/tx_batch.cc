@@ -24,8 +24,6 @@ void TxBatch::repeat_last() {
   transport::TxPacket copy = packets_[from];
   std::memcpy(buffers_[count_].data(), copy.bytes.data(), copy.bytes.size());
   copy.bytes = std::span(buffers_[count_].data(), copy.bytes.size());
-  copy.corrupt_at = 0;  // fault marks belong to the transmission, not the packet
-  copy.corrupt_mask = 0;
   packets_[count_++] = copy;
 }
 

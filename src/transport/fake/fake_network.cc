@@ -269,17 +269,24 @@ void FakeTransport::enqueue_locked(FakePacket packet) {
 }
 
 size_t FakeTransport::tx_burst(std::span<TxPacket> packets) {
+  return tx_burst_with_errors(packets, {});
+}
+
+size_t FakeTransport::tx_burst_with_errors(std::span<TxPacket> packets,
+                                           std::span<const BitError> errors) {
   std::lock_guard lock(network_.mutex_);
-  for (TxPacket& p : packets) {
+  for (size_t i = 0; i < packets.size(); ++i) {
+    TxPacket& p = packets[i];
     if (p.bytes.size() < kMinRoceBytes) {
       ++counters_.tx_errors;
       continue;
     }
     p.src = gid_;
     wire::write_icrc(fake_ip_udp(gid_, p.dst, p.src_port), p.bytes);
-    apply_wire_corruption(p);
+    flip_bit_errors(packets, errors, i, i + 1);
     FakePacket packet{{p.bytes.begin(), p.bytes.end()}, gid_, p.dst, p.src_port};
-    apply_wire_corruption(p);  // the copy left with the corruption; the caller's buffer not
+    // The copy left with the bit errors; the caller's buffer does not keep them.
+    flip_bit_errors(packets, errors, i, i + 1);
     ++counters_.tx_packets;
     counters_.tx_bytes += p.bytes.size();
     network_.send_locked(std::move(packet));

@@ -152,6 +152,8 @@ class FakeTransport final : public Transport {
   FakeTransport& operator=(const FakeTransport&) = delete;
 
   size_t tx_burst(std::span<TxPacket> packets) override;
+  size_t tx_burst_with_errors(std::span<TxPacket> packets,
+                              std::span<const BitError> errors) override;
   size_t rx_burst(std::span<RxPacket> packets) override;
   // An eventfd: readable while packets wait here, so a progress loop can block on it.
   int rx_fd() const override { return event_fd_; }

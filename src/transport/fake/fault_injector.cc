@@ -170,11 +170,11 @@ void FaultInjector::stage_tx(TxPacket& packet, const Decision& d, int64_t now) {
     ++c.dropped;
     return;
   }
-  TxPacket out = packet;
+  BitError error{};  // kept beside the packet: the packet carries no fault
   if (d.corrupt && packet.bytes.size() > kUncoveredByte) {
     ++c.corrupted;
-    out.corrupt_at = uint16_t(covered_byte(d.corrupt_bits, packet.bytes.size()));
-    out.corrupt_mask = corrupt_mask(d.corrupt_bits);
+    error.at = uint16_t(covered_byte(d.corrupt_bits, packet.bytes.size()));
+    error.mask = corrupt_mask(d.corrupt_bits);
   }
   const int copies = d.duplicate ? 2 : 1;
   c.duplicated += d.duplicate;
@@ -182,7 +182,7 @@ void FaultInjector::stage_tx(TxPacket& packet, const Decision& d, int64_t now) {
     c.reordered += d.reorder;
     c.delayed += d.delay_ns > 0;
     for (int i = 0; i < copies; ++i) {
-      Held held{{packet.bytes.begin(), packet.bytes.end()}, out, {}};
+      Held held{{packet.bytes.begin(), packet.bytes.end()}, packet, {}, error};
       if (d.delay_ns > 0) {
         tx_held_.emplace(now + d.delay_ns + (d.reorder ? kReorderHoldNs : 0), std::move(held));
       } else {
@@ -191,10 +191,11 @@ void FaultInjector::stage_tx(TxPacket& packet, const Decision& d, int64_t now) {
     }
     return;
   }
-  staged_.push_back(out);
+  stage(packet, error);
   // The copy gets a buffer of its own (transport.h: the transport writes each
   // packet's ICRC, and two packets of one GSO send carry different IPv4 IDs).
-  if (d.duplicate) stage_held_tx(Held{{packet.bytes.begin(), packet.bytes.end()}, out, {}});
+  if (d.duplicate)
+    stage_held_tx(Held{{packet.bytes.begin(), packet.bytes.end()}, packet, {}, error});
   // A packet held back for reordering leaves right after the next one that passes.
   for (; !tx_reordered_.empty(); tx_reordered_.pop_front())
     stage_held_tx(std::move(tx_reordered_.front().second));
@@ -204,18 +205,36 @@ void FaultInjector::stage_held_tx(Held&& moved) {
   // staged_ points into the bytes, which keep their address when `staged_held_` grows.
   Held& held = staged_held_.emplace_back(std::move(moved));
   held.tx.bytes = held.bytes;
-  staged_.push_back(held.tx);
+  stage(held.tx, held.error);
+}
+
+void FaultInjector::stage(const TxPacket& packet, const BitError& error) {
+  staged_.push_back(packet);
+  if (error.mask != 0)
+    staged_errors_.push_back(BitError{staged_.size() - 1, error.at, error.mask});
+}
+
+BitError FaultInjector::staged_error(size_t index) const {
+  for (const BitError& e : staged_errors_)
+    if (e.packet == index) return e;
+  return BitError{};
+}
+
+// Hands the inner transport what is staged, with its bit errors; how many it took.
+size_t FaultInjector::send_staged() {
+  return inner_->tx_burst_with_errors(staged_, staged_errors_);
 }
 
 void FaultInjector::release_due_tx(int64_t now) {
   if (!tx_backlog_.empty()) {  // older than anything else: first
     for (Held& held : tx_backlog_) {
       held.tx.bytes = held.bytes;
-      staged_.push_back(held.tx);
+      stage(held.tx, held.error);
     }
-    const size_t taken = inner_->tx_burst(staged_);
+    const size_t taken = send_staged();
     tx_backlog_.erase(tx_backlog_.begin(), tx_backlog_.begin() + ptrdiff_t(taken));
     staged_.clear();
+    staged_errors_.clear();
   }
   for (; !tx_held_.empty() && tx_held_.begin()->first <= now; tx_held_.erase(tx_held_.begin()))
     stage_held_tx(std::move(tx_held_.begin()->second));
@@ -225,7 +244,7 @@ void FaultInjector::release_due_tx(int64_t now) {
 
 void FaultInjector::send_staged_tx() {
   size_t taken = 0;
-  if (!staged_.empty() && tx_backlog_.empty()) taken = inner_->tx_burst(staged_);
+  if (!staged_.empty() && tx_backlog_.empty()) taken = send_staged();
   // What the inner transport refused waits, in order, behind the earlier refusals.
   for (size_t i = taken; i < staged_.size(); ++i) {
     if (tx_backlog_.size() >= kBacklogLimit) {
@@ -233,9 +252,10 @@ void FaultInjector::send_staged_tx() {
       continue;
     }
     const TxPacket& p = staged_[i];
-    tx_backlog_.push_back(Held{{p.bytes.begin(), p.bytes.end()}, p, {}});
+    tx_backlog_.push_back(Held{{p.bytes.begin(), p.bytes.end()}, p, {}, staged_error(i)});
   }
   staged_.clear();
+  staged_errors_.clear();
   staged_held_.clear();
 }
 

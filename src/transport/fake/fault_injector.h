@@ -9,8 +9,9 @@
 //   and packet sequence always gives the same faults, and changing one rate does
 //   not move the others' decisions.
 // - A scripted rule that matches replaces the random decisions for that packet.
-// - Corruption flips one bit *after* the ICRC was computed: on tx through
-//   TxPacket::corrupt_* (the inner transport applies it after writing the ICRC);
+// - Corruption flips one bit *after* the ICRC was computed: on tx as a BitError
+//   the injector keeps beside the packet and hands the inner transport with it
+//   (tx_burst_with_errors: applied after the ICRC is written);
 //   on rx the bit is flipped in the received bytes and the ICRC is checked again
 //   with the address information of the RxPacket. Either way an ICRC check drops
 //   it and rx_bad_icrc counts it.
@@ -92,8 +93,9 @@ class FaultInjector final : public Transport {
   // A packet copied out of the caller's buffers to be released later.
   struct Held {
     std::vector<uint8_t> bytes;
-    TxPacket tx{};  // direction tx: addresses, port, corruption
+    TxPacket tx{};  // direction tx: addresses, port
     RxPacket rx{};  // direction rx: addresses, port, solved IPv4 ID
+    BitError error{};  // direction tx: the corruption it leaves with (mask 0: none)
   };
   using HeldQueue = std::multimap<int64_t, Held>;  // by due time; equal times FIFO
   // Held back for reordering: released once the next packet has passed, or when due.
@@ -106,6 +108,9 @@ class FaultInjector final : public Transport {
   Decision decide_at_random(Random& random);
 
   void stage_tx(TxPacket& packet, const Decision& d, int64_t now);
+  void stage(const TxPacket& packet, const BitError& error);
+  BitError staged_error(size_t index) const;
+  size_t send_staged();
   void stage_held_tx(Held&& held);
   void send_staged_tx();
   void release_due_tx(int64_t now);
@@ -127,6 +132,7 @@ class FaultInjector final : public Transport {
   FaultCounters counters_;
   uint64_t rx_bad_icrc_ = 0;     // rx-side corruption caught by the re-check
   std::vector<TxPacket> staged_;  // reused: packets for one inner tx_burst
+  std::vector<BitError> staged_errors_;  // their corruption (BitError::packet: index)
   std::vector<Held> staged_held_;  // owned bytes staged_ points into, this burst only
   HeldQueue tx_held_, rx_held_;
   ReorderQueue tx_reordered_, rx_reordered_;

@@ -64,6 +64,8 @@ class UdpTransport final : public Transport {
   UdpTransport& operator=(const UdpTransport&) = delete;
 
   size_t tx_burst(std::span<TxPacket> packets) override;
+  size_t tx_burst_with_errors(std::span<TxPacket> packets,
+                              std::span<const BitError> errors) override;
   size_t rx_burst(std::span<RxPacket> packets) override;
   // An epoll fd over every receive socket (the unicast one, the link-local one,
   // one per multicast group joined): a group joined later is in it too.
@@ -104,6 +106,7 @@ class UdpTransport final : public Transport {
   size_t gso_group(std::span<TxPacket> packets, size_t first, size_t room) const;
   void stamp(std::span<TxPacket> group, const Gid& src, uint16_t used_port, iovec* iovs);
   size_t prepare_run(std::span<TxPacket> packets, int fd, TxBatch& batch);
+  size_t send_burst(std::span<TxPacket> packets, std::span<const BitError> errors);
   size_t send_run(int fd, TxBatch& batch);
   bool refill(int fd, size_t wanted);
   bool open_datagram();

@@ -81,7 +81,6 @@ void UdpTransport::stamp(std::span<TxPacket> group, const Gid& src, uint16_t use
     const wire::IpUdpInfo info{.src = src, .dst = p.dst, .src_port = used_port,
                                .dst_port = port_, .ipv4_id = p.ipv4_id, .ipv4_df = true};
     wire::write_icrc(info, p.bytes);
-    apply_wire_corruption(p);
     iovs[i] = {p.bytes.data(), p.bytes.size()};
   }
 }
@@ -172,7 +171,14 @@ size_t UdpTransport::send_run(int fd, TxBatch& batch) {
   return packets;
 }
 
-size_t UdpTransport::tx_burst(std::span<TxPacket> packets) {
+size_t UdpTransport::tx_burst(std::span<TxPacket> packets) { return send_burst(packets, {}); }
+
+size_t UdpTransport::tx_burst_with_errors(std::span<TxPacket> packets,
+                                          std::span<const BitError> errors) {
+  return send_burst(packets, errors);
+}
+
+size_t UdpTransport::send_burst(std::span<TxPacket> packets, std::span<const BitError> errors) {
   TxBatch batch;
   size_t taken = 0;
   while (taken < packets.size()) {
@@ -184,10 +190,11 @@ size_t UdpTransport::tx_burst(std::span<TxPacket> packets) {
     }
     const int fd = socket_for(first);
     const std::span<TxPacket> run_packets = packets.subspan(taken);
-    const size_t run = prepare_run(run_packets, fd, batch);
+    const size_t run = prepare_run(run_packets, fd, batch);  // ICRCs written
+    flip_bit_errors(packets, errors, taken, taken + run);    // they leave with the run
     const size_t sent = send_run(fd, batch);
-    // The kernel has copied what it sent: take injected corruption back out.
-    for (size_t i = 0; i < run; ++i) apply_wire_corruption(run_packets[i]);
+    // The kernel has copied what it sent: take the bit errors back out.
+    flip_bit_errors(packets, errors, taken, taken + run);
     taken += sent;
     if (sent < run) break;
   }

@@ -212,7 +212,7 @@ int OobChannel::connect_to(const std::string& host, uint16_t port, int timeout_m
     if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
       close(fd);
       fd = -1;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // a retry's pace, bounded
     }
   }
   freeaddrinfo(res);
