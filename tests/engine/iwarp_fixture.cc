@@ -35,11 +35,17 @@ std::array<int, 2> IwarpPairTest::tcp_pair() {
 
 void IwarpPairTest::make_node(IwarpNode& n, const transport::Gid& gid) {
   n.transport = net_.attach(gid);
-  std::string why;
-  n.streams = transport::tcp::TcpStreams::open(gid, why);
-  ASSERT_NE(n.streams, nullptr) << why;
-  n.device = std::make_unique<Device>(DeviceConfig{}, *n.transport);
-  n.device->use_iwarp(*n.streams);
+  if (options_.fake_streams) {
+    n.fake_streams = streams_net_->attach(gid);
+    n.device = std::make_unique<Device>(DeviceConfig{}, *n.transport, clock_);
+    n.device->use_iwarp(*n.fake_streams);
+  } else {
+    std::string why;
+    n.streams = transport::tcp::TcpStreams::open(gid, why);
+    ASSERT_NE(n.streams, nullptr) << why;
+    n.device = std::make_unique<Device>(DeviceConfig{}, *n.transport);
+    n.device->use_iwarp(*n.streams);
+  }
   int err = 0;
   n.pd = n.device->alloc_pd(err);
   n.scq = n.device->create_cq(1024, err);
@@ -73,9 +79,18 @@ Qp* IwarpPairTest::new_rc_qp(IwarpNode& n, uint32_t depth, uint32_t sges, uint32
 void IwarpPairTest::connect(const IwarpOptions& options) {
   TearDown();
   options_ = options;
+  if (options.fake_streams)
+    streams_net_ = std::make_unique<transport::fake::FakeStreamNetwork>(options.window);
   make_node(a, loopback_gid(1));
   make_node(b, loopback_gid(2));
-  const std::array<int, 2> fds = tcp_pair();
+  std::array<int, 2> fds{};
+  if (options.fake_streams) {
+    const auto joined = streams_net_->join(*a.fake_streams, *b.fake_streams);
+    link_ = joined.id;
+    fds = joined.fds;
+  } else {
+    fds = tcp_pair();
+  }
   wire::iwarp::IwarpHandoff ha{fds[0], options.crc_a, true, options.rtr, options.ird, options.ord};
   wire::iwarp::IwarpHandoff hb{fds[1], options.crc_b, false, options.rtr, options.ird, options.ord};
   ASSERT_EQ(a.device->attach_iwarp(a.qp, ha), 0);
@@ -88,9 +103,11 @@ void IwarpPairTest::TearDown() {
   for (IwarpNode* n : {&a, &b}) {
     n->device.reset();
     n->streams.reset();
+    n->fake_streams.reset();
     n->transport.reset();
     n->mem.clear();
   }
+  streams_net_.reset();
 }
 
 std::vector<ibv_wc> IwarpPairTest::wait_for(Cq* cq, size_t count) {

@@ -37,16 +37,22 @@ FakeStreamNetwork::Joined FakeStreamNetwork::join(FakeStreams& first, FakeStream
   return joined;
 }
 
-// Bytes below the hold, or all there are (the cut kept none beyond it).
+// Bytes below the hold and the cut.
 uint64_t FakeStreamNetwork::Flow::readable() const {
-  return std::min<uint64_t>(read + bytes.size(), hold_at) - std::min(read, hold_at);
+  const uint64_t limit = std::min(hold_at, cut_at);
+  return std::min<uint64_t>(read + bytes.size(), limit) - std::min(read, limit);
 }
 
 // The writer's FIN or the cut was reached, every byte before it read, and no
 // hold keeps the end back (a FIN or an RST follows the bytes on the wire).
 bool FakeStreamNetwork::Flow::at_end() const {
-  if (hold_at <= read || !bytes.empty()) return false;
-  return fin || (cut_at != kNoOffset && read >= cut_at);
+  if (hold_at <= read) return false;
+  return (cut_at != kNoOffset && read >= cut_at) || (fin && bytes.empty());
+}
+
+// At the end: whether it is a reset cut's (else a FIN's, the writer's or a cut's).
+bool FakeStreamNetwork::Flow::reset() const {
+  return cut == End::kReset && cut_at != kNoOffset && read >= cut_at;
 }
 
 void FakeStreamNetwork::hold(size_t id, Side from) {
@@ -64,8 +70,6 @@ void FakeStreamNetwork::end_at(size_t id, Side from, uint64_t offset, End how) {
   Flow& f = l.flows[from];
   f.cut_at = std::max(offset, f.read);
   f.cut = how;
-  // Bytes already written beyond the offset are lost with the link.
-  if (f.read + f.bytes.size() > f.cut_at) f.bytes.resize(size_t(f.cut_at - f.read));
   if (how == End::kReset && f.written >= f.cut_at && l.error[from] == 0)
     l.error[from] = ECONNRESET;
   notify(l);
@@ -175,8 +179,7 @@ size_t FakeStreams::poll(std::span<StreamEvent> events) {
     FakeStreamNetwork::Link& l = network_.link(e.link);
     const FakeStreamNetwork::Flow& in = l.flows[other(e.side)];
     // The reader of a reset cut meets the RST once the bytes before it are read.
-    if (l.error[e.side] == 0 && in.at_end() && !in.fin && in.cut == End::kReset)
-      l.error[e.side] = ECONNRESET;
+    if (l.error[e.side] == 0 && in.at_end() && in.reset()) l.error[e.side] = ECONNRESET;
     if (l.error[e.side] != 0) {
       if (!e.closed_reported)
         events[n++] = StreamEvent{id, StreamEvent::kClosed, 0, l.error[e.side]};
@@ -210,13 +213,16 @@ ssize_t FakeStreams::read(StreamId stream, std::span<uint8_t> into) {
     return ssize_t(n);
   }
   if (!in.at_end() || into.empty()) return 0;
-  if (in.fin || in.cut == End::kClose) return kEndOfStream;
+  if (!in.reset()) return kEndOfStream;
   l.error[e.side] = ECONNRESET;
   return -ECONNRESET;
 }
 
-// Bytes the window takes; those at or beyond a cut are taken and lost. A peer
-// that closed drops what still arrives (as TcpStreams' closing streams do).
+// Bytes the window takes. Those at or beyond a close cut are taken and fill the
+// window, never to be read (the writer learns of the end from the peer's FIN, as
+// over TCP toward a peer that stopped reading); a reset cut takes the bytes
+// before it, then the write fails. A peer that closed drops what still arrives
+// (as TcpStreams' closing streams do).
 ssize_t FakeStreams::write(StreamId stream, std::span<const iovec> parts) {
   auto it = streams_.find(stream);
   if (it == streams_.end()) return -EBADF;
@@ -226,21 +232,21 @@ ssize_t FakeStreams::write(StreamId stream, std::span<const iovec> parts) {
   FakeStreamNetwork::Flow& out = l.flows[e.side];
   const bool lost = l.closed[other(e.side)] || l.error[other(e.side)] != 0;
   size_t room = lost ? SIZE_MAX : network_.window_ - std::min(network_.window_, out.bytes.size());
+  // A reset cut: the bytes before it leave, then the writer meets the RST.
+  const bool resets = out.cut == End::kReset && out.cut_at != FakeStreamNetwork::kNoOffset;
+  if (resets) room = size_t(std::min<uint64_t>(room, out.cut_at - std::min(out.written, out.cut_at)));
   size_t taken = 0;
   for (const iovec& part : parts) {
     const size_t n = std::min(part.iov_len, room - taken);
     const auto* bytes = static_cast<const uint8_t*>(part.iov_base);
-    for (size_t i = 0; i < n && !lost; ++i)
-      if (out.written + i < out.cut_at) out.bytes.push_back(bytes[i]);
+    if (!lost) out.bytes.insert(out.bytes.end(), bytes, bytes + n);
     out.written += n;
     taken += n;
     if (taken == room) break;
   }
-  if (out.cut_at != FakeStreamNetwork::kNoOffset && out.written >= out.cut_at &&
-      out.cut == End::kReset)
-    l.error[e.side] = ECONNRESET;  // the writer's RST: it knows at once
+  if (resets && out.written >= out.cut_at) l.error[e.side] = ECONNRESET;
   if (taken > 0) network_.notify(l);
-  return ssize_t(taken);
+  return taken == 0 && l.error[e.side] != 0 ? -l.error[e.side] : ssize_t(taken);
 }
 
 void FakeStreams::want_writable(StreamId stream, bool want) {

@@ -34,8 +34,9 @@ namespace softrdma::transport::fake {
 class FakeStreams;
 
 // How a scripted cut ends a link (end_at): kClose as a FIN (the reader gets the
-// bytes before the offset, then the end of the stream), kReset as an RST (the
-// reader gets those bytes, then ECONNRESET; the writer gets ECONNRESET at once).
+// bytes before the offset, then the end of the stream; the writer's bytes beyond
+// it are taken and lost), kReset as an RST (the reader gets those bytes, then
+// ECONNRESET; the writer's write stops at the offset and it meets ECONNRESET).
 enum class End : uint8_t { kClose, kReset };
 
 // The two ends of a link: kFirst is join()'s first transport's.
@@ -82,14 +83,15 @@ class FakeStreamNetwork {
   friend class FakeStreams;
   // The bytes one end writes and the other reads.
   struct Flow {
-    std::deque<uint8_t> bytes;  // written and kept for the reader
+    std::deque<uint8_t> bytes;  // written and not read (nor lost to a closed reader)
     uint64_t written = 0, read = 0;
     uint64_t hold_at = kNoOffset;  // readable only below this offset
-    uint64_t cut_at = kNoOffset;   // nothing at or beyond this offset arrives
+    uint64_t cut_at = kNoOffset;   // nothing at or beyond this offset is readable
     End cut = End::kClose;
     bool fin = false;              // the writer closed: the end after `bytes`
     uint64_t readable() const;     // bytes a read may take now
     bool at_end() const;           // a read meets the end (a FIN, or a cut)
+    bool reset() const;            // that end is a reset cut's
   };
   struct Link {
     std::array<Gid, 2> gids{};
