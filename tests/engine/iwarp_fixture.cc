@@ -33,6 +33,13 @@ std::array<int, 2> IwarpPairTest::tcp_pair() {
   return {client, server};
 }
 
+std::array<int, 2> IwarpPairTest::stream_pair() {
+  if (!options_.fake_streams) return tcp_pair();
+  const auto joined = streams_net_->join(*a.fake_streams, *b.fake_streams);
+  link_ = joined.id;
+  return joined.fds;
+}
+
 void IwarpPairTest::make_node(IwarpNode& n, const transport::Gid& gid) {
   n.transport = net_.attach(gid);
   if (options_.fake_streams) {
@@ -83,14 +90,7 @@ void IwarpPairTest::connect(const IwarpOptions& options) {
     streams_net_ = std::make_unique<transport::fake::FakeStreamNetwork>(options.window);
   make_node(a, loopback_gid(1));
   make_node(b, loopback_gid(2));
-  std::array<int, 2> fds{};
-  if (options.fake_streams) {
-    const auto joined = streams_net_->join(*a.fake_streams, *b.fake_streams);
-    link_ = joined.id;
-    fds = joined.fds;
-  } else {
-    fds = tcp_pair();
-  }
+  const std::array<int, 2> fds = stream_pair();
   wire::iwarp::IwarpHandoff ha{fds[0], options.crc_a, true, options.rtr, options.ird, options.ord};
   wire::iwarp::IwarpHandoff hb{fds[1], options.crc_b, false, options.rtr, options.ird, options.ord};
   ASSERT_EQ(a.device->attach_iwarp(a.qp, ha), 0);

@@ -59,6 +59,9 @@ class IwarpPairTest : public ::testing::Test {
   static Qp* new_rc_qp(IwarpNode& n, uint32_t depth, uint32_t sges = 1, uint32_t inline_bytes = 0);
   // Two connected loopback TCP sockets: [0] the initiator's, [1] the responder's.
   static std::array<int, 2> tcp_pair();
+  // The same over the link this pair runs on: TCP sockets, or the descriptors of
+  // a new fake-stream link between a and b (its id in link_).
+  std::array<int, 2> stream_pair();
   // Runs both engines until `done()` (real sockets: a wall-clock limit of 20 s).
   // Over fake streams, a turn in which neither engine did anything moves the
   // clock on by kStep (timers fire), up to `limit` of virtual time.
