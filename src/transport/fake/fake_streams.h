@@ -77,7 +77,6 @@ class FakeStreamNetwork {
   // those its peer has read.
   uint64_t written(size_t id, Side from) const;
   uint64_t read(size_t id, Side from) const;
-  size_t links() const { return links_.size(); }
 
  private:
   friend class FakeStreams;
@@ -136,9 +135,6 @@ class FakeStreams final : public StreamTransport {
   // An eventfd, readable while poll() may have something to report.
   int rx_fd() const override { return event_fd_; }
   std::string describe() const override;
-
-  // The link a stream of this transport is on, for the network's scripts.
-  size_t link_of(StreamId stream) const { return streams_.at(stream).link; }
 
  private:
   friend class FakeStreamNetwork;
