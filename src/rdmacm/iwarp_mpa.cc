@@ -7,18 +7,19 @@
 #include <cerrno>
 #include <cstring>
 
+#include "wire/iwarp/fields.h"
+
 namespace softrdma::rdmacm::iwarp {
 
 namespace w = wire::iwarp;
 
 namespace {
 
-constexpr size_t kFlagsAt = w::kMpaKeyBytes;  // RFC 5044 §7.1: key, then flags ...
-constexpr size_t kRevisionAt = kFlagsAt + 1;  // ... revision ...
-constexpr size_t kLengthAt = kFlagsAt + 2;    // ... PD_Length
+// RFC 5044 §7.1's start frame header, by its fields (wire/iwarp/fields.h).
+namespace start = w::mpa_start;
 
 size_t pd_length_of(const uint8_t* header) {
-  return size_t(header[kLengthAt] << 8 | header[kLengthAt + 1]);
+  return size_t(wire::load_field(header, start::kPrivateDataLength));
 }
 
 // The key of the frame expected, checked on what arrived so far: a non-MPA peer
@@ -31,7 +32,7 @@ bool key_matches(std::span<const uint8_t> bytes, bool reply) {
 // Writes `frame` and sets Linux's enhanced flag when it carries IRD/ORD.
 size_t write_frame(const MpaStart& frame, std::span<uint8_t> out) {
   const size_t n = w::write_mpa_start(frame, out);
-  if (n != 0 && frame.enhanced) out[kFlagsAt] |= kFlagEnhanced;
+  if (n != 0 && frame.enhanced) wire::store_field(out.data(), start::kEnhanced, 1);
   return n;
 }
 
@@ -59,7 +60,7 @@ size_t write_answer(const StartFrameReader& request, const MpaStart& answer,
   // revision 2 and no IRD/ORD word.
   frame.revision = request.enhanced() ? 2 : 1;
   const size_t n = write_frame(frame, out);
-  if (n != 0) out[kRevisionAt] = revision;
+  if (n != 0) wire::store_field(out.data(), start::kRevision, revision);
   return n;
 }
 
@@ -114,13 +115,14 @@ ReadStatus StartFrameReader::read(int fd) {
 ReadStatus StartFrameReader::parse() {
   // Linux reads revision 2 as RFC 6581's only with its enhanced flag; without
   // it the private data is all the ULP's, as in revision 1.
-  const uint8_t revision = bytes_[kRevisionAt];
-  const bool plain_revision_2 = revision == 2 && !(bytes_[kFlagsAt] & kFlagEnhanced);
+  const uint8_t revision = uint8_t(wire::load_field(bytes_.data(), start::kRevision));
+  const bool plain_revision_2 =
+      revision == 2 && wire::load_field(bytes_.data(), start::kEnhanced) == 0;
   std::array<uint8_t, kMaxFrameBytes>& b = bytes_;
-  if (plain_revision_2) b[kRevisionAt] = 1;
+  if (plain_revision_2) wire::store_field(b.data(), start::kRevision, 1);
   size_t used = 0;
   const w::MpaParse result = w::parse_mpa_start(std::span(b).first(have_), reply_, frame_, used);
-  b[kRevisionAt] = revision;
+  wire::store_field(b.data(), start::kRevision, revision);
   switch (result) {
     case w::MpaParse::kDone: break;
     case w::MpaParse::kBadKey: return ReadStatus::kBadKey;

@@ -35,8 +35,6 @@ using wire::iwarp::MpaEnhanced;
 using wire::iwarp::MpaStart;
 using wire::iwarp::RtrKind;
 
-// Linux's flag (siw, cxgb4) for RFC 6581's IRD/ORD word, in the flags byte.
-inline constexpr uint8_t kFlagEnhanced = 0x10;
 // RDMA_MAX_PRIVATE_DATA: the most PD_Length siw takes, and so the most we send.
 inline constexpr size_t kMaxPrivateData = 256;
 // What rdma_cm's caller may give with a revision-2 frame (the rest is IRD/ORD).

@@ -1,6 +1,11 @@
 // Header fields as data, not as hand-written accessors (STYLE.md): each field is
 // (header, byte offset in that header, width in bytes, bit shift, bit count), all
 // big-endian as IBA 9.2 lays them out. PacketView::get/set read and write them.
+// The same machinery serves every header family of the project: `HeaderId` is
+// the family's header enum (IBA's `Header` below; iWARP's in wire/iwarp/fields.h),
+// load_field/store_field read and write a field of a header that starts at a
+// pointer, and fields_tile() is the compile-time check that a header's fields
+// cover each of its bits exactly once.
 #pragma once
 
 #include <array>
@@ -11,8 +16,9 @@
 
 namespace softrdma::wire {
 
-struct FieldSpec {
-  Header header;
+template <typename HeaderId>
+struct BasicFieldSpec {
+  HeaderId header;
   uint8_t offset;  // within the header
   uint8_t bytes;   // 1..8, big-endian
   uint8_t shift;   // of the field's least significant bit within those bytes
@@ -20,6 +26,56 @@ struct FieldSpec {
 
   constexpr uint64_t mask() const { return bits >= 64 ? ~0ull : ((1ull << bits) - 1); }
 };
+using FieldSpec = BasicFieldSpec<Header>;
+
+// The field `f` of the header whose first byte is `header`.
+template <typename HeaderId>
+constexpr uint64_t load_field(const uint8_t* header, const BasicFieldSpec<HeaderId>& f) {
+  const uint8_t* p = header + f.offset;
+  uint64_t v = 0;
+  for (uint8_t i = 0; i < f.bytes; ++i) v = (v << 8) | p[i];
+  return (v >> f.shift) & f.mask();
+}
+// Writes `value` (its low f.bits bits) into the field, leaving the other bits of
+// its bytes as they were.
+template <typename HeaderId>
+constexpr void store_field(uint8_t* header, const BasicFieldSpec<HeaderId>& f, uint64_t value) {
+  uint8_t* p = header + f.offset;
+  uint64_t v = 0;
+  for (uint8_t i = 0; i < f.bytes; ++i) v = (v << 8) | p[i];
+  const uint64_t m = f.mask() << f.shift;
+  v = (v & ~m) | ((value << f.shift) & m);
+  for (int i = f.bytes - 1; i >= 0; --i) {
+    p[i] = uint8_t(v);
+    v >>= 8;
+  }
+}
+
+namespace detail {
+// True when `fields` all belong to header `h`, lie inside its `header_bytes`
+// (at most 32) and cover each of its bits exactly once.
+template <typename HeaderId>
+constexpr bool fields_tile(std::span<const BasicFieldSpec<HeaderId>> fields, HeaderId h,
+                           size_t header_bytes) {
+  const size_t header_bits = header_bytes * 8u;
+  std::array<bool, 8 * 32> seen{};
+  if (header_bits > seen.size()) return false;
+  for (const BasicFieldSpec<HeaderId>& f : fields) {
+    if (f.header != h || f.bytes < 1 || f.bytes > 8) return false;
+    if (f.shift + f.bits > f.bytes * 8) return false;
+    const size_t last_bit_of_field = (f.offset + f.bytes) * 8u;  // bit just after
+    if (last_bit_of_field > header_bits) return false;
+    for (size_t b = f.shift; b < size_t(f.shift) + f.bits; ++b) {
+      const size_t bit = last_bit_of_field - 1 - b;  // big-endian bit index
+      if (seen[bit]) return false;
+      seen[bit] = true;
+    }
+  }
+  for (size_t bit = 0; bit < header_bits; ++bit)
+    if (!seen[bit]) return false;
+  return true;
+}
+}  // namespace detail
 
 // IBA 9.2 Base Transport Header.
 namespace bth {
@@ -130,24 +186,8 @@ constexpr std::span<const FieldSpec> header_fields(Header h) {
 }
 
 namespace detail {
-// True when the fields of `h` lie inside it and cover each of its bits exactly once.
 constexpr bool fields_tile_header(Header h) {
-  const size_t header_bits = kHeaderBytes[size_t(h)] * 8u;
-  std::array<bool, 8 * 32> seen{};
-  for (const FieldSpec& f : header_fields(h)) {
-    if (f.header != h || f.bytes < 1 || f.bytes > 8) return false;
-    if (f.shift + f.bits > f.bytes * 8) return false;
-    const size_t last_bit_of_field = (f.offset + f.bytes) * 8u;  // bit just after
-    if (last_bit_of_field > header_bits) return false;
-    for (size_t b = f.shift; b < size_t(f.shift) + f.bits; ++b) {
-      const size_t bit = last_bit_of_field - 1 - b;  // big-endian bit index
-      if (seen[bit]) return false;
-      seen[bit] = true;
-    }
-  }
-  for (size_t bit = 0; bit < header_bits; ++bit)
-    if (!seen[bit]) return false;
-  return true;
+  return fields_tile(header_fields(h), h, kHeaderBytes[size_t(h)]);
 }
 constexpr bool all_headers_tiled() {
   for (size_t h = 0; h < kNumHeaders; ++h)

@@ -32,8 +32,8 @@ class PacketView {
   const OpcodeInfo& info() const { return kOpcodes[opcode()]; }
   std::span<uint8_t> bytes() const { return bytes_; }
 
-  uint64_t get(const FieldSpec& f) const { return load(at(f), f); }
-  void set(const FieldSpec& f, uint64_t value) { store(at(f), f, value); }
+  uint64_t get(const FieldSpec& f) const { return load_field(header_at(f.header), f); }
+  void set(const FieldSpec& f, uint64_t value) { store_field(header_at(f.header), f, value); }
 
   uint32_t psn() const { return uint32_t(get(bth::kPsn)); }
   uint32_t dest_qp() const { return uint32_t(get(bth::kDestQp)); }
@@ -50,24 +50,7 @@ class PacketView {
   std::span<uint8_t> icrc_bytes() const { return bytes_.last(kIcrcBytes); }
 
  private:
-  uint8_t* at(const FieldSpec& f) const {
-    return bytes_.data() + info().offset[size_t(f.header)] + f.offset;
-  }
-  static uint64_t load(const uint8_t* p, const FieldSpec& f) {
-    uint64_t v = 0;
-    for (uint8_t i = 0; i < f.bytes; ++i) v = (v << 8) | p[i];
-    return (v >> f.shift) & f.mask();
-  }
-  static void store(uint8_t* p, const FieldSpec& f, uint64_t value) {
-    uint64_t v = 0;
-    for (uint8_t i = 0; i < f.bytes; ++i) v = (v << 8) | p[i];
-    const uint64_t m = f.mask() << f.shift;
-    v = (v & ~m) | ((value << f.shift) & m);
-    for (int i = f.bytes - 1; i >= 0; --i) {
-      p[i] = uint8_t(v);
-      v >>= 8;
-    }
-  }
+  uint8_t* header_at(Header h) const { return bytes_.data() + info().offset[size_t(h)]; }
 
   std::span<uint8_t> bytes_;
 };

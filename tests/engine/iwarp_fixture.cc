@@ -34,13 +34,26 @@ std::array<int, 2> IwarpPairTest::tcp_pair() {
   return {client, server};
 }
 
+std::array<int, 2> IwarpPairTest::stream_pair() {
+  if (!options_.fake_streams) return tcp_pair();
+  const auto joined = streams_net_->join(*a.fake_streams, *b.fake_streams);
+  link_ = joined.id;
+  return joined.fds;
+}
+
 void IwarpPairTest::make_node(IwarpNode& n, const transport::Gid& gid) {
   n.transport = net_.attach(gid);
-  std::string why;
-  n.streams = transport::tcp::TcpStreams::open(gid, why);
-  ASSERT_NE(n.streams, nullptr) << why;
-  n.device = std::make_unique<Device>(DeviceConfig{}, *n.transport,
-                                      iwarp::IwarpFamily::maker(*n.streams));
+  if (options_.fake_streams) {
+    n.fake_streams = streams_net_->attach(gid);
+    n.device = std::make_unique<Device>(DeviceConfig{}, *n.transport,
+                                        iwarp::IwarpFamily::maker(*n.fake_streams), clock_);
+  } else {
+    std::string why;
+    n.streams = transport::tcp::TcpStreams::open(gid, why);
+    ASSERT_NE(n.streams, nullptr) << why;
+    n.device = std::make_unique<Device>(DeviceConfig{}, *n.transport,
+                                        iwarp::IwarpFamily::maker(*n.streams));
+  }
   int err = 0;
   n.pd = n.device->alloc_pd(err);
   n.scq = n.device->create_cq(1024, err);
@@ -74,9 +87,11 @@ Qp* IwarpPairTest::new_rc_qp(IwarpNode& n, uint32_t depth, uint32_t sges, uint32
 void IwarpPairTest::connect(const IwarpOptions& options) {
   TearDown();
   options_ = options;
+  if (options.fake_streams)
+    streams_net_ = std::make_unique<transport::fake::FakeStreamNetwork>(options.window);
   make_node(a, loopback_gid(1));
   make_node(b, loopback_gid(2));
-  const std::array<int, 2> fds = tcp_pair();
+  const std::array<int, 2> fds = stream_pair();
   wire::iwarp::IwarpHandoff ha{fds[0], options.crc_a, true, options.rtr, options.ird, options.ord};
   wire::iwarp::IwarpHandoff hb{fds[1], options.crc_b, false, options.rtr, options.ird, options.ord};
   ASSERT_EQ(a.device->attach_connection(a.qp, ha), 0);
@@ -89,9 +104,11 @@ void IwarpPairTest::TearDown() {
   for (IwarpNode* n : {&a, &b}) {
     n->device.reset();
     n->streams.reset();
+    n->fake_streams.reset();
     n->transport.reset();
     n->mem.clear();
   }
+  streams_net_.reset();
 }
 
 std::vector<ibv_wc> IwarpPairTest::wait_for(Cq* cq, size_t count) {

@@ -113,5 +113,62 @@ TEST(IwarpRdmap, ATerminatesControlWordNamesLayerTypeAndCode) {
   EXPECT_FALSE(parse_terminate(out, parsed));
 }
 
+// RDMAP's opcode table (wire/iwarp/opcodes.h) drives both directions: every
+// opcode it has is written with its buffer model's header and parsed back the
+// same, and its reserved bits leave as zero (RFC 5041 §5.1, RFC 5040 §4.1).
+TEST(IwarpRdmap, EveryOpcodeOfTheTableRoundTripsWithReservedBitsZero) {
+  for (size_t code = 0; code < kNumRdmapOpcodes; ++code) {
+    const RdmapOpInfo& info = kRdmapOpcodes[code];
+    if (!info.valid()) continue;
+    SCOPED_TRACE(info.name);
+    DdpHeader h;
+    h.opcode = RdmapOpcode(code);
+    h.last = false;
+    h.stag = 0xa1b2c3d4;
+    h.offset = 0x1122334455667788;
+    h.invalidate_stag = info.tagged ? 0 : 0x0badf00d;
+    h.queue = info.tagged ? kQueueSend : info.queue;
+    h.msn = 0x01020304;
+    h.message_offset = 0x0a0b0c0d;
+    std::array<uint8_t, 32> out;
+    out.fill(0xff);
+    ASSERT_EQ(write_ddp(h, out), info.ddp_bytes);
+    EXPECT_EQ(load_field(out.data(), control::kDdpReserved), 0u);
+    EXPECT_EQ(load_field(out.data(), control::kRdmapReserved), 0u);
+    DdpHeader parsed;
+    size_t bytes = 0;
+    ASSERT_EQ(parse_ddp(std::span(out).first(info.ddp_bytes), parsed, bytes), DdpParse::kDone);
+    EXPECT_EQ(bytes, info.ddp_bytes);
+    EXPECT_EQ(parsed.opcode, h.opcode);
+    EXPECT_FALSE(parsed.last);
+    if (info.tagged) {
+      EXPECT_EQ(parsed.stag, h.stag);
+      EXPECT_EQ(parsed.offset, h.offset);
+    } else {
+      EXPECT_EQ(parsed.invalidate_stag, h.invalidate_stag);
+      EXPECT_EQ(parsed.queue, info.queue);
+      EXPECT_EQ(parsed.msn, h.msn);
+      EXPECT_EQ(parsed.message_offset, h.message_offset);
+    }
+  }
+  DdpHeader unknown;
+  unknown.opcode = RdmapOpcode(9);
+  std::array<uint8_t, 32> out{};
+  EXPECT_EQ(write_ddp(unknown, out), 0u) << "an opcode the table lacks is not written";
+}
+
+TEST(IwarpRdmap, ATerminatesReservedBitsAreZeroAndItsMBitIsIgnored) {
+  std::array<uint8_t, kTerminateControlBytes> out;
+  out.fill(0xff);
+  write_terminate(Terminate{TerminateLayer::kRdmap, 1, 2, false, true}, out);
+  const uint8_t expected[] = {0x01, 0x02, 0x20, 0x00};
+  EXPECT_EQ(std::memcmp(out.data(), expected, 4), 0);
+  out[2] |= 0x80;  // M: a segment length follows (marker-framed peers)
+  Terminate parsed;
+  ASSERT_TRUE(parse_terminate(out, parsed));
+  EXPECT_TRUE(parsed.has_rdmap_header);
+  EXPECT_EQ(parsed.error_code, 2);
+}
+
 }  // namespace
 }  // namespace softrdma::wire::iwarp

@@ -1,121 +1,119 @@
+// DDP segments' and RDMAP messages' headers through the field tables
+// (wire/iwarp/fields.h) and RDMAP's opcode table (wire/iwarp/opcodes.h): no
+// offset is written here.
 #include "wire/iwarp/ddp_rdmap.h"
+
+#include <cstring>
 
 namespace softrdma::wire::iwarp {
 
 namespace {
 
-// The control half-word (RFC 5041 §5.1, RFC 5040 §4.1): T L rsvd(4) DV(2) RV(2)
-// rsvd(2) opcode(4).
-constexpr uint16_t kTagged = 0x8000, kLast = 0x4000;
-constexpr int kDdpVersionShift = 8, kRdmapVersionShift = 6;
-
-uint32_t load32(const uint8_t* p) {
-  return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3];
-}
-uint64_t load64(const uint8_t* p) { return uint64_t(load32(p)) << 32 | load32(p + 4); }
-void store32(uint8_t* p, uint32_t v) {
-  p[0] = uint8_t(v >> 24);
-  p[1] = uint8_t(v >> 16);
-  p[2] = uint8_t(v >> 8);
-  p[3] = uint8_t(v);
-}
-void store64(uint8_t* p, uint64_t v) {
-  store32(p, uint32_t(v >> 32));
-  store32(p + 4, uint32_t(v));
-}
+// Reserved bits are sent as zero (RFC 5041 §5.1, RFC 5040 §4.1) and not checked
+// on arrival, as the RFCs' "ignored on receive" has it.
+void clear(uint8_t* header, Header h) { std::memset(header, 0, header_bytes(h)); }
 
 }  // namespace
 
+// RFC 5041 §7.2 / RFC 5040 §7.2: a version this side does not speak, an opcode it
+// does not know, and a buffer model that is not the opcode's are each refused
+// with the error the responder's Terminate names (receive.cc).
 DdpParse parse_ddp(std::span<const uint8_t> ulpdu, DdpHeader& header, size_t& header_bytes) {
-  if (ulpdu.size() < 2) return DdpParse::kTooShort;
+  if (ulpdu.size() < iwarp::header_bytes(Header::kControl)) return DdpParse::kTooShort;
   const uint8_t* p = ulpdu.data();
-  const uint16_t control = uint16_t(p[0] << 8 | p[1]);
-  if (((control >> kDdpVersionShift) & 3) != kDdpVersion) return DdpParse::kBadDdpVersion;
-  if (((control >> kRdmapVersionShift) & 3) != kRdmapVersion) return DdpParse::kBadRdmapVersion;
-  const uint8_t opcode = control & 0xf;
-  if (opcode > uint8_t(RdmapOpcode::kTerminate)) return DdpParse::kBadOpcode;
-  const bool tagged = (control & kTagged) != 0;
+  if (load_field(p, control::kDdpVersion) != kDdpVersion) return DdpParse::kBadDdpVersion;
+  if (load_field(p, control::kRdmapVersion) != kRdmapVersion) return DdpParse::kBadRdmapVersion;
+  const RdmapOpcode opcode = RdmapOpcode(load_field(p, control::kOpcode));
+  const RdmapOpInfo& info = rdmap_info(opcode);
+  if (!info.valid() || (load_field(p, control::kTagged) != 0) != info.tagged)
+    return DdpParse::kBadOpcode;
   header = DdpHeader{};
-  header.opcode = RdmapOpcode(opcode);
-  if (tagged != is_tagged(header.opcode)) return DdpParse::kBadOpcode;
-  header.last = (control & kLast) != 0;
-  header_bytes = tagged ? kTaggedHeaderBytes : kUntaggedHeaderBytes;
+  header.opcode = opcode;
+  header.last = load_field(p, control::kLast) != 0;
+  header_bytes = info.ddp_bytes;
   if (ulpdu.size() < header_bytes) return DdpParse::kTooShort;
-  if (tagged) {
-    header.stag = load32(p + 2);
-    header.offset = load64(p + 6);
+  if (info.tagged) {
+    const uint8_t* t = p + info.at(Header::kTagged);
+    header.stag = uint32_t(load_field(t, tagged::kStag));
+    header.offset = load_field(t, tagged::kOffset);
   } else {
-    header.invalidate_stag = load32(p + 2);
-    header.queue = load32(p + 6);
-    header.msn = load32(p + 10);
-    header.message_offset = load32(p + 14);
+    const uint8_t* u = p + info.at(Header::kUntagged);
+    header.invalidate_stag = uint32_t(load_field(u, untagged::kInvalidateStag));
+    header.queue = uint32_t(load_field(u, untagged::kQueue));
+    header.msn = uint32_t(load_field(u, untagged::kMsn));
+    header.message_offset = uint32_t(load_field(u, untagged::kMessageOffset));
   }
   return DdpParse::kDone;
 }
 
 size_t write_ddp(const DdpHeader& header, std::span<uint8_t> out) {
-  const bool tagged = is_tagged(header.opcode);
-  const size_t bytes = tagged ? kTaggedHeaderBytes : kUntaggedHeaderBytes;
-  if (out.size() < bytes) return 0;
+  const RdmapOpInfo& info = rdmap_info(header.opcode);
+  if (!info.valid() || out.size() < info.ddp_bytes) return 0;
   uint8_t* p = out.data();
-  const uint16_t control = uint16_t((tagged ? kTagged : 0) | (header.last ? kLast : 0) |
-                                    kDdpVersion << kDdpVersionShift |
-                                    kRdmapVersion << kRdmapVersionShift |
-                                    uint8_t(header.opcode));
-  p[0] = uint8_t(control >> 8);
-  p[1] = uint8_t(control);
-  if (tagged) {
-    store32(p + 2, header.stag);
-    store64(p + 6, header.offset);
+  clear(p, Header::kControl);
+  store_field(p, control::kTagged, info.tagged);
+  store_field(p, control::kLast, header.last);
+  store_field(p, control::kDdpVersion, kDdpVersion);
+  store_field(p, control::kRdmapVersion, kRdmapVersion);
+  store_field(p, control::kOpcode, uint8_t(header.opcode));
+  if (info.tagged) {
+    uint8_t* t = p + info.at(Header::kTagged);
+    store_field(t, tagged::kStag, header.stag);
+    store_field(t, tagged::kOffset, header.offset);
   } else {
-    store32(p + 2, header.invalidate_stag);
-    store32(p + 6, header.queue);
-    store32(p + 10, header.msn);
-    store32(p + 14, header.message_offset);
+    uint8_t* u = p + info.at(Header::kUntagged);
+    store_field(u, untagged::kInvalidateStag, header.invalidate_stag);
+    store_field(u, untagged::kQueue, header.queue);
+    store_field(u, untagged::kMsn, header.msn);
+    store_field(u, untagged::kMessageOffset, header.message_offset);
   }
-  return bytes;
+  return info.ddp_bytes;
 }
 
 bool parse_read_request(std::span<const uint8_t> payload, ReadRequest& request) {
   if (payload.size() < kReadRequestBytes) return false;
   const uint8_t* p = payload.data();
-  request = ReadRequest{load32(p), load64(p + 4), load32(p + 12), load32(p + 16),
-                        load64(p + 20)};
+  request = ReadRequest{uint32_t(load_field(p, read_request::kSinkStag)),
+                        load_field(p, read_request::kSinkOffset),
+                        uint32_t(load_field(p, read_request::kSize)),
+                        uint32_t(load_field(p, read_request::kSourceStag)),
+                        load_field(p, read_request::kSourceOffset)};
   return true;
 }
 
 void write_read_request(const ReadRequest& request,
                         std::span<uint8_t, kReadRequestBytes> out) {
   uint8_t* p = out.data();
-  store32(p, request.sink_stag);
-  store64(p + 4, request.sink_offset);
-  store32(p + 12, request.size);
-  store32(p + 16, request.source_stag);
-  store64(p + 20, request.source_offset);
+  store_field(p, read_request::kSinkStag, request.sink_stag);
+  store_field(p, read_request::kSinkOffset, request.sink_offset);
+  store_field(p, read_request::kSize, request.size);
+  store_field(p, read_request::kSourceStag, request.source_stag);
+  store_field(p, read_request::kSourceOffset, request.source_offset);
 }
 
-// Layer(4) EType(4) ErrCode(8) M D R reserved(13): M (a DDP segment length
-// follows) is never set by softrdma, which sends no marker-framed copy.
-bool parse_terminate(std::span<const uint8_t> payload, Terminate& terminate) {
+// M (a DDP segment length follows) is never set by softrdma, which sends no
+// marker-framed copy, and is ignored on arrival, as the headers D and R announce.
+bool parse_terminate(std::span<const uint8_t> payload, Terminate& t) {
   if (payload.size() < kTerminateControlBytes) return false;
-  const uint32_t word = load32(payload.data());
-  terminate = Terminate{};
-  terminate.layer = TerminateLayer((word >> 28) & 0xf);
-  terminate.error_type = uint8_t((word >> 24) & 0xf);
-  terminate.error_code = uint8_t(word >> 16);
-  terminate.has_ddp_header = (word & 0x4000) != 0;
-  terminate.has_rdmap_header = (word & 0x2000) != 0;
-  return uint8_t(terminate.layer) <= uint8_t(TerminateLayer::kMpa);
+  const uint8_t* p = payload.data();
+  t = Terminate{};
+  t.layer = TerminateLayer(load_field(p, terminate::kLayer));
+  t.error_type = uint8_t(load_field(p, terminate::kErrorType));
+  t.error_code = uint8_t(load_field(p, terminate::kErrorCode));
+  t.has_ddp_header = load_field(p, terminate::kHasDdpHeader) != 0;
+  t.has_rdmap_header = load_field(p, terminate::kHasRdmapHeader) != 0;
+  return uint8_t(t.layer) <= uint8_t(TerminateLayer::kMpa);
 }
 
-void write_terminate(const Terminate& terminate,
+void write_terminate(const Terminate& t,
                      std::span<uint8_t, kTerminateControlBytes> out) {
-  const uint32_t word = uint32_t(uint8_t(terminate.layer) & 0xf) << 28 |
-                        uint32_t(terminate.error_type & 0xf) << 24 |
-                        uint32_t(terminate.error_code) << 16 |
-                        (terminate.has_ddp_header ? 0x4000u : 0) |
-                        (terminate.has_rdmap_header ? 0x2000u : 0);
-  store32(out.data(), word);
+  uint8_t* p = out.data();
+  clear(p, Header::kTerminate);
+  store_field(p, terminate::kLayer, uint8_t(t.layer));
+  store_field(p, terminate::kErrorType, t.error_type);
+  store_field(p, terminate::kErrorCode, t.error_code);
+  store_field(p, terminate::kHasDdpHeader, t.has_ddp_header);
+  store_field(p, terminate::kHasRdmapHeader, t.has_rdmap_header);
 }
 
 }  // namespace softrdma::wire::iwarp

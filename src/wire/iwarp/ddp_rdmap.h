@@ -5,37 +5,20 @@
 //   untagged (SENDs, READ request, Terminate): RsvdULP (the STag a SEND with
 //            Invalidate names), Queue Number, Message Sequence Number, Message
 //            Offset; a READ request and a Terminate carry their own header after.
-// Opcodes of RFC 7306 (immediate data, atomics) are not accepted: softrdma does
-// not offer them over iWARP (siw does not either).
+// The fields are data (wire/iwarp/fields.h) and which headers each opcode
+// carries is a table (wire/iwarp/opcodes.h); this is the structs the engine
+// speaks in, and their parsing and building through those tables.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
 
+#include "wire/iwarp/opcodes.h"
+
 namespace softrdma::wire::iwarp {
 
-enum class RdmapOpcode : uint8_t {
-  kWrite = 0,
-  kReadRequest = 1,
-  kReadResponse = 2,
-  kSend = 3,
-  kSendInvalidate = 4,
-  kSendSolicited = 5,
-  kSendSolicitedInvalidate = 6,
-  kTerminate = 7,
-};
-
-// RFC 5040 §5.1: the untagged queues.
-inline constexpr uint32_t kQueueSend = 0, kQueueReadRequest = 1, kQueueTerminate = 2;
 inline constexpr uint8_t kDdpVersion = 1, kRdmapVersion = 1;
-inline constexpr size_t kTaggedHeaderBytes = 14, kUntaggedHeaderBytes = 18;
-inline constexpr size_t kReadRequestBytes = 28;  // after the untagged header
-inline constexpr size_t kTerminateControlBytes = 4;
-
-constexpr bool is_tagged(RdmapOpcode op) {
-  return op == RdmapOpcode::kWrite || op == RdmapOpcode::kReadResponse;
-}
 
 struct DdpHeader {
   RdmapOpcode opcode = RdmapOpcode::kSend;

@@ -4,41 +4,37 @@
 #include <cstring>
 
 #include "wire/crc32.h"
+#include "wire/iwarp/fields.h"
+#include "wire/iwarp/opcodes.h"
 
 namespace softrdma::wire::iwarp {
 
+static_assert(kMpaStartHeaderBytes == header_bytes(Header::kMpaStart));
+static_assert(kMpaEnhancedBytes == header_bytes(Header::kMpaEnhanced));
+static_assert(kFpduHeaderBytes == header_bytes(Header::kFpdu));
+static_assert(kMpaMaxIrdOrd == mpa_enhanced::kIrd.mask());
+
 namespace {
 
-// RFC 5044 §7.1: the flags byte (bits 0..2 of the fourth word: M, C, R; the rest
-// reserved, sent as zero and not checked).
-constexpr uint8_t kFlagMarkers = 0x80, kFlagCrc = 0x40, kFlagReject = 0x20;
-// RFC 6581 §5: the two control bits above each 14-bit IRD and ORD.
-constexpr uint16_t kPeerToPeer = 0x8000, kRtrSend = 0x4000;  // with IRD
-constexpr uint16_t kRtrWrite = 0x8000, kRtrRead = 0x4000;    // with ORD
-
-uint16_t load16(const uint8_t* p) { return uint16_t(p[0] << 8 | p[1]); }
-void store16(uint8_t* p, uint16_t v) {
-  p[0] = uint8_t(v >> 8);
-  p[1] = uint8_t(v);
-}
-
+// RFC 6581 §5: the IRD/ORD word, first in a revision 2 frame's private data.
 MpaEnhanced parse_enhanced(const uint8_t* p) {
-  const uint16_t ird = load16(p), ord = load16(p + 2);
   MpaEnhanced e;
-  e.peer_to_peer = (ird & kPeerToPeer) != 0;
-  e.rtr_send = (ird & kRtrSend) != 0;
-  e.rtr_write = (ord & kRtrWrite) != 0;
-  e.rtr_read = (ord & kRtrRead) != 0;
-  e.ird = ird & kMpaMaxIrdOrd;
-  e.ord = ord & kMpaMaxIrdOrd;
+  e.peer_to_peer = load_field(p, mpa_enhanced::kPeerToPeer) != 0;
+  e.rtr_send = load_field(p, mpa_enhanced::kRtrSend) != 0;
+  e.rtr_write = load_field(p, mpa_enhanced::kRtrWrite) != 0;
+  e.rtr_read = load_field(p, mpa_enhanced::kRtrRead) != 0;
+  e.ird = uint16_t(load_field(p, mpa_enhanced::kIrd));
+  e.ord = uint16_t(load_field(p, mpa_enhanced::kOrd));
   return e;
 }
 
 void write_enhanced(const MpaEnhanced& e, uint8_t* p) {
-  store16(p, uint16_t((e.peer_to_peer ? kPeerToPeer : 0) | (e.rtr_send ? kRtrSend : 0) |
-                      (e.ird & kMpaMaxIrdOrd)));
-  store16(p + 2, uint16_t((e.rtr_write ? kRtrWrite : 0) | (e.rtr_read ? kRtrRead : 0) |
-                          (e.ord & kMpaMaxIrdOrd)));
+  store_field(p, mpa_enhanced::kPeerToPeer, e.peer_to_peer);
+  store_field(p, mpa_enhanced::kRtrSend, e.rtr_send);
+  store_field(p, mpa_enhanced::kIrd, e.ird);
+  store_field(p, mpa_enhanced::kRtrWrite, e.rtr_write);
+  store_field(p, mpa_enhanced::kRtrRead, e.rtr_read);
+  store_field(p, mpa_enhanced::kOrd, e.ord);
 }
 
 }  // namespace
@@ -50,17 +46,17 @@ MpaParse parse_mpa_start(std::span<const uint8_t> bytes, bool reply, MpaStart& f
   // A wrong key is known from its first wrong byte: no need to wait for the rest.
   if (std::memcmp(bytes.data(), key, key_bytes) != 0) return MpaParse::kBadKey;
   if (bytes.size() < kMpaStartHeaderBytes) return MpaParse::kNeedMore;
-  const uint8_t* p = bytes.data() + kMpaKeyBytes;
-  const uint8_t revision = p[1];
-  const size_t pd_length = load16(p + 2);
+  const uint8_t* p = bytes.data();
+  const uint8_t revision = uint8_t(load_field(p, mpa_start::kRevision));
+  const size_t pd_length = load_field(p, mpa_start::kPrivateDataLength);
   if (revision != 1 && revision != 2) return MpaParse::kBadRevision;
   if (pd_length > kMpaMaxPrivateData) return MpaParse::kTooLong;
   if (bytes.size() < kMpaStartHeaderBytes + pd_length) return MpaParse::kNeedMore;
   frame = MpaStart{};
   frame.reply = reply;
-  frame.markers = (p[0] & kFlagMarkers) != 0;
-  frame.crc = (p[0] & kFlagCrc) != 0;
-  frame.reject = (p[0] & kFlagReject) != 0;
+  frame.markers = load_field(p, mpa_start::kMarkers) != 0;
+  frame.crc = load_field(p, mpa_start::kCrc) != 0;
+  frame.reject = load_field(p, mpa_start::kReject) != 0;
   frame.revision = revision;
   std::span<const uint8_t> data = bytes.subspan(kMpaStartHeaderBytes, pd_length);
   if (revision == 2) {
@@ -77,13 +73,15 @@ size_t write_mpa_start(const MpaStart& frame, std::span<uint8_t> out) {
   const bool enhanced = frame.revision == 2;
   const size_t pd_length = (enhanced ? kMpaEnhancedBytes : 0) + frame.private_data.size();
   if (pd_length > kMpaMaxPrivateData || out.size() < kMpaStartHeaderBytes + pd_length) return 0;
-  std::memcpy(out.data(), frame.reply ? kMpaReplyKey : kMpaRequestKey, kMpaKeyBytes);
-  uint8_t* p = out.data() + kMpaKeyBytes;
-  p[0] = uint8_t((frame.markers ? kFlagMarkers : 0) | (frame.crc ? kFlagCrc : 0) |
-                 (frame.reject ? kFlagReject : 0));
-  p[1] = frame.revision;
-  store16(p + 2, uint16_t(pd_length));
-  uint8_t* data = p + 4;
+  uint8_t* p = out.data();
+  std::memcpy(p, frame.reply ? kMpaReplyKey : kMpaRequestKey, kMpaKeyBytes);
+  p[kMpaKeyBytes] = 0;  // M C R and the reserved bits
+  store_field(p, mpa_start::kMarkers, frame.markers);
+  store_field(p, mpa_start::kCrc, frame.crc);
+  store_field(p, mpa_start::kReject, frame.reject);
+  store_field(p, mpa_start::kRevision, frame.revision);
+  store_field(p, mpa_start::kPrivateDataLength, pd_length);
+  uint8_t* data = p + kMpaStartHeaderBytes;
   if (enhanced) {
     write_enhanced(frame.enhanced.value_or(MpaEnhanced{}), data);
     data += kMpaEnhancedBytes;
@@ -98,7 +96,7 @@ size_t write_mpa_start(const MpaStart& frame, std::span<uint8_t> out) {
 // Wireshark's MPA dissector have them: tshark called the network-order CRC bad
 // (tests/wire/iwarp_capture_test.cc).
 void seal_fpdu(std::span<uint8_t> out, size_t ulpdu_length, bool with_crc) {
-  store16(out.data(), uint16_t(ulpdu_length));
+  store_field(out.data(), fpdu::kUlpduLength, ulpdu_length);
   const size_t covered = kFpduHeaderBytes + ulpdu_length + fpdu_pad(ulpdu_length);
   std::memset(out.data() + kFpduHeaderBytes + ulpdu_length, 0, fpdu_pad(ulpdu_length));
   const uint32_t crc = with_crc ? crc32c_update(0, out.first(covered)) : 0;
@@ -107,9 +105,9 @@ void seal_fpdu(std::span<uint8_t> out, size_t ulpdu_length, bool with_crc) {
 
 FpduParse parse_fpdu(std::span<const uint8_t> bytes, bool check_crc,
                      std::span<const uint8_t>& ulpdu, size_t& used) {
-  constexpr size_t kSmallestDdpHeader = 14;  // RFC 5041 §5.1: a tagged one
+  constexpr size_t kSmallestDdpHeader = kTaggedHeaderBytes;  // RFC 5041 §5.1
   if (bytes.size() < kFpduHeaderBytes) return FpduParse::kNeedMore;
-  const size_t length = load16(bytes.data());
+  const size_t length = load_field(bytes.data(), fpdu::kUlpduLength);
   if (length < kSmallestDdpHeader) return FpduParse::kTooShort;
   const size_t whole = fpdu_bytes(length);
   if (bytes.size() < whole) return FpduParse::kNeedMore;

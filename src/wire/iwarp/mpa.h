@@ -21,6 +21,8 @@
 
 namespace softrdma::wire::iwarp {
 
+// The field tables of these headers: wire/iwarp/fields.h (kMpaStart, kMpaEnhanced,
+// kFpdu).
 inline constexpr size_t kMpaKeyBytes = 16;
 inline constexpr char kMpaRequestKey[] = "MPA ID Req Frame";
 inline constexpr char kMpaReplyKey[] = "MPA ID Rep Frame";
