@@ -1,32 +1,38 @@
 #!/usr/bin/env bash
 # Instructions per verb call (issue 26 "No loss of speed", issue 29): callgrind
-# counts what one ibv_post_send (8 B RDMA WRITE, 8 B SEND), ibv_post_recv and
-# ibv_poll_cq (empty; returning one completion) run in the calling thread, over
-# the same-host path and over RoCEv2 on UDP loopback (SOFTRDMA_TRANSPORT=udp).
+# counts what one ibv_post_send (8 B RDMA WRITE, 8 B SEND, a list of 32 WRITEs),
+# ibv_post_recv and ibv_poll_cq (empty; returning one completion) run in the
+# calling thread, over the same-host path and over RoCEv2 on UDP loopback
+# (SOFTRDMA_TRANSPORT=udp).
 # bench/verb_ops.c says what is counted and what is not.
 #
 #   bench/verb_instructions.sh [--calls N] [--build DIR] [--softrdma DIR]
 #
 #   --calls N      calls of each verb per path (default 20000)
-#   --build DIR    the build tree holding bench/verb_ops (default build; made with
-#                  `ninja -C build verb_ops`)
+#   --build DIR    the build tree holding bench/verb_ops (default: this tree's
+#                  build/, where `ninja -C build verb_ops` makes it)
 #   --softrdma DIR the build tree whose libibverbs.so.1 and `softrdma` command are
 #                  measured (default: --build's); read only, nothing is built there
 #
-# Prints a Markdown table. Needs valgrind. Each path takes about a minute at 20000.
+# Prints a Markdown table (docs/performance.md, "Instructions per verb"). Needs
+# valgrind. One to three minutes at 20000 calls, with the machine's other work.
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
 calls=20000
-build=build
+build=
 softrdma_build=
 while (($#)); do
   case $1 in
     --calls) calls=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --softrdma) softrdma_build=$2; shift 2 ;;
-    *) sed -n 2,17p "$0"; exit 2 ;;
+    *) sed -n 2,18p "$0"; exit 2 ;;
   esac
 done
+# Directories given are the caller's; the default is this tree's build/.
+[[ -z $build ]] || build=$(realpath "$build")
+[[ -z $softrdma_build ]] || softrdma_build=$(realpath "$softrdma_build")
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+build=${build:-build}
 softrdma_build=${softrdma_build:-$build}
 verb_ops=$(realpath "$build/bench/verb_ops")
 softrdma=$(realpath "$softrdma_build/tools/softrdma")
