@@ -47,6 +47,7 @@ packages=(
   python3-yaml                        # tests/install/k8s_pods.py: reads the Kubernetes example's pods
   # Benchmark (bench/compare.sh): the peers and the plots
   libfabric-bin python3-matplotlib
+  valgrind                            # bench/verb_instructions.sh: callgrind, valgrind/callgrind.h
 )
 
 if [[ ${1:-} == --build ]]; then
