@@ -2,6 +2,7 @@
 // 9.4.5, 10.6.3 and 10.6.7.3 refused with the verdict the responder's NAK carries,
 // for a key of this process (an Mr or a bound Mw) and for the same key as a
 // same-host peer sees it (a published samehost::KeyGrant).
+#include "engine/roce/family.h"
 #include "engine/access_check.h"
 
 #include <gtest/gtest.h>
@@ -44,7 +45,7 @@ class AccessCheckTest : public ::testing::TestWithParam<Source> {
  protected:
   void SetUp() override {
     transport_ = net_.attach(fake::ipv4_gid(10, 0, 0, 1));
-    device_ = std::make_unique<Device>(DeviceConfig{}, *transport_);
+    device_ = std::make_unique<Device>(DeviceConfig{}, *transport_, roce::RoceFamily::maker());
     int err = 0;
     pd_ = device_->alloc_pd(err);
     other_pd_ = device_->alloc_pd(err);

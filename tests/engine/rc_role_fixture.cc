@@ -1,3 +1,4 @@
+#include "engine/roce/family.h"
 #include "engine/rc_role_fixture.h"
 
 #include <cstring>
@@ -26,7 +27,7 @@ void RcRoleTest::open(const RoleOptions& options) {
   TearDown();
   options_ = options;
   transport_ = net_.attach(qp_gid_);
-  device_ = std::make_unique<Device>(DeviceConfig{}, *transport_, clock_);
+  device_ = std::make_unique<Device>(DeviceConfig{}, *transport_, roce::RoceFamily::maker(), clock_);
   int err = 0;
   pd_ = device_->alloc_pd(err);
   scq_ = device_->create_cq(256, err);
