@@ -26,6 +26,8 @@ bool attached_to_tm_srq(const QpInit& init) {
 
 Qp::Qp(Device& device, uint32_t qpn, Pd* pd, const QpInit& init)
     : device_(device),
+      ctx_{device.counters(), device.mrs(), device.clock(), device.config(), device.host(),
+           device.host_executor()},
       qpn_(qpn),
       type_(init.type),
       block_self_multicast_loopback_(init.block_self_multicast_loopback),
@@ -79,6 +81,10 @@ Qp::~Qp() {
   if (srq_ != nullptr && xrcd_ == nullptr) srq_->users.fetch_sub(1);
   if (xrcd_ != nullptr) xrcd_->users.fetch_sub(1);
 }
+
+void Qp::arm_timer(Nanos when) { device_.arm_timer(*this, when); }
+void Qp::want_tx() { device_.want_tx(*this); }
+void Qp::post_event(ibv_event_type type) { device_.post_async_event({type, qpn_}); }
 
 uint32_t Qp::path_mtu_bytes() const {
   return 128u << std::clamp<int>(attr_.path_mtu, IBV_MTU_256, IBV_MTU_4096);

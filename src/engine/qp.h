@@ -27,6 +27,7 @@
 #include "engine/host/recv_queue.h"
 #include "engine/protocol.h"
 #include "engine/ring.h"
+#include "engine/role_context.h"
 #include "engine/srq.h"
 #include "engine/wqe.h"
 #include "samehost/recv_queue.h"
@@ -92,6 +93,13 @@ class Qp {
   const ibv_qp_attr& attr() const { return attr_; }
   const ibv_qp_cap& cap() const { return cap_; }
   Device& device() const { return device_; }
+  // What its protocol's roles use of the device (role_context.h).
+  const RoleContext& ctx() const { return ctx_; }
+  // The device's actions its protocol asks for: a timer armed for `when`, output
+  // to produce in bursts (Device::want_tx), an async event about this QP.
+  void arm_timer(Nanos when);
+  void want_tx();
+  void post_event(ibv_event_type type);
   // The PD memory accesses are checked against: an XRC receive QP has none of its
   // own and uses the PD of the SRQ its current request names (IBA A14).
   Pd* pd() const { return pd_ != nullptr || srq_ == nullptr ? pd_ : srq_->pd(); }
@@ -228,6 +236,7 @@ class Qp {
   void complete_tm_send(ibv_wc_status status);
 
   Device& device_;
+  const RoleContext ctx_;
   const uint32_t qpn_;
   const ibv_qp_type type_;
   const bool block_self_multicast_loopback_;

@@ -59,7 +59,7 @@ void Connection::bind(transport::StreamId stream, const IwarpHandoff& handoff, N
   }
   if (!handoff.initiator && handoff.rtr == RtrKind::kNone) {
     release_at_ = now + kReleaseWithoutRtr;
-    qp_.device().arm_timer(qp_, release_at_);
+    qp_.arm_timer(release_at_);
   }
 }
 
@@ -89,7 +89,7 @@ void Connection::send_rtr() {
 
 void Connection::nudge_later(Nanos now) {
   nudge_at_ = now + (kFirstNudge << nudges_);
-  qp_.device().arm_timer(qp_, nudge_at_);
+  qp_.arm_timer(nudge_at_);
 }
 
 void Connection::on_timer(Nanos now) {
@@ -97,7 +97,7 @@ void Connection::on_timer(Nanos now) {
     release_at_ = kNever;
     if (awaiting_rtr_ && !ended_) {
       awaiting_rtr_ = false;
-      if (produce(now)) qp_.device().want_tx(qp_);
+      if (produce(now)) qp_.want_tx();
     }
   }
   if (nudge_at_ > now) return;
@@ -106,7 +106,7 @@ void Connection::on_timer(Nanos now) {
   DdpHeader h;
   h.opcode = RdmapOpcode::kWrite;
   append_fpdu(h);
-  bump(qp_.device().counters().iwarp_nudges);
+  bump(qp_.ctx().counters.iwarp_nudges);
   write_out();
   settle_broken(now);
   ++nudges_;
@@ -115,7 +115,7 @@ void Connection::on_timer(Nanos now) {
 
 void Connection::on_send_posted(Nanos now) {
   if (stream_ == transport::kNoStream || ended_) return;
-  if (produce(now)) qp_.device().want_tx(qp_);
+  if (produce(now)) qp_.want_tx();
 }
 
 bool Connection::on_tx_ready(Nanos now, uint32_t) {
@@ -125,7 +125,7 @@ bool Connection::on_tx_ready(Nanos now, uint32_t) {
 
 void Connection::on_writable(Nanos now) {
   family_.streams().want_writable(stream_, false);
-  if (produce(now)) qp_.device().want_tx(qp_);
+  if (produce(now)) qp_.want_tx();
 }
 
 // IBA 10.3.1 as iWARP verbs have it: in Error nothing more is sent or received;
@@ -138,7 +138,7 @@ void Connection::on_state_change(ibv_qp_state, ibv_qp_state to, Nanos) {
 
 void Connection::on_closed(int error, Nanos now) {
   if (ended_) return;
-  bump(qp_.device().counters().iwarp_streams_lost);
+  bump(qp_.ctx().counters.iwarp_streams_lost);
   (void)error;
   end(transport::StreamTransport::CloseMode::kNow);
   qp_.enter_error(now);
@@ -161,7 +161,7 @@ void Connection::end(transport::StreamTransport::CloseMode mode) {
 // and the stream closes once the Terminate is written.
 void Connection::terminate(const Fault& fault, Nanos now) {
   if (ended_) return;
-  bump(qp_.device().counters().iwarp_terminates_sent);
+  bump(qp_.ctx().counters.iwarp_terminates_sent);
   DdpHeader h;
   h.opcode = RdmapOpcode::kTerminate;
   h.queue = kQueueTerminate;
@@ -169,7 +169,7 @@ void Connection::terminate(const Fault& fault, Nanos now) {
   std::array<uint8_t, kTerminateControlBytes> control{};
   write_terminate(Terminate{fault.layer, fault.type, fault.code, false, false}, control);
   append_fpdu(h, control);
-  if (fault.event) qp_.device().post_async_event(AsyncEvent{*fault.event, qp_.qpn(), nullptr});
+  if (fault.event) qp_.post_event(*fault.event);
   end(transport::StreamTransport::CloseMode::kNow);
   qp_.enter_error(now);
 }

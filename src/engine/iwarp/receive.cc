@@ -77,7 +77,7 @@ bool Connection::on_readable(Nanos now) {
     // to hear "nothing more" (the stream is level-triggered: more is reported).
     if (size_t(n) < room) break;
   }
-  if (took && !ended_ && produce(now)) qp_.device().want_tx(qp_);
+  if (took && !ended_ && produce(now)) qp_.want_tx();
   return took;
 }
 
@@ -89,7 +89,7 @@ bool Connection::take_fpdus(Nanos now) {
     const FpduParse parsed = parse_fpdu(std::span(rx_.data() + at, rx_end_ - at), crc_, ulpdu, used);
     if (parsed == FpduParse::kNeedMore) break;
     if (parsed != FpduParse::kDone) {
-      bump(qp_.device().counters().iwarp_bad_fpdus);
+      bump(qp_.ctx().counters.iwarp_bad_fpdus);
       terminate(parsed == FpduParse::kBadCrc
                     ? Fault{TerminateLayer::kMpa, 0, kMpaCrc, IBV_WC_REM_OP_ERR, IBV_EVENT_QP_FATAL}
                     : untagged_fault(kUntaggedBadOffset),
@@ -97,7 +97,7 @@ bool Connection::take_fpdus(Nanos now) {
       return false;
     }
     at += used;
-    bump(qp_.device().counters().rx_packets);
+    bump(qp_.ctx().counters.rx_packets);
     bump(qp_.counters().rx_packets);
     awaiting_rtr_ = false;
     heard_ = true;
@@ -160,10 +160,10 @@ bool Connection::on_segment(std::span<const uint8_t> ulpdu, Nanos now) {
 bool Connection::on_write(const DdpHeader& h, std::span<const uint8_t> payload, Nanos now) {
   if (payload.empty()) return true;
   AccessError why = AccessError::kNone;
-  uint8_t* dst = qp_.device().mrs().access().resolve_remote(
+  uint8_t* dst = qp_.ctx().mrs.access().resolve_remote(
       h.stag, qp_.pd(), qp_.qpn(), h.offset, payload.size(), IBV_ACCESS_REMOTE_WRITE, why);
   if (dst == nullptr || !guarded_copy(dst, payload.data(), payload.size())) {
-    if (dst != nullptr) bump(qp_.device().counters().peer_access_unmapped);
+    if (dst != nullptr) bump(qp_.ctx().counters.peer_access_unmapped);
     terminate(tagged_fault(dst == nullptr ? why : AccessError::kUnmapped), now);
     return false;
   }
@@ -179,7 +179,7 @@ bool Connection::on_read_response(const DdpHeader& h, std::span<const uint8_t> p
     return true;
   }
   if (reads_.empty()) {
-    bump(qp_.device().counters().bad_read_responses);
+    bump(qp_.ctx().counters.bad_read_responses);
     terminate(Fault{TerminateLayer::kRdmap, kRdmapOperation, kRdmapBadOpcode}, now);
     return false;
   }
@@ -189,7 +189,7 @@ bool Connection::on_read_response(const DdpHeader& h, std::span<const uint8_t> p
   const uint64_t offset = h.offset - base;
   if (h.stag != sink || h.offset < base || offset > wqe.length ||
       payload.size() > wqe.length - offset) {
-    bump(qp_.device().counters().bad_read_responses);
+    bump(qp_.ctx().counters.bad_read_responses);
     terminate(Fault{TerminateLayer::kDdp, kDdpTagged, h.stag != sink ? kTaggedInvalidStag
                                                                        : kTaggedBounds,
                     IBV_WC_REM_OP_ERR, IBV_EVENT_QP_FATAL},
@@ -197,8 +197,8 @@ bool Connection::on_read_response(const DdpHeader& h, std::span<const uint8_t> p
     return false;
   }
   if (!payload.empty() &&
-      !scatter(qp_.device().mrs().access(), qp_.pd(), wqe.sgl, offset, payload)) {
-    bump(qp_.device().counters().local_access_unmapped);
+      !scatter(qp_.ctx().mrs.access(), qp_.pd(), wqe.sgl, offset, payload)) {
+    bump(qp_.ctx().counters.local_access_unmapped);
     wqe.status = IBV_WC_LOC_PROT_ERR;
     terminate(Fault{TerminateLayer::kRdmap, kRdmapLocal, 0}, now);
     return false;
@@ -240,7 +240,7 @@ bool Connection::on_send(const DdpHeader& h, std::span<const uint8_t> payload, N
     return false;
   }
   if (!payload.empty() &&
-      !scatter(qp_.device().mrs().access(), qp_.pd(), recv.sgl, received_, payload)) {
+      !scatter(qp_.ctx().mrs.access(), qp_.pd(), recv.sgl, received_, payload)) {
     recv.status = IBV_WC_LOC_PROT_ERR;
     terminate(Fault{TerminateLayer::kRdmap, kRdmapLocal, 0}, now);
     return false;
@@ -252,8 +252,8 @@ bool Connection::on_send(const DdpHeader& h, std::span<const uint8_t> payload, N
   // RFC 5040 §6.4.1: only a window bound through this stream's QP (or an MR of
   // its PD) may be invalidated by the peer.
   if (invalidate &&
-      !qp_.device().mrs().invalidate(h.invalidate_stag, qp_.pd(), qp_.qpn(), /*remote=*/true)) {
-    bump(qp_.device().counters().remote_invalidations_refused);
+      !qp_.ctx().mrs.invalidate(h.invalidate_stag, qp_.pd(), qp_.qpn(), /*remote=*/true)) {
+    bump(qp_.ctx().counters.remote_invalidations_refused);
     recv.status = IBV_WC_REM_INV_REQ_ERR;
     terminate(Fault{TerminateLayer::kRdmap, kRdmapOperation, kRdmapCannotInvalidate}, now);
     return false;
@@ -299,13 +299,13 @@ bool Connection::on_read_request(const DdpHeader& h, std::span<const uint8_t> pa
   if (!parse_read_request(payload, request) ||
       check_message(RemoteAccess{IBV_ACCESS_REMOTE_READ, request.source_offset, request.size,
                                  pd_id(qp_.pd()), qp_.qpn()},
-                    qp_.device().limits().max_msg_size, false) != Verdict::kDone) {
+                    qp_.ctx().config.limits.max_msg_size, false) != Verdict::kDone) {
     terminate(Fault{TerminateLayer::kRdmap, kRdmapOperation, kRdmapBadOpcode}, now);
     return false;
   }
   if (request.size != 0) {
     AccessError why = AccessError::kNone;
-    if (qp_.device().mrs().access().resolve_remote(request.source_stag, qp_.pd(), qp_.qpn(),
+    if (qp_.ctx().mrs.access().resolve_remote(request.source_stag, qp_.pd(), qp_.qpn(),
                                                    request.source_offset, request.size,
                                                    IBV_ACCESS_REMOTE_READ, why) == nullptr) {
       terminate(tagged_fault(why), now);
@@ -320,7 +320,7 @@ bool Connection::on_read_request(const DdpHeader& h, std::span<const uint8_t> pa
 // RFC 5040 §7.1: the peer found an error and ends the stream; the oldest WQE this
 // side has sent fails with what the Terminate says, the rest are flushed.
 void Connection::on_terminate(std::span<const uint8_t> payload, Nanos now) {
-  bump(qp_.device().counters().iwarp_terminates_received);
+  bump(qp_.ctx().counters.iwarp_terminates_received);
   Terminate t;
   ibv_wc_status status = IBV_WC_REM_OP_ERR;
   if (parse_terminate(payload, t)) {
@@ -333,7 +333,7 @@ void Connection::on_terminate(std::span<const uint8_t> payload, Nanos now) {
   }
   if (!emitted_.empty() && !qp_.sq().empty() && qp_.sq().head() == emitted_.front().index)
     qp_.sq().front().status = status;
-  qp_.device().post_async_event(AsyncEvent{IBV_EVENT_QP_FATAL, qp_.qpn(), nullptr});
+  qp_.post_event(IBV_EVENT_QP_FATAL);
   end(transport::StreamTransport::CloseMode::kNow);
   qp_.enter_error(now);
 }

@@ -36,7 +36,7 @@ void Connection::close_fpdu() {
   const size_t length = fpdu_bytes(fpdu_ulpdu_);
   seal_fpdu(std::span(out_.data() + fpdu_at_, length), fpdu_ulpdu_, crc_);
   bytes_queued_ += length;
-  bump(qp_.device().counters().tx_packets);
+  bump(qp_.ctx().counters.tx_packets);
   bump(qp_.counters().tx_packets);
 }
 
@@ -102,7 +102,7 @@ bool Connection::emit_wqe(uint32_t index, SendWqe& wqe, Nanos now) {
   const bool fenced = (wqe.flags & IBV_SEND_FENCE) != 0;
   if (next_offset_ == 0 && fenced && !reads_.empty()) return false;
   if (wqe.is_local()) {
-    MrTable& table = qp_.device().mrs();
+    MrTable& table = qp_.ctx().mrs;
     const bool bind = wqe.opcode == IBV_WR_BIND_MW;
     const bool done = bind ? table.bind(wqe.bind, qp_.pd(), qp_.qpn())
                            : table.invalidate(wqe.invalidate_rkey, qp_.pd(), qp_.qpn(), false);
@@ -110,7 +110,7 @@ bool Connection::emit_wqe(uint32_t index, SendWqe& wqe, Nanos now) {
     emitted_.push_back({index, bytes_queued_});
     ++next_wqe_;
     if (done) return true;
-    bump(qp_.device().counters().memory_operations_refused);
+    bump(qp_.ctx().counters.memory_operations_refused);
     wqe.status = bind ? IBV_WC_MW_BIND_ERR : IBV_WC_LOC_QP_OP_ERR;
     retire(now);
     end(transport::StreamTransport::CloseMode::kNow);
@@ -148,7 +148,7 @@ bool Connection::emit_message(SendWqe& wqe, Nanos now) {
     h.queue = kQueueSend;
     h.msn = msn_out_.send;
   }
-  auto access = qp_.device().mrs().access();
+  auto access = qp_.ctx().mrs.access();
   do {
     if (out_full()) return false;
     const size_t chunk = std::min<uint64_t>(wqe.length - next_offset_, kMaxSegmentPayload);
@@ -205,7 +205,7 @@ bool Connection::emit_read_request(uint32_t index, SendWqe& wqe) {
 // The READ responses owed, oldest first; false when out_ is full mid-response.
 bool Connection::emit_read_responses() {
   if (owed_.empty()) return true;
-  auto access = qp_.device().mrs().access();  // once, not per segment
+  auto access = qp_.ctx().mrs.access();  // once, not per segment
   while (!owed_.empty()) {
     OwedRead& owed = owed_.front();
     const ReadRequest& r = owed.request;
@@ -227,7 +227,7 @@ bool Connection::emit_read_responses() {
           // Checked when the request arrived: the region went since (deregistered
           // or unmapped). RFC 5040 §7.4: a remote protection error.
           drop_fpdu();
-          terminate(Fault{TerminateLayer::kRdmap, 1, 0xff}, qp_.device().clock().now());
+          terminate(Fault{TerminateLayer::kRdmap, 1, 0xff}, qp_.ctx().clock.now());
           return false;
         }
       }

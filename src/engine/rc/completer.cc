@@ -29,7 +29,7 @@ bool Completer::outstanding() const {
 }
 
 void Completer::on_first_send(uint32_t psn) {
-  if (rto_.wants_sample()) rto_.on_first_send(psn, conn_.qp().device().clock().now());
+  if (rto_.wants_sample()) rto_.on_first_send(psn, conn_.qp().ctx().clock.now());
 }
 
 // Never shorter than the QP's Local ACK Timeout (IBA 9.7.6.1.1), longer when the
@@ -37,13 +37,13 @@ void Completer::on_first_send(uint32_t psn) {
 Nanos Completer::retry_interval(uint32_t extra_doublings) const {
   const int64_t floor = ack_timeout_ns(conn_.qp().attr().timeout);
   return rto_.interval(floor == INT64_MAX ? kNever : floor,
-                       conn_.qp().device().config().max_retry_interval_ns, extra_doublings);
+                       conn_.qp().ctx().config.max_retry_interval_ns, extra_doublings);
 }
 
 void Completer::restart_timer(Nanos now) {
   const Nanos wait = retry_interval();
   deadline_ = wait == kNever ? kNever : now + wait;
-  conn_.qp().device().arm_timer(conn_.qp(), deadline_);
+  conn_.qp().arm_timer(deadline_);
 }
 
 void Completer::on_sent(Nanos now) {
@@ -79,7 +79,7 @@ void Completer::on_response(PacketView packet, Nanos now) {
   // outstanding (a late duplicate, or a ghost): ignore it.
   if (psn_before(psn, una_psn_) || !psn_before(psn, conn_.requester().high_psn())) {
     if (conn_.liveness().answers_probe(psn)) return;  // the peer is alive: nothing else
-    bump(conn_.qp().device().counters().out_of_sequence_responses);
+    bump(conn_.qp().ctx().counters.out_of_sequence_responses);
     return;
   }
   const OpcodeInfo& info = packet.info();
@@ -136,7 +136,7 @@ bool Completer::acknowledge_through(uint32_t psn, Nanos now) {
 }
 
 void Completer::on_nak(uint8_t syn, uint32_t psn, Nanos now) {
-  EngineCounters& counters = conn_.qp().device().counters();
+  EngineCounters& counters = conn_.qp().ctx().counters;
   // A NAK acknowledges everything before its PSN (IBA 9.7.5.2.2).
   if (!acknowledge_through(psn_add(psn, -1), now)) return;
   if (sq_empty_or_unsent()) return;
@@ -150,7 +150,7 @@ void Completer::on_nak(uint8_t syn, uint32_t psn, Nanos now) {
     const Nanos wait = Nanos(kRnrTimerMicros[syndrome::value(syn)]) * 1000;
     conn_.requester().on_loss(psn, LossCause::kRnr, now);
     conn_.requester().pause_until(now + wait);
-    conn_.qp().device().arm_timer(conn_.qp(), now + wait);
+    conn_.qp().arm_timer(now + wait);
     deadline_ = kNever;  // no ACK timeout while waiting out the RNR timer
     return;
   }
@@ -186,11 +186,11 @@ void Completer::on_read_response(PacketView packet, Nanos now) {
   if (sq_empty_or_unsent() || !conn_.qp().sq().front().is_read()) return;
   SendWqe& w = conn_.qp().sq().front();
   if (psn != psn_add(w.first_psn, w.read_packets_received)) {
-    bump(conn_.qp().device().counters().out_of_sequence_responses);
+    bump(conn_.qp().ctx().counters.out_of_sequence_responses);
     return;
   }
   if (!response_in_place(w, packet)) {
-    bump(conn_.qp().device().counters().bad_read_responses);
+    bump(conn_.qp().ctx().counters.bad_read_responses);
     return;
   }
   const uint32_t mtu = conn_.path().mtu;
@@ -253,8 +253,8 @@ void Completer::on_atomic_ack(PacketView packet, Nanos now) {
 bool Completer::place(const SendWqe& w, uint64_t offset, std::span<const uint8_t> data) {
   Qp& qp = conn_.qp();
   AccessError why = AccessError::kNone;
-  if (scatter(qp.device().mrs().access(), qp.pd(), w.sgl, offset, data, &why)) return true;
-  if (why == AccessError::kUnmapped) bump(qp.device().counters().local_access_unmapped);
+  if (scatter(qp.ctx().mrs.access(), qp.pd(), w.sgl, offset, data, &why)) return true;
+  if (why == AccessError::kUnmapped) bump(qp.ctx().counters.local_access_unmapped);
   return false;
 }
 
@@ -285,7 +285,7 @@ void Completer::progress_made(Nanos now) {
 
 void Completer::retry(uint32_t psn, Nanos now, Cause cause) {
   if (!sending_state()) return;
-  EngineCounters& counters = conn_.qp().device().counters();
+  EngineCounters& counters = conn_.qp().ctx().counters;
   // This retry's place in the run without progress; retry_cnt + 1 is the one refused.
   raise_to(counters.retry_streak_max, conn_.qp().attr().retry_cnt - retries_left_ + 1u);
   if (retries_left_ == 0) return fail_head(IBV_WC_RETRY_EXC_ERR, now);
@@ -316,7 +316,7 @@ void Completer::on_timer(Nanos now) {
   deadline_ = kNever;
   if (!sending_state()) return;  // a timer left from before Error/Reset
   if (!outstanding()) return;
-  bump(conn_.qp().device().counters().retransmit_timeouts);
+  bump(conn_.qp().ctx().counters.retransmit_timeouts);
   rto_.on_timeout();  // the retry's timer waits twice as long (RFC 6298 5.5)
   retry(una_psn_, now, Cause::kTimeout);
 }

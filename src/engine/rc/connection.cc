@@ -16,7 +16,7 @@ RcConnection::RcConnection(Qp& qp, roce::TxBatch& tx, transport::Transport& via)
       via_(via),
       opcode_base_(roce::opcode_base_of(qp.type())),
       acknowledged_(qp.type() != IBV_QPT_UC),
-      recovery_(make_loss_recovery(qp.device().config().max_unacked_packets)),
+      recovery_(make_loss_recovery(qp.ctx().config.max_unacked_packets)),
       requester_(*this),
       completer_(*this),
       responder_(*this),
@@ -31,7 +31,7 @@ void RcConnection::on_packet(wire::PacketView packet, const transport::RxPacket&
                              Nanos now) {
   // IBA 9.6.1.1 / A17.4: only the connected peer's packets are this QP's.
   if (from.src != path_.dst) {
-    bump(qp_.device().counters().rx_wrong_source);
+    bump(qp_.ctx().counters.rx_wrong_source);
     return;
   }
   if (packet.info().is(wire::kOpResponse)) {
@@ -84,7 +84,7 @@ void RcConnection::load_path() {
   path_.pkey = qp_.device().pkey();
   path_.mtu = qp_.path_mtu_bytes();
   // The QPs that send requests (an XRC receive QP sends none).
-  samehost::Host* host = qp_.device().host();
+  samehost::Host* host = qp_.ctx().host;
   const bool connected = qp_.type() == IBV_QPT_RC || qp_.type() == IBV_QPT_UC ||
                          qp_.type() == IBV_QPT_XRC_SEND;
   path_.peer = host != nullptr && connected ? host->peer(path_.dst) : nullptr;
@@ -115,7 +115,7 @@ void RcConnection::on_state_change(ibv_qp_state from, ibv_qp_state to, Nanos now
 }
 
 void RcConnection::fail(Nanos now, std::optional<ibv_event_type> event) {
-  if (event) qp_.device().post_async_event(AsyncEvent{*event, qp_.qpn(), nullptr});
+  if (event) qp_.post_event(*event);
   qp_.enter_error(now);
 }
 

@@ -72,7 +72,7 @@ bool RcExecution::flush(Nanos now, uint32_t& resume) {
   peer.node->end_access();
   b.open = false;
   b.owner = nullptr;
-  EngineCounters& counters = conn_.qp().device().counters();
+  EngineCounters& counters = conn_.qp().ctx().counters;
   if (b.wqes != 0) bump(counters.host_calls);
   if (err == 0) {
     bump(counters.host_writes, b.wqes);

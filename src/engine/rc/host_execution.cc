@@ -103,7 +103,7 @@ Verdict RcExecution::check(const SendWqe& wqe, samehost::Peer& peer, HostRange& 
   }
   const KeyView key = grant ? KeyView::of(*grant) : KeyView{};
   uint64_t offset = 0;
-  const Verdict v = check_remote_access(target->access, conn_.qp().device().limits().max_msg_size,
+  const Verdict v = check_remote_access(target->access, conn_.qp().ctx().config.limits.max_msg_size,
                                         wqe.is_atomic(), request, grant ? &key : nullptr, offset);
   // A key the peer could not publish (its table full) is the wire's to judge.
   if (v == Verdict::kRemoteAccess && !grant && peer.node->key_overflow()) return Verdict::kWire;
@@ -116,24 +116,24 @@ Verdict RcExecution::check(const SendWqe& wqe, samehost::Peer& peer, HostRange& 
 
 // The local side of the transfer: the WQE's buffers (checked by start()).
 uint32_t RcExecution::local_iovecs(const SendWqe& wqe, std::span<iovec> out) const {
-  return gather_iovecs(wqe, conn_.qp().device().mrs(), conn_.qp().pd(), out);
+  return gather_iovecs(wqe, conn_.qp().ctx().mrs, conn_.qp().pd(), out);
 }
 
 // The original value into the WQE's local buffer (IBA 9.4.5: the ATOMIC's result).
 bool RcExecution::deliver_atomic_result(const SendWqe& wqe, uint64_t original) {
   const Sge& sge = wqe.sgl.sges[0];
-  auto access = conn_.qp().device().mrs().access();
+  auto access = conn_.qp().ctx().mrs.access();
   AccessError why;
   uint8_t* result = access.resolve(sge.lkey, conn_.qp().pd(), sge.addr, 8, 0, why);
   if (result == nullptr || !guarded_copy(result, &original, 8)) return false;
-  bump(conn_.qp().device().counters().host_atomics);
+  bump(conn_.qp().ctx().counters.host_atomics);
   return true;
 }
 
 int RcExecution::transfer(SendWqe& wqe, samehost::Peer& peer, const HostRange& range) {
   if (wqe.length == 0 && !wqe.is_atomic()) return 0;
   if (const int err = transfer_mapped(wqe, peer, range); err != ENOENT) return err;
-  EngineCounters& counters = conn_.qp().device().counters();
+  EngineCounters& counters = conn_.qp().ctx().counters;
   const uint64_t host_addr = range.addr;
   if (wqe.is_atomic()) {
     uint64_t before = 0;
@@ -196,7 +196,7 @@ bool RcExecution::execute_alone(SendWqe& wqe, Nanos now) {
     // IBA 9.8.3.1: a UC responder drops what it cannot execute, silently, and
     // its QP lives on; the requester, told nothing, completes the WQE as sent,
     // as it does over the wire (responder_uc.cc).
-    bump(conn_.qp().device().counters().host_refused);
+    bump(conn_.qp().ctx().counters.host_refused);
     mark_executed(wqe);
     return true;
   }
@@ -227,9 +227,9 @@ void RcExecution::mark_executed(SendWqe& wqe) {
 // bounded for a peer known to be gone, by the longest retransmission interval.
 bool RcExecution::retry(SendWqe& wqe, Nanos now) {
   Qp& qp = conn_.qp();
-  bump(qp.device().counters().host_peer_not_ready);
+  bump(qp.ctx().counters.host_peer_not_ready);
   const bool gone = !conn_.path().peer->usable();
-  if (gone) qp.device().host()->peer_gone();
+  if (gone) qp.ctx().host->peer_gone();
   if (retries_.not_ready++ >= qp.attr().retry_cnt) {
     retries_.not_ready = 0;
     wqe.status = IBV_WC_RETRY_EXC_ERR;
@@ -237,10 +237,10 @@ bool RcExecution::retry(SendWqe& wqe, Nanos now) {
     return false;
   }
   Nanos wait = std::max<Nanos>(conn_.completer().retry_interval(), 1'000'000);
-  if (gone && wait == kNever) wait = qp.device().config().max_retry_interval_ns;
+  if (gone && wait == kNever) wait = qp.ctx().config.max_retry_interval_ns;
   const Nanos until = now + wait;
   conn_.requester().pause_until(until);
-  qp.device().arm_timer(qp, until);
+  qp.arm_timer(until);
   return false;
 }
 
@@ -252,13 +252,13 @@ void RcExecution::refuse(SendWqe& wqe, Verdict verdict, Nanos now) {
   if (peer.node->report_fault(conn_.path().dest_qpn,
                               access ? IBV_EVENT_QP_ACCESS_ERR : IBV_EVENT_QP_REQ_ERR) &&
       peer.ring())
-    bump(conn_.qp().device().counters().host_doorbells);
+    bump(conn_.qp().ctx().counters.host_doorbells);
   fail(wqe, access ? IBV_WC_REM_ACCESS_ERR : IBV_WC_REM_INV_REQ_ERR, now);
 }
 
 // The WQE completes with `status`, after those before it; the QP enters Error.
 void RcExecution::fail(SendWqe& wqe, ibv_wc_status status, Nanos now) {
-  bump(conn_.qp().device().counters().host_refused);
+  bump(conn_.qp().ctx().counters.host_refused);
   wqe.status = status;
   conn_.completer().complete_local_heads();
   conn_.fail(now, std::nullopt);

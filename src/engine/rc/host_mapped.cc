@@ -28,7 +28,7 @@ int RcExecution::transfer_mapped(SendWqe& wqe, samehost::Peer& peer, const HostR
   const auto mapping = peer.pages->map(range.span);
   if (!mapping) return ENOENT;
   uint8_t* there = mapping->at(range.addr);
-  EngineCounters& counters = conn_.qp().device().counters();
+  EngineCounters& counters = conn_.qp().ctx().counters;
   if (wqe.is_atomic()) {
     // Under the peer's atomics lock, as every other process's atomic on its memory
     // (those that reach it by system calls too): IBA 9.4.5, atomic among them all.

@@ -38,7 +38,7 @@ namespace softrdma::engine::host {
 // peer's memory cannot be read.
 Verdict RcExecution::scatter(const PeerRecvTarget& target, uint32_t index, uint64_t length,
                              PeerIovecs& out) const {
-  switch (scatter_into_peer(target, index, length, out, conn_.qp().device().counters())) {
+  switch (scatter_into_peer(target, index, length, out, conn_.qp().ctx().counters)) {
     case PeerScatter::kGo:
       return Verdict::kDone;
     case PeerScatter::kTooLong:
@@ -88,7 +88,7 @@ int RcExecution::place(const SendWqe& wqe, const PeerRecvTarget& target, uint32_
   const bool payload = status == IBV_WC_SUCCESS && wqe.length != 0 && remote.count != 0;
   const uint32_t n = payload ? local_iovecs(wqe, {local.data(), kMaxPeerSges}) : 0;
   return place_into_peer(target, index, local, n, remote, result,
-                         conn_.qp().device().counters());
+                         conn_.qp().ctx().counters);
 }
 
 // A WQE claimed here that the message will not use after all goes back (nobody
@@ -132,7 +132,7 @@ bool RcExecution::send(SendWqe& wqe, Nanos now) {
       if (scattered == Verdict::kNotReady) verdict = scattered;
       if (there == IBV_WC_SUCCESS && wqe.opcode == IBV_WR_SEND_WITH_INV &&
           !may_invalidate(wqe, target)) {
-        bump(conn_.qp().device().counters().host_refused);
+        bump(conn_.qp().ctx().counters.host_refused);
         there = IBV_WC_REM_INV_REQ_ERR;
       }
     }
@@ -154,7 +154,7 @@ Verdict RcExecution::find_receiver(const SendWqe& wqe, PeerRecvTarget& target) c
     return Verdict::kNotReady;
   if (const Verdict v = as_request_sees_it(wqe, peer, *grant); v != Verdict::kDone)
     return v;
-  if (wqe.length > conn_.qp().device().limits().max_msg_size) return Verdict::kInvalidRequest;
+  if (wqe.length > conn_.qp().ctx().config.limits.max_msg_size) return Verdict::kInvalidRequest;
   // Not published (an XRC or tag-matching SRQ's, or one too large): the wire.
   if (grant->recv_queue == 0) return Verdict::kWire;
   // Closed (the QP is entering Error or Reset, the SRQ is destroyed): as a QP that
@@ -184,7 +184,7 @@ Verdict RcExecution::finish(const SendWqe& wqe, const PeerRecvTarget& target, ui
   }
   if (err != 0) return Verdict::kNotReady;
   if (!target.many_senders) target.rq->placed.store(index + 1, std::memory_order_release);
-  notify_peer_recv(target, conn_.qp().device().counters());
+  notify_peer_recv(target, conn_.qp().ctx().counters);
   if (there == IBV_WC_LOC_LEN_ERR || there == IBV_WC_REM_INV_REQ_ERR)
     return Verdict::kInvalidRequest;
   if (there == IBV_WC_LOC_PROT_ERR) return Verdict::kRemoteOperational;
@@ -199,15 +199,15 @@ bool RcExecution::conclude_send(SendWqe& wqe, Verdict verdict, const PeerRecvTar
   // An error of the peer's own WQE (LOC_PROT_ERR there) was placed and ends its QP.
   if (qp.type() == IBV_QPT_UC && verdict != Verdict::kDone && verdict != Verdict::kWire &&
       verdict != Verdict::kLocalProtection) {
-    bump(qp.device().counters().host_refused);
+    bump(qp.ctx().counters.host_refused);
     mark_executed(wqe);
     return true;
   }
   switch (verdict) {
     case Verdict::kDone:
       retries_.not_ready = retries_.rnr = 0;
-      bump(qp.device().counters().host_sends);
-      bump(qp.device().counters().host_bytes, wqe.length);
+      bump(qp.ctx().counters.host_sends);
+      bump(qp.ctx().counters.host_bytes, wqe.length);
       bump(qp.counters().host_operations);
       mark_executed(wqe);
       return true;
@@ -223,7 +223,7 @@ bool RcExecution::conclude_send(SendWqe& wqe, Verdict verdict, const PeerRecvTar
       refuse(wqe, verdict, now);
       return false;
     case Verdict::kLocalProtection:
-      bump(qp.device().counters().local_access_unmapped);
+      bump(qp.ctx().counters.local_access_unmapped);
       fail(wqe, IBV_WC_LOC_PROT_ERR, now);
       return false;
     default:
@@ -248,7 +248,7 @@ bool RcExecution::local_buffers_readable(const SendWqe& wqe) const {
 // waits for ever.
 bool RcExecution::wait_rnr(SendWqe& wqe, const PeerRecvTarget& target, Nanos now) {
   Qp& qp = conn_.qp();
-  bump(qp.device().counters().host_rnr_waits);
+  bump(qp.ctx().counters.host_rnr_waits);
   if (qp.attr().rnr_retry != 7 && retries_.rnr++ >= qp.attr().rnr_retry) {
     retries_.rnr = 0;
     fail(wqe, IBV_WC_RNR_RETRY_EXC_ERR, now);
@@ -257,7 +257,7 @@ bool RcExecution::wait_rnr(SendWqe& wqe, const PeerRecvTarget& target, Nanos now
   const uint32_t timer = target.min_rnr_timer & 31;
   const Nanos until = now + Nanos(wire::kRnrTimerMicros[timer]) * 1000;
   conn_.requester().pause_until(until);
-  qp.device().arm_timer(qp, until);
+  qp.arm_timer(until);
   return false;
 }
 

@@ -13,12 +13,12 @@ bool Liveness::enabled() const {
   Qp& qp = conn_.qp();
   // UC has no acknowledgements, XRC no requester-responder pair to probe; timeout 0
   // asks for no timer at all (IBA 9.7.6.1.1: infinite), so no probe would ever end.
-  return qp.type() == IBV_QPT_RC && qp.device().config().idle_probe_interval_ns > 0 &&
+  return qp.type() == IBV_QPT_RC && qp.ctx().config.idle_probe_interval_ns > 0 &&
          qp.attr().timeout != 0;
 }
 
 Nanos Liveness::idle_deadline(Nanos from) const {
-  const Nanos interval = conn_.qp().device().config().idle_probe_interval_ns;
+  const Nanos interval = conn_.qp().ctx().config.idle_probe_interval_ns;
   const Nanos tick = std::max<Nanos>(interval / 4, 1'000'000);
   const Nanos due = from + interval;
   return (due + tick - 1) / tick * tick;
@@ -30,7 +30,7 @@ void Liveness::start(Nanos now) {
   probe_sent_ = false;
   timeouts_ = 0;
   deadline_ = enabled() ? idle_deadline(now) : kNever;
-  if (deadline_ != kNever) conn_.qp().device().arm_timer(conn_.qp(), deadline_);
+  if (deadline_ != kNever) conn_.qp().arm_timer(deadline_);
 }
 
 void Liveness::stop() {
@@ -52,7 +52,7 @@ void Liveness::on_timer(Nanos now) {
     return;
   }
   if (!probing_) {
-    const Nanos interval = conn_.qp().device().config().idle_probe_interval_ns;
+    const Nanos interval = conn_.qp().ctx().config.idle_probe_interval_ns;
     if (now - last_heard_ < interval) {
       deadline_ = idle_deadline(last_heard_);
       return;
@@ -77,7 +77,7 @@ void Liveness::send_probe(Nanos now) {
   p.set(reth::kVa, 0);
   p.set(reth::kRkey, 0);
   p.set(reth::kDmaLength, 0);
-  bump(conn_.qp().device().counters().idle_probes_sent);
+  bump(conn_.qp().ctx().counters.idle_probes_sent);
   deadline_ = now + conn_.completer().retry_interval(timeouts_);
 }
 
@@ -86,7 +86,7 @@ void Liveness::send_probe(Nanos now) {
 // learns of it by IBV_EVENT_QP_FATAL (IBA 11.6.3.1: an error with no WQE to report it).
 void Liveness::give_up(Nanos now) {
   probing_ = false;
-  bump(conn_.qp().device().counters().idle_probes_failed);
+  bump(conn_.qp().ctx().counters.idle_probes_failed);
   Ring<SendWqe>& sq = conn_.qp().sq();
   if (!sq.empty()) sq.front().status = IBV_WC_RETRY_EXC_ERR;
   conn_.fail(now, IBV_EVENT_QP_FATAL);

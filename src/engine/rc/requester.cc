@@ -47,7 +47,7 @@ bool Requester::run(Nanos now) {
   // window's worth of packets per engine turn, the rest in later turns between
   // other QPs' work (Device::want_tx), so one large message neither holds the
   // engine nor floods the peer's socket buffer in one go.
-  burst_left_ = qp.device().config().max_unacked_packets;
+  burst_left_ = qp.ctx().config.max_unacked_packets;
   Ring<SendWqe>& sq = qp.sq();
   // The completer may have popped WQEs a rewind had pointed us back to (a late
   // RNR NAK): never walk from before the head.
@@ -69,7 +69,7 @@ bool Requester::run(Nanos now) {
   conn_.completer().on_sent(now);
   const bool more = !conn_.acknowledged() && burst_left_ == 0 && send_index_ != sq.tail() &&
                     qp.state() == IBV_QPS_RTS;
-  if (more) qp.device().want_tx(qp);
+  if (more) qp.want_tx();
   return more;
 }
 
@@ -89,7 +89,7 @@ bool Requester::check_local_sges(const SendWqe& wqe) const {
   // Responses are written into the local buffers: they need local write access.
   const int need = wqe.needs_response() ? IBV_ACCESS_LOCAL_WRITE : 0;
   Qp& qp = conn_.qp();
-  auto access = qp.device().mrs().access();
+  auto access = qp.ctx().mrs.access();
   for (uint32_t i = 0; i < wqe.sgl.count; ++i) {
     const Sge& sge = wqe.sgl.sges[i];
     AccessError why;
@@ -109,7 +109,7 @@ bool Requester::start(SendWqe& wqe, Nanos now) {
     conn_.fail(now, IBV_EVENT_QP_ACCESS_ERR);
     return false;
   }
-  host::HostExecutor* host = conn_.qp().device().host_executor();
+  host::HostExecutor* host = conn_.qp().ctx().host_executor;
   if (host != nullptr && host->takes(conn_, wqe))
     return host->execute(conn_, wqe, send_index_, now);
   if (!flush_host(now)) return false;  // what was batched goes first (IBA 9.5)
@@ -117,7 +117,7 @@ bool Requester::start(SendWqe& wqe, Nanos now) {
 }
 
 bool Requester::flush_host(Nanos now) {
-  host::HostExecutor* host = conn_.qp().device().host_executor();
+  host::HostExecutor* host = conn_.qp().ctx().host_executor;
   return host == nullptr || host->flush(conn_, now, send_index_);
 }
 
@@ -143,7 +143,7 @@ uint32_t Requester::window_space(uint32_t psn) const {
 void Requester::count_send(uint32_t psn, uint32_t psns) {
   if (burst_left_ > 0) --burst_left_;
   if (psn_before(psn, high_psn_)) {
-    bump(conn_.qp().device().counters().retransmitted_packets);
+    bump(conn_.qp().ctx().counters.retransmitted_packets);
     bump(conn_.qp().counters().retransmitted_packets);
   } else if (conn_.acknowledged()) {
     conn_.completer().on_first_send(psn);
@@ -198,9 +198,9 @@ bool Requester::gather(const SendWqe& wqe, uint64_t offset, std::span<uint8_t> o
   }
   Qp& qp = conn_.qp();
   AccessError why = AccessError::kNone;
-  if (engine::gather(qp.device().mrs().access(), qp.pd(), wqe.sgl, offset, out, &why))
+  if (engine::gather(qp.ctx().mrs.access(), qp.pd(), wqe.sgl, offset, out, &why))
     return true;
-  if (why == AccessError::kUnmapped) bump(qp.device().counters().local_access_unmapped);
+  if (why == AccessError::kUnmapped) bump(qp.ctx().counters.local_access_unmapped);
   return false;
 }
 
@@ -220,7 +220,7 @@ bool Requester::send_data_packet(SendWqe& wqe) {
   const uint8_t opcode = data_opcode(wqe, index);
   PacketView p = emit_request(wqe, opcode, len, psn);
   const OpcodeInfo& info = p.info();
-  const DeviceConfig& config = conn_.qp().device().config();
+  const DeviceConfig& config = conn_.qp().ctx().config;
   // IBA 9.7.5.1.4: AckReq at least twice per window, or a window smaller than the
   // interval would wait for the ACK timer (a gentle restart's: every packet).
   const uint32_t interval =
@@ -239,7 +239,7 @@ bool Requester::send_data_packet(SendWqe& wqe) {
   if (!gather(wqe, offset, p.payload())) {
     conn_.tx().discard_last();
     wqe.status = IBV_WC_LOC_PROT_ERR;
-    conn_.fail(conn_.qp().device().clock().now(), IBV_EVENT_QP_ACCESS_ERR);
+    conn_.fail(conn_.qp().ctx().clock.now(), IBV_EVENT_QP_ACCESS_ERR);
     return false;
   }
   count_send(psn, 1);
@@ -317,7 +317,7 @@ void Requester::repeat_if_first_of_retry(PacketView packet) {
   repeat_first_ = false;
   packet.set(bth::kAckReq, 1);
   conn_.tx().repeat_last();
-  bump(conn_.qp().device().counters().retransmitted_packets);
+  bump(conn_.qp().ctx().counters.retransmitted_packets);
   bump(conn_.qp().counters().retransmitted_packets);
 }
 

@@ -17,7 +17,7 @@ bool Requester::execute_local(SendWqe& wqe, Nanos now) {
   wqe.npackets = 0;
   wqe.next_packet = 0;
   wqe.state = SendState::kSent;
-  MrTable& table = qp.device().mrs();
+  MrTable& table = qp.ctx().mrs;
   const bool bind = wqe.opcode == IBV_WR_BIND_MW;
   const bool done = bind ? table.bind(wqe.bind, qp.pd(), qp.qpn())
                          : table.invalidate(wqe.invalidate_rkey, qp.pd(), qp.qpn(), false);
@@ -25,7 +25,7 @@ bool Requester::execute_local(SendWqe& wqe, Nanos now) {
   // ibv_poll_cq(3): IBV_WC_MW_BIND_ERR for a bind refused (IBA 10.6.7.2); a
   // refused invalidation is a local QP operation error. Either ends the QP
   // (IBA 10.8.3.1: an error completion puts an RC/UC QP into Error).
-  bump(qp.device().counters().memory_operations_refused);
+  bump(qp.ctx().counters.memory_operations_refused);
   wqe.status = bind ? IBV_WC_MW_BIND_ERR : IBV_WC_LOC_QP_OP_ERR;
   conn_.fail(now, std::nullopt);
   return false;

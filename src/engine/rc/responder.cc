@@ -62,7 +62,7 @@ void Responder::resize_atomic_results(uint32_t max_dest_rd_atomic) {
 
 void Responder::on_request(PacketView p, Nanos now) {
   if (!ready_to_receive(conn_.qp().state())) {
-    bump(conn_.qp().device().counters().rx_qp_not_ready);
+    bump(conn_.qp().ctx().counters.rx_qp_not_ready);
     return;
   }
   if (!conn_.acknowledged()) return on_unacknowledged_request(p, now);
@@ -72,7 +72,7 @@ void Responder::on_request(PacketView p, Nanos now) {
     // IBA 9.7.5.1.3: a gap. NAK once, then drop silently until epsn arrives.
     if (!nak_outstanding_) {
       nak_outstanding_ = true;
-      bump(conn_.qp().device().counters().seq_naks_sent);
+      bump(conn_.qp().ctx().counters.seq_naks_sent);
       send_ack(syndrome::nak(syndrome::kNakPsnSequence), epsn_);
     }
     return;
@@ -89,7 +89,7 @@ void Responder::on_request(PacketView p, Nanos now) {
       // IBA 9.7.5.1.4: no receive WQE. The requester retries after min_rnr_timer;
       // until then later packets are dropped without another NAK.
       nak_outstanding_ = true;
-      bump(conn_.qp().device().counters().rnr_naks_sent);
+      bump(conn_.qp().ctx().counters.rnr_naks_sent);
       send_ack(syndrome::rnr_nak(conn_.qp().attr().min_rnr_timer), p.psn());
       return;
     default:
@@ -163,10 +163,10 @@ Responder::Verdict Responder::do_send(PacketView p) {
     return Verdict::kInvalidRequest;
   }
   AccessError why = AccessError::kNone;
-  if (!scatter(qp.device().mrs().access(), qp.pd(), recv.sgl, recv_offset_, data, &why)) {
+  if (!scatter(qp.ctx().mrs.access(), qp.pd(), recv.sgl, recv_offset_, data, &why)) {
     // The receive buffer is this side's: a local protection error here, a remote
     // operational error for the requester, be it a bad lkey or unmapped memory.
-    if (why == AccessError::kUnmapped) bump(qp.device().counters().peer_access_unmapped);
+    if (why == AccessError::kUnmapped) bump(qp.ctx().counters.peer_access_unmapped);
     recv.status = IBV_WC_LOC_PROT_ERR;
     return Verdict::kRemoteOperational;
   }
@@ -218,7 +218,7 @@ Responder::Verdict Responder::do_write(PacketView p) {
 // deregistered since (MrTable::generation): no lock or lookup per packet.
 uint8_t* Responder::write_destination() {
   Qp& qp = conn_.qp();
-  const MrTable& mrs = qp.device().mrs();
+  const MrTable& mrs = qp.ctx().mrs;
   const uint64_t placed = write_length_ - write_remaining_;
   if (write_host_ == nullptr || write_generation_ != mrs.generation()) {
     AccessError why;
@@ -260,14 +260,14 @@ Responder::Verdict Responder::do_read(PacketView p) {
   const uint32_t len = uint32_t(p.get(reth::kDmaLength));
   Qp& qp = conn_.qp();
   const RemoteAccess request{IBV_ACCESS_REMOTE_READ, va, len, pd_id(qp.pd()), qp.qpn()};
-  if (Verdict v = check_message(request, qp.device().limits().max_msg_size, false);
+  if (Verdict v = check_message(request, qp.ctx().config.limits.max_msg_size, false);
       v != Verdict::kDone)
     return v;
   Response r;
-  r.generation = qp.device().mrs().generation();
+  r.generation = qp.ctx().mrs.generation();
   if (len > 0) {
     AccessError why;
-    r.host = qp.device().mrs().access().resolve_remote(rkey, qp.pd(), qp.qpn(), va, len,
+    r.host = qp.ctx().mrs.access().resolve_remote(rkey, qp.pd(), qp.qpn(), va, len,
                                                        IBV_ACCESS_REMOTE_READ, why);
     if (r.host == nullptr) return Verdict::kRemoteAccess;
   }
@@ -291,14 +291,14 @@ Responder::Verdict Responder::do_read(PacketView p) {
 bool Responder::queue_response(const Response& r, bool duplicate) {
   const size_t reserve = duplicate ? atomic_results_.size() : 0;
   if (responses_count_ + reserve >= responses_.size()) {
-    bump(conn_.qp().device().counters().responses_refused);
+    bump(conn_.qp().ctx().counters.responses_refused);
     return false;
   }
   responses_[(responses_head_ + responses_count_) % responses_.size()] = r;
   ++responses_count_;
   ack_pending_ = false;  // the responses acknowledge everything before them
   ack_twice_ = false;
-  conn_.qp().device().want_tx(conn_.qp());
+  conn_.qp().want_tx();
   return true;
 }
 
@@ -313,7 +313,7 @@ void Responder::drop_responses_from(uint32_t psn) {
 }
 
 void Responder::produce_all() {
-  const Nanos now = conn_.qp().device().clock().now();
+  const Nanos now = conn_.qp().ctx().clock.now();
   while (produce(UINT32_MAX, now)) {
   }
 }
@@ -351,7 +351,7 @@ std::optional<uint32_t> Responder::send_read_packets(Response& r, uint32_t budge
   Qp& qp = conn_.qp();
   const uint32_t mtu = conn_.path().mtu;
   const uint32_t n = packets_for(r.len, mtu);
-  const MrTable& mrs = qp.device().mrs();
+  const MrTable& mrs = qp.ctx().mrs;
   // The range resolved when the READ executed serves while no MR went since;
   // after a dereg every chunk is looked up again (a revoked one ends the READ).
   if (r.generation != mrs.generation()) r.host = nullptr;
@@ -388,7 +388,7 @@ std::optional<uint32_t> Responder::send_read_packets(Response& r, uint32_t budge
 }
 
 Responder::Verdict Responder::unmapped() {
-  bump(conn_.qp().device().counters().peer_access_unmapped);
+  bump(conn_.qp().ctx().counters.peer_access_unmapped);
   return Verdict::kRemoteAccess;
 }
 
@@ -397,12 +397,12 @@ Responder::Verdict Responder::do_atomic(PacketView p) {
   Qp& qp = conn_.qp();
   // IBA 9.4.5 (o9-13): an ATOMIC's address must be 8-byte aligned.
   const RemoteAccess request{IBV_ACCESS_REMOTE_ATOMIC, va, 8, pd_id(qp.pd()), qp.qpn()};
-  if (Verdict v = check_message(request, qp.device().limits().max_msg_size, true);
+  if (Verdict v = check_message(request, qp.ctx().config.limits.max_msg_size, true);
       v != Verdict::kDone)
     return v;
   uint64_t original = 0;
   {
-    auto access = qp.device().mrs().access();
+    auto access = qp.ctx().mrs.access();
     AccessError why;
     uint8_t* host = access.resolve_remote(uint32_t(p.get(atomic_eth::kRkey)), qp.pd(),
                                           qp.qpn(), va, 8, IBV_ACCESS_REMOTE_ATOMIC, why);
@@ -415,7 +415,7 @@ Responder::Verdict Responder::do_atomic(PacketView p) {
     // Same-host peers execute ATOMICs on this memory too, under this lock
     // (IBV_ATOMIC_HCA: atomic with respect to every other ATOMIC of the device).
     std::optional<samehost::AtomicsGuard> host_atomics;
-    if (samehost::Host* host = qp.device().host()) host_atomics.emplace(host->node().header());
+    if (samehost::Host* host = qp.ctx().host) host_atomics.emplace(host->node().header());
     if (!guarded_atomic(op, reinterpret_cast<uint64_t*>(host), p.get(atomic_eth::kCompare),
                         p.get(atomic_eth::kSwapAdd), original))
       return unmapped();
@@ -443,7 +443,7 @@ Responder::Verdict Responder::do_atomic_write(PacketView p) {
     return Verdict::kInvalidRequest;
   Qp& qp = conn_.qp();
   {
-    auto access = qp.device().mrs().access();
+    auto access = qp.ctx().mrs.access();
     AccessError why;
     uint8_t* host = access.resolve(uint32_t(p.get(reth::kRkey)), qp.pd(), va, 8,
                                    IBV_ACCESS_REMOTE_WRITE, why);
@@ -470,7 +470,7 @@ void Responder::send_atomic_ack(const Response& response) {
 // IBA 9.7.5.1.2: duplicates are answered, never executed twice (except READ, which
 // is idempotent and re-executed from its own PSN).
 void Responder::on_duplicate(PacketView p, Nanos /*now*/) {
-  EngineCounters& counters = conn_.qp().device().counters();
+  EngineCounters& counters = conn_.qp().ctx().counters;
   bump(counters.duplicate_requests);
   const OpcodeInfo& info = p.info();
   if (info.is(kOpReadRequest)) {
@@ -541,7 +541,7 @@ void Responder::send_ack(uint8_t syn, uint32_t psn) {
 // IBA 9.9.3.1.2 responder errors (class B/C/D): NAK, then the QP goes to Error; a
 // receive WQE the message had taken completes with the error.
 void Responder::fail(Verdict verdict, uint32_t psn, Nanos now) {
-  bump(conn_.qp().device().counters().error_naks_sent);
+  bump(conn_.qp().ctx().counters.error_naks_sent);
   uint8_t code = syndrome::kNakRemoteOperational;
   ibv_event_type event = IBV_EVENT_QP_FATAL;
   ibv_wc_status recv_status = IBV_WC_REM_OP_ERR;

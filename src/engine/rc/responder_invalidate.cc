@@ -19,9 +19,9 @@ Responder::Verdict Responder::invalidate_for_send(PacketView p) {
   if (!p.info().has(Header::kIeth)) return Verdict::kDone;
   Qp& qp = conn_.qp();
   const uint32_t rkey = uint32_t(p.get(ieth::kRkey));
-  if (qp.device().mrs().invalidate(rkey, qp.pd(), qp.qpn(), /*remote=*/true))
+  if (qp.ctx().mrs.invalidate(rkey, qp.pd(), qp.qpn(), /*remote=*/true))
     return Verdict::kDone;
-  bump(qp.device().counters().remote_invalidations_refused);
+  bump(qp.ctx().counters.remote_invalidations_refused);
   return Verdict::kInvalidRequest;
 }
 

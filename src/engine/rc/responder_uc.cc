@@ -15,7 +15,7 @@ namespace softrdma::engine::rc {
 using namespace wire;
 
 void Responder::on_unacknowledged_request(PacketView p, Nanos now) {
-  EngineCounters& counters = conn_.qp().device().counters();
+  EngineCounters& counters = conn_.qp().ctx().counters;
   const bool begins = p.info().is(kOpFirst);  // FIRST or ONLY
   if (p.psn() != epsn_ && !begins) {
     // A packet lost before this one: the rest of its message goes too.

@@ -52,7 +52,7 @@ Datagram::Datagram(Qp& qp, roce::TxBatch& tx, transport::Transport& via)
     : qp_(qp), tx_(tx), via_(via) {}
 
 void Datagram::on_send_posted(Nanos /*now*/) {
-  send(qp_.device().config().max_unacked_packets);
+  send(qp_.ctx().config.max_unacked_packets);
 }
 
 bool Datagram::on_tx_ready(Nanos /*now*/, uint32_t budget) { return send(budget); }
@@ -69,15 +69,15 @@ bool Datagram::send(uint32_t budget) {
   for (uint32_t sent = 0; sent < budget && !sq.empty(); ++sent) {
     if (qp_.state() != IBV_QPS_RTS) return false;  // IBA 11.2.5.3: SQD starts nothing
     if (!send_one(sq.front())) {
-      qp_.device().post_async_event(AsyncEvent{IBV_EVENT_QP_ACCESS_ERR, qp_.qpn(), nullptr});
-      qp_.enter_error(qp_.device().clock().now());
+      qp_.post_event(IBV_EVENT_QP_ACCESS_ERR);
+      qp_.enter_error(qp_.ctx().clock.now());
       return false;
     }
     // Complete once built: the completion becomes visible after the turn's send.
     qp_.complete_send_head(IBV_WC_SUCCESS);
   }
   const bool more = !sq.empty() && qp_.state() == IBV_QPS_RTS;
-  if (more) qp_.device().want_tx(qp_);
+  if (more) qp_.want_tx();
   return more;
 }
 
@@ -128,12 +128,12 @@ bool Datagram::send_one(SendWqe& w) {
 
 void Datagram::on_packet(PacketView packet, const transport::RxPacket& from, Nanos now) {
   if (!ready_to_receive(qp_.state())) {
-    bump(qp_.device().counters().rx_qp_not_ready);
+    bump(qp_.ctx().counters.rx_qp_not_ready);
     return;
   }
   if (receive(packet, from, now)) return;
   // This side's receive WQE could not be written: its error, and the QP's.
-  qp_.device().post_async_event(AsyncEvent{IBV_EVENT_QP_FATAL, qp_.qpn(), nullptr});
+  qp_.post_event(IBV_EVENT_QP_FATAL);
   qp_.enter_error(now);
 }
 
@@ -143,7 +143,7 @@ void Datagram::on_packet(PacketView packet, const transport::RxPacket& from, Nan
 // peers of this host fill too is claimed as they claim it, and its WQEs complete
 // in claim order (Qp::claim_datagram_recv).
 bool Datagram::receive(PacketView p, const transport::RxPacket& from, Nanos now) {
-  EngineCounters& counters = qp_.device().counters();
+  EngineCounters& counters = qp_.ctx().counters;
   if (uint32_t(p.get(deth::kQkey)) != qp_.attr().qkey) {
     bump(counters.ud_bad_qkey);
     return true;
@@ -162,7 +162,7 @@ bool Datagram::receive(PacketView p, const transport::RxPacket& from, Nanos now)
   RecvWqe& r = *taken;
   uint8_t grh[kGrhBytes];
   write_arrived_grh(from, grh);
-  const MrTable::Access access = qp_.device().mrs().access();
+  const MrTable::Access access = qp_.ctx().mrs.access();
   AccessError why = AccessError::kNone;
   const bool placed = scatter(access, qp_.pd(), r.sgl, 0, grh, &why) &&
                       scatter(access, qp_.pd(), r.sgl, kGrhBytes, data, &why);

@@ -61,9 +61,9 @@ void grh_for(const SendWqe& w, const transport::Gid& src, uint32_t qpn,
 }  // namespace
 
 std::shared_ptr<samehost::Peer> Datagram::host_peer(const transport::Gid& dgid) {
-  samehost::Host* host = qp_.device().host();
+  samehost::Host* host = qp_.ctx().host;
   if (host == nullptr || dgid[0] == 0xff) return nullptr;  // multicast: the wire
-  const Nanos now = qp_.device().clock().now();
+  const Nanos now = qp_.ctx().clock.now();
   for (PeerEntry& entry : peers_) {
     if (entry.gid != dgid) continue;
     if (now - entry.looked_up >= kLookUpAgain) {
@@ -87,7 +87,7 @@ Datagram::HostSend Datagram::send_on_host(SendWqe& w) {
 }
 
 Datagram::HostSend Datagram::dropped_on_host() {
-  bump(qp_.device().counters().host_datagrams_dropped);
+  bump(qp_.ctx().counters.host_datagrams_dropped);
   return HostSend::kDone;
 }
 
