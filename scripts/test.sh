@@ -115,7 +115,7 @@ stage "asan+ubsan" build-asan "$sanitizer_exclude_label" -- \
 
 # Interoperability with the Linux kernel's Soft-RoCE (issue 14): the CI subset of
 # scripts/interop.sh's matrix, softrdma's release build against rxe0 in a VM
-# (../shared/linux-peer-vm; root for the network namespace and tap device). Each
+# (tests/peer-vm/; root for the network namespace and tap device). Each
 # case and direction counts as one test.
 interop_stage() {
   local runner=()
@@ -125,7 +125,7 @@ interop_stage() {
       failed=$((failed + 1))
       return
     fi
-    runner=(sudo --preserve-env=SOFTRDMA_PEER_VM)
+    runner=(sudo --preserve-env=SOFTRDMA_PEER_VM,SOFTRDMA_PEER_VM_CACHE)
   fi
   echo "=== interop: softrdma against Linux Soft-RoCE in a VM (scripts/interop.sh --subset ci)"
   local log=build/interop.log started=$SECONDS
