@@ -11,7 +11,8 @@
 #     siw-src/         the siw sources of that kernel, and siw.ko built from them
 #     debs/ image/ stage/ rootfs/   downloads and intermediate trees
 # Run as root (after scripts/install-deps.sh). Nothing is redone that is already
-# there, except the initramfs when this script or guest-init.sh is newer than it.
+# there; the initramfs is made again when this script, initramfs.sh or
+# guest-init.sh changed.
 # A lock makes concurrent callers wait for the first.
 set -euo pipefail
 
@@ -93,13 +94,16 @@ fetch_debs "linux-image-$release=$version" "$source_pkg=$version" "${user_pkgs[@
 unpack_kernel
 build_siw
 
+# The initramfs is made again when what makes it changed: keyed by content, not
+# by time, so that a fresh clone (new files, old cache) reuses it.
 initrd=$cache/initramfs.gz
-if [[ -f $initrd && $initrd -nt $here/build.sh && $initrd -nt $here/guest-init.sh &&
-      $initrd -nt $here/initramfs.sh && $initrd -nt $cache/vmlinuz ]]; then
+key=$(cat "$here/build.sh" "$here/initramfs.sh" "$here/guest-init.sh" | sha256sum | cut -c1-16)-$release
+if [[ -f $initrd && $(cat "$cache/initramfs.key" 2>/dev/null) == "$key" ]]; then
   exit 0
 fi
 say "building the initramfs"
 # shellcheck source=initramfs.sh
 source "$here/initramfs.sh"
 make_initramfs "$cache" "$release" "$here/guest-init.sh" "${user_pkgs[@]}"
+echo "$key" >"$cache/initramfs.key"
 say "ready: kernel $release, $(du -h "$initrd" | cut -f1) initramfs, in $cache"
