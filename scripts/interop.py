@@ -158,11 +158,11 @@ CASES = [
     Case("riostream", "riostream -p {port} -S 65536 -C 200",
          "riostream -s {addr} -p {port} -S 65536 -C 200", "cm",
          expect=r"^custom\s+64k\s+200\s+1\s"),
-    Case("verbs_ops.rc_imm_inv", "{share}/verbs-ops -c rc -d {dev} -g {gid} -p {port} -s 0,8,3000 -i",
-         "{share}/verbs-ops -c rc -d {dev} -g {gid} -p {port} -s 0,8,3000 -i {addr}",
+    Case("verbs_ops.rc_imm_inv", "{share}/verbs_ops -c rc -d {dev} -g {gid} -p {port} -s 0,8,3000 -i",
+         "{share}/verbs_ops -c rc -d {dev} -g {gid} -p {port} -s 0,8,3000 -i {addr}",
          "tcp", needs_verbs_ops=True),
-    Case("verbs_ops.ud_imm", "{share}/verbs-ops -c ud -d {dev} -g {gid} -p {port} -s 0,8,900",
-         "{share}/verbs-ops -c ud -d {dev} -g {gid} -p {port} -s 0,8,900 {addr}",
+    Case("verbs_ops.ud_imm", "{share}/verbs_ops -c ud -d {dev} -g {gid} -p {port} -s 0,8,900",
+         "{share}/verbs_ops -c ud -d {dev} -g {gid} -p {port} -s 0,8,900 {addr}",
          "tcp", needs_verbs_ops=True),
 ]
 
@@ -436,7 +436,7 @@ def run_with_retries(case, direction, args, port, workdir, attempts=5):
 
 def build_verbs_ops(share):
     source = ROOT / "tests" / "peer-vm" / "verbs_ops.c"
-    subprocess.run(["cc", "-O2", "-o", f"{share}/verbs-ops", str(source), "-libverbs"],
+    subprocess.run(["cc", "-O2", "-o", f"{share}/verbs_ops", str(source), "-libverbs"],
                    check=True)
 
 
