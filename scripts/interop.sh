@@ -18,8 +18,13 @@ if [[ ! -x $peer_vm/run-guest.sh ]]; then
 fi
 if [[ ${SOFTRDMA_INTEROP_NO_BUILD:-0} != 1 ]]; then
   bash scripts/install-deps.sh
+  launcher=()  # ccache as scripts/test.sh uses it (its head says why)
+  if [[ ${SOFTRDMA_CCACHE:-1} != 0 ]] && command -v ccache >/dev/null; then
+    export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
+    launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  fi
   if [[ ! -f $build_dir/CMakeCache.txt ]]; then
-    cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release
+    cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}"
   fi
   cmake --build "$build_dir" --parallel "$jobs" --target softrdma softrdma_ibverbs softrdma_rdmacm \
     softrdma_mlx5_stub softrdma_efa_stub
