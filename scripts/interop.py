@@ -303,7 +303,7 @@ def commands(case, direction, softrdma, port, share_host, pcap):
         # detection has finished on each side's interface (about a second after the
         # link comes up, which for the guest is about when it reports ready).
         host_cmd_prefix = link_local_ready("tap0")
-        guest_cmd = f"{link_local_ready('eth0')}; {guest_cmd}"
+        guest_cmd = f"{link_local_ready('eth0', ip='/usr/bin/ip')}; {guest_cmd}"
     else:
         host_cmd_prefix = "true"
     guest_cmd = wrap(guest_cmd)
@@ -340,9 +340,12 @@ def commands(case, direction, softrdma, port, share_host, pcap):
     return capture_around(host, pcap), guest
 
 
-def link_local_ready(interface):
-    return (f"n=0; until ip -6 addr show dev {interface} scope link | grep -q inet6 && "
-            f"! ip -6 addr show dev {interface} tentative | grep -q inet6; do "
+def link_local_ready(interface, ip="ip"):
+    """Until the interface's link-local address has passed duplicate address detection.
+    In the guest `ip` is named by its path: busybox sh prefers its own applet, which
+    has no `tentative` filter (docs/decisions/peer-vm.md, "Pitfalls")."""
+    return (f"n=0; until {ip} -6 addr show dev {interface} scope link | grep -q inet6 && "
+            f"! {ip} -6 addr show dev {interface} tentative | grep -q inet6; do "
             f"n=$((n+1)); [ $n -gt 300 ] && break; sleep 0.1; done")
 
 
