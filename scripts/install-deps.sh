@@ -39,6 +39,13 @@ packages=(
   iproute2 procps
   gdb                                 # run_client.py: a backtrace of a client that died of a signal (its core)
   iptables                            # scripts/interop.py: TCP loss for the iWARP cases (statistic match)
+  # Interop (tests/peer-vm/, docs/decisions/peer-vm.md): the kernel's rxe and siw in a QEMU guest
+  qemu-system-x86                     # the guest, under TCG emulation (no usable KVM on the CI machines)
+  busybox-static                      # the guest's shell and applets: its initramfs holds no libc of its own
+  cpio kmod                           # the initramfs archive; depmod/modprobe -d: the modules' load order
+  linux-headers-amd64                 # siw.ko, built out of tree: Debian's kernel has no CONFIG_RDMA_SIW
+  xz-utils                            # unpacks the siw sources out of Debian's linux-source tarball
+  ccache                              # scripts/test.sh: compiler cache for the two builds (CI wall time)
   ethtool                             # KernelFacts.GsoSegments...: segmentation offload off on a veth
   # Package tests (label `package`): the .deb in a clean Debian root and in containers
   mmdebstrap debian-archive-keyring   # the clean Debian 12 root, from Debian's signed packages

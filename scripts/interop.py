@@ -4,7 +4,7 @@
 Each case runs twice: `sr-server` (softrdma serves on the host, 10.77.0.1; the
 kernel's tool is the client in the guest, 10.77.0.2) and `sr-client` (the other
 way round). Every run is captured on the guest's tap device. RoCE cases (rxe):
-every RoCEv2 packet's ICRC is recomputed (../shared/linux-peer-vm/tools/check-icrc.py).
+every RoCEv2 packet's ICRC is recomputed (scripts/roce_capture.py).
 iWARP cases (`siw.*`, softrdma with SOFTRDMA_WIRE=iwarp): every TCP connection is
 decoded as MPA/DDP/RDMAP (scripts/iwarp_capture.py: start frames, every FPDU's
 CRC or zero field, MSNs, no Terminate, data both ways) and tshark must decode it
@@ -22,7 +22,7 @@ reason) is reported XFAIL and not counted as a failure; XPASS if it passes.
 
 One line per case and direction:
     PASS  rping.C10            sr-server  icrc 142/142   9.8 s
-The harness (run-guest.sh) boots one VM per run: 10-20 s each under emulation.
+The harness (tests/peer-vm/run-guest.sh) boots one VM per run: 10-20 s each under emulation.
 """
 from __future__ import annotations
 
@@ -31,19 +31,22 @@ import dataclasses
 import os
 import re
 import shlex
-import struct
 import subprocess
 import shutil
 import sys
 import tempfile
 import time
-import zlib
 from pathlib import Path
 
 import iwarp_capture
+import roce_capture
 
 ROOT = Path(__file__).resolve().parent.parent
-PEER_VM = Path(os.environ.get("SOFTRDMA_PEER_VM", ROOT.parent / "shared" / "linux-peer-vm"))
+# The peer VM harness: the repository's own (docs/decisions/peer-vm.md), or one with
+# the same run-guest.sh and cache layout named by SOFTRDMA_PEER_VM.
+PEER_VM = Path(os.environ.get("SOFTRDMA_PEER_VM", ROOT / "tests" / "peer-vm"))
+PEER_VM_CACHE = Path(os.environ.get("SOFTRDMA_PEER_VM_CACHE") or Path(
+    os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "softrdma-peer-vm")
 BUILD_DIR = ROOT / os.environ.get("SOFTRDMA_BUILD_DIR", "build")  # relative: to the repository
 HOST_IP, GUEST_IP = "10.77.0.1", "10.77.0.2"
 
@@ -147,19 +150,19 @@ CASES = [
     # udaddy's -p is the port space, not the port: it always uses port 7174.
     Case("udaddy", "udaddy -b {addr}", "udaddy -s {addr}", "cm",
          expect=r"return status 0", fixed_port=7174),
-    # rdma_server/rdma_client: not in the peer VM's image (../shared/linux-peer-vm
-    # ships rping, ucmatose, udaddy, mckey, rstream, riostream), so not here.
+    # rdma_server/rdma_client: not in the peer VM's image (tests/peer-vm/initramfs.sh
+    # ships rping, ucmatose, udaddy, rstream, riostream), so not here.
     Case("rstream", "rstream -p {port} -S 65536 -C 200 -T v",
          "rstream -s {addr} -p {port} -S 65536 -C 200 -T v", "cm",
          expect=r"^custom\s+64k\s+200\s+1\s"),
     Case("riostream", "riostream -p {port} -S 65536 -C 200",
          "riostream -s {addr} -p {port} -S 65536 -C 200", "cm",
          expect=r"^custom\s+64k\s+200\s+1\s"),
-    Case("verbs_ops.rc_imm_inv", "{share}/verbs-ops -c rc -d {dev} -g {gid} -p {port} -s 0,8,3000 -i",
-         "{share}/verbs-ops -c rc -d {dev} -g {gid} -p {port} -s 0,8,3000 -i {addr}",
+    Case("verbs_ops.rc_imm_inv", "{share}/verbs_ops -c rc -d {dev} -g {gid} -p {port} -s 0,8,3000 -i",
+         "{share}/verbs_ops -c rc -d {dev} -g {gid} -p {port} -s 0,8,3000 -i {addr}",
          "tcp", needs_verbs_ops=True),
-    Case("verbs_ops.ud_imm", "{share}/verbs-ops -c ud -d {dev} -g {gid} -p {port} -s 0,8,900",
-         "{share}/verbs-ops -c ud -d {dev} -g {gid} -p {port} -s 0,8,900 {addr}",
+    Case("verbs_ops.ud_imm", "{share}/verbs_ops -c ud -d {dev} -g {gid} -p {port} -s 0,8,900",
+         "{share}/verbs_ops -c ud -d {dev} -g {gid} -p {port} -s 0,8,900 {addr}",
          "tcp", needs_verbs_ops=True),
 ]
 
@@ -300,7 +303,7 @@ def commands(case, direction, softrdma, port, share_host, pcap):
         # detection has finished on each side's interface (about a second after the
         # link comes up, which for the guest is about when it reports ready).
         host_cmd_prefix = link_local_ready("tap0")
-        guest_cmd = f"{link_local_ready('eth0')}; {guest_cmd}"
+        guest_cmd = f"{link_local_ready('eth0', ip='/usr/bin/ip')}; {guest_cmd}"
     else:
         host_cmd_prefix = "true"
     guest_cmd = wrap(guest_cmd)
@@ -337,16 +340,19 @@ def commands(case, direction, softrdma, port, share_host, pcap):
     return capture_around(host, pcap), guest
 
 
-def link_local_ready(interface):
-    return (f"n=0; until ip -6 addr show dev {interface} scope link | grep -q inet6 && "
-            f"! ip -6 addr show dev {interface} tentative | grep -q inet6; do "
+def link_local_ready(interface, ip="ip"):
+    """Until the interface's link-local address has passed duplicate address detection.
+    In the guest `ip` is named by its path: busybox sh prefers its own applet, which
+    has no `tentative` filter (docs/decisions/peer-vm.md, "Pitfalls")."""
+    return (f"n=0; until {ip} -6 addr show dev {interface} scope link | grep -q inet6 && "
+            f"! {ip} -6 addr show dev {interface} tentative | grep -q inet6; do "
             f"n=$((n+1)); [ $n -gt 300 ] && break; sleep 0.1; done")
 
 
 # tcpdump on the tap device, started by the host command (inside the netns) with
 # --immediate-mode: run-guest.sh's own capture (libpcap's default TPACKET_V3 ring)
 # loses the frames of a block not yet retired when it is stopped, which for a
-# short run is all of them (linux-peer-vm/README.md, "Facts and pitfalls"). A 32 MiB
+# short run is all of them (docs/decisions/peer-vm.md, "Pitfalls"). A 32 MiB
 # buffer (-B): softrdma's 64 KiB TSO segments and the guest's bursts overran the
 # default 2 MiB ("packets dropped by kernel"), leaving holes in iWARP's streams.
 def capture_around(body, pcap):
@@ -355,67 +361,6 @@ def capture_around(body, pcap):
             f"cap=$!; "
             f"n=0; until grep -qs 'listening on' {log}; do n=$((n+1)); [ $n -gt 100 ] && break; "
             f"sleep 0.1; done; ( {body} ); rc=$?; sleep 0.3; kill $cap; wait $cap; exit $rc")
-
-
-def icrc_tally(pcap):
-    """(good, bad) ICRCs: IPv4 packets by the harness's own checker, IPv6 ones (GID 0,
-    link-local) here, as IBA A17.8 masks an IPv6 header: traffic class, flow label
-    and hop limit set to ones."""
-    out = subprocess.run([sys.executable, str(PEER_VM / "tools" / "check-icrc.py"), pcap],
-                         capture_output=True, text=True).stdout
-    m = re.search(r"(\d+) RoCEv2 packets with good ICRC, (\d+) bad", out)
-    good, bad = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
-    good6, bad6 = ipv6_icrc_tally(pcap)
-    return good + good6, bad + bad6
-
-
-def ipv6_icrc_tally(pcap):
-    data = Path(pcap).read_bytes() if Path(pcap).exists() else b""
-    if len(data) < 24 or struct.unpack("<I", data[:4])[0] not in (0xa1b2c3d4, 0xa1b23c4d):
-        return 0, 0
-    good = bad = 0
-    pos = 24
-    while pos + 16 <= len(data):
-        caplen = struct.unpack("<I", data[pos + 8:pos + 12])[0]
-        frame = data[pos + 16:pos + 16 + caplen]
-        pos += 16 + caplen
-        if len(frame) < 14 + 40 + 8 + 12 + 4 or frame[12:14] != b"\x86\xdd" or frame[20] != 17:
-            continue
-        ip = frame[14:14 + 40 + struct.unpack(">H", frame[18:20])[0]]
-        if struct.unpack(">H", ip[42:44])[0] != 4791:
-            continue
-        header = bytearray(ip[:40])
-        header[0] |= 0x0F
-        header[1:4] = b"\xff\xff\xff"
-        header[7] = 0xFF
-        udp = bytearray(ip[40:48])
-        udp[6:8] = b"\xff\xff"
-        bth = bytearray(ip[48:60])
-        bth[4] = 0xFF
-        crc = zlib.crc32(b"\xff" * 8 + bytes(header) + bytes(udp) + bytes(bth) + ip[60:-4])
-        if struct.pack("<I", crc) == ip[-4:]:
-            good += 1
-        else:
-            bad += 1
-    return good, bad
-
-
-def data_both_ways(pcap):
-    """Data (RC SEND/WRITE/READ responses) and ACKs went each way, and no NAK."""
-    out = subprocess.run([sys.executable, str(PEER_VM / "tools" / "summarize-pcap.py"), pcap],
-                         capture_output=True, text=True).stdout
-    seen = {(HOST_IP, "data"): 0, (GUEST_IP, "data"): 0, (HOST_IP, "ack"): 0, (GUEST_IP, "ack"): 0}
-    naks = 0
-    for line in out.splitlines():
-        src = HOST_IP if HOST_IP in line.split("->")[0] else GUEST_IP
-        if re.search(r"RC_(SEND|RDMA_WRITE|RDMA_READ_RESPONSE)", line):
-            seen[(src, "data")] += 1
-        if "RC_ACKNOWLEDGE" in line:
-            if re.search(r"NAK|RNR", line):
-                naks += 1
-            else:
-                seen[(src, "ack")] += 1
-    return naks == 0 and all(seen.values()), f"{seen} naks={naks}"
 
 
 def run_case(case, direction, args, port, workdir):
@@ -442,12 +387,12 @@ def run_case(case, direction, args, port, workdir):
     if case.driver == "siw":
         tally = check_iwarp_capture(case, pcap, output, why)
     else:
-        good, bad = icrc_tally(pcap)
+        good, bad = roce_capture.icrc_tally(pcap)  # IPv4, and IPv6 for GID 0
         if bad or not good:
             why.append(f"icrc {good} good {bad} bad")
         tally = f"icrc {good}/{good + bad}"
     if case.data_both_ways:
-        ok, detail = data_both_ways(pcap)
+        ok, detail = roce_capture.data_both_ways(pcap)
         if not ok:
             why.append(f"capture: {detail}")
     return not why, tally, seconds, "; ".join(why), output
@@ -493,8 +438,8 @@ def run_with_retries(case, direction, args, port, workdir, attempts=5):
 
 
 def build_verbs_ops(share):
-    source = PEER_VM / "tools" / "verbs-ops.c"
-    subprocess.run(["cc", "-O2", "-o", f"{share}/verbs-ops", str(source), "-libverbs"],
+    source = ROOT / "tests" / "peer-vm" / "verbs_ops.c"
+    subprocess.run(["cc", "-O2", "-o", f"{share}/verbs_ops", str(source), "-libverbs"],
                    check=True)
 
 
@@ -503,9 +448,8 @@ def build_siw_crc_module(share, workdir):
     from the siw source the harness built the guest's siw.ko from, for the guest's
     kernel. Kept in ~/.cache/softrdma-interop and built again only when that
     source is newer (about 20 s)."""
-    vm_cache = Path(os.environ.get("PEER_VM_CACHE", Path.home() / ".cache" / "linux-peer-vm"))
-    kernel = (vm_cache / "kernel-package").read_text().strip().removeprefix("linux-image-")
-    source = vm_cache / "siw-src"
+    kernel = (PEER_VM_CACHE / "kernel-release").read_text().strip()
+    source = PEER_VM_CACHE / "siw-src"
     cached = Path.home() / ".cache" / "softrdma-interop" / f"siw-crc-{kernel}.ko"
     if not cached.exists() or cached.stat().st_mtime < (source / "siw_main.c").stat().st_mtime:
         tree = workdir / "siw-crc-src"

@@ -10,7 +10,16 @@
 #
 # Settings (environment): SOFTRDMA_JOBS (build and ctest parallelism, default 2:
 # the machines have two cores), SOFTRDMA_TEST_TIMEOUT (seconds per test for
-# tests that set no TIMEOUT of their own, default 300).
+# tests that set no TIMEOUT of their own, default 300), SOFTRDMA_CCACHE=0 (no
+# compiler cache).
+#
+# Compiler cache: both builds compile through ccache when it is installed
+# (install-deps.sh installs it), into ccache's own directory: $CCACHE_DIR, by
+# default ~/.cache/ccache, never in the tree. CCACHE_BASEDIR is the repository,
+# so that a clone in another directory hits what an earlier clone compiled
+# (ccache hashes the paths under it as relative ones). The release build hits
+# from any clone path; the sanitizer build (-g1) also hashes its build
+# directory's path, so it hits from the same path only.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -34,6 +43,12 @@ sanitizer_exclude_label='^(no_sanitizer|package)$'
 
 bash scripts/install-deps.sh
 
+launcher=(-DCMAKE_C_COMPILER_LAUNCHER= -DCMAKE_CXX_COMPILER_LAUNCHER=)  # clears an earlier one
+if [[ ${SOFTRDMA_CCACHE:-1} != 0 ]] && command -v ccache >/dev/null; then
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
+
 passed=0
 failed=0
 # The names of failed tests, printed again just before the summary: CI keeps
@@ -55,7 +70,7 @@ stage() {
 
   echo "=== $name: configure and build in $dir"
   local started=$SECONDS
-  if ! cmake -S . -B "$dir" "${generator[@]}" "$@" ||
+  if ! cmake -S . -B "$dir" "${generator[@]}" "${launcher[@]}" "$@" ||
      ! cmake --build "$dir" --parallel "$jobs"; then
     echo "=== $name: BUILD FAILED (counted as one failure; its tests did not run)"
     failed=$((failed + 1))
@@ -115,7 +130,7 @@ stage "asan+ubsan" build-asan "$sanitizer_exclude_label" -- \
 
 # Interoperability with the Linux kernel's Soft-RoCE (issue 14): the CI subset of
 # scripts/interop.sh's matrix, softrdma's release build against rxe0 in a VM
-# (../shared/linux-peer-vm; root for the network namespace and tap device). Each
+# (tests/peer-vm/; root for the network namespace and tap device). Each
 # case and direction counts as one test.
 interop_stage() {
   local runner=()
@@ -125,7 +140,7 @@ interop_stage() {
       failed=$((failed + 1))
       return
     fi
-    runner=(sudo --preserve-env=SOFTRDMA_PEER_VM)
+    runner=(sudo --preserve-env=SOFTRDMA_PEER_VM,SOFTRDMA_PEER_VM_CACHE)
   fi
   echo "=== interop: softrdma against Linux Soft-RoCE in a VM (scripts/interop.sh --subset ci)"
   local log=build/interop.log started=$SECONDS
