@@ -15,6 +15,7 @@
 #include <string>
 
 #include "samehost/node_segment.h"
+#include "samehost/peer_node.h"
 #include "samehost/process_memory.h"
 #include "samehost/shared_pages.h"
 

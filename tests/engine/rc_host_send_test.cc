@@ -9,6 +9,7 @@
 #include <string>
 
 #include "engine/rc_fixture.h"
+#include "samehost/peer_node.h"
 
 namespace softrdma::engine::testing {
 namespace {

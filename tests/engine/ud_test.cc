@@ -10,6 +10,7 @@
 #include <string>
 
 #include "engine/rc_fixture.h"
+#include "samehost/peer_node.h"
 #include "engine/ud/datagram.h"
 #include "wire/opcodes.h"
 

@@ -3,6 +3,7 @@
 // accesses in flight; faults queued to the owner; a lock that survives a dead
 // holder; and names that no planted link or foreign file can hijack.
 #include "samehost/node_segment.h"
+#include "samehost/peer_node.h"
 
 #include <fcntl.h>
 #include <pthread.h>

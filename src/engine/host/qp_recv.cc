@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "engine/device.h"
+#include "samehost/peer_node.h"
 #include "engine/qp.h"
 #include "wire/ip_udp.h"
 #include "samehost/host.h"

@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "engine/cq.h"
+#include "samehost/peer_node.h"
 #include "engine/device.h"
 #include "engine/pd.h"
 #include "engine/qp.h"

@@ -20,15 +20,6 @@ namespace softrdma::engine::rc {
 
 using namespace wire;
 
-namespace {
-
-bool ready_to_receive(ibv_qp_state s) {
-  // IBA 9.7.5.1 / 11.2.5: a QP accepts requests from RTR on; RESET, INIT and ERR drop.
-  return s == IBV_QPS_RTR || s == IBV_QPS_RTS || s == IBV_QPS_SQD || s == IBV_QPS_SQE;
-}
-
-}  // namespace
-
 void Responder::reset(uint32_t rq_psn, uint32_t max_dest_rd_atomic) {
   epsn_ = rq_psn & kPsnMask;
   msn_ = 0;
@@ -282,109 +273,6 @@ Responder::Verdict Responder::do_read(PacketView p) {
   if (!queue_response(r)) return Verdict::kInvalidRequest;
   epsn_ = psn_add(epsn_, packets_for(len, conn_.path().mtu));
   return Verdict::kDone;
-}
-
-// `duplicate`: an answer to a repeated request. Those may not take the slots that
-// the max_dest_rd_atomic new requests the requester may have outstanding need,
-// however many copies the network delivers; a refused duplicate is answered when
-// the requester asks again.
-bool Responder::queue_response(const Response& r, bool duplicate) {
-  const size_t reserve = duplicate ? atomic_results_.size() : 0;
-  if (responses_count_ + reserve >= responses_.size()) {
-    bump(conn_.qp().ctx().counters.responses_refused);
-    return false;
-  }
-  responses_[(responses_head_ + responses_count_) % responses_.size()] = r;
-  ++responses_count_;
-  ack_pending_ = false;  // the responses acknowledge everything before them
-  ack_twice_ = false;
-  conn_.qp().want_tx();
-  return true;
-}
-
-// A duplicate READ restarts the responses from its PSN (IBA 9.7.5.1.2): what was
-// queued from there on is dropped; the requester resends those requests too.
-void Responder::drop_responses_from(uint32_t psn) {
-  while (responses_count_ > 0) {
-    const size_t last = (responses_head_ + responses_count_ - 1) % responses_.size();
-    if (psn_diff(responses_[last].psn, psn) < 0) break;
-    --responses_count_;
-  }
-}
-
-void Responder::produce_all() {
-  const Nanos now = conn_.qp().ctx().clock.now();
-  while (produce(UINT32_MAX, now)) {
-  }
-}
-
-bool Responder::produce(uint32_t budget, Nanos now) {
-  if (!ready_to_receive(conn_.qp().state())) responses_count_ = 0;
-  while (responses_count_ > 0 && budget > 0) {
-    Response& r = responses_[responses_head_];
-    if (r.is_read) {
-      const std::optional<uint32_t> produced = send_read_packets(r, budget);
-      if (!produced) {
-        // The responses before it went out; the NAK names the first one missing,
-        // the one the requester awaits (an older PSN would read as a stale ACK).
-        responses_count_ = 0;
-        fail(unmapped(), nak_psn_, now);
-        return false;
-      }
-      budget -= *produced;
-      if (r.sent != packets_for(r.len, conn_.path().mtu)) break;
-    } else {
-      send_atomic_ack(r);
-      --budget;
-    }
-    responses_head_ = uint32_t((responses_head_ + 1) % responses_.size());
-    --responses_count_;
-  }
-  if (responses_count_ > 0) return true;
-  // ACKs of later requests waited for the responses (PSN order, IBA 9.7.5.1.6).
-  on_burst_end();
-  return false;
-}
-
-// IBA 9.7.5.1.7: FIRST/LAST/ONLY carry an AETH; every response takes one PSN.
-std::optional<uint32_t> Responder::send_read_packets(Response& r, uint32_t budget) {
-  Qp& qp = conn_.qp();
-  const uint32_t mtu = conn_.path().mtu;
-  const uint32_t n = packets_for(r.len, mtu);
-  const MrTable& mrs = qp.ctx().mrs;
-  // The range resolved when the READ executed serves while no MR went since;
-  // after a dereg every chunk is looked up again (a revoked one ends the READ).
-  if (r.generation != mrs.generation()) r.host = nullptr;
-  uint32_t produced = 0;
-  for (; r.sent < n && produced < budget; ++r.sent, ++produced) {
-    const uint32_t i = r.sent;
-    const uint32_t chunk = std::min<uint32_t>(mtu, r.len - i * mtu);
-    const uint8_t opcode =
-        conn_.opcode(message_operation(MessageKind::kReadResponse, i, n));
-    AccessError why;
-    const uint8_t* src = chunk == 0         ? nullptr
-                         : r.host != nullptr ? r.host + uint64_t(i) * mtu
-                                             : mrs.access().resolve_remote(
-                                                   r.rkey, qp.pd(), qp.qpn(),
-                                                   r.va + uint64_t(i) * mtu, chunk,
-                                                   IBV_ACCESS_REMOTE_READ, why);
-    if (chunk != 0 && src == nullptr) {  // revoked mid-READ: the requester retries
-      r.sent = n;
-      return produced;
-    }
-    PacketView out = conn_.emit(opcode, chunk, psn_add(r.psn, i));
-    if (out.info().has(Header::kAeth)) {
-      out.set(aeth::kSyndrome, syndrome::ack());
-      out.set(aeth::kMsn, r.msn);
-    }
-    if (chunk != 0 && !guarded_copy(out.payload().data(), src, chunk)) {
-      conn_.tx().discard_last();
-      nak_psn_ = psn_add(r.psn, i);
-      return std::nullopt;
-    }
-    if (i == 0 && r.repeat_first) conn_.tx().repeat_last();
-  }
-  return produced;
 }
 
 Responder::Verdict Responder::unmapped() {

@@ -17,6 +17,11 @@ namespace softrdma::engine::rc {
 
 class RcConnection;
 
+// IBA 9.7.5.1 / 11.2.5: a QP accepts requests from RTR on; RESET, INIT and ERR drop.
+inline bool ready_to_receive(ibv_qp_state s) {
+  return s == IBV_QPS_RTR || s == IBV_QPS_RTS || s == IBV_QPS_SQD || s == IBV_QPS_SQE;
+}
+
 class Responder {
  public:
   explicit Responder(RcConnection& conn) : conn_(conn) {}
