@@ -39,7 +39,7 @@
 #include "run/device_query.h"
 #include "run/mount_view.h"
 #include "run/sysfs_files.h"
-#include "runtime/node.h"
+#include "runtime/open_device.h"
 #include "runtime/settings.h"
 #include "runtime/status_segment.h"
 #include "softrdma_version.h"
@@ -233,7 +233,7 @@ int status() {
     std::fprintf(stderr, "softrdma: %s\n", error.c_str());
     return 1;
   }
-  auto node = softrdma::runtime::Node::open(*settings, error);
+  auto node = softrdma::runtime::OpenDevice::open(*settings, error);
   if (!node) {
     std::fprintf(stderr, "%s\n", error.c_str());
     return 1;

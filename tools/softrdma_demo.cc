@@ -120,7 +120,7 @@ void print_header(const RunOptions& o, size_t phases) {
 }
 
 // A node's engine counters: the wire's packets, or what the same-host path moved.
-void print_node(const char* who, const NodeReport& r, bool verbose) {
+void print_node(const char* who, const SideReport& r, bool verbose) {
   auto get = [&](const char* k) {
     auto it = r.totals.find(k);
     return (unsigned long long)(it == r.totals.end() ? 0 : it->second);

@@ -116,7 +116,7 @@ int wait_for_event(CompChannel* channel) {
   const int fd = channel->ibv.fd;
   const int flags = fcntl(fd, F_GETFL);
   if (flags < 0 || (flags & O_NONBLOCK) != 0) return eventfd_take(fd);  // EAGAIN as before
-  softrdma::runtime::Node* node = to_context(channel->ibv.context)->node;
+  softrdma::runtime::OpenDevice* node = to_context(channel->ibv.context)->node;
   pollfd fds[2] = {{fd, POLLIN, 0}, {node->transport().rx_fd(), POLLIN, 0}};
   constexpr auto kSpin = std::chrono::microseconds(30);
   auto spin_until = std::chrono::steady_clock::now() + kSpin;

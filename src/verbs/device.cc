@@ -86,14 +86,14 @@ SOFTRDMA_EXPORT int ibv_get_device_index(ibv_device* device) {
   return device == Process::get().device() ? 0 : -1;
 }
 
-// The GUID comes from the address, which is known once the Node has bound it:
+// The GUID comes from the address, which is known once the OpenDevice has bound it:
 // opened for the question if no context holds it (ibv_devices asks before any
 // ibv_open_device).
 SOFTRDMA_EXPORT __be64 ibv_get_device_guid(ibv_device* device) {
   try {
     if (device != Process::get().device()) return 0;
     int err = 0;
-    softrdma::runtime::Node* node = Process::get().acquire(err);
+    softrdma::runtime::OpenDevice* node = Process::get().acquire(err);
     if (node == nullptr) return 0;
     const __be64 guid = guid_of(node->device().gids());
     Process::get().release();
@@ -105,7 +105,7 @@ SOFTRDMA_EXPORT __be64 ibv_get_device_guid(ibv_device* device) {
 
 namespace {
 
-// A context over the process's Node; it owns `cmd_fd` (closed by ibv_close_device).
+// A context over the process's OpenDevice; it owns `cmd_fd` (closed by ibv_close_device).
 ibv_context* open_context(ibv_device* device, int cmd_fd) {
   const int async_fd = eventfd(0, EFD_SEMAPHORE | EFD_CLOEXEC);
   if (async_fd < 0) {
@@ -140,7 +140,7 @@ SOFTRDMA_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
 }
 
 // ibv_close_device(3): objects still open on the context are the application's
-// to destroy first; closing the last context closes the process's Node.
+// to destroy first; closing the last context closes the process's OpenDevice.
 SOFTRDMA_EXPORT int ibv_close_device(ibv_context* context) {
   Context* ctx = to_context(context);
   const bool stale = Process::get().stale(ctx);

@@ -25,7 +25,7 @@
 #include "engine/mr.h"
 #include "engine/pd.h"
 #include "engine/qp.h"
-#include "runtime/node.h"
+#include "runtime/open_device.h"
 
 // Every function the library exports: C linkage, default visibility (the rest of
 // the library is hidden; libibverbs.map picks the version node).
@@ -34,7 +34,7 @@
 namespace softrdma::verbs {
 
 struct Context {
-  runtime::Node* node = nullptr;  // shared by the process's contexts (process.h)
+  runtime::OpenDevice* node = nullptr;  // shared by the process's contexts (process.h)
   engine::Device* device = nullptr;
   uint64_t generation = 0;        // fork generation that opened it (process.h)
   bool inline_progress = false;   // SOFTRDMA_PROGRESS=inline
@@ -147,7 +147,7 @@ struct Cq {
     ibv_cq_ex ex;
   };
   engine::Cq* engine_cq;  // the software RNIC's CQ behind it
-  runtime::Node* node;
+  runtime::OpenDevice* node;
   Context* ctx;
   CompChannel* channel;  // or null
   bool inline_progress;
@@ -199,7 +199,7 @@ struct Qp {
   ibv_qp_ex ex;  // ex.qp_base is the ibv_qp applications see
   engine::Qp* engine_qp;  // the software RNIC's QP behind it
   Context* ctx;
-  runtime::Node* node;
+  runtime::OpenDevice* node;
   std::unique_ptr<WrBatch> batch;  // set when created with send_ops_flags
   // Its queues' memory when made with a parent domain that has allocators; outlives
   // the engine's QP (destroyed first).

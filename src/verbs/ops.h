@@ -51,7 +51,7 @@ int op_advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sg
 // Installs the ibv_qp_ex wr_* pointers of an extended QP (qp_ex.cc).
 void install_wr_ops(ibv_qp_ex& qpx);
 // A poll found nothing and did nothing: gives the core away (sched_yield), at
-// once when `at_once` (Node::idle_poll_yields_at_once), else after enough such
+// once when `at_once` (OpenDevice::idle_poll_yields_at_once), else after enough such
 // polls in a row on this thread, now and then (cq.cc).
 void after_idle_poll(bool at_once);
 void after_busy_poll();

@@ -96,7 +96,7 @@ ibv_device* Process::device() {
   return device_ok_ ? &device_ : nullptr;
 }
 
-runtime::Node* Process::acquire(int& err) {
+runtime::OpenDevice* Process::acquire(int& err) {
   std::lock_guard lock(node_mutex_);
   if (node_) {
     ++node_users_;
@@ -104,8 +104,8 @@ runtime::Node* Process::acquire(int& err) {
   }
   std::string error;
   auto settings = runtime::Settings::from_environment(error);
-  std::unique_ptr<runtime::Node> node;
-  if (settings) node = runtime::Node::open(*settings, error);
+  std::unique_ptr<runtime::OpenDevice> node;
+  if (settings) node = runtime::OpenDevice::open(*settings, error);
   if (!node) {
     warn_once(error);
     err = settings ? ENODEV : EINVAL;
@@ -122,7 +122,7 @@ runtime::Node* Process::acquire(int& err) {
 
 void Process::release() {
   std::lock_guard lock(node_mutex_);
-  // Closed under the lock: a concurrent acquire must not open a second Node on
+  // Closed under the lock: a concurrent acquire must not open a second OpenDevice on
   // the same address while this one still holds it.
   if (node_users_ > 0 && --node_users_ == 0) node_.reset();
 }
@@ -246,7 +246,7 @@ void Process::after_fork_in_parent() {
   p.node_mutex_.unlock();
 }
 
-// The child has a copy of the parent's Node without its progress thread, with
+// The child has a copy of the parent's OpenDevice without its progress thread, with
 // the parent's sockets: using it would steal the parent's packets, and
 // destroying it would join a thread that does not exist here. It is forgotten
 // (leaked), and every object of the parent's contexts is dead in the child

@@ -1,12 +1,12 @@
 // What the verbs library keeps per process (docs/decisions/verbs-contexts.md):
 //
 // - one ibv_device, described from the settings (SOFTRDMA_DEVICE);
-// - one runtime Node (UDP transport, engine, progress thread), shared by every
+// - one runtime OpenDevice (UDP transport, engine, progress thread), shared by every
 //   context the process opens, as one RNIC serves every context of a host: it is
 //   opened by the first ibv_open_device and closed with the last context;
 // - the routing of the engine's async events to the context that owns the QP or
 //   CQ they name (the engine has one event queue per device);
-// - fork: a child forgets the parent's Node (it belongs to the parent's threads
+// - fork: a child forgets the parent's OpenDevice (it belongs to the parent's threads
 //   and sockets) and the parent's objects are dead in it (generation()).
 #pragma once
 
@@ -20,7 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/node.h"
+#include "runtime/open_device.h"
 #include "verbs/objects.h"
 
 namespace softrdma::verbs {
@@ -37,9 +37,9 @@ class Process {
   // reason is printed to stderr once).
   ibv_device* device();
 
-  // The shared Node: opened on first use, counted. Null with `err` (an errno)
+  // The shared OpenDevice: opened on first use, counted. Null with `err` (an errno)
   // when it cannot be opened; the runtime's reason is printed to stderr once.
-  runtime::Node* acquire(int& err);
+  runtime::OpenDevice* acquire(int& err);
   void release();
 
   // Bumped in a forked child: objects of older generations belong to the parent.
@@ -70,7 +70,7 @@ class Process {
   static void after_fork_in_child();
 
   std::mutex node_mutex_;
-  std::unique_ptr<runtime::Node> node_;
+  std::unique_ptr<runtime::OpenDevice> node_;
   unsigned node_users_ = 0;
   std::atomic<uint64_t> generation_{1};
   std::atomic<bool> warned_{false};
@@ -96,7 +96,7 @@ void drop_async_events(Context& ctx, const void* object);
 // reader, if there is one (async.cc).
 void push_qp_error(Context& ctx, uint32_t qpn);
 
-// False once the process forked or the context's Node is gone: calls on it are EIO.
+// False once the process forked or the context's OpenDevice is gone: calls on it are EIO.
 inline bool live(Context* ctx) { return !Process::get().stale(ctx); }
 inline bool live(ibv_context* context) { return live(to_context(context)); }
 

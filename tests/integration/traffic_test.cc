@@ -231,19 +231,19 @@ TEST(Report, RecordsRoundTripIntoTheSummary) {
   EXPECT_EQ(back->lost, 2u);
   EXPECT_EQ(back->ops[op_index(Op::kRead)].max_length, 200u);
 
-  NodeReport sent;
+  SideReport sent;
   sent.transport = Transport::kUc;
   sent.errors = 1;
   sent.verified.sent = 9;
   sent.verified.lost = 2;
   sent.totals = {{"retransmitted_packets", 5}, {"retry_streak_max", 4}};
-  NodeReport client;
+  SideReport client;
   client.phases[3] = *back;
   ASSERT_TRUE(decode_final(encode_final(sent).data(), client));
   EXPECT_TRUE(client.has_final);
   EXPECT_EQ(client.transport, Transport::kUc);
 
-  NodeReport server;
+  SideReport server;
   server.totals = {{"retransmitted_packets", 1}, {"retry_streak_max", 6}};
   const Summary s = summarize(server, client);
   EXPECT_EQ(s.errors, 1u);
@@ -261,7 +261,7 @@ TEST(Report, TruncatedRecordsAreRefused) {
   std::vector<uint8_t> bytes = encode(phase).data();
   bytes.pop_back();
   EXPECT_FALSE(decode_phase(bytes));
-  NodeReport r;
+  SideReport r;
   std::vector<uint8_t> final_bytes = encode_final(r).data();
   final_bytes.pop_back();
   EXPECT_FALSE(decode_final(final_bytes, r));

@@ -23,7 +23,7 @@
 #include <string>
 #include <thread>
 
-#include "runtime/node.h"
+#include "runtime/open_device.h"
 #include "support/eventually.h"
 #include "transport/udp/udp_socket.h"
 #include "wire/icrc.h"
@@ -102,13 +102,13 @@ class VethPair : public ::testing::Test {
         [&] { return transport::udp::find_link_local(ipv4(v4), out, ifindex); },
         std::chrono::seconds(5), std::chrono::milliseconds(10));
   }
-  std::unique_ptr<Node> open_node(const std::string& ns, const std::string& address) {
+  std::unique_ptr<OpenDevice> open_node(const std::string& ns, const std::string& address) {
     InNamespace in(ns);
     EXPECT_TRUE(in.entered());
     Settings settings;
     settings.address = address;
     std::string error;
-    auto node = Node::open(settings, error);
+    auto node = OpenDevice::open(settings, error);
     EXPECT_NE(node, nullptr) << error;
     return node;
   }

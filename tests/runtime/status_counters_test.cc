@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/node.h"
+#include "runtime/open_device.h"
 #include "runtime/status_segment.h"
 
 namespace softrdma::runtime {
@@ -37,7 +37,7 @@ StatusReport own_report() {
 }
 
 // Sends `bytes` as one UDP datagram to the node's RoCEv2 address.
-void send_datagram(Node& node, const std::vector<uint8_t>& bytes) {
+void send_datagram(OpenDevice& node, const std::vector<uint8_t>& bytes) {
   const auto gid = node.transport().local_gid();
   sockaddr_in to{};
   to.sin_family = AF_INET;
@@ -52,7 +52,7 @@ void send_datagram(Node& node, const std::vector<uint8_t>& bytes) {
 
 // Runs the engine on this thread until the transport has nothing left to read
 // (no progress thread: nothing else takes the packets).
-void drain(Node& node) {
+void drain(OpenDevice& node) {
   pollfd p{node.transport().rx_fd(), POLLIN, 0};
   for (int round = 0; round < 1000 && poll(&p, 1, 0) == 1; ++round) node.progress_inline();
 }
@@ -61,7 +61,7 @@ TEST(StatusCountersTest, TransportDropsAreInTheStatus) {
   Settings settings;
   settings.progress_thread = false;
   std::string error;
-  auto node = Node::open(settings, error);
+  auto node = OpenDevice::open(settings, error);
   ASSERT_NE(node, nullptr) << error;
   ASSERT_NE(node->status(), nullptr);
 

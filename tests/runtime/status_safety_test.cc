@@ -17,7 +17,7 @@
 #include <sstream>
 #include <string>
 
-#include "runtime/node.h"
+#include "runtime/open_device.h"
 #include "runtime/status_segment.h"
 #include "runtime/status_test_support.h"
 
@@ -58,7 +58,7 @@ void expect_device_opens_beside(const std::string& planted) {
   std::string error;
   Settings settings;
   settings.progress_thread = false;
-  auto node = Node::open(settings, error);
+  auto node = OpenDevice::open(settings, error);
   const std::string said = ::testing::internal::GetCapturedStderr();
   ASSERT_NE(node, nullptr) << error;
   ASSERT_NE(node->status(), nullptr) << "the device keeps a status segment";
@@ -103,7 +103,7 @@ TEST(StatusSafetyTest, TheSegmentIsReadableByItsOwnerOnly) {
   std::string error;
   Settings settings;
   settings.progress_thread = false;
-  auto node = Node::open(settings, error);
+  auto node = OpenDevice::open(settings, error);
   ASSERT_NE(node, nullptr) << error;
   ASSERT_NE(node->status(), nullptr);
   struct stat st {};

@@ -258,7 +258,7 @@ TEST(Context, ImportThroughADupOfTheCommandFd) {
   EXPECT_EQ(ibv_close_device(imported), 0);
 }
 
-// Two contexts of one process share the device's address (one Node).
+// Two contexts of one process share the device's address (one OpenDevice).
 TEST(Context, TwoContextsShareTheAddress) {
   Device one, two;
   ASSERT_NE(one.ctx(), nullptr);

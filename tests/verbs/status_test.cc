@@ -210,7 +210,7 @@ TEST_P(SoftrdmaStatus, ShowsARunningProcessAndForgetsAKilledOne) {
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   // A killed process leaves its segment behind (no exit handler ran), but any
-  // other softrdma process of this user may sweep it from now on (Node::open does,
+  // other softrdma process of this user may sweep it from now on (OpenDevice::open does,
   // and the parallel suite runs many): whoever removes it, `softrdma status` must
   // neither list the dead process nor leave its file. The sweep itself is tested
   // in a private directory (runtime/status_segment_test.cc).

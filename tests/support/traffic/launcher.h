@@ -18,7 +18,7 @@ namespace softrdma::traffic {
 struct ChildResult {
   int exit_code = -1;  // -1: did not exit normally
   int signal = 0;      // the signal that ended it, if any
-  NodeReport report;
+  SideReport report;
 };
 
 struct PairResult {

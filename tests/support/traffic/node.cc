@@ -1,4 +1,4 @@
-// Node set-up and tear-down: the device, memory, QPs, the out-of-band exchange
+// Side set-up and tear-down: the device, memory, QPs, the out-of-band exchange
 // (as ibv_rc_pingpong does it: QPN, PSN, GID; here also rkeys and addresses), and
 // the QP state transitions RESET -> INIT -> RTR -> RTS (ibv_modify_qp(3): the
 // attributes each transport needs at each step, IBA 11.2.4.2 / Table 95).
@@ -76,27 +76,27 @@ int64_t now_ns() {
   return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
-Node::Node(NodeConfig config)
+Side::Side(SideConfig config)
     : config_(std::move(config)), errors_(std::string(role_name(config_.role))) {}
 
-Node::~Node() { teardown(); }
+Side::~Side() { teardown(); }
 
-uint64_t Node::max_message() const {
+uint64_t Side::max_message() const {
   uint64_t m = 8;
   for (const PhaseSpec& p : config_.phases) m = std::max<uint64_t>(m, p.max_size);
   return m;
 }
 
-uint32_t Node::slot_bytes() const {
+uint32_t Side::slot_bytes() const {
   const uint64_t header = config_.transport == Transport::kUd ? kGrhBytes : 0;
   return uint32_t((header + max_message() + kSlackBytes + 63) & ~uint64_t(63));
 }
 
-uint64_t Node::landing_poison_key(uint32_t qp) const {
+uint64_t Side::landing_poison_key(uint32_t qp) const {
   return make_key(config_.seed, 0x1a4d, uint64_t(config_.role), qp);
 }
 
-uint64_t Node::config_hash() const {
+uint64_t Side::config_hash() const {
   uint64_t h = make_key(config_.seed, config_.qps, config_.mtu, config_.phases.size());
   h = make_key(h, uint64_t(config_.transport));
   for (const PhaseSpec& p : config_.phases) {
@@ -109,7 +109,7 @@ uint64_t Node::config_hash() const {
   return h;
 }
 
-bool Node::open_oob(std::string& error) {
+bool Side::open_oob(std::string& error) {
   int fd = config_.oob_fd;
   if (fd < 0 && config_.role == Role::kServer)
     fd = OobChannel::listen_and_accept(config_.oob_port, kSetupTimeoutMs * 4, error);
@@ -120,7 +120,7 @@ bool Node::open_oob(std::string& error) {
   return true;
 }
 
-bool Node::allocate_memory(std::string& error) {
+bool Side::allocate_memory(std::string& error) {
   ibv_pd* pd = fabric_->pd();
   exposed_ = Region::allocate(pd, max_message() + (1 << 20), IBV_ACCESS_REMOTE_READ, error);
   if (exposed_)
@@ -140,7 +140,7 @@ bool Node::allocate_memory(std::string& error) {
   return true;
 }
 
-bool Node::create_qp(QpSlot& s, uint32_t q, std::string& error) {
+bool Side::create_qp(QpSlot& s, uint32_t q, std::string& error) {
   ibv_pd* pd = fabric_->pd();
   const uint64_t max = max_message();
   const bool slots = config_.transport != Transport::kRc;
@@ -194,14 +194,14 @@ bool Node::create_qp(QpSlot& s, uint32_t q, std::string& error) {
   return true;
 }
 
-bool Node::create_qps(std::string& error) {
+bool Side::create_qps(std::string& error) {
   qps_.resize(config_.qps);
   for (uint32_t q = 0; q < config_.qps; ++q)
     if (!create_qp(qps_[q], q, error)) return false;
   return true;
 }
 
-bool Node::setup(std::string& error) {
+bool Side::setup(std::string& error) {
   const uint32_t max_depth = 64;
   const uint64_t slot = slot_bytes();
   if (config_.transport == Transport::kSrq)
@@ -234,7 +234,7 @@ bool Node::setup(std::string& error) {
   return true;
 }
 
-bool Node::exchange(std::string& error) {
+bool Side::exchange(std::string& error) {
   Encoder e;
   e.u32(kHelloMagic).u8(uint8_t(config_.role)).u64(config_hash());
   e.bytes(fabric_->gid());
@@ -277,7 +277,7 @@ bool Node::exchange(std::string& error) {
   return true;
 }
 
-bool Node::connect_qp(QpSlot& s, uint32_t q, std::string& error) {
+bool Side::connect_qp(QpSlot& s, uint32_t q, std::string& error) {
   const Transport t = config_.transport;
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_RTR;
@@ -328,7 +328,7 @@ bool Node::connect_qp(QpSlot& s, uint32_t q, std::string& error) {
   return true;
 }
 
-bool Node::make_receivers(std::string& error) {
+bool Side::make_receivers(std::string& error) {
   const Transport t = config_.transport;
   if (t == Transport::kRc) {
     for (uint32_t q = 0; q < config_.qps; ++q) {
@@ -368,7 +368,7 @@ bool Node::make_receivers(std::string& error) {
   return !errors_.is_fatal();
 }
 
-void Node::make_lanes() {
+void Side::make_lanes() {
   const Role peer = peer_of(config_.role);
   for (uint32_t q = 0; q < config_.qps; ++q) {
     QpSlot& s = qps_[q];
@@ -395,7 +395,7 @@ void Node::make_lanes() {
   }
 }
 
-void Node::teardown() {
+void Side::teardown() {
   for (QpSlot& s : qps_) {
     s.lane.reset();
     s.receiver.reset();

@@ -1,4 +1,4 @@
-// One process of a two-process traffic run (a "node"): an ordinary verbs program.
+// One side of a two-process traffic run (one process): an ordinary verbs program.
 // It opens the first verbs device (fabric.h), creates N QPs of the run's transport
 // (RC, UC, UD, or RC on one SRQ) and their memory, exchanges QPNs, PSNs, GID and
 // keys with its peer out of band (oob.h), connects the QPs, and runs the phases of
@@ -29,7 +29,7 @@
 
 namespace softrdma::traffic {
 
-struct NodeConfig {
+struct SideConfig {
   Role role = Role::kClient;
   Transport transport = Transport::kRc;
   uint64_t seed = 1;
@@ -64,10 +64,10 @@ struct PeerInfo {
   std::vector<RemoteMemory> landing;
 };
 
-class Node {
+class Side {
  public:
-  explicit Node(NodeConfig config);
-  ~Node();
+  explicit Side(SideConfig config);
+  ~Side();
   // Sets up, runs every phase, prints results. The process's exit status.
   int run();
 
@@ -125,7 +125,7 @@ class Node {
   void report_progress(uint32_t phase, int64_t now);
   void report_final();
 
-  NodeConfig config_;
+  SideConfig config_;
   ErrorLog errors_;
   Verified verified_;
   std::unique_ptr<Fabric> fabric_;

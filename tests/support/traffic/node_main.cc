@@ -16,6 +16,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "softrdma-traffic-node: --role=server|client is required\n");
     return 2;
   }
-  Node node(node_config(o, *o.role));
+  Side node(node_config(o, *o.role));
   return node.run();
 }

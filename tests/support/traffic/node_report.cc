@@ -17,7 +17,7 @@ constexpr int kFinalDrainMs = 10000;
 
 }  // namespace
 
-void Node::report_phase(uint32_t phase, int64_t ns, const Verified& before) {
+void Side::report_phase(uint32_t phase, int64_t ns, const Verified& before) {
   PhaseRecord r;
   r.index = phase;
   r.label = config_.phases[phase].label;
@@ -35,7 +35,7 @@ void Node::report_phase(uint32_t phase, int64_t ns, const Verified& before) {
               (unsigned long long)r.lost);
 }
 
-void Node::report_progress(uint32_t phase, int64_t now) {
+void Side::report_progress(uint32_t phase, int64_t now) {
   if (!report_) return;
   // Whatever is queued goes out now: the launcher waits on these frames.
   report_->flush();
@@ -50,9 +50,9 @@ void Node::report_progress(uint32_t phase, int64_t now) {
   report_->send(MsgType::kProgress, encode(p));
 }
 
-void Node::report_final() {
+void Side::report_final() {
   const std::string role(role_name(config_.role));
-  NodeReport r;
+  SideReport r;
   r.transport = config_.transport;
   r.errors = errors_.count();
   r.verified = verified_;

@@ -25,7 +25,7 @@ enum class MsgType : uint8_t {
   kFail = 6,        // I stop: a fatal error (text)
   kPhaseStart = 7,  // my receive WQEs of this phase are posted: send
   kRoundDone = 8,   // UC, UD: your marker of this round arrived (lane.h)
-  // Node -> launcher (report.h), never between the nodes.
+  // Side -> launcher (report.h), never between the nodes.
   kProgress = 9,      // messages completed so far in the current phase
   kPhaseResult = 10,  // one phase's record
   kFinalResult = 11,  // errors, what was verified, engine counters

@@ -206,8 +206,8 @@ std::string node_command(const RunOptions& o) {
   return o.node.empty() ? beside_this_program("softrdma-traffic-node") : o.node;
 }
 
-NodeConfig node_config(const RunOptions& o, Role role) {
-  NodeConfig c;
+SideConfig node_config(const RunOptions& o, Role role) {
+  SideConfig c;
   c.role = role;
   c.transport = o.transport;
   c.seed = o.seed;

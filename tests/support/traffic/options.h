@@ -55,7 +55,7 @@ std::string fault_settings_for(const RunOptions& o, Role role);
 // What both node processes get: the run's options without the launcher-only ones
 // (faults and capture reach them as the library's environment settings).
 std::vector<std::string> to_node_args(const RunOptions& o);
-NodeConfig node_config(const RunOptions& o, Role role);
+SideConfig node_config(const RunOptions& o, Role role);
 // The `softrdma` command: --softrdma, else the one beside this program.
 std::string softrdma_command(const RunOptions& o);
 // The node program: --node, else softrdma-traffic-node beside this program.

@@ -48,7 +48,7 @@ constexpr auto kPhaseFields = [](auto& r, auto& f) {
   for (auto& s : r.ops) f(s.messages), f(s.bytes), f(s.latency_ns), f(s.max_length);
 };
 constexpr auto kProgressFields = [](auto& p, auto& f) { f(p.phase), f(p.done), f(p.total); };
-// The final record: a NodeReport without its phases (sent one by one before).
+// The final record: a SideReport without its phases (sent one by one before).
 constexpr auto kFinalFields = [](auto& r, auto& f) {
   f(r.transport), f(r.errors);
   auto& v = r.verified;
@@ -83,9 +83,9 @@ uint64_t Summary::counter(const std::string& name) const {
   return it == engine.end() ? 0 : it->second;
 }
 
-Summary summarize(const NodeReport& server, const NodeReport& client) {
+Summary summarize(const SideReport& server, const SideReport& client) {
   Summary s;
-  for (const NodeReport* r : {&server, &client}) {
+  for (const SideReport* r : {&server, &client}) {
     s.errors += r->errors;
     s.verified.merge(r->verified);
     for (const auto& [index, p] : r->phases)
@@ -102,7 +102,7 @@ Summary summarize(const NodeReport& server, const NodeReport& client) {
 
 Encoder encode(const PhaseRecord& r) { return encode_as(r, kPhaseFields); }
 Encoder encode(const Progress& p) { return encode_as(p, kProgressFields); }
-Encoder encode_final(const NodeReport& r) { return encode_as(r, kFinalFields); }
+Encoder encode_final(const SideReport& r) { return encode_as(r, kFinalFields); }
 
 std::optional<PhaseRecord> decode_phase(std::span<const uint8_t> payload) {
   return decode_as<PhaseRecord>(payload, kPhaseFields);
@@ -112,8 +112,8 @@ std::optional<Progress> decode_progress(std::span<const uint8_t> payload) {
   return decode_as<Progress>(payload, kProgressFields);
 }
 
-bool decode_final(std::span<const uint8_t> payload, NodeReport& into) {
-  std::optional<NodeReport> r = decode_as<NodeReport>(payload, kFinalFields);
+bool decode_final(std::span<const uint8_t> payload, SideReport& into) {
+  std::optional<SideReport> r = decode_as<SideReport>(payload, kFinalFields);
   if (!r) return false;
   r->phases = std::move(into.phases);  // those came before, one record each
   into = std::move(*r);

@@ -34,7 +34,7 @@ struct Progress {
   uint64_t total = 0;
 };
 
-struct NodeReport {
+struct SideReport {
   std::map<uint32_t, PhaseRecord> phases;
   bool has_final = false;
   Transport transport = Transport::kRc;  // the QPs the node made (final record)
@@ -53,16 +53,16 @@ struct Summary {
   uint64_t counter(const std::string& name) const;
   const OpStats& op(Op o) const { return ops[op_index(o)]; }
 };
-Summary summarize(const NodeReport& server, const NodeReport& client);
+Summary summarize(const SideReport& server, const SideReport& client);
 
 // Frames (node -> launcher). The decoders return nothing for a short or
 // malformed payload.
 Encoder encode(const PhaseRecord& r);
 Encoder encode(const Progress& p);
-Encoder encode_final(const NodeReport& r);  // transport, errors, verified, totals
+Encoder encode_final(const SideReport& r);  // transport, errors, verified, totals
 std::optional<PhaseRecord> decode_phase(std::span<const uint8_t> payload);
 std::optional<Progress> decode_progress(std::span<const uint8_t> payload);
 // Fills has_final, transport, errors, verified and totals of `into`.
-bool decode_final(std::span<const uint8_t> payload, NodeReport& into);
+bool decode_final(std::span<const uint8_t> payload, SideReport& into);
 
 }  // namespace softrdma::traffic

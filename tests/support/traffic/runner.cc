@@ -22,23 +22,23 @@ constexpr int64_t kUdQuietNs = 50'000'000;
 
 }  // namespace
 
-bool Node::lanes_done() const {
+bool Side::lanes_done() const {
   return std::all_of(qps_.begin(), qps_.end(), [](const QpSlot& s) { return s.lane->done(); });
 }
 
-bool Node::receivers_done() const {
+bool Side::receivers_done() const {
   return pending_closes_.empty() && std::all_of(qps_.begin(), qps_.end(), [](const QpSlot& s) {
            return s.receiver ? s.receiver->done() : s.arrivals->done();
          });
 }
 
-uint64_t Node::slot_value(uint32_t qp) const {
+uint64_t Side::slot_value(uint32_t qp) const {
   // Written by this process's progress thread (the engine executes the atomics).
   return __atomic_load_n(reinterpret_cast<const uint64_t*>(atomics_.data() + 8 * qp),
                          __ATOMIC_ACQUIRE);
 }
 
-void Node::start_phase(uint32_t phase) {
+void Side::start_phase(uint32_t phase) {
   const PhaseSpec& spec = config_.phases[phase];
   const Role peer = peer_of(config_.role);
   for (uint32_t q = 0; q < config_.qps; ++q) {
@@ -62,7 +62,7 @@ void Node::start_phase(uint32_t phase) {
   oob_->send(MsgType::kPhaseStart, start_msg);
 }
 
-bool Node::run_phase(uint32_t phase) {
+bool Side::run_phase(uint32_t phase) {
   start_phase(phase);
   const Verified before = verified_;
   last_progress_ns_ = now_ns();
@@ -113,7 +113,7 @@ bool Node::run_phase(uint32_t phase) {
 }
 
 // One turn of the loop; true when anything happened.
-bool Node::step(uint32_t phase, int64_t now) {
+bool Side::step(uint32_t phase, int64_t now) {
   bool worked = false;
   for (QpSlot& s : qps_) {
     if (peer_phases_started_ > phase) worked |= s.lane->pump(now);
@@ -138,7 +138,7 @@ bool Node::step(uint32_t phase, int64_t now) {
   return worked;
 }
 
-bool Node::poll_cqs(int64_t now) {
+bool Side::poll_cqs(int64_t now) {
   bool any = false;
   ibv_wc wc[kPollBatch];
   for (ibv_cq* cq : {fabric_->send_cq(), fabric_->recv_cq()}) {
@@ -168,7 +168,7 @@ bool Node::poll_cqs(int64_t now) {
   return any;
 }
 
-void Node::on_receive(const ibv_wc& wc, uint32_t q, int64_t now) {
+void Side::on_receive(const ibv_wc& wc, uint32_t q, int64_t now) {
   QpSlot& s = qps_[q];
   if (s.receiver) return s.receiver->on_completion(wc);
   SlotPool& pool = s.pool ? *s.pool : *shared_pool_;
@@ -191,7 +191,7 @@ void Node::on_receive(const ibv_wc& wc, uint32_t q, int64_t now) {
 }
 
 // UD: the last rounds whose markers arrived, once nothing arrived for a while.
-bool Node::close_rounds(int64_t now) {
+bool Side::close_rounds(int64_t now) {
   if (pending_closes_.empty() || now - last_receive_ns_ < kUdQuietNs) return false;
   for (const PendingClose& p : pending_closes_) {
     if (!qps_[p.qp].arrivals->close_round(p.tag.round, p.tag.consumed)) continue;
@@ -203,7 +203,7 @@ bool Node::close_rounds(int64_t now) {
   return true;
 }
 
-bool Node::handle_oob() {
+bool Side::handle_oob() {
   if (!oob_->flush() || !oob_->receive()) {
     errors_.fatal(oob_->error());
     return false;
@@ -216,7 +216,7 @@ bool Node::handle_oob() {
   return any;
 }
 
-void Node::handle_frame(const Frame& f) {
+void Side::handle_frame(const Frame& f) {
   switch (f.type) {
     case MsgType::kCheck: {
       CheckRequest r;
@@ -255,7 +255,7 @@ void Node::handle_frame(const Frame& f) {
   errors_.fatal("unexpected out-of-band message " + std::to_string(int(f.type)));
 }
 
-void Node::answer_check(const CheckRequest& r) {
+void Side::answer_check(const CheckRequest& r) {
   const QpSlot& s = qps_[r.qp];
   if (config_.inject_data_errors && !write_spoiled_) {
     for (const CheckItem& item : r.items) {
@@ -280,7 +280,7 @@ void Node::answer_check(const CheckRequest& r) {
   oob_->send(MsgType::kCheckReply, encode(reply));
 }
 
-void Node::wait_for_events(int64_t now) {
+void Side::wait_for_events(int64_t now) {
   // Arm, then look once more: a completion between the last poll and the arm
   // would otherwise not wake us (ibv_req_notify_cq(3)).
   if (!fabric_->arm_notify()) return errors_.fatal("ibv_req_notify_cq failed");
@@ -293,7 +293,7 @@ void Node::wait_for_events(int64_t now) {
   fabric_->drain_notify();
 }
 
-void Node::dump_state(int64_t now) {
+void Side::dump_state(int64_t now) {
   std::fprintf(stderr, "[%s] state (peer finished %u phases):\n",
                std::string(role_name(config_.role)).c_str(), peer_phases_done_);
   for (const QpSlot& s : qps_) {
@@ -302,7 +302,7 @@ void Node::dump_state(int64_t now) {
   }
 }
 
-int Node::run() {
+int Side::run() {
   const std::string role(role_name(config_.role));
   if (config_.report_fd >= 0) report_ = std::make_unique<OobChannel>(config_.report_fd);
   std::string error;

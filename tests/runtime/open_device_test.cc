@@ -1,5 +1,5 @@
-// runtime::Node composes transport, engine and progress thread as the settings say.
-#include "runtime/node.h"
+// runtime::OpenDevice composes transport, engine and progress thread as the settings say.
+#include "runtime/open_device.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,14 +12,14 @@
 
 namespace softrdma::runtime {
 
-Node* forgotten_node = nullptr;  // external linkage: the store is not optimised away
+OpenDevice* forgotten_node = nullptr;  // external linkage: the store is not optimised away
 
 namespace {
 
 // Default settings: a loopback address of its own, GIDs from it, a progress thread.
 TEST(NodeTest, OpensOnALoopbackAddressWithAProgressThread) {
   std::string error;
-  auto node = Node::open(Settings{}, error);
+  auto node = OpenDevice::open(Settings{}, error);
   ASSERT_NE(node, nullptr) << error;
   const auto& gids = node->device().gids();
   ASSERT_EQ(gids.size(), 2u);
@@ -36,7 +36,7 @@ TEST(NodeTest, FaultsAndInlineProgressFollowTheSettings) {
   s.faults = "loss=0.5,seed=3";
   s.progress_thread = false;
   std::string error;
-  auto node = Node::open(s, error);
+  auto node = OpenDevice::open(s, error);
   ASSERT_NE(node, nullptr) << error;
   EXPECT_NE(node->faults(), nullptr);
   EXPECT_EQ(node->loop(), nullptr);
@@ -49,12 +49,12 @@ TEST(NodeTest, BadSettingsFailWithAMessage) {
   Settings s;
   s.faults = "loss=2";
   std::string error;
-  EXPECT_EQ(Node::open(s, error), nullptr);
+  EXPECT_EQ(OpenDevice::open(s, error), nullptr);
   EXPECT_FALSE(error.empty());
   Settings t;
   t.address = "192.0.2.77";  // TEST-NET-1: never a local address
   error.clear();
-  EXPECT_EQ(Node::open(t, error), nullptr);
+  EXPECT_EQ(OpenDevice::open(t, error), nullptr);
   EXPECT_NE(error.find("192.0.2.77"), std::string::npos) << error;
 }
 
@@ -68,7 +68,7 @@ TEST(NodeTest, ExitWithoutClosingWhileTheProgressThreadRuns) {
     ASSERT_GE(child, 0);
     if (child == 0) {
       std::string error;
-      auto node = Node::open(Settings{}, error);
+      auto node = OpenDevice::open(Settings{}, error);
       if (node == nullptr) _exit(3);
       for (int i = 0; i < 1000; ++i) node->loop()->wake();  // keep it turning
       // Never closed; kept reachable from a global, so LeakSanitizer does not

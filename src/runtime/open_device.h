@@ -26,13 +26,13 @@ class FaultInjector;
 
 namespace softrdma::runtime {
 
-class Node {
+class OpenDevice {
  public:
   // Opens the device. On failure returns null and says why (and what to do).
-  static std::unique_ptr<Node> open(const Settings& settings, std::string& error);
-  ~Node();
-  Node(const Node&) = delete;
-  Node& operator=(const Node&) = delete;
+  static std::unique_ptr<OpenDevice> open(const Settings& settings, std::string& error);
+  ~OpenDevice();
+  OpenDevice(const OpenDevice&) = delete;
+  OpenDevice& operator=(const OpenDevice&) = delete;
 
   engine::Device& device() { return *device_; }
   transport::Transport& transport() { return *transport_; }
@@ -68,7 +68,7 @@ class Node {
   }
 
  private:
-  explicit Node(const Settings& settings) : settings_(settings) {}
+  explicit OpenDevice(const Settings& settings) : settings_(settings) {}
   // The engine's QP observer: the status segment's row, and QPs entering Error.
   engine::QpCounters* observe_qp(const engine::Qp& qp, bool gone);
   // One turn of the engine, then the QPs that entered Error meanwhile are told.

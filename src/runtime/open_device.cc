@@ -1,4 +1,4 @@
-#include "runtime/node.h"
+#include "runtime/open_device.h"
 
 #include <sys/stat.h>
 
@@ -47,8 +47,8 @@ std::unique_ptr<transport::Transport> open_transport(const Settings& s, std::str
 
 }  // namespace
 
-std::unique_ptr<Node> Node::open(const Settings& settings, std::string& error) {
-  std::unique_ptr<Node> node(new Node(settings));
+std::unique_ptr<OpenDevice> OpenDevice::open(const Settings& settings, std::string& error) {
+  std::unique_ptr<OpenDevice> node(new OpenDevice(settings));
   // Segments left by this user's processes that were killed (no exit handler ran:
   // decisions/status-segment-safety.md), then this one's segment first: the
   // transport counts into it from its first packet.
@@ -79,7 +79,7 @@ std::unique_ptr<Node> Node::open(const Settings& settings, std::string& error) {
     family = engine::iwarp::IwarpFamily::maker(*node->streams_);
   }
   node->device_ = std::make_unique<engine::Device>(config, *node->transport_, family);
-  Node* raw = node.get();
+  OpenDevice* raw = node.get();
   node->device_->set_qp_observer(
       [raw](const engine::Qp& qp, bool gone) { return raw->observe_qp(qp, gone); });
   node->watch_addresses();
@@ -116,7 +116,7 @@ std::unique_ptr<Node> Node::open(const Settings& settings, std::string& error) {
   return node;
 }
 
-void Node::open_same_host() {
+void OpenDevice::open_same_host() {
   if (!settings_.same_host) return;
   std::string why;
   const std::vector<wire::Gid> gids = transport_->local_gids();
@@ -139,7 +139,7 @@ void Node::open_same_host() {
 // an IPv4 address off loopback may get its interface's link-local address (GID 0)
 // after the device opened, and lose it. A loopback or IPv6 device's table never
 // changes: no watcher. Without one (netlink refused), the table stays as opened.
-void Node::watch_addresses() {
+void OpenDevice::watch_addresses() {
   const std::vector<wire::Gid>& gids = device_->gids();
   if (!wire::gid_is_ipv4(gids.back()) || (wire::gid_to_ipv4(gids.back()) >> 24) == 127) return;
   engine::Device* device = device_.get();
@@ -152,7 +152,7 @@ void Node::watch_addresses() {
   device->refresh_gids();  // what changed between the device's opening and the watch
 }
 
-Node::~Node() {
+OpenDevice::~OpenDevice() {
   address_watcher_.reset();  // before the device it calls
   if (loop_) loop_->stop();
   if (device_) device_->set_wakeup(nullptr);
@@ -170,11 +170,11 @@ Node::~Node() {
   transport_.reset();
 }
 
-bool Node::progress_inline() {
+bool OpenDevice::progress_inline() {
   return loop_ ? loop_->run_once() : turn(engine::Device::Turner::kLoop);
 }
 
-engine::QpCounters* Node::observe_qp(const engine::Qp& qp, bool gone) {
+engine::QpCounters* OpenDevice::observe_qp(const engine::Qp& qp, bool gone) {
   if (!gone && qp.state() == IBV_QPS_ERR && qp.type() == IBV_QPT_RC && qp_error_listener_) {
     std::lock_guard lock(qp_errors_mutex_);
     qp_errors_.push_back(qp.qpn());
@@ -187,18 +187,18 @@ engine::QpCounters* Node::observe_qp(const engine::Qp& qp, bool gone) {
   return status_->update_qp(row, gone);
 }
 
-bool Node::turn(engine::Device::Turner who) {
+bool OpenDevice::turn(engine::Device::Turner who) {
   const bool worked = device_->progress(who);
   after_turn();
   return worked;
 }
 
-void Node::after_turn() {
+void OpenDevice::after_turn() {
   // One atomic load per turn; the list is taken only when a QP entered Error.
   if (qp_errors_pending_.load(std::memory_order_acquire)) report_qp_errors();
 }
 
-[[gnu::cold]] void Node::report_qp_errors() {
+[[gnu::cold]] void OpenDevice::report_qp_errors() {
   std::vector<uint32_t> errors;
   {
     std::lock_guard lock(qp_errors_mutex_);
