@@ -7,6 +7,8 @@ because every layer's include root is src/. Run by ctest (layering).
 
   check_layers.py SRC_DIR      exit 0: clean; 1: lists every violation
   check_layers.py tests/support
+  check_layers.py --expect N DIR   exit 0 only when DIR has exactly N violations
+                                   (the check's own test: tests/data/layering_back_arrows)
 """
 import pathlib
 import re
@@ -77,6 +79,10 @@ def engine_allowed(parts, header):
 
 
 def main():
+    expect = None
+    if sys.argv[1] == "--expect":
+        expect = int(sys.argv[2])
+        del sys.argv[1:3]
     src = pathlib.Path(sys.argv[1])
     bad = []
     for path in sorted(src.rglob("*")):
@@ -93,6 +99,8 @@ def main():
     for line in bad:
         print("layering violation:", line)
     print(f"check_layers: {len(bad)} violation(s)")
+    if expect is not None:
+        return 0 if len(bad) == expect else 1
     return 1 if bad else 0
 
 

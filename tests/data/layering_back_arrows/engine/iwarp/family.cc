@@ -1,0 +1,1 @@
+#include "engine/rc/connection.h"  // a family reaches another
