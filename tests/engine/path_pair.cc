@@ -1,8 +1,8 @@
 #include "engine/path_pair.h"
 
+#include <fcntl.h>
 #include <linux/tcp.h>
 #include <netinet/in.h>
-#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -40,11 +40,16 @@ uint64_t tcp_bytes_acked(int fd) {
 
 std::string path_param_name(const ::testing::TestParamInfo<Path>& info) {
   switch (info.param) {
-    case Path::kRoceFake: return "RoceFake";
-    case Path::kRoceUdp: return "RoceUdp";
-    case Path::kSameHost: return "SameHost";
-    case Path::kIwarpFake: return "IwarpFake";
-    case Path::kIwarpTcp: return "IwarpTcp";
+    case Path::kRoceFake:
+      return "RoceFake";
+    case Path::kRoceUdp:
+      return "RoceUdp";
+    case Path::kSameHost:
+      return "SameHost";
+    case Path::kIwarpFake:
+      return "IwarpFake";
+    case Path::kIwarpTcp:
+      return "IwarpTcp";
   }
   return "unknown";
 }
@@ -122,9 +127,8 @@ void PathPairTest::make_iwarp_node(PathNode& n, uint8_t last) {
   attr.qp_state = IBV_QPS_INIT;
   attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
   attr.port_num = 1;
-  ASSERT_EQ(n.qp->modify(attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                                   IBV_QP_ACCESS_FLAGS),
-            0);
+  ASSERT_EQ(
+      n.qp->modify(attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
 }
 
 void PathPairTest::make_verbs_objects(PathNode& n) {
@@ -227,7 +231,8 @@ void PathPairTest::expect_path_taken() {
   EXPECT_EQ(a.qp->on_same_host(), host);
   EXPECT_EQ(b.qp->on_same_host(), host);
   const uint64_t device_tx = a.counters().tx_packets + b.counters().tx_packets;
-  const uint64_t datagrams = a.transport->counters().tx_packets + b.transport->counters().tx_packets;
+  const uint64_t datagrams =
+      a.transport->counters().tx_packets + b.transport->counters().tx_packets;
   EngineCounters& x = a.counters();
   EngineCounters& y = b.counters();
   const uint64_t host_ops = x.host_writes + x.host_reads + x.host_atomics + x.host_sends +

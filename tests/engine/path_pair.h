@@ -30,8 +30,8 @@ enum class Path { kRoceFake, kRoceUdp, kSameHost, kIwarpFake, kIwarpTcp };
 std::string path_param_name(const ::testing::TestParamInfo<Path>& info);
 
 struct PathNode {
-  std::unique_ptr<samehost::Host> host;             // kSameHost; outlives the device
-  std::unique_ptr<transport::Transport> transport;  // fake or UDP datagrams
+  std::unique_ptr<samehost::Host> host;                        // kSameHost; outlives the device
+  std::unique_ptr<transport::Transport> transport;             // fake or UDP datagrams
   std::unique_ptr<transport::fake::FakeStreams> fake_streams;  // kIwarpFake
   std::unique_ptr<transport::tcp::TcpStreams> tcp_streams;     // kIwarpTcp
   std::unique_ptr<Device> device;
@@ -88,9 +88,8 @@ class PathPairTest : public ::testing::TestWithParam<Path> {
   void post_recv(PathNode& n, size_t offset, uint32_t length, uint64_t wr_id);
   // One signaled WR from `n` to its peer's memory at `remote_offset`, changed by
   // `adjust` before it is posted.
-  int post(PathNode& n, ibv_wr_opcode opcode, size_t offset, uint32_t length,
-           size_t remote_offset, uint64_t wr_id,
-           const std::function<void(ibv_send_wr&)>& adjust = {});
+  int post(PathNode& n, ibv_wr_opcode opcode, size_t offset, uint32_t length, size_t remote_offset,
+           uint64_t wr_id, const std::function<void(ibv_send_wr&)>& adjust = {});
   void fill(PathNode& n, size_t offset, size_t length, uint32_t seed);
   bool same(const PathNode& x, size_t xo, const PathNode& y, size_t yo, size_t length) const;
   PathNode& peer(PathNode& n) { return &n == &a ? b : a; }

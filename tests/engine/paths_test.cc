@@ -137,9 +137,9 @@ TEST_P(PathTest, AtomicsReturnTheOldValue) {
 // the Terminate comes back, RFC 5040 §7.1.)
 TEST_P(PathTest, AnUnknownRkeyIsARemoteAccessError) {
   const uint32_t bad_rkey = b.mr->key ^ 0x00ffff00;
-  ASSERT_EQ(post(a, IBV_WR_RDMA_READ, 0, 100, 0, 1,
-                 [&](ibv_send_wr& wr) { wr.wr.rdma.rkey = bad_rkey; }),
-            0);
+  ASSERT_EQ(
+      post(a, IBV_WR_RDMA_READ, 0, 100, 0, 1, [&](ibv_send_wr& wr) { wr.wr.rdma.rkey = bad_rkey; }),
+      0);
   const auto done = wait_for(a.scq, 1);
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].status, IBV_WC_REM_ACCESS_ERR);
