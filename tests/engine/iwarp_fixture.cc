@@ -23,7 +23,9 @@ transport::Gid loopback_gid(uint8_t last) {
 }
 }  // namespace
 
-std::array<int, 2> IwarpPairTest::tcp_pair() {
+std::array<int, 2> IwarpPairTest::tcp_pair() { return loopback_tcp_pair(); }
+
+std::array<int, 2> loopback_tcp_pair() {
   sockaddr_in at;
   const int listener = testing_support::listen_on_loopback(at);
   EXPECT_GE(listener, 0);

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 
+#include <array>
 #include <memory>
 #include <vector>
 
@@ -20,6 +21,9 @@
 #include "wire/iwarp/handoff.h"
 
 namespace softrdma::engine::testing {
+
+// Two connected loopback TCP sockets: [0] the initiator's, [1] the responder's.
+std::array<int, 2> loopback_tcp_pair();
 
 struct IwarpOptions {
   bool crc_a = false, crc_b = false;  // what each side believes was negotiated

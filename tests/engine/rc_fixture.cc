@@ -105,6 +105,13 @@ void connect_qp(Qp& qp, const Device& peer_device, uint32_t peer_qpn, uint32_t s
 }
 
 void RcPairTest::TearDown() {
+  // issue 26: a same-host pair moves its data without a packet (a regression to
+  // the wire would pass every other assertion of its tests).
+  if (a.device != nullptr && b.device != nullptr && options_.same_host &&
+      !wire_traffic_expected_) {
+    EXPECT_EQ(a.counters().tx_packets + b.counters().tx_packets, 0u)
+        << "a same-host pair sent packets on the wire";
+  }
   // Devices go before the transports they use, transports before the network.
   a.device.reset();
   b.device.reset();
@@ -146,6 +153,15 @@ void RcPairTest::connect(const RcOptions& options) {
   connect_qp(*b.qp, *a.device, a.qp->qpn(), options.b_psn, options.a_psn, options.b_qp_access,
              options);
   net_.take_sent();
+  expect_path_taken();
+}
+
+// issue 26: a same-host variant must fail, not pass on the wire, if the device
+// stopped finding its peer (samehost::Host::peer); a wire variant must stay on it.
+void RcPairTest::expect_path_taken() {
+  if (options_.type != IBV_QPT_RC && options_.type != IBV_QPT_UC) return;  // no connection
+  EXPECT_EQ(a.qp->on_same_host(), options_.same_host) << "a's QP took the other path";
+  EXPECT_EQ(b.qp->on_same_host(), options_.same_host) << "b's QP took the other path";
 }
 
 void RcPairTest::pump() {

@@ -82,8 +82,10 @@ class RcPairTest : public ::testing::Test {
   void SetUp() override { connect(RcOptions{}); }
   void TearDown() override;
 
-  // (Re)builds both nodes and moves both QPs to RTS.
+  // (Re)builds both nodes and moves both QPs to RTS, and checks that RC and UC
+  // QPs connected on the path asked for (RcOptions::same_host).
   void connect(const RcOptions& options);
+  void expect_path_taken();
   // Runs both devices until no packet is left in flight.
   void pump();
   // Moves time on by `ns` in small steps, pumping after each, so timers fire.
@@ -126,6 +128,9 @@ class RcPairTest : public ::testing::Test {
   static constexpr Nanos kStep = 250'000;  // 250 us
   // Set by RcPathTest: every connect() of the test takes this path.
   bool same_host_ = false;
+  // Same-host tests whose QPs take the wire by design (a TM SRQ, an XRC SRQ
+  // beyond the segment): TearDown does not require a silent wire of them.
+  bool wire_traffic_expected_ = false;
   NodeDirectory node_directory_;
   RcOptions options_;
   ManualClock clock_;

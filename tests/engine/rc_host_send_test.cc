@@ -228,6 +228,7 @@ TEST_F(RcHostSendTest, AResultPastWhatAnSrqPostedCompletesNothing) {
 TEST_F(RcHostSendTest, AnSrqTooLargeForTheSegmentTakesTheWire) {
   RcOptions o;
   o.srq_wrs = 2 * samehost::kSharedSges;
+  wire_traffic_expected_ = true;
   connect(o);
   EXPECT_EQ(b.srq->host_recv_queue(), 0u);
   fill(a, 0, 64, 5);

@@ -21,6 +21,7 @@ class TmTest : public RcPairTest, public ::testing::WithParamInterface<TestPath>
  protected:
   void SetUp() override {
     same_host_ = GetParam() == TestPath::kHost;
+    wire_traffic_expected_ = true;  // a TM SRQ is not published: its traffic takes the wire
     RcPairTest::SetUp();
     int err = 0;
     SrqInit init;

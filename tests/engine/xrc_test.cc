@@ -62,6 +62,7 @@ TEST_P(XrcTest, RdmaIsCheckedAgainstTheNamedSrqsPd) {
 
 // An SRQ number outside the receive QP's XRC domain is an invalid request.
 TEST_P(XrcTest, AnSrqOutsideTheDomainIsAnInvalidRequest) {
+  wire_traffic_expected_ = true;  // an unpublished SRQ number: the SEND takes the wire
   ASSERT_EQ(post_xrc(IBV_WR_SEND, 0, 8, 0xabcde, 1), 0);
   pump();
   const auto wcs = poll(a.scq);
