@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "engine/mr.h"
+#include "samehost/node_segment.h"
 
 namespace softrdma::samehost {
 struct KeyGrant;
@@ -48,7 +49,11 @@ struct KeyView {
   // IBA 10.6.7.3: a window of this process, if `rkey` names it as bound now.
   static bool of(const Mw& mw, uint32_t rkey, KeyView& out);
   // A same-host peer's key as its owner published it (MrTable::publish).
-  static KeyView of(const samehost::KeyGrant& grant);
+  static KeyView of(const samehost::KeyGrant& grant) {
+    // Published with the name of its first byte (0 for a zero-based window) and
+    // the QP a type 2 window serves (MrTable::publish).
+    return KeyView{grant.pd, grant.access, grant.iova, grant.length, grant.qpn};
+  }
 };
 
 // PDs of this process as KeyView and RemoteAccess compare them.
@@ -70,7 +75,11 @@ inline bool qp_allows(uint32_t qp_access, int need) { return (qp_access & uint32
 // IBA 9.7.5.1 / 9.4.5 (o9-13): what no key can make right: a message longer than
 // the port's max_msg_size, an ATOMIC at an address not 8-byte aligned. kDone or
 // kInvalidRequest.
-Verdict check_message(const RemoteAccess& r, uint64_t max_msg_size, bool atomic);
+inline Verdict check_message(const RemoteAccess& r, uint64_t max_msg_size, bool atomic) {
+  if (r.length > max_msg_size) return Verdict::kInvalidRequest;
+  if (atomic && r.va % 8 != 0) return Verdict::kInvalidRequest;
+  return Verdict::kDone;
+}
 
 // IBA 10.6.3 / 10.6.7.3 (C10-79..): the key, `key` null when none is named so
 // (no such key, a window not bound, or bound under another key): its PD (and a
@@ -92,8 +101,17 @@ inline AccessError check_key(const KeyView* key, const RemoteAccess& r, uint64_t
 
 // The whole check, in the responder's order: the QP's rights, the message, then
 // (for a message that touches memory) the key. kDone, kInvalidRequest or
-// kRemoteAccess; `offset` as check_key's. The same-host initiator's (host/).
-Verdict check_remote_access(uint32_t qp_access, uint64_t max_msg_size, bool atomic,
-                            const RemoteAccess& r, const KeyView* key, uint64_t& offset);
+// kRemoteAccess; `offset` as check_key's. The same-host initiator's (rc/host_*).
+// Inline: once per same-host WQE, on the post's own path.
+inline Verdict check_remote_access(uint32_t qp_access, uint64_t max_msg_size, bool atomic,
+                                   const RemoteAccess& r, const KeyView* key, uint64_t& offset) {
+  if (!qp_allows(qp_access, r.need)) return Verdict::kInvalidRequest;
+  if (const Verdict v = check_message(r, max_msg_size, atomic); v != Verdict::kDone) return v;
+  offset = 0;
+  // A zero-length message touches nothing and is checked against no key, as the
+  // wire's responder does (it resolves no range for it).
+  if (r.length == 0) return Verdict::kDone;
+  return check_key(key, r, offset) == AccessError::kNone ? Verdict::kDone : Verdict::kRemoteAccess;
+}
 
 }  // namespace softrdma::engine

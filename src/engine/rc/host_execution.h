@@ -18,6 +18,7 @@
 #include "engine/clock.h"
 #include "engine/host/batch.h"
 #include "engine/host/executor.h"
+#include "engine/rc/connection.h"
 #include "engine/host/peer_recv.h"
 #include "engine/wqe.h"
 #include "samehost/shared_pages.h"
@@ -90,5 +91,21 @@ class RcExecution {
   HostBatch& batch_;
   HostRetries& retries_;
 };
+
+// HostExecutor's calls (host/executor.h) for an RC connection: a view made per
+// call. Inline, in the one file that calls them (rc/requester.cc), so that the
+// view costs nothing on a post's path.
+inline bool HostExecutor::takes(rc::RcConnection& conn, const SendWqe& wqe) {
+  return RcExecution(conn, batch_, conn.host_retries()).executes(wqe);
+}
+
+inline bool HostExecutor::execute(rc::RcConnection& conn, SendWqe& wqe, uint32_t& index,
+                                  Nanos now) {
+  return RcExecution(conn, batch_, conn.host_retries()).execute(wqe, index, now);
+}
+
+inline bool HostExecutor::flush_open(rc::RcConnection& conn, Nanos now, uint32_t& resume) {
+  return RcExecution(conn, batch_, conn.host_retries()).flush(now, resume);
+}
 
 }  // namespace softrdma::engine::host

@@ -8,6 +8,7 @@
 
 #include "engine/device.h"
 #include "engine/host/executor.h"
+#include "engine/rc/host_execution.h"
 #include "engine/qp.h"
 #include "engine/rc/connection.h"
 #include "engine/sgl.h"
