@@ -136,6 +136,9 @@ class Device {
   // The same by a thread that holds engine_lock() already (the progress loop takes
   // it itself: one lock for one owner, docs/decisions/threading.md).
   bool progress_held(Turner who = Turner::kLoop);
+  // A doorbell waits for the engine's owner (the progress loop asks after each
+  // turn, with the engine released: ProgressHooks::work_left).
+  bool doorbells_pending() const { return doorbells_.load(std::memory_order_seq_cst) != nullptr; }
   // The lock whose holder runs the engine (for the progress loop's try_lock only;
   // everyone else takes turns through progress(), ring_doorbell(), hold_engine()).
   std::mutex& engine_lock() { return engine_mutex_; }

@@ -162,11 +162,19 @@ void ProgressLoop::set_state(LoopState state) {
 
 // The loop thread never waits for the lock: when a poller holds it, the poller
 // is making the progress and the loop is about to stand aside.
-bool ProgressLoop::call_progress() {
-  std::unique_lock lock(turn_lock_, std::try_to_lock);
-  if (!lock.owns_lock()) return false;
-  const bool did_work = hooks_.progress();
-  lock.unlock();
+bool ProgressLoop::call_progress() { return take_turns(hooks_.progress); }
+
+// Turns while work is left behind: a thread that found turn_lock held left its
+// work for the holder (the engine's doorbells, threading.md), so the holder looks
+// again after it lets go, and takes another turn if any came meanwhile; looked at
+// before letting go, a doorbell rung in between would wait for whoever comes next.
+bool ProgressLoop::take_turns(const std::function<bool()>& turn) {
+  bool did_work = false;
+  do {
+    std::unique_lock lock(turn_lock_, std::try_to_lock);
+    if (!lock.owns_lock()) break;  // another thread is progressing right now
+    did_work |= turn();
+  } while (hooks_.work_left && hooks_.work_left());
   if (hooks_.after_progress) hooks_.after_progress();
   if (did_work) stats_.productive.fetch_add(1, std::memory_order_relaxed);
   return did_work;
@@ -177,13 +185,7 @@ bool ProgressLoop::run_once() {
   // by a turn costs nothing but one more progress() call.
   aside_until_ns_.store(monotonic_now_ns() + options_.aside_while_waiting.count(),
                         std::memory_order_relaxed);
-  std::unique_lock lock(turn_lock_, std::try_to_lock);
-  if (!lock.owns_lock()) return false;  // another thread is progressing right now
-  const bool did_work = hooks_.poll_progress ? hooks_.poll_progress() : hooks_.progress();
-  lock.unlock();
-  if (hooks_.after_progress) hooks_.after_progress();
-  if (did_work) stats_.productive.fetch_add(1, std::memory_order_relaxed);
-  return did_work;
+  return take_turns(hooks_.poll_progress ? hooks_.poll_progress : hooks_.progress);
 }
 
 void ProgressLoop::poller_satisfied(bool hand_over) {

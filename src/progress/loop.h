@@ -52,6 +52,10 @@ struct ProgressHooks {
   // Called after each progress or poll_progress call, once turn_lock is released
   // (what may call back into the owner, e.g. reports to listeners). Optional.
   std::function<void()> after_progress;
+  // Whether work was left for the holder of turn_lock by a thread that found it
+  // held (the engine's doorbells); asked after letting go, and another turn taken
+  // when true. Optional.
+  std::function<bool()> work_left;
 };
 
 struct ProgressOptions {
@@ -125,6 +129,7 @@ class ProgressLoop {
  private:
   void run();
   bool call_progress();
+  bool take_turns(const std::function<bool()>& turn);
   bool spin();
   void block();
   bool poller_present() const;

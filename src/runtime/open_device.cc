@@ -101,6 +101,7 @@ std::unique_ptr<OpenDevice> OpenDevice::open(const Settings& settings, std::stri
       return device->progress_held(engine::Device::Turner::kPoller);
     };
     hooks.after_progress = [raw] { raw->after_turn(); };
+    hooks.work_left = [device] { return device->doorbells_pending(); };
     hooks.next_deadline_ns = [device] { return device->next_deadline(); };
     hooks.fds = device->family().rx_fds();  // the wire family's transports
     node->loop_ = std::make_unique<progress::ProgressLoop>(std::move(hooks));
