@@ -44,7 +44,8 @@ MpaParse parse_mpa_start(std::span<const uint8_t> bytes, bool reply, MpaStart& f
   const size_t key_bytes = std::min(bytes.size(), kMpaKeyBytes);
   const char* key = reply ? kMpaReplyKey : kMpaRequestKey;
   // A wrong key is known from its first wrong byte: no need to wait for the rest.
-  if (std::memcmp(bytes.data(), key, key_bytes) != 0) return MpaParse::kBadKey;
+  // (Nothing received yet is no byte to compare: memcmp's pointers must be valid.)
+  if (key_bytes != 0 && std::memcmp(bytes.data(), key, key_bytes) != 0) return MpaParse::kBadKey;
   if (bytes.size() < kMpaStartHeaderBytes) return MpaParse::kNeedMore;
   const uint8_t* p = bytes.data();
   const uint8_t revision = uint8_t(load_field(p, mpa_start::kRevision));
