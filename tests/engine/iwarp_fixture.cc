@@ -7,6 +7,7 @@
 
 #include <cstring>
 
+#include "engine/pair_ops.h"
 #include "engine/cq.h"
 #include "engine/iwarp/family.h"
 #include "support/loopback_listener.h"
@@ -115,22 +116,12 @@ void IwarpPairTest::TearDown() {
 
 std::vector<ibv_wc> IwarpPairTest::wait_for(Cq* cq, size_t count) {
   std::vector<ibv_wc> got;
-  run_until([&] {
-    ibv_wc wc[16];
-    for (int n; (n = cq->poll(16, wc)) > 0;) got.insert(got.end(), wc, wc + n);
-    return got.size() >= count;
-  });
+  run_until([&] { return drain_until(*cq, got, count); });
   return got;
 }
 
 void IwarpPairTest::post_recv(IwarpNode& n, size_t offset, uint32_t length, uint64_t wr_id) {
-  ibv_sge sge{n.addr(offset), length, n.mr->key};
-  ibv_recv_wr wr{};
-  wr.wr_id = wr_id;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  const ibv_recv_wr* bad = nullptr;
-  ASSERT_EQ(n.qp->post_recv(&wr, &bad), 0);
+  ASSERT_EQ(post_one_recv(*n.qp, n.addr(offset), length, n.mr->key, wr_id), 0);
 }
 
 int IwarpPairTest::post(IwarpNode& n, ibv_wr_opcode opcode, size_t offset, uint32_t length,

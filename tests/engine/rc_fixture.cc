@@ -1,4 +1,3 @@
-#include "engine/roce/family.h"
 #include "engine/rc_fixture.h"
 
 #include <arpa/inet.h>
@@ -7,6 +6,9 @@
 #include <filesystem>
 #include <random>
 #include <system_error>
+
+#include "engine/pair_ops.h"
+#include "engine/roce/family.h"
 
 namespace softrdma::engine::testing {
 
@@ -187,13 +189,7 @@ std::vector<ibv_wc> RcPairTest::poll(Cq* cq, int max) {
 }
 
 void RcPairTest::post_recv(Node& n, size_t offset, uint32_t length, uint64_t wr_id) {
-  ibv_sge sge{n.addr(offset), length, n.mr->key};
-  ibv_recv_wr wr{};
-  wr.wr_id = wr_id;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  const ibv_recv_wr* bad = nullptr;
-  ASSERT_EQ(n.qp->post_recv(&wr, &bad), 0);
+  ASSERT_EQ(post_one_recv(*n.qp, n.addr(offset), length, n.mr->key, wr_id), 0);
 }
 
 int RcPairTest::post(Node& n, ibv_wr_opcode opcode, size_t offset, uint32_t length,
