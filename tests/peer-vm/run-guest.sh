@@ -7,7 +7,8 @@
 #
 # Prints the guest command's output, then a line "== host command output (rc=N) =="
 # and the host command's, and exits with the guest command's status (124 when
-# RXE_TIMEOUT ran out, 125 when the guest never ran it).
+# RXE_TIMEOUT ran out, 125 when the guest never ran it; a guest that did not boot
+# within RXE_BOOT_TIMEOUT also prints "run-guest.sh: the guest did not boot").
 #
 # The guest command runs under busybox sh in the run directory (the host's
 # $RXE_RUNDIR, shared over 9p), with GUEST_IP, HOST_IP, RXE_DEV (rxe0 or siw0)
@@ -17,6 +18,8 @@
 #                   HOST_IP, GUEST_IP, RXE_RUNDIR.
 #   RXE_HOST_GRACE  seconds the host command may run on after the guest is off (3)
 #   RXE_TIMEOUT     seconds for boot and command together (120)
+#   RXE_BOOT_TIMEOUT  seconds until the guest's device is ready (90; an idle boot
+#                   takes about 5 under TCG, a rare one hangs with no output)
 #   RXE_MTU         of eth0 and tap0 (1500; rxe's active MTU is then 1024, 9000 gives 4096)
 #   RXE_DRIVER      rxe (Soft-RoCE, default) or siw (SoftiWARP)
 #   RXE_SHARE       a host directory, at /mnt/share in the guest
@@ -29,7 +32,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cache=${SOFTRDMA_PEER_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/softrdma-peer-vm}
 host_ip=10.77.0.1 guest_ip=10.77.0.2
 mtu=${RXE_MTU:-1500} driver=${RXE_DRIVER:-rxe}
-timeout=${RXE_TIMEOUT:-120} grace=${RXE_HOST_GRACE:-3}
+timeout=${RXE_TIMEOUT:-120} grace=${RXE_HOST_GRACE:-3} boot_timeout=${RXE_BOOT_TIMEOUT:-90}
 ns=peervm-$$
 
 "$here/build.sh" || { echo "run-guest.sh: build.sh failed" >&2; exit 125; }
@@ -98,9 +101,17 @@ started=$SECONDS
   "${share_dev[@]}" </dev/null >"$rundir/qemu.log" 2>&1 &
 qemu_pid=$!
 
-timed_out=0
+# guest-init.sh logs "peer-vm guest: DEV ready" (or why not) before the command.
+timed_out=0 booted=0 boot_hung=0
 while kill -0 "$qemu_pid" 2>/dev/null; do
   if ((SECONDS - started >= timeout)); then timed_out=1; break; fi
+  if ((!booted)); then
+    if grep -qs "peer-vm guest: " "$rundir/console.log"; then
+      booted=1
+    elif ((SECONDS - started >= boot_timeout)); then
+      boot_hung=1; break
+    fi
+  fi
   sleep 0.1
 done
 stop "$qemu_pid"
@@ -126,7 +137,11 @@ if [[ -n ${RXE_HOST_CMD:-} ]]; then
   echo "== host command output (rc=$host_rc) =="
   cat "$rundir/host.out"
 fi
-if ((timed_out)) || [[ -z $rc || $rc == 125 ]]; then
+if ((boot_hung)); then
+  echo "run-guest.sh: the guest did not boot within ${boot_timeout}s" >&2
+  rc=125
+fi
+if ((timed_out || boot_hung)) || [[ -z $rc || $rc == 125 ]]; then
   echo "== guest console ==" >&2
   tr -d '\r' <"$rundir/console.log" >&2
   cat "$rundir/qemu.log" >&2

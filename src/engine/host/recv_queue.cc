@@ -53,10 +53,6 @@ void HostRecvQueue::clear_results(uint32_t slots) {
   std::memset(static_cast<void*>(results_), 0, sizeof(samehost::RecvResult) * slots);
 }
 
-void HostRecvQueue::mirror(uint32_t slot, const Sge* sges, uint32_t max_sge) {
-  if (sges_ != nullptr) std::memcpy(sges_ + size_t(slot) * max_sge, sges, sizeof(Sge) * max_sge);
-}
-
 bool HostRecvQueue::take_result(uint32_t index, uint32_t slot, samehost::RecvResult& out) {
   return stuck_.take_result(host_->node(), results_[slot], index, out);
 }

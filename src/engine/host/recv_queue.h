@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "engine/wqe.h"
@@ -46,7 +47,10 @@ class HostRecvQueue {
 
   // A WQE posted in `slot` with `max_sge` entries (unused ones empty): mirrored
   // into the segment, before `posted` moves past it (publish_posted).
-  void mirror(uint32_t slot, const Sge* sges, uint32_t max_sge);
+  // Inline: once per ibv_post_recv on a queue peers may fill.
+  void mirror(uint32_t slot, const Sge* sges, uint32_t max_sge) {
+    if (sges_ != nullptr) std::memcpy(sges_ + size_t(slot) * max_sge, sges, sizeof(Sge) * max_sge);
+  }
   void publish_posted(uint32_t tail) { state_->posted.store(tail, std::memory_order_release); }
 
   // A queue of many senders, in claim order: false while WQE `index` (in `slot`)

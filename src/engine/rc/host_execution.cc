@@ -13,6 +13,7 @@
 // timeout, retry_cnt times, then IBV_WC_RETRY_EXC_ERR.
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <array>
 #include <optional>
 #include <cstring>
@@ -81,32 +82,38 @@ Verdict RcExecution::as_request_sees_it(const SendWqe& wqe, samehost::Peer& peer
 // What the peer's responder would answer, before any byte moves.
 Verdict RcExecution::check(const SendWqe& wqe, samehost::Peer& peer, HostRange& range,
                            HostBatch* cache) const {
-  std::optional<samehost::QpGrant> target;
-  if (cache != nullptr && cache->target) target = cache->target;
-  else if ((target = peer.node->qp(conn_.path().dest_qpn)) && cache != nullptr) cache->target = target;
+  // Looked up into the batch's cache when there is one (a list names the same QP
+  // and key in every WQE), else into locals: no grant is copied twice.
+  std::optional<samehost::QpGrant> own_target;
+  std::optional<samehost::QpGrant>& target = cache != nullptr ? cache->target : own_target;
+  if (!target) target = peer.node->qp(conn_.path().dest_qpn);
   if (!target || !takes_requests(target->state) || target->type != peer_qp_type())
     return Verdict::kNotReady;
-  if (const Verdict v = as_request_sees_it(wqe, peer, *target); v != Verdict::kDone)
-    return v;
+  // An XRC request sees its SRQ's PD and queue: a view of its own, the cache stays.
+  const samehost::QpGrant* view = &*target;
+  samehost::QpGrant xrc_view;
+  if (conn_.qp().type() == IBV_QPT_XRC_SEND) {
+    xrc_view = *target;
+    if (const Verdict v = as_request_sees_it(wqe, peer, xrc_view); v != Verdict::kDone) return v;
+    view = &xrc_view;
+  }
   // The peer's responder's rules (access_check.h) against what it published.
   const uint64_t length = wqe.is_atomic() ? 8 : wqe.length;
-  const RemoteAccess request{right_needed(wqe), wqe.remote_addr, length, target->pd,
+  const RemoteAccess request{right_needed(wqe), wqe.remote_addr, length, view->pd,
                              conn_.path().dest_qpn};
-  std::optional<samehost::KeyGrant> grant;
-  if (length != 0) {
-    if (cache != nullptr && cache->key && cache->rkey == wqe.rkey) {
-      grant = cache->key;
-    } else if ((grant = peer.node->key(wqe.rkey)) && cache != nullptr) {
-      cache->rkey = wqe.rkey;
-      cache->key = grant;
-    }
+  std::optional<samehost::KeyGrant> own_key;
+  std::optional<samehost::KeyGrant>& grant = cache != nullptr ? cache->key : own_key;
+  if (length != 0 && (!grant || cache == nullptr || cache->rkey != wqe.rkey)) {
+    grant = peer.node->key(wqe.rkey);
+    if (cache != nullptr) cache->rkey = wqe.rkey;
   }
-  const KeyView key = grant ? KeyView::of(*grant) : KeyView{};
+  const bool keyed = length != 0 && grant.has_value();
+  const KeyView key = keyed ? KeyView::of(*grant) : KeyView{};
   uint64_t offset = 0;
-  const Verdict v = check_remote_access(target->access, conn_.qp().ctx().config.limits.max_msg_size,
-                                        wqe.is_atomic(), request, grant ? &key : nullptr, offset);
+  const Verdict v = check_remote_access(view->access, conn_.qp().ctx().config.limits.max_msg_size,
+                                        wqe.is_atomic(), request, keyed ? &key : nullptr, offset);
   // A key the peer could not publish (its table full) is the wire's to judge.
-  if (v == Verdict::kRemoteAccess && !grant && peer.node->key_overflow()) return Verdict::kWire;
+  if (v == Verdict::kRemoteAccess && !keyed && peer.node->key_overflow()) return Verdict::kWire;
   if (v != Verdict::kDone || length == 0) return v;  // zero length: no key, no range
   range.addr = grant->host_addr + offset;
   range.span = grant->shared;
@@ -116,7 +123,12 @@ Verdict RcExecution::check(const SendWqe& wqe, samehost::Peer& peer, HostRange& 
 
 // The local side of the transfer: the WQE's buffers (checked by start()).
 uint32_t RcExecution::local_iovecs(const SendWqe& wqe, std::span<iovec> out) const {
-  return gather_iovecs(wqe, conn_.qp().ctx().mrs, conn_.qp().pd(), out);
+  std::span<const iovec> checked;
+  if (!conn_.requester().checked_locals(wqe, checked))
+    return gather_iovecs(wqe, conn_.qp().ctx().mrs, conn_.qp().pd(), out);
+  const size_t n = std::min(checked.size(), out.size());
+  std::copy_n(checked.begin(), n, out.begin());
+  return uint32_t(n);
 }
 
 // The original value into the WQE's local buffer (IBA 9.4.5: the ATOMIC's result).

@@ -85,18 +85,32 @@ bool Requester::may_start(const SendWqe& wqe) const {
   return !wqe.needs_response() || outstanding < limit;
 }
 
-bool Requester::check_local_sges(const SendWqe& wqe) const {
+bool Requester::check_local_sges(const SendWqe& wqe) {
+  checked_.wqe = nullptr;
   if (wqe.inline_data != nullptr) return true;
   // Responses are written into the local buffers: they need local write access.
   const int need = wqe.needs_response() ? IBV_ACCESS_LOCAL_WRITE : 0;
   Qp& qp = conn_.qp();
-  auto access = qp.ctx().mrs.access();
+  const MrTable& mrs = qp.ctx().mrs;
+  const bool keep = wqe.sgl.count <= CheckedLocals::kCapacity;
+  checked_.count = 0;
+  checked_.generation = mrs.generation();
+  auto access = mrs.access();
   for (uint32_t i = 0; i < wqe.sgl.count; ++i) {
     const Sge& sge = wqe.sgl.sges[i];
     AccessError why;
-    if (access.resolve(sge.lkey, qp.pd(), sge.addr, sge.length, need, why) == nullptr)
-      return false;
+    uint8_t* at = access.resolve(sge.lkey, qp.pd(), sge.addr, sge.length, need, why);
+    if (at == nullptr) return false;
+    if (keep && sge.length != 0) checked_.iov[checked_.count++] = {at, sge.length};
   }
+  if (keep) checked_.wqe = &wqe;
+  return true;
+}
+
+bool Requester::checked_locals(const SendWqe& wqe, std::span<const iovec>& out) const {
+  if (checked_.wqe != &wqe || checked_.generation != conn_.qp().ctx().mrs.generation())
+    return false;
+  out = {checked_.iov.data(), checked_.count};
   return true;
 }
 

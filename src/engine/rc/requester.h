@@ -4,6 +4,8 @@
 // reports a loss.
 #pragma once
 
+#include <sys/uio.h>
+
 #include <array>
 #include <cstdint>
 #include <span>
@@ -47,6 +49,11 @@ class Requester {
   uint32_t high_psn() const { return high_psn_; }
   // READ/ATOMIC WQEs sent and not yet completed (IBA 9.7.4.1.5: max_rd_atomic).
   uint32_t rd_atomic_outstanding() const;
+  // The local buffers start() resolved when it checked `wqe` (its non-empty SGEs,
+  // in order), while they still hold: the same WQE, no MR deregistered since
+  // (MrTable::generation; Device::dereg_mr waits for the engine). The same-host
+  // executor gathers from them in that turn instead of resolving each L_Key again.
+  bool checked_locals(const SendWqe& wqe, std::span<const iovec>& out) const;
 
  private:
   bool may_start(const SendWqe& wqe) const;
@@ -57,7 +64,7 @@ class Requester {
   bool flush_host(Nanos now);
   // Binds and local invalidations (requester_local.cc): executed here, in queue order.
   bool execute_local(SendWqe& wqe, Nanos now);
-  bool check_local_sges(const SendWqe& wqe) const;
+  bool check_local_sges(const SendWqe& wqe);
   void count_send(uint32_t psn, uint32_t psns);
   bool send_packets(SendWqe& wqe);
   wire::PacketView emit_request(const SendWqe& wqe, uint8_t opcode, size_t len, uint32_t psn);
@@ -76,6 +83,14 @@ class Requester {
   bool gather(const SendWqe& wqe, uint64_t offset, std::span<uint8_t> out);
 
   RcConnection& conn_;
+  struct CheckedLocals {
+    static constexpr uint32_t kCapacity = 32;  // the default max_sge; more: not kept
+    const SendWqe* wqe = nullptr;
+    uint64_t generation = 0;
+    uint32_t count = 0;
+    std::array<iovec, kCapacity> iov;
+  };
+  CheckedLocals checked_;
   uint32_t next_psn_ = 0;     // PSN for the next new WQE
   uint32_t send_index_ = 0;   // SQ index of the WQE being sent
   uint32_t high_psn_ = 0;     // first PSN never sent: below it, a send is a resend

@@ -1,0 +1,62 @@
+/* connect_gate.so: holds a program's N-th rdma_connect() until the peer VM has
+ * shown its N-th listener, for clients whose server listens again mid-run.
+ *
+ * perftest 4.5-0.17 with -R (Debian 12's) connects twice: once to exchange
+ * parameters, then at once again for the measured QPs, while its server only
+ * starts the second rdma_listen() after allocating its buffers. A server in the
+ * emulated guest is seconds behind a client on the host, so the second REQ meets
+ * no listener, the kernel answers REJ "invalid service ID" (IBA 12.6.7.2 reason
+ * 8), and perftest's own retry then reuses the ids it has just destroyed and
+ * crashes (fixed upstream in rdma_cm_client_connection). That is the tool's race,
+ * not the wire's: this shim makes the client wait for the event it needs instead.
+ *
+ * The guest side of scripts/interop.py writes $PEERVM_CONNECT_GATE.N when it sees
+ * the N-th distinct listening cm_id on the case's port (`rdma res show cm_id`).
+ * Call N of rdma_connect() waits for that file (PEERVM_CONNECT_GATE_SECONDS,
+ * default 120), then goes on to the real rdma_connect(). Without
+ * PEERVM_CONNECT_GATE set it only passes the call through.
+ *
+ *   cc -shared -fPIC -o connect_gate.so connect_gate.c -ldl   (scripts/interop.py)
+ *   LD_PRELOAD=connect_gate.so PEERVM_CONNECT_GATE=/run/dir/listen ib_read_bw -R ... */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Only pointers pass through: no librdmacm header needed. */
+struct rdma_cm_id;
+struct rdma_conn_param;
+typedef int (*connect_fn)(struct rdma_cm_id *, struct rdma_conn_param *);
+
+static int connect_calls;
+
+static void wait_for_listener(const char *gate, int number) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s.%d", gate, number);
+  const char *limit_text = getenv("PEERVM_CONNECT_GATE_SECONDS");
+  long limit_ms = 1000L * (limit_text ? atol(limit_text) : 120);
+  const struct timespec step = {0, 20 * 1000 * 1000};
+  for (long waited_ms = 0; access(path, F_OK) != 0; waited_ms += 20) {
+    if (waited_ms >= limit_ms) {
+      fprintf(stderr, "connect_gate: no %s after %ld s; connecting anyway\n", path,
+              limit_ms / 1000);
+      return;
+    }
+    nanosleep(&step, NULL);
+  }
+}
+
+int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param) {
+  static connect_fn real_connect;
+  if (!real_connect) real_connect = (connect_fn)dlsym(RTLD_NEXT, "rdma_connect");
+  if (!real_connect) {
+    fprintf(stderr, "connect_gate: no rdma_connect after this library\n");
+    return -1;
+  }
+  const char *gate = getenv("PEERVM_CONNECT_GATE");
+  int number = __atomic_add_fetch(&connect_calls, 1, __ATOMIC_RELAXED);
+  if (gate && *gate) wait_for_listener(gate, number);
+  return real_connect(id, conn_param);
+}
