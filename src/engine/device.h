@@ -253,7 +253,8 @@ class Device {
   void publish_staged();
   void push_completion(Cq& cq, const ibv_wc& wc, bool solicited, Nanos timestamp,
                        TmInfo tm = {});
-  uint32_t fresh_qpn();
+  uint32_t fresh_qpn();  // 0: none left (a shared address's blocks all full)
+  uint32_t fresh_qpn_in_blocks();
   int check_qp_init(Pd* pd, const QpInit& init) const;
 
   DeviceConfig config_;
@@ -286,6 +287,7 @@ class Device {
   std::map<Gid, std::vector<Qp*>> mcast_groups_;
   size_t mcast_attachments_ = 0;
   uint32_t next_qpn_;
+  std::vector<uint32_t> qpn_blocks_;  // taken by take_qpn_block, in order
   std::unique_ptr<ProtocolFamily> family_;
   std::vector<Qp*> timed_;    // QPs that may have a timer armed
   std::vector<Qp*> busy_;     // QPs with output to produce (want_tx)

@@ -13,6 +13,7 @@
 #include "engine/host/executor.h"
 #include "samehost/host.h"
 #include "wire/ip_udp.h"
+#include "wire/qpn_blocks.h"
 
 namespace softrdma::engine {
 
@@ -49,6 +50,10 @@ Qp* Device::create_qp(Pd* pd, QpInit& init, int& err) {
     return nullptr;
   }
   const uint32_t qpn = init.gsi ? kGsiQpn : fresh_qpn();
+  if (qpn == 0) {
+    err = ENOMEM;  // ibv_create_qp(3): no resources (every QPN of a shared address)
+    return nullptr;
+  }
   auto qp = std::make_unique<Qp>(*this, qpn, pd, init);
   Qp* raw = qp.get();
   qps_.emplace(qpn, std::move(qp));
@@ -81,10 +86,29 @@ int Device::check_qp_init(Pd* pd, const QpInit& init) const {
 }
 
 uint32_t Device::fresh_qpn() {
+  if (config_.take_qpn_block) return fresh_qpn_in_blocks();
   for (;;) {
     uint32_t qpn = next_qpn_++ & 0xffffff;
     if (qpn > 1 && !qps_.contains(qpn)) return qpn;
   }
+}
+
+// A shared address (docs/decisions/host-rnic.md): a free number of the blocks this
+// process holds, the next one in turn (as rxe, numbers are not reused at once);
+// another block from the registry when they are all in use.
+uint32_t Device::fresh_qpn_in_blocks() {
+  const uint64_t held = uint64_t(qpn_blocks_.size()) * wire::kQpnsPerBlock;
+  for (uint64_t tried = 0; tried < held; ++tried) {
+    const uint32_t n = next_qpn_++ % uint32_t(held);
+    const uint32_t qpn = wire::first_qpn_of_block(qpn_blocks_[n / wire::kQpnsPerBlock]) +
+                         n % wire::kQpnsPerBlock;
+    if (qpn > 1 && !qps_.contains(qpn)) return qpn;
+  }
+  const uint32_t block = config_.take_qpn_block();
+  if (block == 0 || block > wire::kMaxQpnBlock) return 0;
+  qpn_blocks_.push_back(block);
+  next_qpn_ = uint32_t(held) + 1;  // the new block's first after this one
+  return wire::first_qpn_of_block(block);
 }
 
 int Device::destroy_qp(Qp* qp) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace softrdma::samehost {
@@ -96,6 +97,11 @@ struct DeviceConfig {
   // MRs of at most this many bytes share their whole pages with same-host peers
   // (engine/mr.cc MrTable::share_pages); 0: none.
   uint64_t shared_pages_max_bytes = uint64_t(64) << 20;
+  // The address is shared with the host's other processes (docs/decisions/
+  // host-rnic.md): QPNs come from blocks of this process's (wire/qpn_blocks.h),
+  // each taken from the host's registry by this call (0: none left). Empty: the
+  // address is this process's alone and QPNs may be any.
+  std::function<uint32_t()> take_qpn_block;
 };
 
 }  // namespace softrdma::engine

@@ -11,6 +11,7 @@
 #include "transport/fake/fault_injector.h"
 #include "transport/pcap_writer.h"
 #include "transport/tcp/tcp_streams.h"
+#include "transport/udp/address_only.h"
 #include "transport/udp/udp_transport.h"
 #include "wire/ip_udp.h"
 
@@ -27,7 +28,11 @@ std::unique_ptr<transport::Transport> open_transport(const Settings& s, std::str
   udp.address = s.address;
   // Issue 14 defect 5: the transport counts its drops where `softrdma status` reads.
   if (status != nullptr) udp.counters = status->transport_counters();
-  std::unique_ptr<transport::Transport> t = transport::UdpTransport::open(udp, error);
+  // iWARP speaks over TCP: its device holds its address, no UDP port
+  // (docs/decisions/host-rnic.md), so other processes may share the address.
+  std::unique_ptr<transport::Transport> t;
+  if (s.iwarp) t = transport::AddressOnlyTransport::open(udp, error);
+  else t = transport::UdpTransport::open(udp, error);
   if (!t) return nullptr;
   if (!s.pcap_path.empty()) {
     t = transport::open_capture(std::move(t), s.pcap_path, error);
@@ -71,7 +76,7 @@ std::unique_ptr<OpenDevice> OpenDevice::open(const Settings& settings, std::stri
   engine::FamilyMaker family = engine::roce::RoceFamily::maker();
   if (settings.iwarp) {
     // iWARP (docs/decisions/iwarp.md): QPs speak on TCP connections that librdmacm
-    // hands over; the datagram transport stays for the address and GID table.
+    // hands over; the transport only holds the address and GID table.
     transport::tcp::CloseTiming timing;
     timing.exit_waits = settings.progress_thread;  // the loop sends held FINs at exit
     node->streams_ = transport::tcp::TcpStreams::open(node->transport_->local_gid(), error, timing);
@@ -118,7 +123,9 @@ std::unique_ptr<OpenDevice> OpenDevice::open(const Settings& settings, std::stri
 }
 
 void OpenDevice::open_same_host() {
-  if (!settings_.same_host) return;
+  // iWARP's QPs take no same-host path (they are TCP connections librdmacm hands
+  // over): no node segment, which would also be one process's per address.
+  if (!settings_.same_host || settings_.iwarp) return;
   std::string why;
   const std::vector<wire::Gid> gids = transport_->local_gids();
   host_ = samehost::Host::open(gids, why);

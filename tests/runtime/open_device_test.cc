@@ -9,6 +9,7 @@
 #include <string>
 
 #include "transport/fake/fault_injector.h"
+#include "wire/ip_udp.h"
 
 namespace softrdma::runtime {
 
@@ -56,6 +57,29 @@ TEST(NodeTest, BadSettingsFailWithAMessage) {
   error.clear();
   EXPECT_EQ(OpenDevice::open(t, error), nullptr);
   EXPECT_NE(error.find("192.0.2.77"), std::string::npos) << error;
+}
+
+// Issue 27: iWARP runs over TCP, so its device holds no UDP port: devices on one
+// address open side by side (each process of a host opens its own), beside a RoCE
+// device that holds UDP 4791 there. Before, the second failed with "UDP port 4791 on
+// ADDR is already held by another socket".
+TEST(NodeTest, IwarpDevicesShareAnAddress) {
+  const uint32_t pid = uint32_t(getpid());
+  Settings roce;
+  roce.address = "127.92." + std::to_string((pid >> 8) & 0xff) + "." + std::to_string(1 + pid % 250);
+  roce.same_host = false;
+  Settings iwarp = roce;
+  iwarp.iwarp = true;
+  std::string error;
+  auto holder = OpenDevice::open(roce, error);
+  ASSERT_NE(holder, nullptr) << error;
+  auto first = OpenDevice::open(iwarp, error);
+  ASSERT_NE(first, nullptr) << error;
+  auto second = OpenDevice::open(iwarp, error);
+  ASSERT_NE(second, nullptr) << error;
+  EXPECT_EQ(first->device().gids(), second->device().gids());
+  EXPECT_EQ(first->transport().udp_port(), 0);
+  EXPECT_EQ(holder->transport().udp_port(), wire::kRoceUdpPort);
 }
 
 // Issue 6 defect 4: a process that exits without closing its device. exit() runs

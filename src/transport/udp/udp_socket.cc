@@ -4,6 +4,7 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/udp.h>
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <unistd.h>
@@ -233,6 +234,30 @@ bool enable_gro(int fd) {
 void accept_zero_udp_checksum(int fd) {
   int on = 1;
   setsockopt(fd, SOL_UDP, UDP_NO_CHECK6_RX, &on, sizeof on);
+}
+
+// An address a device cannot be: the wildcard (binding it takes port 4791 on every
+// address of the host), multicast, or the limited broadcast address. Null: usable.
+const char* unusable_address(const Gid& gid) {
+  if (wire::gid_is_ipv4(gid)) {
+    const uint32_t a = wire::gid_to_ipv4(gid);
+    if (a == 0) return "the wildcard address";
+    if ((a >> 28) == 0xe) return "a multicast address";
+    if (a == 0xffffffff) return "the broadcast address";
+    return nullptr;
+  }
+  if (std::all_of(gid.begin(), gid.end(), [](uint8_t b) { return b == 0; }))
+    return "the wildcard address";
+  if (gid[0] == 0xff) return "a multicast address";
+  return nullptr;
+}
+
+
+std::string unusable_address_message(const std::string& address, const char* why) {
+  return "softrdma: SOFTRDMA_ADDR " + address + " is " + why +
+         ": a device needs one address of this host's own (it would otherwise take "
+         "UDP port 4791 on every address, and no other softrdma process could open its "
+         "device)";
 }
 
 }  // namespace softrdma::transport::udp

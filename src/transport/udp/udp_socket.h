@@ -19,6 +19,11 @@ using wire::Gid;
 std::optional<Gid> parse_address(const std::string& text);
 // "a.b.c.d" for an IPv4-mapped GID, the IPv6 text otherwise.
 std::string address_to_string(const Gid& gid);
+// Why `gid` cannot be a device's address (the wildcard, multicast, the limited
+// broadcast address); null when it can.
+const char* unusable_address(const Gid& gid);
+// What to tell the user who set SOFTRDMA_ADDR to such an address.
+std::string unusable_address_message(const std::string& address, const char* why);
 
 struct SocketAddress {
   sockaddr_storage storage{};

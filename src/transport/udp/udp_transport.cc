@@ -34,22 +34,6 @@ bool usable_loopback_host(uint32_t host24) {
   return host24 != 0 && host24 != 1 && host24 != 0xffffff;
 }
 
-// An address a device cannot be: the wildcard (binding it takes port 4791 on every
-// address of the host), multicast, or the limited broadcast address. Null: usable.
-const char* unusable_address(const wire::Gid& gid) {
-  if (wire::gid_is_ipv4(gid)) {
-    const uint32_t a = wire::gid_to_ipv4(gid);
-    if (a == 0) return "the wildcard address";
-    if ((a >> 28) == 0xe) return "a multicast address";
-    if (a == 0xffffffff) return "the broadcast address";
-    return nullptr;
-  }
-  if (std::all_of(gid.begin(), gid.end(), [](uint8_t b) { return b == 0; }))
-    return "the wildcard address";
-  if (gid[0] == 0xff) return "a multicast address";
-  return nullptr;
-}
-
 [[gnu::cold]] std::string port_held_message(const std::string& address, uint16_t port) {
   return "softrdma: UDP port " + std::to_string(port) + " on " + address +
          " is already held by another socket (another softrdma process, or the kernel's "
@@ -90,11 +74,8 @@ std::unique_ptr<UdpTransport> UdpTransport::open(const UdpConfig& config, std::s
       error = "softrdma: '" + config.address + "' is not an IPv4 or IPv6 address (SOFTRDMA_ADDR)";
       return nullptr;
     }
-    if (const char* why = unusable_address(*gid)) {
-      error = "softrdma: SOFTRDMA_ADDR " + config.address + " is " + why +
-              ": a device needs one address of this host's own (it would otherwise take "
-              "UDP port 4791 on every address, and no other softrdma process could open its "
-              "device)";
+    if (const char* why = udp::unusable_address(*gid)) {
+      error = udp::unusable_address_message(config.address, why);
       return nullptr;
     }
     const int fd = udp::open_udp_socket(!wire::gid_is_ipv4(*gid));

@@ -1,0 +1,114 @@
+// The processes of one host address that share it as one RNIC (issue 27,
+// docs/decisions/host-rnic.md): a shared-memory segment per address and network
+// namespace, of one user, that gives each process a slot (the top bits of its
+// QPNs and CM Comm IDs), records which index its UDP 4791 socket has in the
+// address's SO_REUSEPORT group (learned by probes), and which slot listens on
+// which CM ServiceID. Whoever joins first creates it; a process that dies leaves
+// its slot to be reaped by the next that looks.
+#pragma once
+
+#include <pthread.h>
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "wire/ip_udp.h"
+
+namespace softrdma::samehost {
+
+inline constexpr uint32_t kRegistrySlots = 1024;     // slot 0 is nobody's (QPN 0 and 1)
+inline constexpr uint32_t kRegistryListeners = 512;
+inline constexpr int32_t kIndexUnknown = -1;
+
+struct RegistryMember {
+  std::atomic<int32_t> pid{0};        // 0: free
+  std::atomic<int32_t> index{kIndexUnknown};  // its socket's index in the group
+  uint64_t start_time = 0;            // /proc/PID/stat's, against pid reuse
+};
+
+struct RegistryListener {
+  uint64_t service_id = 0;
+  uint32_t slot = 0;  // 0: free
+  uint32_t reserved = 0;
+};
+
+struct RegistryHeader {
+  std::atomic<uint64_t> magic{0};   // written last by the creator
+  uint32_t version = 0;
+  uint32_t uid = 0;
+  pthread_mutex_t lock;             // robust, process-shared: changes of membership
+  std::atomic<uint64_t> generation{0};  // bumped by every change of membership
+  std::atomic<uint64_t> probe_nonce{0};
+};
+
+class HostRegistry {
+ public:
+  struct Member {
+    uint32_t slot = 0;
+    pid_t pid = 0;
+    int32_t index = kIndexUnknown;
+  };
+
+  // Joins the registry of `address` in this network namespace (created when it is
+  // the first), taking a free slot. Null and why when it cannot: another user's
+  // registry (the kernel would refuse this user's socket in the group anyway), all
+  // slots held by live processes, no shared memory.
+  static std::unique_ptr<HostRegistry> join(const wire::Gid& address, std::string& why,
+                                            const std::string& directory = "/dev/shm/");
+  ~HostRegistry();  // gives the slot back and its listeners
+  HostRegistry(const HostRegistry&) = delete;
+  HostRegistry& operator=(const HostRegistry&) = delete;
+
+  uint32_t slot() const { return slot_; }
+  const std::string& path() const { return path_; }
+
+  // What a probe said: this process's socket has `index` in the group.
+  void set_index(int32_t index);
+  // Live members (dead ones reaped first). The generation moves on with each change.
+  std::vector<Member> members();
+  uint64_t generation() const { return header_->generation.load(std::memory_order_acquire); }
+  // A fresh nonce for a round of probes (members then read probes of it only).
+  uint64_t new_probe_round();
+  uint64_t probe_nonce() const { return header_->probe_nonce.load(std::memory_order_acquire); }
+  // Frees the slots of processes that are gone; true when any was.
+  bool reap();
+  // The live process serving `slot`, if any.
+  std::optional<pid_t> owner(uint32_t slot) const;
+
+  // CM listeners (IBA 12.6.5: a REQ names the ServiceID it wants). False when
+  // another slot listens there already, or the table is full.
+  bool add_listener(uint64_t service_id);
+  void remove_listener(uint64_t service_id);
+  // The slot listening on `service_id`, 0 when none.
+  uint32_t listener(uint64_t service_id) const;
+
+ private:
+  HostRegistry() = default;
+  class Locked;
+  bool alive(const RegistryMember& member) const;
+  // Under the lock: a free slot for this process. False with `why` empty when the
+  // file was unlinked meanwhile (join tries again), with `why` when all are held.
+  bool take_slot(int fd, std::string& why);
+  bool reap_locked();
+
+  std::string path_;
+  void* base_ = nullptr;
+  size_t size_ = 0;
+  RegistryHeader* header_ = nullptr;
+  RegistryMember* members_ = nullptr;
+  RegistryListener* listeners_ = nullptr;
+  uint32_t slot_ = 0;
+};
+
+// The registry's file name for `address` in the network namespace `netns` (the
+// inode of /proc/self/ns/net): namespaces that reuse one address share no registry.
+std::string registry_name(const wire::Gid& address, uint64_t netns, const std::string& directory);
+// /proc/PID/stat's start time (field 22), 0 when the process is gone.
+uint64_t process_start_time(pid_t pid);
+
+}  // namespace softrdma::samehost

@@ -1,0 +1,154 @@
+// The registry of the processes that share one host address (issue 27,
+// docs/decisions/host-rnic.md): slots, their liveness, CM listeners, one user.
+#include "samehost/host_registry.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+namespace softrdma::samehost {
+namespace {
+
+class HostRegistryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/dev/shm/softrdma-registry-test.XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    directory_ = std::string(pattern) + "/";
+    address_ = wire::gid_from_ipv4(0x7f5a0001);  // 127.90.0.1
+  }
+  void TearDown() override { std::filesystem::remove_all(directory_); }
+
+  std::unique_ptr<HostRegistry> join() {
+    std::string why;
+    auto registry = HostRegistry::join(address_, why, directory_);
+    EXPECT_NE(registry, nullptr) << why;
+    return registry;
+  }
+  bool file_exists() const {
+    for (const auto& entry : std::filesystem::directory_iterator(directory_)) {
+      (void)entry;
+      return true;
+    }
+    return false;
+  }
+
+  std::string directory_;
+  wire::Gid address_{};
+};
+
+TEST_F(HostRegistryTest, MembersTakeDistinctSlotsAndTheLastOutRemovesTheFile) {
+  auto first = join();
+  auto second = join();
+  ASSERT_TRUE(first && second);
+  EXPECT_GE(first->slot(), 1u);
+  EXPECT_NE(first->slot(), second->slot());
+  EXPECT_EQ(first->path(), second->path());
+  EXPECT_EQ(first->members().size(), 2u);
+  EXPECT_EQ(*first->owner(second->slot()), getpid());
+  const uint64_t before = first->generation();
+  second.reset();
+  EXPECT_GT(first->generation(), before);
+  EXPECT_EQ(first->members().size(), 1u);
+  EXPECT_FALSE(first->owner(0).has_value());  // QPN 0 and 1 are nobody's
+  EXPECT_TRUE(file_exists());
+  first.reset();
+  EXPECT_FALSE(file_exists());
+}
+
+TEST_F(HostRegistryTest, AKilledMembersSlotIsReapedAndItsListenersGo) {
+  auto survivor = join();
+  ASSERT_TRUE(survivor);
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::string why;
+    auto registry = HostRegistry::join(address_, why, directory_);
+    const bool listens = registry && registry->add_listener(0x1234);
+    const char slot = registry ? char(registry->slot()) : 0;
+    if (write(ready[1], &slot, 1) != 1 || !listens) _exit(1);
+    pause();  // until killed: no destructor runs
+    _exit(0);
+  }
+  char child_slot = 0;
+  ASSERT_EQ(read(ready[0], &child_slot, 1), 1);
+  EXPECT_EQ(survivor->listener(0x1234), uint32_t(child_slot));
+  EXPECT_EQ(*survivor->owner(uint32_t(child_slot)), child);
+  EXPECT_FALSE(survivor->add_listener(0x1234));  // one listener per ServiceID
+  kill(child, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_FALSE(survivor->owner(uint32_t(child_slot)).has_value());
+  EXPECT_TRUE(survivor->reap());
+  EXPECT_EQ(survivor->members().size(), 1u);
+  EXPECT_EQ(survivor->listener(0x1234), 0u);
+  EXPECT_TRUE(survivor->add_listener(0x1234));
+  EXPECT_EQ(survivor->listener(0x1234), survivor->slot());
+  close(ready[0]);
+  close(ready[1]);
+}
+
+TEST_F(HostRegistryTest, IndicesAndProbeRoundsAreShared) {
+  auto first = join();
+  auto second = join();
+  ASSERT_TRUE(first && second);
+  first->set_index(1);
+  second->set_index(0);
+  for (const HostRegistry::Member& m : first->members())
+    EXPECT_EQ(m.index, m.slot == first->slot() ? 1 : 0);
+  const uint64_t nonce = first->new_probe_round();
+  EXPECT_EQ(second->probe_nonce(), nonce);
+}
+
+TEST_F(HostRegistryTest, AnUnfinishedOldFileIsReplaced) {
+  // What a creator killed before it sized the file leaves.
+  auto probe = join();  // learns the real name (it carries the network namespace)
+  const std::string real = probe->path();
+  probe.reset();
+  const int fd = open(real.c_str(), O_CREAT | O_WRONLY, 0600);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  const timespec old[2] = {{time(nullptr) - 60, 0}, {time(nullptr) - 60, 0}};
+  ASSERT_EQ(utimensat(AT_FDCWD, real.c_str(), old, 0), 0);
+  auto registry = join();
+  ASSERT_TRUE(registry);
+  EXPECT_EQ(registry->members().size(), 1u);
+}
+
+// The kernel lets only one user's sockets share a port (SO_REUSEPORT): a process of
+// another user is told so, and what to do, instead of failing later at bind().
+TEST_F(HostRegistryTest, AnotherUsersRegistryIsRefusedWithWhatToDo) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to make a file of another user";
+  auto registry = join();
+  const std::string path = registry->path();
+  registry.reset();
+  const int fd = open(path.c_str(), O_CREAT | O_WRONLY, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(fchown(fd, 65534, 65534), 0);
+  close(fd);
+  std::string why;
+  EXPECT_EQ(HostRegistry::join(address_, why, directory_), nullptr);
+  EXPECT_NE(why.find("user 65534"), std::string::npos) << why;
+  EXPECT_NE(why.find("SOFTRDMA_ADDR"), std::string::npos) << why;
+}
+
+TEST(ProcessStartTime, IsKnownForALiveProcessAndZeroForAGoneOne) {
+  EXPECT_GT(process_start_time(getpid()), 0u);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(0);
+  waitpid(child, nullptr, 0);
+  EXPECT_EQ(process_start_time(child), 0u);
+}
+
+}  // namespace
+}  // namespace softrdma::samehost
