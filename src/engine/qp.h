@@ -193,6 +193,13 @@ class Qp {
   // IBA 10.3.1 / 11.2.5.4: enter the Error state; flush every outstanding WQE.
   // Engine owner, mutex() not held.
   void enter_error(Nanos now);
+  // The QP's connection ended because its peer closed it in order (iWARP: the TCP
+  // stream's FIN, the graceful teardown), not because it was lost (a reset, a
+  // Terminate, a socket error). Set by the family before it moves the QP to
+  // Error, so that whoever sees the flush may ask (softrdma_qp_closed_by_peer:
+  // rsockets answer 0 for a close, ECONNRESET for a loss). Any thread may read.
+  void note_closed_by_peer() { closed_by_peer_.store(true, std::memory_order_release); }
+  bool closed_by_peer() const { return closed_by_peer_.load(std::memory_order_acquire); }
   // Engine owner: the doorbell rang (work posted, or a post in Error to flush).
   void serve_doorbell(Nanos now);
 
@@ -278,6 +285,8 @@ class Qp {
   std::vector<Sge> tm_sges_;
   std::vector<uint8_t> tm_fin_;
   std::atomic<uint32_t> tm_sends_{0};
+
+  std::atomic<bool> closed_by_peer_{false};  // cleared when a connection is bound
 
   DeviceLinks device_links_;
   QpCounters own_counters_;

@@ -209,6 +209,7 @@ void Qp::after_state_change(ibv_qp_state from, ibv_qp_state to, Nanos now) {
 
 void Qp::enter_rts_connected(uint16_t ird, uint16_t ord, Nanos now) {
   const ibv_qp_state from = attr_.qp_state;
+  closed_by_peer_.store(false, std::memory_order_relaxed);  // a new connection
   {
     std::lock_guard lock(mutex_);
     attr_.max_dest_rd_atomic = uint8_t(std::min<uint16_t>(ird, 255));

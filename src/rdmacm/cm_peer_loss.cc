@@ -20,6 +20,7 @@
 
 extern "C" int softrdma_qp_error_fd(ibv_context* context);
 extern "C" int softrdma_take_qp_error(ibv_context* context, uint32_t* qpn);
+extern "C" int softrdma_qp_closed_by_peer(ibv_qp* qp);
 
 namespace softrdma::rdmacm {
 
@@ -69,7 +70,14 @@ void Agent::connection_lost(CmId& id) {
 
 namespace rsock {
 
+// IB: the CM's state says it (a DREQ came first, or the agent ended the
+// connection as lost). iWARP has no DREQ: the peer's orderly close is its
+// stream's FIN, a lost peer's a reset or a socket error, and only the engine saw
+// which (softrdma_qp_closed_by_peer, set before the QP's flush). Asking the
+// engine, not the agent's iWARP state, also holds when the flush is seen before
+// the agent's thread has heard of the QP's error.
 bool connection_lost(rdma_cm_id* id) {
+  if (is_iwarp(*to_id(id))) return id->qp == nullptr || softrdma_qp_closed_by_peer(id->qp) != 1;
   std::lock_guard lock(Agent::get().cm_mutex());
   const Connection& c = to_id(id)->conn;
   return c.lost || c.state == CmState::kEstablished;

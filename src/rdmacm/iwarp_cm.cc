@@ -18,6 +18,7 @@
 #include "rdmacm/cm.h"
 
 // softrdma's libibverbs (SOFTRDMA_PRIVATE_1; wire/iwarp/handoff.h).
+extern "C" int softrdma_qp_closed_by_peer(ibv_qp* qp);
 extern "C" int softrdma_iwarp_attach(
     ibv_qp* qp, const softrdma::wire::iwarp::IwarpHandoff* handoff);
 
@@ -324,13 +325,14 @@ void IwarpCm::fail(CmId& id, int status, const iwarp::StartFrameReader* reply) {
 
 // The engine moved an established connection's QP to Error: its TCP stream
 // ended (peer FIN or RST) or failed. As siw's peer close under RDMA mode
-// (IW_CM_EVENT_DISCONNECT, then CLOSE), rdma_cm's DISCONNECTED, once.
+// (IW_CM_EVENT_DISCONNECT, then CLOSE), rdma_cm's DISCONNECTED, once; lost
+// unless the peer closed the stream in order (a FIN).
 bool IwarpCm::qp_failed(uint32_t qpn) {
   for (CmId* id : ids_) {
     if (id->ibv.qp == nullptr || id->ibv.qp->qp_num != qpn) continue;
     if (id->iwarp.phase != IwarpPhase::kEstablished) return true;
     id->iwarp.phase = IwarpPhase::kClosed;
-    id->iwarp.lost = true;
+    id->iwarp.lost = softrdma_qp_closed_by_peer(id->ibv.qp) != 1;
     deliver_iwarp(*id, RDMA_CM_EVENT_DISCONNECTED, 0, nullptr, 0, 0);
     return true;
   }

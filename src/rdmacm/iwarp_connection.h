@@ -35,7 +35,8 @@ struct IwarpConnection {
   std::array<uint8_t, iwarp::kMaxFrameBytes> request{};
   size_t request_bytes = 0;
   iwarp::Agreement agreed;
-  // The stream ended under an established connection (the engine's QP failed).
+  // The stream ended under an established connection other than by the peer's
+  // orderly close (a reset, a socket error, a Terminate: the engine's QP failed).
   bool lost = false;
 };
 

@@ -107,7 +107,11 @@ struct RSocket {
   int domain = AF_INET;
   Phase phase = Phase::kInit;
   bool readable = false, writable = false;
-  int err = 0;        // SO_ERROR
+  int err = 0;        // SO_ERROR: read and cleared by rgetsockopt
+  // kError: why the stream broke (ECONNRESET, EPROTO ...). Unlike `err` it is
+  // never cleared: rrecv and rsend answer -1 with it on every call, also after
+  // SO_ERROR was read (rsockets.md "A stream that broke").
+  int stream_error = 0;
   int fs_flags = 0;   // F_GETFL/F_SETFL: O_NONBLOCK
   int fd_flags = 0;   // F_GETFD/F_SETFD
   bool nodelay = false, reuseaddr = false, oobinline = false, linger_off = true;
@@ -200,6 +204,14 @@ void forget_keepalive(RSocket& s);
 bool connection_lost(rdma_cm_id* id);
 int take_cq_event(RSocket& s, std::unique_lock<std::mutex>& lock);
 void arm_cq(RSocket& s);
+
+// The stream broke: readable and writable no more, SO_ERROR and every later
+// rrecv/rsend say `err`.
+inline void break_stream(RSocket& s, int err) {
+  s.phase = Phase::kError;
+  s.err = s.stream_error = err;
+  s.readable = s.writable = false;
+}
 
 inline bool is_nonblocking(const RSocket& s, int flags) {
   return (s.fs_flags & O_NONBLOCK) != 0 || (flags & MSG_DONTWAIT) != 0;

@@ -181,11 +181,7 @@ void send_credits(RSocket& s) {
 
 // A peer that broke the protocol: the stream ends with EPROTO rather than
 // reading past what was written (rsockets.md "A peer that breaks the protocol").
-void broken(RSocket& s) {
-  s.phase = Phase::kError;
-  s.err = EPROTO;
-  s.readable = s.writable = false;
-}
+void broken(RSocket& s) { break_stream(s, EPROTO); }
 
 void on_recv(RSocket& s, uint32_t msg) {
   switch (msg_op(msg)) {
@@ -248,11 +244,7 @@ void on_send(RSocket& s, const ibv_wc& wc) {
   // (IBV_WC_RETRY_EXC_ERR). rsocket.c says EIO in SO_ERROR and lets rrecv answer
   // 0; here the stream ends with ECONNRESET everywhere, so that a dead peer is
   // never taken for an orderly end of stream (rsockets.md).
-  if (wc.status != IBV_WC_SUCCESS && s.connected()) {
-    s.phase = Phase::kError;
-    s.readable = s.writable = false;
-    s.err = ECONNRESET;
-  }
+  if (wc.status != IBV_WC_SUCCESS && s.connected()) break_stream(s, ECONNRESET);
 }
 
 // A receive flushed: the QP left RTS. After the peer's DREQ that is its close,
@@ -260,9 +252,8 @@ void on_send(RSocket& s, const ibv_wc& wc) {
 // that failed while the connection was up (the peer died: its retries or its
 // liveness probe ran out) is a reset: ECONNRESET, as TCP's after a lost peer.
 void end_by_flush(RSocket& s) {
-  const bool lost = connection_lost(s.id);
-  s.phase = lost ? Phase::kError : Phase::kDisconnected;
-  if (lost) s.err = ECONNRESET;
+  if (connection_lost(s.id)) return break_stream(s, ECONNRESET);
+  s.phase = Phase::kDisconnected;
   s.readable = s.writable = false;
 }
 
@@ -384,9 +375,9 @@ int poll_cq(RSocket& s) {
   if (!s.connected()) return 0;
   while (received-- > 0) {
     if (post_recv(s) != 0) {
-      s.phase = Phase::kError;
-      s.err = errno;
-      return -1;
+      const int err = errno;
+      break_stream(s, err);
+      return fail(err);
     }
   }
   return 0;

@@ -56,12 +56,15 @@ int ready_to_transfer(RSocket& s, int flags) {
 // Waits (or EWOULDBLOCK) until a transfer may be posted; ECONNRESET once the
 // connection can no longer carry one (rsend in rsocket.c).
 int wait_send(RSocket& s, std::unique_lock<std::mutex>& lock, int flags) {
-  if (!s.writable) return fail(s.phase == Phase::kError ? s.err : ECONNRESET);
+  auto closed = [](const RSocket& r) {
+    return fail(r.phase == Phase::kError ? r.stream_error : ECONNRESET);
+  };
+  if (!s.writable) return closed(s);
   if (can_send(s)) return 0;
   int ret = process_cq(s, lock, is_nonblocking(s, flags),
                        [](RSocket& r) { return can_send(r) || !r.writable; });
   if (ret != 0) return ret;
-  return s.writable ? 0 : fail(ECONNRESET);
+  return s.writable ? 0 : closed(s);
 }
 
 uint32_t next_size(uint32_t& olen, size_t left) {
@@ -179,8 +182,10 @@ ssize_t recv_stream(RSocket& s, uint8_t* buf, size_t len, int flags) {
   } while (done < len && (flags & MSG_WAITALL) != 0 && s.readable);
   // Freed space goes back to the sender now, not at the next call.
   update_credits(s);
-  // A broken stream (the peer overran its credits) is an error, not its end.
-  if (ret == 0 && done == 0 && len > 0 && s.phase == Phase::kError) return fail(s.err);
+  // A broken stream (a lost peer, one that overran its credits) is an error, not
+  // its end, on every call: not 0 once SO_ERROR was read, as Linux TCP answers
+  // after the error was consumed (rsockets.md "A stream that broke").
+  if (ret == 0 && done == 0 && len > 0 && s.phase == Phase::kError) return fail(s.stream_error);
   return ret != 0 && done == 0 ? -1 : ssize_t(done);
 }
 

@@ -258,6 +258,15 @@ SOFTRDMA_EXPORT int softrdma_iwarp_attach(ibv_qp* ibqp,
   });
 }
 
+// softrdma's own, for its librdmacm's rsockets (docs/decisions/rsockets.md "A
+// peer that dies"): 1 when the QP's connection ended because the peer closed it
+// in order (iWARP: the stream's FIN), 0 otherwise (up, lost, or never bound). A
+// flushed receive then reads as the end of the stream, not as a reset.
+SOFTRDMA_EXPORT int softrdma_qp_closed_by_peer(ibv_qp* ibqp) {
+  if (!live(ibqp->context)) return 0;
+  return to_qp(ibqp)->engine_qp->closed_by_peer() ? 1 : 0;
+}
+
 // ibv_modify_qp(3): the engine applies the state table of IBA 10.3 / the man
 // page's required/optional attributes; anything else is EINVAL and changes nothing.
 SOFTRDMA_EXPORT int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int attr_mask) {

@@ -208,6 +208,43 @@ TEST(PeerDeath, KilledClientEndsAnIdleBlockedReadOnOneHost) {
   rclose(listener);
 }
 
+// Issue 27 finding 2: after SO_ERROR was read (and so cleared), the reset stream
+// is still an error: rrecv and rsend answer -1 with errno ECONNRESET on every
+// call, never -1 with errno untouched (docs/decisions/rsockets.md "A peer that dies").
+TEST(PeerDeath, ResetStaysAnErrorAfterSoErrorWasRead) {
+  const uint16_t port = free_port();
+  const int listener = rsocket_listener(port);
+  ASSERT_GE(listener, 0) << std::strerror(errno);
+  PeerProcess client("rsocket", port);
+  int server = raccept(listener, nullptr, nullptr);
+  ASSERT_GE(server, 0) << std::strerror(errno);
+  ASSERT_EQ(client.line(), "connected");
+  settle(server);
+  client.kill_now();
+  char byte;
+  EXPECT_EQ(rrecv(server, &byte, 1, 0), -1);
+  EXPECT_EQ(errno, ECONNRESET);
+  int err = 0;
+  socklen_t len = sizeof err;
+  EXPECT_EQ(rgetsockopt(server, SOL_SOCKET, SO_ERROR, &err, &len), 0);
+  EXPECT_EQ(err, ECONNRESET);
+  EXPECT_EQ(rgetsockopt(server, SOL_SOCKET, SO_ERROR, &err, &len), 0);
+  EXPECT_EQ(err, 0);  // read once, as getsockopt(2)
+  for (int call = 0; call < 2; ++call) {
+    errno = 0;
+    EXPECT_EQ(rrecv(server, &byte, 1, 0), -1);
+    EXPECT_EQ(errno, ECONNRESET);
+    errno = 0;
+    EXPECT_EQ(rsend(server, "x", 1, 0), -1);
+    EXPECT_EQ(errno, ECONNRESET);
+  }
+  pollfd fds{server, POLLIN, 0};
+  EXPECT_EQ(rpoll(&fds, 1, 0), 1);
+  EXPECT_TRUE(fds.revents & POLLERR);
+  rclose(server);
+  rclose(listener);
+}
+
 // An rsocket server whose client does not read fills the client's receive
 // buffer, then blocks in rsend waiting for credits; the client stops answering.
 // The keepalive goes unanswered and rsend returns -1 with ECONNRESET.

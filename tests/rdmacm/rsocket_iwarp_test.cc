@@ -16,8 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "rdmacm/rdmacm_fixture.h"
 #include "rdmacm/iwarp_device.h"
+#include "rdmacm/peer_process.h"
+#include "rdmacm/rdmacm_fixture.h"
 #include "rdmacm/rsocket.h"
 #include "rdmacm/rsocket_raw_peer.h"
 
@@ -115,6 +116,9 @@ class WirePeer : public RawRsocketPeer {
     }
     connect_offering(rsock::kSglSize);
   }
+  // iWARP's orderly teardown without rsocket's DISCONNECT message: the QP to
+  // Error, the stream's FIN.
+  void disconnect() { ASSERT_EQ(rdma_disconnect(id_), 0); }
 
   // The next completion of either queue (rdma_create_qp made one CQ each), 10 s
   // at most: a hang guard, no timing asserted.
@@ -203,6 +207,71 @@ TEST(RsocketIwarp, MessagesAreFourByteSendsAsRsocketCSends) {
   peer.send_message(rsock::msg_set(rsock::kOpData, 5), 2);
   EXPECT_EQ(rrecv(server, got, sizeof got, 0), -1);
   EXPECT_EQ(errno, EPROTO);
+  rclose(server);
+  rclose(listener);
+}
+
+// Issue 27 finding 1: a killed peer (its kernel closes the TCP stream without
+// iWARP's orderly teardown: a reset) is a lost stream, as on RoCE
+// (PeerDeath.KilledClientEndsAnIdleBlockedReadOnOneHost), not an end of stream:
+// rrecv -1/ECONNRESET, rpoll POLLERR without POLLHUP, SO_ERROR ECONNRESET. And
+// finding 2: once SO_ERROR was read, rrecv still answers -1 with errno set.
+TEST(RsocketIwarp, KilledPeerIsAResetNotAnEndOfStream) {
+  ASSERT_IWARP_DEVICE();
+  sockaddr_in address = ipv4("127.0.0.1", free_port());
+  const int listener = listen_on(address, 0);
+  ASSERT_GE(listener, 0) << std::strerror(errno);
+  PeerProcess client("rsocket", ntohs(address.sin_port));
+  const int server = raccept(listener, nullptr, nullptr);
+  ASSERT_GE(server, 0) << std::strerror(errno);
+  ASSERT_EQ(client.line(), "connected");
+  client.kill_now();
+  char byte;
+  EXPECT_EQ(rrecv(server, &byte, 1, 0), -1);
+  EXPECT_EQ(errno, ECONNRESET);
+  pollfd fds{server, POLLIN | POLLOUT, 0};
+  EXPECT_EQ(rpoll(&fds, 1, 0), 1);
+  EXPECT_TRUE(fds.revents & POLLERR) << fds.revents;
+  EXPECT_FALSE(fds.revents & POLLHUP) << fds.revents;
+  int err = 0;
+  socklen_t len = sizeof err;
+  EXPECT_EQ(rgetsockopt(server, SOL_SOCKET, SO_ERROR, &err, &len), 0);
+  EXPECT_EQ(err, ECONNRESET);
+  errno = 0;
+  EXPECT_EQ(rrecv(server, &byte, 1, 0), -1);
+  EXPECT_EQ(errno, ECONNRESET);
+  errno = 0;
+  EXPECT_EQ(rsend(server, "x", 1, 0), -1);
+  EXPECT_EQ(errno, ECONNRESET);
+  rclose(server);
+  rclose(listener);
+}
+
+// The other side of the distinction: a peer that ends the connection in order
+// (rdma_disconnect: iWARP's teardown, a FIN) without rsocket's DISCONNECT
+// message is still the end of the stream (0), as after a DREQ on RoCE.
+TEST(RsocketIwarp, PeerDisconnectWithoutRsocketCloseIsEndOfStream) {
+  ASSERT_IWARP_DEVICE();
+  sockaddr_in address = ipv4("127.0.0.1", free_port());
+  const int listener = listen_on(address, 0);
+  ASSERT_GE(listener, 0) << std::strerror(errno);
+  auto accepted =
+      std::async(std::launch::async, [&] { return raccept(listener, nullptr, nullptr); });
+  WirePeer peer;
+  peer.connect(address);
+  const int server = accepted.get();
+  ASSERT_GE(server, 0) << std::strerror(errno);
+  peer.disconnect();
+  char byte;
+  EXPECT_EQ(rrecv(server, &byte, 1, 0), 0);
+  pollfd fds{server, POLLIN, 0};
+  EXPECT_EQ(rpoll(&fds, 1, 0), 1);
+  EXPECT_TRUE(fds.revents & POLLHUP) << fds.revents;
+  EXPECT_FALSE(fds.revents & POLLERR) << fds.revents;
+  int err = -1;
+  socklen_t len = sizeof err;
+  EXPECT_EQ(rgetsockopt(server, SOL_SOCKET, SO_ERROR, &err, &len), 0);
+  EXPECT_EQ(err, 0);
   rclose(server);
   rclose(listener);
 }

@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -322,6 +323,65 @@ TEST(TcpStreamsExitTest, ExitWaitsWhileTheDrivingThreadHoldsAFin) {
   ::close(listener);
   ::close(exiting[0]);
   ::close(exiting[1]);
+}
+
+// The child of the KilledProcess tests: connects to `port`, closes the stream
+// first when `disconnect` (a held FIN: kAfterPeer, quiet spell endless), says
+// so on `ready`, and waits to be killed.
+[[noreturn]] void run_client_until_killed(uint16_t port, bool disconnect, int ready) {
+  std::string why;
+  const int64_t hour = 3600'000'000'000;
+  auto streams = TcpStreams::open(loopback(2), why, {hour, hour, false});
+  int err = 0;
+  const StreamId c = streams ? streams->connect(loopback(1), port, err) : kNoStream;
+  if (c == kNoStream || wait_for(*streams, StreamEvent::kConnected).stream != c) _exit(2);
+  if (disconnect) streams->close(c, StreamTransport::CloseMode::kAfterPeer);
+  const char byte = 1;
+  if (::write(ready, &byte, 1) != 1) _exit(3);
+  for (;;) ::pause();
+}
+
+// What the peer's recv answers once the child (run_client_until_killed) is
+// SIGKILLed: 0 for a FIN, -errno for a reset.
+ssize_t peer_sees_after_kill(bool disconnect) {
+  sockaddr_in at;
+  const int listener = testing_support::listen_on_loopback(at);
+  int ready[2];
+  if (listener < 0 || ::pipe(ready) != 0) return -1000;
+  const pid_t child = ::fork();
+  if (child == 0) run_client_until_killed(ntohs(at.sin_port), disconnect, ready[1]);
+  const int peer = ::accept(listener, nullptr, nullptr);
+  char byte = 0;
+  ssize_t seen = -1000;
+  if (peer >= 0 && ::read(ready[0], &byte, 1) == 1) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+    pollfd p{peer, POLLIN, 0};
+    char buffer[16];
+    if (::poll(&p, 1, 10'000) == 1) {
+      seen = ::recv(peer, buffer, sizeof buffer, 0);
+      if (seen < 0) seen = -errno;
+    }
+  } else {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+  }
+  for (int fd : {peer, listener, ready[0], ready[1]})
+    if (fd >= 0) ::close(fd);
+  return seen;
+}
+
+// A process killed with a stream up (its kernel closes the socket): the peer
+// sees a reset, not the FIN of an orderly close, and so can tell a lost peer
+// from one that disconnected (issue 27, rsockets' ECONNRESET over iWARP).
+TEST(TcpStreamsExitTest, AProcessKilledWithAStreamUpResetsIt) {
+  EXPECT_EQ(peer_sees_after_kill(false), -ECONNRESET);
+}
+
+// A stream the process closed itself ends with a FIN even if the process is
+// killed before that FIN left: its disconnect was orderly.
+TEST(TcpStreamsExitTest, AProcessKilledAfterItsDisconnectStillSendsAFin) {
+  EXPECT_EQ(peer_sees_after_kill(true), 0);
 }
 
 TEST_F(TcpStreamsTest, AConnectionNobodyTakesIsReportedClosedWithItsError) {

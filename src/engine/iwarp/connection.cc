@@ -136,10 +136,15 @@ void Connection::on_state_change(ibv_qp_state, ibv_qp_state to, Nanos) {
   if (to == IBV_QPS_ERR || to == IBV_QPS_RESET) end(transport::StreamTransport::CloseMode::kAfterPeer);
 }
 
+// The stream ended under the QP. `error` 0 is the peer's FIN: its graceful
+// teardown (rdma_disconnect, or its process closed the device); an errno is a
+// lost stream: a reset (a peer process that died: tcp_streams.cc,
+// reset_if_abandoned), or the socket failed. Either way the QP is in Error;
+// only a FIN counts as the peer's close (Qp::closed_by_peer).
 void Connection::on_closed(int error, Nanos now) {
   if (ended_) return;
   bump(qp_.ctx().counters.iwarp_streams_lost);
-  (void)error;
+  if (error == 0) qp_.note_closed_by_peer();
   end(transport::StreamTransport::CloseMode::kNow);
   qp_.enter_error(now);
 }

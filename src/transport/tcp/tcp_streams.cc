@@ -48,6 +48,20 @@ uint16_t bound_port(int fd) {
 
 }  // namespace
 
+// A connection's socket resets if the process dies (SIGKILL, a crash, exit
+// without a disconnect): the kernel then closes it with no linger, which sends a
+// RST instead of the FIN of an orderly close. The peer's engine can so tell "the
+// peer went" (ECONNRESET: its QP's connection was lost) from "the peer closed"
+// (a FIN: the graceful teardown; DDP's stream teardown is graceful or abortive,
+// as the LLP's, RFC 5041), as a RoCE peer tells a lost peer from a DREQ
+// (rsockets.md "A peer that dies").
+// close() takes the option off before ending a stream itself: every end it
+// chooses is a FIN (tcp_streams_close.cc).
+void TcpStreams::reset_if_abandoned(int fd, bool on) {
+  const linger option{on ? 1 : 0, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &option, sizeof option);
+}
+
 std::unique_ptr<TcpStreams> TcpStreams::open(const Gid& address, std::string& why,
                                              CloseTiming timing) {
   const int epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
@@ -71,7 +85,10 @@ std::unique_ptr<TcpStreams> TcpStreams::open(const Gid& address, std::string& wh
 // Streams still open close at once; those closing gracefully get to finish.
 TcpStreams::~TcpStreams() {
   for (auto& [port, fd] : listeners_) ::close(fd);
-  for (auto& [id, c] : connections_) ::close(c.fd);
+  for (auto& [id, c] : connections_) {
+    reset_if_abandoned(c.fd, false);  // the device was closed on purpose: a FIN
+    ::close(c.fd);
+  }
   listeners_.clear();
   connections_.clear();
   finish_closing();
@@ -118,6 +135,7 @@ StreamId TcpStreams::add(int fd, bool connecting, const Gid& peer, uint16_t peer
     ::close(fd);
     return kNoStream;
   }
+  reset_if_abandoned(fd, true);
   connections_[id] = Connection{fd, connecting, peer, peer_port};
   return id;
 }

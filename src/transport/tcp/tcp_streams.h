@@ -65,6 +65,9 @@ class TcpStreams final : public StreamTransport {
   TcpStreams(const Gid& address, int epoll_fd, int timer_fd, CloseTiming timing)
       : address_(address), epoll_fd_(epoll_fd), timer_fd_(timer_fd), timing_(timing) {}
   StreamId add(int fd, bool connecting, const Gid& peer, uint16_t peer_port);
+  // SO_LINGER 0 on a live stream's socket, so that it resets when the process
+  // dies; off when the stream is closed (tcp_streams.cc).
+  static void reset_if_abandoned(int fd, bool on);
   // Epoll data: a listener's port | kListenerTag, or a stream id.
   static constexpr uint64_t kListenerTag = uint64_t(1) << 32;
   // Epoll data of a stream being closed: its fd | kClosingTag (close()); of the

@@ -1,6 +1,7 @@
 // How TcpStreams ends a connection (stream.h, CloseMode).
 //
-// Always with a FIN, never a reset: closing a socket that holds unread bytes, or
+// Always with a FIN, never a reset (a live stream resets only when its process
+// dies: tcp_streams.cc, reset_if_abandoned): closing a socket that holds unread bytes, or
 // that bytes reach afterwards, makes the kernel answer with a RST, and a peer
 // reset while its last SEND is in flight fails that SEND. So what still arrives is
 // read and dropped until the peer's FIN (or the linger's end), and only then is the
@@ -84,6 +85,7 @@ void TcpStreams::close(StreamId stream, CloseMode mode) {
   if (it == connections_.end()) return;
   const Connection c = it->second;
   connections_.erase(it);
+  reset_if_abandoned(c.fd, false);  // from here on every end is a FIN
   if (c.want_writable) --wanting_room_;
   if (c.connecting) {  // nothing was said on it: nothing to lose
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
