@@ -200,12 +200,14 @@ const char* qp_path_name(const softrdma::runtime::StatusReport::Qp& q) {
 }
 
 // Every other softrdma process of the host, from its status segment: device,
-// address, QPs, counters that are not zero (like `rdma statistic`).
-void print_processes() {
+// address, QPs, counters that are not zero (like `rdma statistic`). The stale
+// segments removed are the reader's and those the device opened for this command
+// removed first (issue 27 finding 6: it said 0 after the open had removed them).
+void print_processes(int removed_by_open) {
   int stale = 0;
   const auto reports = softrdma::runtime::read_status_segments(stale);
   std::printf("\nsoftrdma processes of this host (live counters; stale segments removed: %d)\n",
-              stale);
+              stale + removed_by_open);
   for (const auto& r : reports) {
     if (r.pid == getpid()) continue;
     std::printf("process %d  device %s  %s  softrdma %s\n", r.pid, r.device.c_str(),
@@ -264,7 +266,7 @@ int status() {
       std::printf("  udp.%-29s %llu\n", name, (unsigned long long)value);
     });
   }
-  print_processes();
+  print_processes(node->stale_segments_removed());
   return 0;
 }
 

@@ -103,6 +103,17 @@ Mad encoded(const auto& message) {
   return mad;
 }
 
+// IBA 12.6.5, the REQ's Transport Service Type: 0 RC, 1 UC, 2 RD, 3 "see Extended
+// Transport Type" (1: XRC); as the kernel's cm_req_get_qp_type reads it.
+ibv_qp_type req_qp_type(const w::CmReq& m) {
+  switch (m.transport_service_type) {
+    case 0: return IBV_QPT_RC;
+    case 1: return IBV_QPT_UC;
+    case 3: return m.extended_transport_type == 1 ? IBV_QPT_XRC_RECV : IBV_QPT_DRIVER;
+    default: return IBV_QPT_DRIVER;
+  }
+}
+
 void read_req(const w::CmReq& m, Incoming& out) {
   out.sender_comm_id = m.local_comm_id;
   out.service_id = m.service_id;
@@ -117,6 +128,7 @@ void read_req(const w::CmReq& m, Incoming& out) {
   out.path_mtu_valid = mtu.has_value();
   out.path_mtu = mtu.value_or(IBV_MTU_256);
   out.srq = m.srq;
+  out.qp_type = req_qp_type(m);
   out.ece = {m.vendor_id, m.attribute_modifier, 0};
   read_ip_cm_header(m.private_data, uint16_t(m.service_id & 0xffff), out);
   copy_private(m.private_data, kIpCmHeaderBytes, out);

@@ -53,6 +53,9 @@ struct Incoming {
   ibv_mtu path_mtu = IBV_MTU_1024;
   bool path_mtu_valid = true;  // a REQ's MTU is one of IBA's codes
   bool srq = false;
+  // REQ: the QP type its Transport Service Type names (IBA 12.6.5: RC, UC, or
+  // XRC as the extended type); IBV_QPT_DRIVER for RD and codes unknown.
+  ibv_qp_type qp_type = IBV_QPT_RC;
   ibv_ece ece{};  // REQ / REP: vendor ID and options (IBA Comment 9434)
   // REQ: rdma_cm's IP CM header (IBA A11.6): who connects, to which address.
   std::optional<IpEndpoint> ip_source;

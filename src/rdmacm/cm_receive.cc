@@ -125,6 +125,17 @@ void Agent::on_req(const ibv_gid& source, const Incoming& req) {
     return;
   }
   CmId& listening = *listener->second;
+  if (req.qp_type != listening.ibv.qp_type) {
+    // The kernel's rdma_cm takes a REQ only for an id of the QP type the REQ
+    // names (cma.c, cma_ib_check_req_qp_type): a REQ to a UD listener
+    // (RDMA_PS_UDP, RDMA_PS_IPOIB), or a UC one to an RC listener, is refused
+    // before the application hears of it. Its ib_cm then answers the REQ it
+    // holds with a REJ "consumer defined" (28, IBA 12.6.7 Table 112; cm.c
+    // cm_destroy_id in REQ_RCVD), with no private data: the same REJ here.
+    Mad rej = format_rej_to(req, kRejConsumer);
+    mad_port_->send(source, 0, rej);
+    return;
+  }
   if (!req.path_mtu_valid || listening.pending_requests >= listening.backlog) {
     Mad rej = format_rej_to(req, req.path_mtu_valid ? kRejNoResources : kRejInvalidMtu);
     mad_port_->send(source, 0, rej);

@@ -96,6 +96,17 @@ void Agent::on_sidr_req(const ibv_gid& source, const Incoming& req) {
     return;
   }
   CmId& listening = *listener->second;
+  if (listening.ibv.qp_type != IBV_QPT_UD) {
+    // A SIDR_REQ asks for a UD QP (IBA 12.11.1): only a UD id (RDMA_PS_UDP,
+    // RDMA_PS_IPOIB) takes one. The kernel's rdma_cm refuses it for any other
+    // (cma.c, cma_ib_check_req_qp_type), and its ib_cm then answers the
+    // SIDR_REQ it holds with status 2, "rejected by the service provider" (IBA
+    // 12.11.2 Table 120; cm.c cm_destroy_id in SIDR_REQ_RCVD: IB_SIDR_REJECT),
+    // not 1 (no such service ID: one exists, for connections). No id, no event.
+    Mad rep = format_sidr_rep(reply, kSidrRejected, 0, 0, nullptr, 0);
+    mad_port_->send(source, 0, rep);
+    return;
+  }
   if (listening.pending_requests >= listening.backlog) return;  // the requester resends
   if (CmId* id = admit(listening, source, req))
     deliver_ud(*id, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &req);

@@ -57,7 +57,7 @@ std::unique_ptr<OpenDevice> OpenDevice::open(const Settings& settings, std::stri
   // Segments left by this user's processes that were killed (no exit handler ran:
   // decisions/status-segment-safety.md), then this one's segment first: the
   // transport counts into it from its first packet.
-  remove_stale_status_segments();
+  node->stale_removed_ = remove_stale_status_segments();
   node->status_ = StatusSegment::create(settings.device_name);
   node->transport_ = open_transport(settings, error, node->faults_, node->status_.get());
   if (!node->transport_) return nullptr;
@@ -133,6 +133,7 @@ void OpenDevice::open_same_host() {
     samehost::say_once("no same-host path (" + why + "); every peer is reached by UDP");
     return;
   }
+  stale_removed_ += host_->stale_removed_at_open();
   // A same-host peer found dead leaves its status segment too (it ran no exit
   // handler): removed at once, so a killed peer leaves nothing in /dev/shm.
   host_->set_on_peer_gone([] { remove_stale_status_segments(); });

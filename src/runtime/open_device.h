@@ -58,6 +58,10 @@ class OpenDevice {
   transport::FaultInjector* faults() { return faults_; }
   // The process's status segment for this device; null when none could be made.
   const StatusSegment* status() const { return status_.get(); }
+  // Segments (status and node) of this user's processes that ended without
+  // removing them — killed — which opening this device removed: `softrdma
+  // status`, which opens one first, counts them with what its reader removes.
+  int stale_segments_removed() const { return stale_removed_; }
   // Told the number of each RC QP that entered Error (a connection that failed —
   // retries exhausted, a fatal error — or an ibv_modify_qp to Error), after the
   // engine's turn, with no engine lock held: softrdma's librdmacm ends the rdma_cm
@@ -87,6 +91,7 @@ class OpenDevice {
   std::unique_ptr<transport::Transport> transport_;
   transport::FaultInjector* faults_ = nullptr;  // inside transport_, when configured
   std::unique_ptr<samehost::Host> host_;  // outlives the device, which publishes there
+  int stale_removed_ = 0;
   std::unique_ptr<transport::StreamTransport> streams_;  // SOFTRDMA_WIRE=iwarp
   std::unique_ptr<engine::Device> device_;
   std::unique_ptr<progress::ProgressLoop> loop_;

@@ -34,6 +34,8 @@ bool parse(int fd, const struct stat& st, StatusReport& out);
 // inode): a file swapped in since it was checked is left alone. True only when
 // the unlink succeeded.
 bool remove_if_same(const std::string& path, dev_t dev, ino_t ino);
+// The same with lstat and unlink only: async-signal-safe (status_registry.cc).
+bool remove_if_same(const char* path, dev_t dev, ino_t ino);
 
 // Whether a process with this pid exists (EPERM: it does, as another user).
 bool process_exists(int pid);

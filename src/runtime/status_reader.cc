@@ -110,10 +110,14 @@ bool parse(int fd, const struct stat& st, StatusReport& out) {
   return true;
 }
 
-bool remove_if_same(const std::string& path, dev_t dev, ino_t ino) {
+bool remove_if_same(const char* path, dev_t dev, ino_t ino) {
   struct stat now {};
-  if (lstat(path.c_str(), &now) != 0 || now.st_dev != dev || now.st_ino != ino) return false;
-  return unlink(path.c_str()) == 0;
+  if (lstat(path, &now) != 0 || now.st_dev != dev || now.st_ino != ino) return false;
+  return unlink(path) == 0;
+}
+
+bool remove_if_same(const std::string& path, dev_t dev, ino_t ino) {
+  return remove_if_same(path.c_str(), dev, ino);
 }
 
 bool process_exists(int pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }

@@ -41,10 +41,11 @@ void allow_same_user_peers() {
 
 std::unique_ptr<Host> Host::open(std::span<const Gid> gids, std::string& why,
                                  const std::string& directory) {
-  remove_stale_node_segments(directory);
+  const int stale = remove_stale_node_segments(directory);
   allow_same_user_peers();
   std::unique_ptr<Host> host(new Host);
   host->directory_ = directory;
+  host->stale_removed_at_open_ = stale;
   host->node_ = NodeSegment::create(gids, why, directory);
   if (!host->node_) return nullptr;
   return host;

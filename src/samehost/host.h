@@ -51,6 +51,9 @@ class Host {
   Host& operator=(const Host&) = delete;
 
   NodeSegment& node() { return *node_; }
+  // Names of node segments left by this user's exited processes that open
+  // removed (`softrdma status` reports them).
+  int stale_removed_at_open() const { return stale_removed_at_open_; }
   // The eventfd peers write after reporting a fault: the progress loop's own wake
   // descriptor, which it drains (-1 without a progress thread: faults are then
   // taken at the next poll).
@@ -74,6 +77,7 @@ class Host {
 
   std::unique_ptr<NodeSegment> node_;
   std::string directory_;
+  int stale_removed_at_open_ = 0;
   std::function<void()> on_peer_gone_;
   std::mutex peers_mutex_;
   std::map<Gid, std::shared_ptr<Peer>> peers_;

@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
 
 namespace softrdma::samehost {
 
@@ -54,6 +55,19 @@ bool remove_if_stale(const std::string& path) {
   if (pid == 0 && st.st_mtime + 10 > time(nullptr)) return false;
   if (pid != 0 && process_exists(pid)) return false;
   return unlink(path.c_str()) == 0;
+}
+
+// Why `name` could not be made; for a name taken, by what and whose, so that
+// whoever reads the line can remove it (same-host.md, "Names another user can
+// take": a local user can take a GID's name; the device then goes by the wire).
+std::string not_made(const std::string& name, int err) {
+  std::string why = name + ": " + std::strerror(err);
+  struct stat st {};
+  if (err != EEXIST || lstat(name.c_str(), &st) != 0) return why;
+  const char* what = S_ISLNK(st.st_mode) ? "a symbolic link" : S_ISREG(st.st_mode) ? "a file" : "not a file";
+  if (st.st_uid != geteuid())
+    return why + " (" + what + " of another user, uid " + std::to_string(st.st_uid) + ")";
+  return why + " (" + what + " of this user: another process serves this GID)";
 }
 
 void init_atomics_lock(pthread_mutex_t& m) {
@@ -147,7 +161,7 @@ std::unique_ptr<NodeSegment> NodeSegment::create(std::span<const Gid> gids, std:
   remove_if_stale(first);
   const int fd = open(first.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
-    why = first + ": " + std::strerror(errno);
+    why = not_made(first, errno);
     return nullptr;
   }
   node->names_.push_back(first);

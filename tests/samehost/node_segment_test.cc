@@ -19,6 +19,8 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <vector>
 #include <thread>
 
 #include "samehost/host.h"
@@ -252,6 +254,48 @@ TEST_F(NodeSegmentTest, AForeignFileIsNotOpened) {
   std::string why;
   EXPECT_EQ(PeerNode::open(gid(6), why, dir_), nullptr);
   EXPECT_NE(why.find("not a node segment of this user"), std::string::npos) << why;
+}
+
+// Issue 27 finding 6 (same-host.md, "Names another user can take"): another
+// local user plants, under a GID's name, a perfect forgery — a node segment of
+// this very process, probe word and all, so that cross-memory attach to the pid
+// it names would succeed — owned by that user and open to all (0666, so only
+// the owner check stands). The GID's own process can no longer publish there
+// (it is pushed to the wire, and says why), and a peer never uses the forgery:
+// no peer, nothing read from or written through it.
+TEST_F(NodeSegmentTest, AForgeryAnotherUserPlantedTakesTheNameButNothingGoesThroughIt) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to plant a file as another user (CI runs as root)";
+  auto forged = create({gid(7)});
+  ASSERT_NE(forged, nullptr);
+  const std::string name = node_name(gid(7), dir_);
+  const passwd* nobody = getpwnam("nobody");
+  ASSERT_EQ(chown(name.c_str(), nobody != nullptr ? nobody->pw_uid : 65534, 0), 0);
+  ASSERT_EQ(chmod(name.c_str(), 0666), 0);
+  // FNV-1a of the whole file (a peer that joined or reported a fault would have
+  // written a slot of it).
+  auto bytes_of = [&name] {
+    std::ifstream in(name, std::ios::binary);
+    std::vector<char> chunk(1 << 20);
+    uint64_t hash = 1469598103934665603ull;
+    while (in.read(chunk.data(), std::streamsize(chunk.size())) || in.gcount() > 0) {
+      for (std::streamsize i = 0; i < in.gcount(); ++i)
+        hash = (hash ^ uint8_t(chunk[size_t(i)])) * 1099511628211ull;
+    }
+    return hash;
+  };
+  const uint64_t before = bytes_of();
+
+  std::string why;
+  EXPECT_EQ(NodeSegment::create(std::vector<Gid>{gid(7)}, why, dir_), nullptr);
+  EXPECT_NE(why.find("File exists (a file of another user, uid "), std::string::npos) << why;
+  why.clear();
+  EXPECT_EQ(Host::open(std::vector<Gid>{gid(7)}, why, dir_), nullptr) << "it took the name";
+
+  auto host = Host::open(std::vector<Gid>{gid(8)}, why, dir_);
+  ASSERT_NE(host, nullptr) << why;
+  EXPECT_EQ(host->peer(gid(7)), nullptr) << "a peer believed another user's file";
+  EXPECT_EQ(bytes_of(), before) << "something was written through it";
+  EXPECT_TRUE(std::filesystem::exists(name)) << "another user's file is never removed";
 }
 
 }  // namespace

@@ -2,12 +2,17 @@
 // removes the segment of a process that was killed (issue 6 "Live counters";
 // runtime/status_segment.h). A child process connects a pair of QPs and moves
 // data, then waits; the test runs the real command, as a user would.
+#include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <string>
 
@@ -217,6 +222,111 @@ TEST_P(SoftrdmaStatus, ShowsARunningProcessAndForgetsAKilledOne) {
   const std::string after = run_status();
   EXPECT_EQ(after.find("process " + std::to_string(child)), std::string::npos) << after;
   EXPECT_FALSE(std::filesystem::exists(segment)) << "the stale segment was removed";
+}
+
+// The calling (single-threaded, forked) process in a mount namespace of its own
+// with a fresh tmpfs on /dev/shm, so that no other test's process sweeps what is
+// left there; "" or why it could not. Not root: a user namespace maps it to root.
+std::string private_dev_shm() {
+  auto write_file = [](const char* path, const std::string& text) {
+    const int fd = open(path, O_WRONLY | O_CLOEXEC);
+    const bool ok = fd >= 0 && write(fd, text.data(), text.size()) == ssize_t(text.size());
+    if (fd >= 0) close(fd);
+    return ok;
+  };
+  const uid_t uid = geteuid();
+  const gid_t gid = getegid();
+  if (uid != 0) {
+    if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0)
+      return std::string("unshare(CLONE_NEWUSER|CLONE_NEWNS): ") + std::strerror(errno);
+    if (!write_file("/proc/self/setgroups", "deny") ||
+        !write_file("/proc/self/uid_map", "0 " + std::to_string(uid) + " 1") ||
+        !write_file("/proc/self/gid_map", "0 " + std::to_string(gid) + " 1"))
+      return "cannot map the user namespace";
+  } else if (unshare(CLONE_NEWNS) != 0) {
+    return std::string("unshare(CLONE_NEWNS): ") + std::strerror(errno);
+  }
+  // Private first: a mount under a shared / would show in the test's namespace.
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+    return std::string("making / private: ") + std::strerror(errno);
+  if (mount("softrdma-status-test", "/dev/shm", "tmpfs", 0, "mode=1777") != 0)
+    return std::string("tmpfs on /dev/shm: ") + std::strerror(errno);
+  return "";
+}
+
+size_t entries_of_dev_shm() {
+  return size_t(std::distance(std::filesystem::directory_iterator("/dev/shm"),
+                              std::filesystem::directory_iterator()));
+}
+
+// In the private /dev/shm: a process holding a device is killed (SIGKILL: no
+// handler of any kind runs), then `softrdma status` runs. Writes to `report`
+// "skip <why>", or "<files left> <removed, as the command says> <files after>"
+// and the command's output.
+[[noreturn]] void count_after_a_kill(int report) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  auto say = [report](const std::string& text) {
+    if (write(report, text.data(), text.size()) != ssize_t(text.size())) _exit(3);
+  };
+  if (std::string why = private_dev_shm(); !why.empty()) {
+    say("skip " + why);
+    _exit(0);
+  }
+  int ready[2];
+  if (pipe(ready) != 0) _exit(4);
+  const pid_t holder = fork();
+  if (holder < 0) _exit(5);
+  if (holder == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    int count = 0;
+    ibv_device** list = ibv_get_device_list(&count);
+    ibv_context* context = list != nullptr && count > 0 ? ibv_open_device(list[0]) : nullptr;
+    const char byte = context != nullptr ? 'r' : 'x';
+    if (write(ready[1], &byte, 1) != 1) _exit(3);
+    for (;;) pause();
+  }
+  char byte = 0;
+  if (read(ready[0], &byte, 1) != 1 || byte != 'r') _exit(6);
+  kill(holder, SIGKILL);
+  waitpid(holder, nullptr, 0);
+  const size_t left = entries_of_dev_shm();
+  const std::string out = run_status();
+  const size_t at = out.find("stale segments removed: ");
+  const int removed = at == std::string::npos ? -1 : std::atoi(out.c_str() + at + 24);
+  say(std::to_string(left) + " " + std::to_string(removed) + " " +
+      std::to_string(entries_of_dev_shm()) + "\n" + out);
+  _exit(0);
+}
+
+// Issue 27 finding 6: `softrdma status` said "stale segments removed: 0" after
+// removing a killed process's segments — the device it opens first had removed
+// them before its reader looked. It counts every segment it removed, whoever of
+// the two removed it.
+TEST(SoftrdmaStatusStale, CountsTheSegmentsOfAKilledProcessItRemoved) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(fds[0]);
+    count_after_a_kill(fds[1]);
+  }
+  close(fds[1]);
+  std::string report;
+  char buffer[4096];
+  for (ssize_t n; (n = read(fds[0], buffer, sizeof buffer)) > 0;) report.append(buffer, size_t(n));
+  close(fds[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  if (report.rfind("skip ", 0) == 0) GTEST_SKIP() << "no private /dev/shm: " << report.substr(5);
+  unsigned long left = 0, after = 0;
+  int removed = -2;
+  ASSERT_EQ(std::sscanf(report.c_str(), "%lu %d %lu", &left, &removed, &after), 3) << report;
+  // Its status segment, and its node segment unless SOFTRDMA_TRANSPORT=udp.
+  EXPECT_GE(left, 1u) << report;
+  EXPECT_EQ(removed, int(left)) << report;
+  EXPECT_EQ(after, 0u) << "the command removed them all, and its own at exit\n" << report;
 }
 
 }  // namespace
