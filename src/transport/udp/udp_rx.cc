@@ -147,6 +147,10 @@ size_t UdpTransport::collect_received(std::span<RxPacket> packets) {
       ++truncated;
       continue;
     }
+    if (config_.shared != nullptr && out.bytes[0] == udp::kProbeOpcode) {
+      take_probe(out);
+      continue;
+    }
     if (!check_received_icrc(out)) {
       ++bad_icrc;
       continue;

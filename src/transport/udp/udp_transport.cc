@@ -83,6 +83,9 @@ std::unique_ptr<UdpTransport> UdpTransport::open(const UdpConfig& config, std::s
       error = std::string("softrdma: cannot open a UDP socket: ") + std::strerror(-fd);
       return nullptr;
     }
+    // A shared address: this socket joins the address's group (host-rnic.md).
+    const int one = 1;
+    if (config.shared != nullptr) setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
     if (const int rc = udp::bind_socket(fd, *gid, config.port); rc != 0) {
       close(fd);
       error = bind_error_message(config.address, config.port, rc);
@@ -91,6 +94,10 @@ std::unique_ptr<UdpTransport> UdpTransport::open(const UdpConfig& config, std::s
     std::unique_ptr<UdpTransport> transport(new UdpTransport(config, fd, *gid));
     transport->serve_link_local();
     return transport;
+  }
+  if (config.shared != nullptr) {
+    error = "softrdma: a shared address must be named";
+    return nullptr;
   }
   // Default addressing (DESIGN.md §6): a loopback address of this process's own.
   for (unsigned attempt = 0; attempt < kLoopbackAttempts; ++attempt) {

@@ -12,17 +12,28 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "transport/transport.h"
+#include "transport/udp/reuseport_steering.h"
 #include "transport/udp/udp_counters.h"
 
 struct mmsghdr;
 
 namespace softrdma::transport {
+
+// Sharing the address with the host's other processes, one socket each in the
+// address's SO_REUSEPORT group (docs/decisions/host-rnic.md). Called from rx_burst.
+struct SharedAddress {
+  // The current probe round's nonce (the host registry's).
+  std::function<uint64_t()> probe_nonce;
+  // A probe of the round reached this socket: `index` is its place in the group.
+  std::function<void(uint32_t index)> learned_index;
+};
 
 struct UdpConfig {
   // Local IPv4 or IPv6 address, textual. Empty: default_loopback_address(), with
@@ -41,6 +52,8 @@ struct UdpConfig {
   // Where to count (the process's status segment, runtime/status_segment.h); it
   // must outlive the transport. Null: in the transport.
   UdpCounters* counters = nullptr;
+  // Set: `address` is shared (it must be given); it must outlive the transport.
+  const SharedAddress* shared = nullptr;
 };
 
 // 4096 bytes of payload (largest path MTU) + every header RoCEv2 may carry, rounded.
@@ -87,6 +100,14 @@ class UdpTransport final : public Transport {
   int effective_rcvbuf_bytes() const { return rcvbuf_bytes_; }
   size_t source_port_sockets() const;
 
+  // A shared address (udp_shared.cc): probes 0 .. count-1 of round `nonce` sent to
+  // the group, so that each member learns its index; 0 or -errno.
+  int send_probes(uint32_t count, uint64_t nonce);
+  // The group's steering program for `members` (slot = QPN block -> index); 0 or -errno.
+  int steer(std::span<const udp::SlotIndex> members);
+  uint64_t probes_read() const { return probes_read_.load(std::memory_order_relaxed); }
+  uint64_t probes_ignored() const { return probes_ignored_.load(std::memory_order_relaxed); }
+
  private:
   UdpTransport(const UdpConfig& config, int fd, Gid gid);
   struct RxRing;
@@ -114,6 +135,8 @@ class UdpTransport final : public Transport {
   // The IP family a packet to `dst` leaves with, and so a group's, is served.
   bool serves_family_of(const Gid& dst) const;
   size_t collect_received(std::span<RxPacket> packets);
+  // A shared address's probe (not a RoCE packet: no ICRC): read, or ignored.
+  void take_probe(const RxPacket& packet);
   bool check_received_icrc(RxPacket& packet);
 
   const UdpConfig config_;
@@ -150,6 +173,9 @@ class UdpTransport final : public Transport {
   std::unique_ptr<std::array<std::atomic<int>, kSourcePorts>> port_fds_;
   mutable std::mutex port_fds_mutex_;
   std::vector<int> owned_port_fds_;  // guarded by port_fds_mutex_
+
+  std::atomic<uint64_t> probes_read_{0};
+  std::atomic<uint64_t> probes_ignored_{0};  // another round's, or not from this host
 
   UdpCounters own_counters_;  // used when the config names no cells
   UdpCounters& counters_;     // own_counters_ or UdpConfig::counters
