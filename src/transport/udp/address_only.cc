@@ -12,15 +12,8 @@ std::unique_ptr<AddressOnlyTransport> AddressOnlyTransport::open(const UdpConfig
                                                                  std::string& error) {
   Gid gid = wire::gid_from_ipv4(default_loopback_address(0));
   if (!config.address.empty()) {
-    const std::optional<Gid> parsed = udp::parse_address(config.address);
-    if (!parsed) {
-      error = "softrdma: '" + config.address + "' is not an IPv4 or IPv6 address (SOFTRDMA_ADDR)";
-      return nullptr;
-    }
-    if (const char* why = udp::unusable_address(*parsed)) {
-      error = udp::unusable_address_message(config.address, why);
-      return nullptr;
-    }
+    const std::optional<Gid> parsed = udp::parse_device_address(config.address, error);
+    if (!parsed) return nullptr;
     gid = *parsed;
     // The address must be this host's: a bind to an ephemeral port says so.
     const int fd = udp::open_udp_socket(!wire::gid_is_ipv4(gid));

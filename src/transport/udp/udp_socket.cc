@@ -253,11 +253,20 @@ const char* unusable_address(const Gid& gid) {
 }
 
 
-std::string unusable_address_message(const std::string& address, const char* why) {
-  return "softrdma: SOFTRDMA_ADDR " + address + " is " + why +
-         ": a device needs one address of this host's own (it would otherwise take "
-         "UDP port 4791 on every address, and no other softrdma process could open its "
-         "device)";
+std::optional<Gid> parse_device_address(const std::string& text, std::string& error) {
+  const std::optional<Gid> gid = parse_address(text);
+  if (!gid) {
+    error = "softrdma: '" + text + "' is not an IPv4 or IPv6 address (SOFTRDMA_ADDR)";
+    return std::nullopt;
+  }
+  if (const char* why = unusable_address(*gid)) {
+    error = "softrdma: SOFTRDMA_ADDR " + text + " is " + why +
+            ": a device needs one address of this host's own (it would otherwise take "
+            "UDP port 4791 on every address, and no other softrdma process could open its "
+            "device)";
+    return std::nullopt;
+  }
+  return gid;
 }
 
 }  // namespace softrdma::transport::udp

@@ -22,8 +22,9 @@ std::string address_to_string(const Gid& gid);
 // Why `gid` cannot be a device's address (the wildcard, multicast, the limited
 // broadcast address); null when it can.
 const char* unusable_address(const Gid& gid);
-// What to tell the user who set SOFTRDMA_ADDR to such an address.
-std::string unusable_address_message(const std::string& address, const char* why);
+// SOFTRDMA_ADDR's text as a device's address: nullopt, and what to tell the user,
+// when it is not an address or one a device cannot be (unusable_address).
+std::optional<Gid> parse_device_address(const std::string& text, std::string& error);
 
 struct SocketAddress {
   sockaddr_storage storage{};

@@ -69,15 +69,8 @@ uint32_t default_loopback_address(unsigned attempt) {
 
 std::unique_ptr<UdpTransport> UdpTransport::open(const UdpConfig& config, std::string& error) {
   if (!config.address.empty()) {
-    const std::optional<Gid> gid = udp::parse_address(config.address);
-    if (!gid) {
-      error = "softrdma: '" + config.address + "' is not an IPv4 or IPv6 address (SOFTRDMA_ADDR)";
-      return nullptr;
-    }
-    if (const char* why = udp::unusable_address(*gid)) {
-      error = udp::unusable_address_message(config.address, why);
-      return nullptr;
-    }
+    const std::optional<Gid> gid = udp::parse_device_address(config.address, error);
+    if (!gid) return nullptr;
     const int fd = udp::open_udp_socket(!wire::gid_is_ipv4(*gid));
     if (fd < 0) {
       error = std::string("softrdma: cannot open a UDP socket: ") + std::strerror(-fd);
