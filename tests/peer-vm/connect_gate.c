@@ -37,6 +37,8 @@ static void wait_for_listener(const char *gate, int number) {
   snprintf(path, sizeof path, "%s.%d", gate, number);
   const char *limit_text = getenv("PEERVM_CONNECT_GATE_SECONDS");
   long limit_ms = 1000L * (limit_text ? atol(limit_text) : 120);
+  /* The file appears on the host when the guest creates it over 9p: looked for
+   * every 20 ms (the event itself; a wait bounded by the limit, not a pace). */
   const struct timespec step = {0, 20 * 1000 * 1000};
   for (long waited_ms = 0; access(path, F_OK) != 0; waited_ms += 20) {
     if (waited_ms >= limit_ms) {
