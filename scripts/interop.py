@@ -209,6 +209,8 @@ def siw_rping(suffix, options, **kw):
 
 
 RPING_LAST = r"ping data: rdma-ping-9"
+# Two programs at once, each one's status judged (`wait` alone would hide them).
+BOTH = "{a} & a=$!; {b} & b=$!; wait $a; ra=$?; wait $b; rb=$?; [ $ra = 0 ] && [ $rb = 0 ]"
 # rstream -T v: each side checks every byte it receives (rstream.c verify_buf).
 SIW_RSTREAM = ("rstream -p {port} -S 65536 -C 100 -T v",
                "rstream -s {addr} -p {port} -S 65536 -C 100 -T v")
@@ -231,6 +233,14 @@ CASES += [
     siw_perftest("ib_write_bw", "-n 50 -s 65536", suffix=".crc", mpa_crc=True),
     siw_perftest("ib_read_bw", "-n 20 -s 1048576", suffix=".1MiB.loss2", tcp_loss=0.02,
                  timeout=120),
+    # Two softrdma processes on the host's one address at once (issue 27): iWARP
+    # holds no UDP port, so both open the device; each pair checks its own data.
+    siw_case("rping+ucmatose", BOTH.format(a="rping -s -a {addr} -p {port} -C 10 -v -V",
+                                            b="ucmatose -p {port2} -C 20"),
+             BOTH.format(a="rping -c -a {addr} -p {port} -C 10 -v -V",
+                         b="ucmatose -s {addr} -p {port2} -C 20"),
+             expect=r"(?s)(?=.*ping data: rdma-ping-9)(?=.*data transfers complete)",
+             timeout=60, subset=CI),
     siw_case("rstream", *SIW_RSTREAM, expect=r"^custom\s+64k\s+100\s+1\s", timeout=40),
     siw_case("rstream.loss2", *SIW_RSTREAM, expect=r"^custom\s+64k\s+100\s+1\s",
              tcp_loss=0.02, timeout=60),
@@ -255,14 +265,23 @@ def ready_check(table, case, port, log):
     kind = case.ready
     if table is HOST_READY and case.driver == "siw" and kind == "cm":
         kind = "tcp"  # an iWARP rdma_listen is a TCP listener (src/rdmacm/iwarp_cm.cc)
-    return table[kind].format(port=port)
+    check = table[kind].format(port=port)
+    if "{port2}" in case.server:  # both servers listen
+        check += " && " + table[kind].format(port=port + SECOND_PORT)
+    return check
+
+
+# A case of two programs at once on each side (issue 27: processes sharing the
+# host's address) names its second program's port {port2}.
+SECOND_PORT = 1000
 
 
 def fill(template, case, side, port, share):
     host = side == "host"
     gid = "0" if case.gid0 else ("1" if host else "$RXE_GID_V4")
     dev = ("softiwarp0" if case.driver == "siw" else "softrdma0") if host else "$RXE_DEV"
-    return template.format(dev=dev, gid=gid, port=port, share=share, addr="{addr}")
+    return template.format(dev=dev, gid=gid, port=port, port2=port + SECOND_PORT, share=share,
+                           addr="{addr}")
 
 
 def host_wire_env(case):
