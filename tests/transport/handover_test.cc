@@ -6,11 +6,11 @@
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <linux/capability.h>
+#include <netinet/in.h>
 #include <poll.h>
-#include <sys/syscall.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -66,8 +66,12 @@ ssize_t send_raw(const std::string& name, const void* bytes, size_t size) {
 }
 
 HandoverHeader valid_header(uint32_t length) {
-  return HandoverHeader{.magic = kHandoverMagic, .version = kHandoverVersion, .source_port = 1,
-                        .from_slot = 99, .length = length, .source = kSource,
+  return HandoverHeader{.magic = kHandoverMagic,
+                        .version = kHandoverVersion,
+                        .source_port = 1,
+                        .from_slot = 99,
+                        .length = length,
+                        .source = kSource,
                         .destination = kDestination};
 }
 
@@ -155,7 +159,7 @@ TEST(Handover, MalformedDatagramsAreDroppedAndCounted) {
   ASSERT_TRUE(write(bad_magic, sizeof(HandoverHeader) + 64));
   ASSERT_TRUE(write(bad_version, sizeof(HandoverHeader) + 64));
   ASSERT_TRUE(write(valid_header(65), sizeof(HandoverHeader) + 64));  // length mismatch
-  ASSERT_EQ(send_raw(to, "short", 5), 5);                              // shorter than a header
+  ASSERT_EQ(send_raw(to, "short", 5), 5);                             // shorter than a header
   // Longer than a receive buffer, its header claiming what fits: only MSG_TRUNC tells.
   ASSERT_TRUE(write(valid_header(uint32_t(kHandoverMaxPacket)), kHandoverDatagramBytes + 100));
   // Then a good one: the only packet returned.
@@ -193,8 +197,8 @@ TEST(Handover, MalformedDatagramsAreDroppedAndCounted) {
   message.msg_control = control;
   message.msg_controllen = sizeof control;
   cmsghdr* c = CMSG_FIRSTHDR(&message);
-  *c = cmsghdr{.cmsg_len = CMSG_LEN(sizeof(ucred)), .cmsg_level = SOL_SOCKET,
-               .cmsg_type = SCM_CREDENTIALS};
+  *c = cmsghdr{
+      .cmsg_len = CMSG_LEN(sizeof(ucred)), .cmsg_level = SOL_SOCKET, .cmsg_type = SCM_CREDENTIALS};
   const ucred forged{.pid = getpid(), .uid = 0, .gid = 0};
   std::memcpy(CMSG_DATA(c), &forged, sizeof forged);
   if (sendmsg(intruder->fd(), &message, MSG_DONTWAIT) >= 0 || errno != EPERM) _exit(13);
@@ -254,7 +258,8 @@ TEST(Handover, AForkedChildSendsThroughItsParentsSocket) {
   EXPECT_EQ(WEXITSTATUS(status), 0) << "1: send failed, 2: capset";
   size_t returned = 0;
   Handover::Received got[Handover::kRing];
-  while (returned < 2 && readable(b->fd())) returned += b->receive(std::span(got + returned, 2 - returned));
+  while (returned < 2 && readable(b->fd()))
+    returned += b->receive(std::span(got + returned, 2 - returned));
   ASSERT_EQ(returned, 2u);
   EXPECT_EQ(got[1].source_port, 2u);
 }
@@ -329,8 +334,10 @@ TEST(Handover, DISABLED_Cost) {
                           sizeof loopback) == ssize_t(size);
           },
           [&](size_t) { return size_t(recv(udp, sink.data(), sink.size(), 0) > 0); });
-      std::printf("[          ] %zu B, bursts of %zu: hand-over %.0f ns per packet, "
-                  "UDP loopback %.0f\n", size, burst, handover, plain);
+      std::printf(
+          "[          ] %zu B, bursts of %zu: hand-over %.0f ns per packet, "
+          "UDP loopback %.0f\n",
+          size, burst, handover, plain);
       EXPECT_GT(handover, 0) << "a send failed";
     }
   }

@@ -78,7 +78,11 @@ struct Handover::Ring {
 };
 
 Handover::Handover(int fd, uint32_t slot, std::string prefix)
-    : fd_(fd), slot_(slot), pid_(getpid()), euid_(geteuid()), egid_(getegid()),
+    : fd_(fd),
+      slot_(slot),
+      pid_(getpid()),
+      euid_(geteuid()),
+      egid_(getegid()),
       prefix_(std::move(prefix)),
       ring_(std::make_unique<Ring>()) {}
 
@@ -130,12 +134,14 @@ std::string Handover::name_of(uint32_t slot) const {
 bool Handover::send(uint32_t to_slot, const Gid& source, uint16_t source_port,
                     const Gid& destination, std::span<const uint8_t> packet) {
   if (packet.size() > kHandoverMaxPacket) return send_failed(EMSGSIZE);
-  HandoverHeader header{.magic = kHandoverMagic, .version = kHandoverVersion,
-                        .source_port = source_port, .from_slot = slot_,
-                        .length = uint32_t(packet.size()), .source = source,
+  HandoverHeader header{.magic = kHandoverMagic,
+                        .version = kHandoverVersion,
+                        .source_port = source_port,
+                        .from_slot = slot_,
+                        .length = uint32_t(packet.size()),
+                        .source = source,
                         .destination = destination};
-  iovec iov[2] = {{&header, sizeof header},
-                  {const_cast<uint8_t*>(packet.data()), packet.size()}};
+  iovec iov[2] = {{&header, sizeof header}, {const_cast<uint8_t*>(packet.data()), packet.size()}};
   // Our effective uid, said explicitly: without it the kernel reports the real uid,
   // which differs from the effective one in a set-user-ID program, and the group
   // (and the host registry) is the effective user's.
