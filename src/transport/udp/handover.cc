@@ -147,7 +147,7 @@ bool Handover::send(uint32_t to_slot, const Gid& source, uint16_t source_port,
   // (and the host registry) is the effective user's.
   CredentialsBuffer control;
   // The pid is kept, not asked for (getpid is a system call, ~150 ns here).
-  ucred credentials{.pid = pid_, .uid = euid_, .gid = egid_};
+  ucred credentials{.pid = pid_.load(std::memory_order_relaxed), .uid = euid_, .gid = egid_};
   msghdr message{};
   message.msg_control = control.bytes;
   message.msg_controllen = sizeof control.bytes;
@@ -166,8 +166,9 @@ bool Handover::send(uint32_t to_slot, const Gid& source, uint16_t source_port,
     rc = sendmsg(fd_, &message, MSG_DONTWAIT | MSG_NOSIGNAL);
     // EPERM: the credentials name another pid, so this is a child forked since
     // open(); the kernel checks the pid (scm_check_creds). Learn ours and resend.
-    if (rc < 0 && errno == EPERM && pid_ != getpid()) {
-      pid_ = credentials.pid = getpid();
+    if (rc < 0 && errno == EPERM && credentials.pid != getpid()) {
+      credentials.pid = getpid();
+      pid_.store(credentials.pid, std::memory_order_relaxed);
       std::memcpy(CMSG_DATA(c), &credentials, sizeof credentials);
       errno = EINTR;
     }

@@ -88,11 +88,11 @@ class Handover {
   std::string name_of(uint32_t slot) const;
 
   // Hands `packet` to `to_slot`'s process. Never blocks: false (counted) when that
-  // slot has no socket, its queue is full, or the packet is too large.
+  // slot has no socket, its queue is full, or the packet is too large. Any thread.
   bool send(uint32_t to_slot, const Gid& source, uint16_t source_port, const Gid& destination,
             std::span<const uint8_t> packet);
   // Reads what is waiting, at most out.size() packets; datagrams of another user or
-  // malformed ones are dropped and counted, never returned.
+  // malformed ones are dropped and counted, never returned. One thread (the poller).
   size_t receive(std::span<Received> out);
 
   static constexpr size_t kRing = 32;  // datagrams one receive() may read
@@ -106,7 +106,9 @@ class Handover {
 
   int fd_ = -1;
   uint32_t slot_ = 0;
-  pid_t pid_ = 0;  // what SCM_CREDENTIALS says: the kernel checks it is ours
+  // What SCM_CREDENTIALS says; the kernel checks it is ours. Atomic: senders of
+  // several threads may each learn it after a fork.
+  std::atomic<pid_t> pid_{0};
   uid_t euid_ = 0;
   gid_t egid_ = 0;
   std::string prefix_;  // "softrdma-handover/<group or its hash>/" without the NUL
