@@ -1,0 +1,120 @@
+// The hand-over channel of a host's shared UDP 4791 (docs/decisions/host-rnic.md,
+// point 4): a packet that the reuseport group delivered to one process but whose
+// destination QPN (or CM Comm ID, ServiceID) belongs to another is passed to that
+// process whole, with the addresses the UDP socket showed, over an abstract Unix
+// datagram socket named from the group (the host registry's path) and the owner's
+// slot. The owner reads it in its poller as if from UDP.
+//
+// Abstract Unix names are per network namespace, like the address; they have no
+// file permissions, so the receiver checks each datagram's sender (SCM_CREDENTIALS)
+// against its own effective uid: another user's process can neither inject packets
+// nor, since the names carry nothing of the RNIC's memory, read any.
+#pragma once
+
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/un.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "wire/ip_udp.h"
+
+namespace softrdma::transport::udp {
+
+using wire::Gid;
+
+// What precedes each handed-over packet. Host byte order: both ends are one host.
+struct HandoverHeader {
+  uint32_t magic = 0;
+  uint16_t version = 0;
+  uint16_t source_port = 0;  // the UDP source port the packet came from
+  uint32_t from_slot = 0;    // the sender's slot (for diagnosis only)
+  uint32_t length = 0;       // bytes of the packet after this header
+  Gid source{};              // the packet's IP source, as the UDP socket showed it
+  Gid destination{};         // the local address it was sent to (IP_PKTINFO)
+};
+static_assert(sizeof(HandoverHeader) == 48);
+inline constexpr uint32_t kHandoverMagic = 0x4f485253;  // "SRHO" read little-endian
+inline constexpr uint16_t kHandoverVersion = 1;
+
+// The largest packet handed over: an MTU-4096 RoCEv2 packet with every header
+// (BTH ... ICRC, IBA 9.2–9.9) and a CM MAD are far below it. UDP_GRO datagrams
+// are taken apart before they are handed over, so no packet is larger.
+inline constexpr size_t kHandoverMaxPacket = 8192;
+inline constexpr size_t kHandoverDatagramBytes = sizeof(HandoverHeader) + kHandoverMaxPacket;
+
+// Relaxed atomics: statistics, not synchronisation.
+struct HandoverCounters {
+  std::atomic<uint64_t> sent{0};
+  std::atomic<uint64_t> send_no_owner{0};   // no socket of that slot (ECONNREFUSED/ENOENT)
+  std::atomic<uint64_t> send_full{0};       // the owner's queue or our send buffer is full
+  std::atomic<uint64_t> send_too_large{0};  // longer than kHandoverMaxPacket
+  std::atomic<uint64_t> send_error{0};      // any other errno (counted, never retried)
+  std::atomic<uint64_t> received{0};
+  std::atomic<uint64_t> dropped_foreign_user{0};  // sender's uid is not our euid
+  std::atomic<uint64_t> dropped_malformed{0};     // bad magic/version, length, truncated
+};
+
+class Handover {
+ public:
+  // One packet read: the addresses it had on UDP, and its bytes (BTH ... ICRC) in
+  // a buffer of the Handover's, valid until the next receive().
+  struct Received {
+    Gid source{};
+    uint16_t source_port = 0;
+    Gid destination{};
+    uint32_t from_slot = 0;
+    std::span<uint8_t> packet;
+  };
+
+  // Binds the socket of `slot` in `group_name` (the host registry's path, which
+  // names the network namespace and the address). Null and why when it cannot (the
+  // name is taken: another process of this slot is alive; no sockets).
+  static std::unique_ptr<Handover> open(const std::string& group_name, uint32_t slot,
+                                        std::string& why);
+  ~Handover();
+  Handover(const Handover&) = delete;
+  Handover& operator=(const Handover&) = delete;
+
+  int fd() const { return fd_; }
+  uint32_t slot() const { return slot_; }
+  const HandoverCounters& counters() const { return counters_; }
+  // The abstract name of `slot`'s socket in this group (leading NUL included).
+  std::string name_of(uint32_t slot) const;
+
+  // Hands `packet` to `to_slot`'s process. Never blocks: false (counted) when that
+  // slot has no socket, its queue is full, or the packet is too large. Any thread.
+  bool send(uint32_t to_slot, const Gid& source, uint16_t source_port, const Gid& destination,
+            std::span<const uint8_t> packet);
+  // Reads what is waiting, at most out.size() packets; datagrams of another user or
+  // malformed ones are dropped and counted, never returned. One thread (the poller).
+  size_t receive(std::span<Received> out);
+
+  static constexpr size_t kRing = 32;  // datagrams one receive() may read
+
+ private:
+  explicit Handover(int fd, uint32_t slot, std::string prefix);
+  // The address of `slot`'s socket; its length.
+  socklen_t address_of(uint32_t slot, sockaddr_un& address) const;
+  bool accept(size_t i, Received& out);
+  [[gnu::cold]] bool send_failed(int error);
+
+  int fd_ = -1;
+  uint32_t slot_ = 0;
+  // What SCM_CREDENTIALS says; the kernel checks it is ours. Atomic: senders of
+  // several threads may each learn it after a fork.
+  std::atomic<pid_t> pid_{0};
+  uid_t euid_ = 0;
+  gid_t egid_ = 0;
+  std::string prefix_;  // "softrdma-handover/<group or its hash>/" without the NUL
+  HandoverCounters counters_;
+  struct Ring;
+  std::unique_ptr<Ring> ring_;
+};
+
+}  // namespace softrdma::transport::udp
