@@ -204,19 +204,34 @@ bool HostRegistry::take_slot(int fd, std::string& why) {
   Locked lock(*header_);
   if (!still_linked(fd, path_)) return false;
   reap_locked();
+  slot_ = claim_free_slot_locked();
+  if (slot_ != 0) return true;
+  why = "softrdma: all " + std::to_string(kRegistrySlots - 1) + " slots of " + path_ +
+        " are held by live processes";
+  return false;
+}
+
+uint32_t HostRegistry::claim_free_slot_locked() {
   for (uint32_t slot = 1; slot < kRegistrySlots; ++slot) {
     RegistryMember& member = members_[slot];
     if (member.pid.load(std::memory_order_relaxed) != 0) continue;
     member.start_time = process_start_time(getpid());
-    member.index.store(kIndexUnknown, std::memory_order_relaxed);
+    // A later slot of a process whose index is known has it too (one socket).
+    const int32_t index = slots_.empty() ? kIndexUnknown
+                                         : members_[slots_.front()].index.load(std::memory_order_relaxed);
+    member.index.store(index, std::memory_order_relaxed);
     member.pid.store(getpid(), std::memory_order_release);
-    slot_ = slot;
+    slots_.push_back(slot);
     header_->generation.fetch_add(1, std::memory_order_acq_rel);
-    return true;
+    return slot;
   }
-  why = "softrdma: all " + std::to_string(kRegistrySlots - 1) + " slots of " + path_ +
-        " are held by live processes";
-  return false;
+  return 0;
+}
+
+uint32_t HostRegistry::take_another_slot() {
+  Locked lock(*header_);
+  reap_locked();
+  return claim_free_slot_locked();
 }
 
 bool HostRegistry::reap_locked() {
@@ -244,7 +259,7 @@ HostRegistry::~HostRegistry() {
     Locked lock(*header_);
     for (uint32_t i = 0; i < kRegistryListeners; ++i)
       if (listeners_[i].slot == slot_) listeners_[i] = RegistryListener{};
-    if (slot_ != 0) members_[slot_].pid.store(0, std::memory_order_release);
+    for (uint32_t slot : slots_) members_[slot].pid.store(0, std::memory_order_release);
     header_->generation.fetch_add(1, std::memory_order_acq_rel);
     reap_locked();
     bool anyone = false;
@@ -258,7 +273,7 @@ HostRegistry::~HostRegistry() {
 }
 
 void HostRegistry::set_index(int32_t index) {
-  members_[slot_].index.store(index, std::memory_order_release);
+  for (uint32_t slot : slots_) members_[slot].index.store(index, std::memory_order_release);
   header_->generation.fetch_add(1, std::memory_order_acq_rel);
 }
 

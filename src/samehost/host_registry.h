@@ -64,10 +64,14 @@ class HostRegistry {
   HostRegistry(const HostRegistry&) = delete;
   HostRegistry& operator=(const HostRegistry&) = delete;
 
-  uint32_t slot() const { return slot_; }
+  uint32_t slot() const { return slot_; }  // the first of this process's slots
+  // Another slot for this process (its QPNs' next block, wire/qpn_blocks.h): 0 when
+  // all are held by live processes.
+  uint32_t take_another_slot();
+  const std::vector<uint32_t>& slots() const { return slots_; }
   const std::string& path() const { return path_; }
 
-  // What a probe said: this process's socket has `index` in the group.
+  // What a probe said: this process's socket has `index` in the group (all its slots).
   void set_index(int32_t index);
   // Live members (dead ones reaped first). The generation moves on with each change.
   std::vector<Member> members();
@@ -94,6 +98,8 @@ class HostRegistry {
   // Under the lock: a free slot for this process. False with `why` empty when the
   // file was unlinked meanwhile (join tries again), with `why` when all are held.
   bool take_slot(int fd, std::string& why);
+  // Under the lock: the first free slot, now this process's; 0 when none is free.
+  uint32_t claim_free_slot_locked();
   bool reap_locked();
 
   std::string path_;
@@ -103,6 +109,7 @@ class HostRegistry {
   RegistryMember* members_ = nullptr;
   RegistryListener* listeners_ = nullptr;
   uint32_t slot_ = 0;
+  std::vector<uint32_t> slots_;  // slot_ first
 };
 
 // The registry's file name for `address` in the network namespace `netns` (the

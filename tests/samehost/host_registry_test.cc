@@ -97,6 +97,26 @@ TEST_F(HostRegistryTest, AKilledMembersSlotIsReapedAndItsListenersGo) {
   close(ready[1]);
 }
 
+// Issue 6's 65 536 QPs of one process need four blocks of QPNs: one process may
+// hold several slots, all of its one socket's index, all given back at once.
+TEST_F(HostRegistryTest, AProcessMayHoldSeveralSlots) {
+  auto first = join();
+  auto other = join();
+  ASSERT_TRUE(first && other);
+  first->set_index(0);
+  const uint32_t extra = first->take_another_slot();
+  ASSERT_NE(extra, 0u);
+  EXPECT_NE(extra, other->slot());
+  EXPECT_EQ(first->slots(), (std::vector<uint32_t>{first->slot(), extra}));
+  first->set_index(1);
+  for (const HostRegistry::Member& m : other->members())
+    if (m.slot != other->slot()) EXPECT_EQ(m.index, 1) << "slot " << m.slot;
+  EXPECT_EQ(other->members().size(), 3u);
+  first.reset();
+  EXPECT_EQ(other->members().size(), 1u);
+  EXPECT_FALSE(other->owner(extra).has_value());
+}
+
 TEST_F(HostRegistryTest, IndicesAndProbeRoundsAreShared) {
   auto first = join();
   auto second = join();
