@@ -206,16 +206,17 @@ bool HostRegistry::take_slot(int fd, std::string& why) {
   reap_locked();
   slot_ = claim_free_slot_locked();
   if (slot_ != 0) return true;
-  why = "softrdma: all " + std::to_string(kRegistrySlots - 1) + " slots of " + path_ +
+  why = "softrdma: all " + std::to_string(kRegistrySlots - 2) + " slots of " + path_ +
         " are held by live processes";
   return false;
 }
 
 uint32_t HostRegistry::claim_free_slot_locked() {
-  for (uint32_t slot = 1; slot < kRegistrySlots; ++slot) {
+  for (uint32_t slot = 1; slot + 1 < kRegistrySlots; ++slot) {
     RegistryMember& member = members_[slot];
     if (member.pid.load(std::memory_order_relaxed) != 0) continue;
     member.start_time = process_start_time(getpid());
+    member.primary.store(slots_.empty() ? slot : slots_.front(), std::memory_order_relaxed);
     // A later slot of a process whose index is known has it too (one socket).
     const int32_t index = slots_.empty() ? kIndexUnknown
                                          : members_[slots_.front()].index.load(std::memory_order_relaxed);

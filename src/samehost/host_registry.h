@@ -21,7 +21,9 @@
 
 namespace softrdma::samehost {
 
-inline constexpr uint32_t kRegistrySlots = 1024;     // slot 0 is nobody's (QPN 0 and 1)
+// Slot 0 is nobody's (QPN 0 and 1), nor is the last: its block holds QPN 0xFFFFFF,
+// the multicast QPN (IBA 10.5.2.3).
+inline constexpr uint32_t kRegistrySlots = 1024;
 inline constexpr uint32_t kRegistryListeners = 512;
 inline constexpr int32_t kIndexUnknown = -1;
 
@@ -29,6 +31,7 @@ struct RegistryMember {
   std::atomic<int32_t> pid{0};        // 0: free
   std::atomic<int32_t> index{kIndexUnknown};  // its socket's index in the group
   uint64_t start_time = 0;            // /proc/PID/stat's, against pid reuse
+  std::atomic<uint32_t> primary{0};   // the process's first slot: its hand-over's name
 };
 
 struct RegistryListener {
@@ -83,6 +86,13 @@ class HostRegistry {
   bool reap();
   // The live process serving `slot`, if any.
   std::optional<pid_t> owner(uint32_t slot) const;
+  // The slot whose hand-over socket takes the packets of QPN block `block` (its
+  // process's first slot); 0 when nobody holds it. No liveness check: per packet.
+  uint32_t handover_slot(uint32_t block) const {
+    if (block == 0 || block >= kRegistrySlots) return 0;
+    if (members_[block].pid.load(std::memory_order_acquire) == 0) return 0;
+    return members_[block].primary.load(std::memory_order_acquire);
+  }
 
   // CM listeners (IBA 12.6.5: a REQ names the ServiceID it wants). False when
   // another slot listens there already, or the table is full.

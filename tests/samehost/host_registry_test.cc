@@ -112,9 +112,14 @@ TEST_F(HostRegistryTest, AProcessMayHoldSeveralSlots) {
   for (const HostRegistry::Member& m : other->members())
     if (m.slot != other->slot()) EXPECT_EQ(m.index, 1) << "slot " << m.slot;
   EXPECT_EQ(other->members().size(), 3u);
+  // Packets of either block go to the process's first slot's hand-over.
+  EXPECT_EQ(other->handover_slot(extra), first->slot());
+  EXPECT_EQ(other->handover_slot(first->slot()), first->slot());
+  EXPECT_EQ(other->handover_slot(0), 0u);
   first.reset();
   EXPECT_EQ(other->members().size(), 1u);
   EXPECT_FALSE(other->owner(extra).has_value());
+  EXPECT_EQ(other->handover_slot(extra), 0u);
 }
 
 TEST_F(HostRegistryTest, IndicesAndProbeRoundsAreShared) {

@@ -69,6 +69,11 @@ size_t UdpTransport::rx_burst(std::span<RxPacket> packets) {
     // Several sockets when the link-local address is served (gid-table.md) or
     // groups are joined (multicast.md): each refill fills the ring from one of
     // them, the first tried moving on each time so that none starves the others.
+    // A shared address: what other members handed over, when the sockets are
+    // empty and every 16th time before them (so that neither starves).
+    const bool shared = config_.shared != nullptr && config_.shared->handover != nullptr;
+    if (shared && (++handover_turn_ & 15) == 0)
+      if (const size_t n = collect_handed_over(packets); n != 0) return n;
     bool got = false;
     const size_t count = rx_fds_.size();
     if (count <= 1) {
@@ -78,7 +83,7 @@ size_t UdpTransport::rx_burst(std::span<RxPacket> packets) {
       for (size_t i = 0; i < count && !got; ++i)
         got = refill(rx_fds_[(rx_next_ + i) % count], packets.size());
     }
-    if (!got) return 0;
+    if (!got) return shared ? collect_handed_over(packets) : 0;
   }
   return collect_received(packets);
 }
@@ -147,9 +152,12 @@ size_t UdpTransport::collect_received(std::span<RxPacket> packets) {
       ++truncated;
       continue;
     }
-    if (config_.shared != nullptr && out.bytes[0] == udp::kProbeOpcode) {
-      take_probe(out);
-      continue;
+    if (config_.shared != nullptr) {
+      if (out.bytes[0] == udp::kProbeOpcode) {
+        take_probe(out);
+        continue;
+      }
+      if (hand_over_if_not_mine(out)) continue;
     }
     if (!check_received_icrc(out)) {
       ++bad_icrc;

@@ -4,10 +4,15 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
 
 #include "transport/udp/udp_socket.h"
 #include "transport/udp/udp_transport.h"
+#include "wire/icrc.h"
+#include "wire/opcodes.h"
+#include "wire/qpn_blocks.h"
 
 namespace softrdma::transport {
 
@@ -38,6 +43,67 @@ void UdpTransport::take_probe(const RxPacket& packet) {
     return;
   }
   probes_ignored_.fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace softrdma::transport
+
+namespace softrdma::transport {
+
+namespace {
+
+uint32_t dest_qp(std::span<const uint8_t> bth) {
+  return uint32_t(bth[5]) << 16 | uint32_t(bth[6]) << 8 | bth[7];  // IBA 9.2
+}
+
+}  // namespace
+
+void UdpTransport::own_block(uint32_t block) {
+  if (block / 64 < kBlockWords)
+    own_blocks_[block / 64].fetch_or(uint64_t(1) << (block % 64), std::memory_order_release);
+}
+
+// Block 0 (QP0, QP1: the CM's MADs) and multicast stay with whoever received them
+// (every member of a group receives its own copy).
+bool UdpTransport::hand_over_if_not_mine(const RxPacket& packet) {
+  const uint32_t block = wire::qpn_block(dest_qp(packet.bytes));
+  if (block == 0 || wire::gid_is_multicast(packet.dst)) return false;
+  if ((own_blocks_[block / 64].load(std::memory_order_acquire) >> (block % 64) & 1) != 0)
+    return false;
+  const SharedAddress& shared = *config_.shared;
+  const uint32_t to = shared.handover_slot ? shared.handover_slot(block) : 0;
+  if (to != 0 && shared.handover != nullptr &&
+      shared.handover->send(to, packet.src, packet.src_port, packet.dst, packet.bytes)) {
+    handed_over_.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    no_owner_.fetch_add(1, std::memory_order_relaxed);
+  }
+  return true;
+}
+
+size_t UdpTransport::collect_handed_over(std::span<RxPacket> packets) {
+  std::array<udp::Handover::Received, udp::Handover::kRing> got;
+  const size_t k = config_.shared->handover->receive({got.data(), std::min(got.size(), packets.size())});
+  size_t n = 0;
+  uint64_t bytes = 0, bad = 0;
+  for (size_t i = 0; i < k; ++i) {
+    RxPacket& out = packets[n];
+    out = RxPacket{};
+    out.bytes = got[i].packet;
+    out.src = got[i].source;
+    out.dst = got[i].destination;
+    out.src_port = got[i].source_port;
+    // As if from the socket (udp_rx.cc): the sender checked nothing.
+    if (out.bytes.size() < wire::kBthBytes + wire::kIcrcBytes || !check_received_icrc(out)) {
+      ++bad;
+      continue;
+    }
+    bytes += out.bytes.size();
+    ++n;
+  }
+  counters_.rx_packets.fetch_add(n, std::memory_order_relaxed);
+  counters_.rx_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  if (bad) counters_.rx_bad_icrc.fetch_add(bad, std::memory_order_relaxed);
+  return n;
 }
 
 }  // namespace softrdma::transport

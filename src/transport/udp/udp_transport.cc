@@ -134,11 +134,17 @@ UdpTransport::UdpTransport(const UdpConfig& config, int fd, Gid gid)
   udp::set_multicast_interface(fd, ipv6_, multicast_ifindex_);
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   watch(fd);
+  if (config.shared != nullptr && config.shared->handover != nullptr)
+    watch_in_epoll(config.shared->handover->fd());
 }
 
 // A receive socket more: read by rx_burst, and in rx_fd()'s epoll set.
 void UdpTransport::watch(int fd) {
   rx_fds_.push_back(fd);
+  watch_in_epoll(fd);
+}
+
+void UdpTransport::watch_in_epoll(int fd) {
   if (epoll_fd_ < 0) return;
   epoll_event event{};
   event.events = EPOLLIN;

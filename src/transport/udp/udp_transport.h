@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "transport/transport.h"
+#include "transport/udp/handover.h"
 #include "transport/udp/reuseport_steering.h"
 #include "transport/udp/udp_counters.h"
 
@@ -33,6 +34,11 @@ struct SharedAddress {
   std::function<uint64_t()> probe_nonce;
   // A probe of the round reached this socket: `index` is its place in the group.
   std::function<void(uint32_t index)> learned_index;
+  // This process's hand-over (udp/handover.h), read by rx_burst; null: packets of
+  // other processes' QPN blocks are dropped and counted.
+  udp::Handover* handover = nullptr;
+  // The hand-over slot of the process holding QPN block `block`; 0: nobody.
+  std::function<uint32_t(uint32_t block)> handover_slot;
 };
 
 struct UdpConfig {
@@ -105,6 +111,11 @@ class UdpTransport final : public Transport {
   int send_probes(uint32_t count, uint64_t nonce);
   // The group's steering program for `members` (slot = QPN block -> index); 0 or -errno.
   int steer(std::span<const udp::SlotIndex> members);
+  // QPN block `block` is this process's: its packets stay here (the others' are
+  // handed over). Any thread; read by rx_burst.
+  void own_block(uint32_t block);
+  uint64_t handed_over() const { return handed_over_.load(std::memory_order_relaxed); }
+  uint64_t no_owner() const { return no_owner_.load(std::memory_order_relaxed); }
   uint64_t probes_read() const { return probes_read_.load(std::memory_order_relaxed); }
   uint64_t probes_ignored() const { return probes_ignored_.load(std::memory_order_relaxed); }
 
@@ -137,6 +148,13 @@ class UdpTransport final : public Transport {
   size_t collect_received(std::span<RxPacket> packets);
   // A shared address's probe (not a RoCE packet: no ICRC): read, or ignored.
   void take_probe(const RxPacket& packet);
+  // A shared address: the packet is another process's (its QPN block), handed
+  // over to it; false when it is this process's.
+  bool hand_over_if_not_mine(const RxPacket& packet);
+  // Packets other members handed over, their ICRCs checked as if from UDP.
+  size_t collect_handed_over(std::span<RxPacket> packets);
+  // Epoll only (not read by refill: another format).
+  void watch_in_epoll(int fd);
   bool check_received_icrc(RxPacket& packet);
 
   const UdpConfig config_;
@@ -174,6 +192,11 @@ class UdpTransport final : public Transport {
   mutable std::mutex port_fds_mutex_;
   std::vector<int> owned_port_fds_;  // guarded by port_fds_mutex_
 
+  static constexpr size_t kBlockWords = (1u << (24 - wire::kQpnBlockShift)) / 64;
+  std::array<std::atomic<uint64_t>, kBlockWords> own_blocks_{};
+  std::atomic<uint64_t> handed_over_{0};
+  std::atomic<uint64_t> no_owner_{0};  // another block's packet nobody could take
+  uint32_t handover_turn_ = 0;         // every so often the hand-over is read first
   std::atomic<uint64_t> probes_read_{0};
   std::atomic<uint64_t> probes_ignored_{0};  // another round's, or not from this host
 
