@@ -7,11 +7,13 @@
 
 #include "engine/iwarp/family.h"
 #include "engine/roce/family.h"
+#include "runtime/shared_address.h"
 #include "runtime/status_registry.h"
 #include "transport/fake/fault_injector.h"
 #include "transport/pcap_writer.h"
 #include "transport/tcp/tcp_streams.h"
 #include "transport/udp/address_only.h"
+#include "transport/udp/udp_socket.h"
 #include "transport/udp/udp_transport.h"
 #include "wire/ip_udp.h"
 
@@ -23,16 +25,23 @@ namespace {
 // what really crossed the socket: an injected loss is not in the file).
 std::unique_ptr<transport::Transport> open_transport(const Settings& s, std::string& error,
                                                      transport::FaultInjector*& faults,
-                                                     StatusSegment* status) {
+                                                     StatusSegment* status,
+                                                     SharedAddress* shared) {
   transport::UdpConfig udp;
   udp.address = s.address;
+  if (shared != nullptr) udp.shared = &shared->hooks();
   // Issue 14 defect 5: the transport counts its drops where `softrdma status` reads.
   if (status != nullptr) udp.counters = status->transport_counters();
   // iWARP speaks over TCP: its device holds its address, no UDP port
   // (docs/decisions/host-rnic.md), so other processes may share the address.
   std::unique_ptr<transport::Transport> t;
-  if (s.iwarp) t = transport::AddressOnlyTransport::open(udp, error);
-  else t = transport::UdpTransport::open(udp, error);
+  if (s.iwarp) {
+    t = transport::AddressOnlyTransport::open(udp, error);
+  } else {
+    auto roce = transport::UdpTransport::open(udp, error);
+    if (roce && shared != nullptr) shared->start(*roce);
+    t = std::move(roce);
+  }
   if (!t) return nullptr;
   if (!s.pcap_path.empty()) {
     t = transport::open_capture(std::move(t), s.pcap_path, error);
@@ -59,9 +68,15 @@ std::unique_ptr<OpenDevice> OpenDevice::open(const Settings& settings, std::stri
   // transport counts into it from its first packet.
   node->stale_removed_ = remove_stale_status_segments();
   node->status_ = StatusSegment::create(settings.device_name);
-  node->transport_ = open_transport(settings, error, node->faults_, node->status_.get());
+  if (settings.share_address && !node->join_shared_address(error)) return nullptr;
+  node->transport_ = open_transport(settings, error, node->faults_, node->status_.get(),
+                                    node->shared_.get());
   if (!node->transport_) return nullptr;
   engine::DeviceConfig config;
+  if (node->shared_) {
+    SharedAddress* shared = node->shared_.get();
+    config.take_qpn_block = [shared] { return shared->take_qpn_block(); };
+  }
   config.name = settings.device_name;
   if (node->status_) {
     node->status_->set_address((settings.iwarp ? "iWARP over TCP, address " : "") +
@@ -122,6 +137,14 @@ std::unique_ptr<OpenDevice> OpenDevice::open(const Settings& settings, std::stri
   return node;
 }
 
+// docs/decisions/host-rnic.md: this process's place among the address's others.
+bool OpenDevice::join_shared_address(std::string& error) {
+  const std::optional<wire::Gid> gid = transport::udp::parse_device_address(settings_.address, error);
+  if (!gid) return false;
+  shared_ = SharedAddress::join(*gid, error);
+  return shared_ != nullptr;
+}
+
 void OpenDevice::open_same_host() {
   // iWARP's QPs take no same-host path (they are TCP connections librdmacm hands
   // over): no node segment, which would also be one process's per address.
@@ -177,6 +200,9 @@ OpenDevice::~OpenDevice() {
   }
   host_.reset();
   transport_.reset();
+  // After the socket closed: the others probe again once this slot is free, and
+  // must not find this socket still in the group.
+  shared_.reset();
 }
 
 bool OpenDevice::progress_inline() {
@@ -203,6 +229,7 @@ bool OpenDevice::turn(engine::Device::Turner who) {
 }
 
 void OpenDevice::after_turn() {
+  if (shared_) shared_->after_turn();
   // One atomic load per turn; the list is taken only when a QP entered Error.
   if (qp_errors_pending_.load(std::memory_order_acquire)) report_qp_errors();
 }

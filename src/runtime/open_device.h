@@ -15,6 +15,7 @@
 #include "runtime/address_watcher.h"
 #include "progress/loop.h"
 #include "runtime/settings.h"
+#include "runtime/shared_address.h"
 #include "runtime/status_segment.h"
 #include "samehost/host.h"
 #include "transport/stream.h"
@@ -85,9 +86,11 @@ class OpenDevice {
   // The same-host path (docs/decisions/same-host.md), unless the settings put
   // everything on the wire or no node segment could be made (said once).
   void open_same_host();
+  bool join_shared_address(std::string& error);
 
   Settings settings_;
   std::unique_ptr<StatusSegment> status_;  // outlives the device: its counters live there
+  std::unique_ptr<SharedAddress> shared_;  // set: the address is shared (host-rnic.md)
   std::unique_ptr<transport::Transport> transport_;
   transport::FaultInjector* faults_ = nullptr;  // inside transport_, when configured
   std::unique_ptr<samehost::Host> host_;  // outlives the device, which publishes there

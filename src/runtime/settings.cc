@@ -83,7 +83,21 @@ std::optional<Settings> Settings::from_environment(std::string& error) {
     }
     s.same_host = mode == "auto";
   }
-  if (!s.pcap_path.empty() || !s.faults.empty() || s.iwarp) s.same_host = false;
+  if (const char* v = env("SOFTRDMA_SHARE_ADDRESS")) {
+    const std::string share(v);
+    if (share != "0" && share != "1") {
+      error = "SOFTRDMA_SHARE_ADDRESS must be \"0\" or \"1\", not \"" + share + "\"";
+      return std::nullopt;
+    }
+    s.share_address = share == "1" && !s.iwarp;  // iWARP shares addresses anyway
+    if (s.share_address && s.address.empty()) {
+      error = "SOFTRDMA_SHARE_ADDRESS=1 needs SOFTRDMA_ADDR: the address to share";
+      return std::nullopt;
+    }
+  }
+  // A shared address's other processes are not found by the same-host path yet.
+  if (!s.pcap_path.empty() || !s.faults.empty() || s.iwarp || s.share_address)
+    s.same_host = false;
   if (s.iwarp && (!s.pcap_path.empty() || !s.faults.empty())) {
     // Both act on RoCEv2's datagrams; iWARP's bytes are the kernel's TCP.
     error = std::string(!s.pcap_path.empty() ? "SOFTRDMA_PCAP" : "SOFTRDMA_FAULTS") +
@@ -134,6 +148,7 @@ std::vector<std::pair<std::string, std::string>> Settings::describe() const {
       {"SOFTRDMA_PCAP", pcap_path.empty() ? "(off)" : pcap_path},
       {"SOFTRDMA_FAULTS", faults.empty() ? "(off)" : faults},
       {"SOFTRDMA_TRANSPORT", same_host ? "auto (same-host path where possible)" : "udp"},
+      {"SOFTRDMA_SHARE_ADDRESS", share_address ? "1 (shared with this host's processes)" : "0"},
       {"SOFTRDMA_PROGRESS", progress_thread ? "thread" : "inline"},
       {"SOFTRDMA_WINDOW", std::to_string(max_unacked_packets)},
       {"SOFTRDMA_IDLE_PROBE_MS", idle_probe_ms == 0 ? "0 (off)" : std::to_string(idle_probe_ms)},

@@ -37,6 +37,10 @@ struct Settings {
   // rest; "udp" puts everything on the wire. SOFTRDMA_PCAP and SOFTRDMA_FAULTS
   // need packets: with either, "auto" means "udp".
   bool same_host = true;
+  // SOFTRDMA_SHARE_ADDRESS: "1": this RoCEv2 device shares SOFTRDMA_ADDR with the
+  // host's other processes of this user (docs/decisions/host-rnic.md; issue 27,
+  // being built: no rdma_cm and no same-host path on a shared address yet).
+  bool share_address = false;
   // SOFTRDMA_PROGRESS: "thread" (default) runs the engine on its own thread;
   // "inline" makes progress only when the application polls.
   bool progress_thread = true;

@@ -190,19 +190,18 @@ std::unique_ptr<HostRegistry> HostRegistry::join(const wire::Gid& address, std::
     registry->header_ = static_cast<RegistryHeader*>(base);
     registry->members_ = reinterpret_cast<RegistryMember*>(static_cast<char*>(base) + members_offset());
     registry->listeners_ = reinterpret_cast<RegistryListener*>(static_cast<char*>(base) + listeners_offset());
+    registry->fd_ = fd;
     if (created) initialise(*registry->header_);
-    const bool joined = registry->take_slot(fd, why);
-    close(fd);
-    if (joined) return registry;
+    if (registry->take_slot(why)) return registry;
     if (!why.empty()) return nullptr;  // full; else unlinked meanwhile: again
   }
   if (why.empty()) why = "softrdma: the host registry " + path + " kept changing; try again";
   return nullptr;
 }
 
-bool HostRegistry::take_slot(int fd, std::string& why) {
+bool HostRegistry::take_slot(std::string& why) {
   Locked lock(*header_);
-  if (!still_linked(fd, path_)) return false;
+  if (!still_linked(fd_, path_)) return false;
   reap_locked();
   slot_ = claim_free_slot_locked();
   if (slot_ != 0) return true;
@@ -256,7 +255,9 @@ bool HostRegistry::reap() {
 
 HostRegistry::~HostRegistry() {
   if (header_ == nullptr) return;
-  {
+  // One that never joined (its file was unlinked meanwhile) leaves nothing: the
+  // path may name another file by now.
+  if (!slots_.empty()) {
     Locked lock(*header_);
     for (uint32_t i = 0; i < kRegistryListeners; ++i)
       if (listeners_[i].slot == slot_) listeners_[i] = RegistryListener{};
@@ -267,10 +268,12 @@ HostRegistry::~HostRegistry() {
     for (uint32_t slot = 1; slot < kRegistrySlots && !anyone; ++slot)
       anyone = members_[slot].pid.load(std::memory_order_relaxed) != 0;
     // The last one out removes the file, under the lock: a joiner that opened it
-    // meanwhile sees it unlinked (still_linked) and starts again.
-    if (!anyone) unlink(path_.c_str());
+    // meanwhile sees it unlinked (still_linked) and starts again. Only while the
+    // path is still this file: another may have replaced it.
+    if (!anyone && still_linked(fd_, path_)) unlink(path_.c_str());
   }
   munmap(base_, size_);
+  close(fd_);
 }
 
 void HostRegistry::set_index(int32_t index) {

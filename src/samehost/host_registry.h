@@ -107,12 +107,13 @@ class HostRegistry {
   bool alive(const RegistryMember& member) const;
   // Under the lock: a free slot for this process. False with `why` empty when the
   // file was unlinked meanwhile (join tries again), with `why` when all are held.
-  bool take_slot(int fd, std::string& why);
+  bool take_slot(std::string& why);
   // Under the lock: the first free slot, now this process's; 0 when none is free.
   uint32_t claim_free_slot_locked();
   bool reap_locked();
 
   std::string path_;
+  int fd_ = -1;  // kept: the last one out unlinks the path only while it is this file
   void* base_ = nullptr;
   size_t size_ = 0;
   RegistryHeader* header_ = nullptr;

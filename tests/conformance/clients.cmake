@@ -543,6 +543,12 @@ add_test(NAME conformance.rping.two_hosts
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/rping_two_hosts.sh $<TARGET_FILE:softrdma>
           ${SOFTRDMA_CONFORMANCE_PORT_BASE})
 set_tests_properties(conformance.rping.two_hosts PROPERTIES TIMEOUT 180 LABELS conformance)
+# Issue 27: three servers sharing one host's address, reached from another host.
+add_test(NAME conformance.ibv_rc_pingpong.shared_address
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/shared_address.sh $<TARGET_FILE:softrdma>
+          ${SOFTRDMA_CONFORMANCE_PORT_BASE})
+set_tests_properties(conformance.ibv_rc_pingpong.shared_address PROPERTIES TIMEOUT 180
+                     LABELS conformance)
 
 # --- iWARP (issue 16; docs/decisions/iwarp.md) ------------------------------
 # The same unmodified clients with SOFTRDMA_WIRE=iwarp: the device is softiwarp0

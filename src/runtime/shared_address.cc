@@ -1,0 +1,95 @@
+#include "runtime/shared_address.h"
+
+#include <time.h>
+
+#include <map>
+#include <vector>
+
+namespace softrdma::runtime {
+
+namespace {
+
+int64_t coarse_now_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return int64_t(ts.tv_sec) * 1000 + ts.tv_nsec / 1'000'000;
+}
+
+}  // namespace
+
+std::unique_ptr<SharedAddress> SharedAddress::join(const wire::Gid& address, std::string& error) {
+  std::unique_ptr<SharedAddress> shared(new SharedAddress);
+  shared->registry_ = samehost::HostRegistry::join(address, error);
+  if (!shared->registry_) return nullptr;
+  shared->handover_ = transport::udp::Handover::open(shared->registry_->path(),
+                                                     shared->registry_->slot(), error);
+  if (!shared->handover_) return nullptr;
+  samehost::HostRegistry* registry = shared->registry_.get();
+  SharedAddress* raw = shared.get();
+  shared->hooks_.probe_nonce = [registry] { return registry->probe_nonce(); };
+  shared->hooks_.learned_index = [registry, raw](uint32_t index) {
+    registry->set_index(int32_t(index));
+    raw->learned_.store(true, std::memory_order_release);
+  };
+  shared->hooks_.handover = shared->handover_.get();
+  shared->hooks_.handover_slot = [registry](uint32_t block) { return registry->handover_slot(block); };
+  return shared;
+}
+
+void SharedAddress::start(transport::UdpTransport& transport) {
+  transport_ = &transport;
+  transport.own_block(registry_->slot());
+  seen_generation_ = registry_->generation();
+  steer();  // the probe rule, and the members known so far
+  probe();
+}
+
+// A round of probes, one per member process: each learns its socket's index.
+void SharedAddress::probe() {
+  seen_members_.clear();
+  for (const samehost::HostRegistry::Member& m : registry_->members()) seen_members_.insert(m.pid);
+  transport_->send_probes(uint32_t(seen_members_.size()), registry_->new_probe_round());
+}
+
+// The program for the members whose index is known (any member may attach it; the
+// group keeps the last).
+void SharedAddress::steer() {
+  std::vector<transport::udp::SlotIndex> members;
+  for (const samehost::HostRegistry::Member& m : registry_->members())
+    if (m.index >= 0) members.push_back({m.slot, uint32_t(m.index)});
+  transport_->steer(members);
+}
+
+uint32_t SharedAddress::take_qpn_block() {
+  if (!first_block_given_) {
+    first_block_given_ = true;
+    return registry_->slot();
+  }
+  const uint32_t block = registry_->take_another_slot();
+  if (block != 0 && transport_ != nullptr) transport_->own_block(block);
+  return block;
+}
+
+// Joins, leaves and deaths change who is in the group and so every index: probe
+// again. Learned indices and new blocks change only the program.
+void SharedAddress::after_turn() {
+  if (transport_ == nullptr) return;
+  const bool learned = learned_.exchange(false, std::memory_order_acq_rel);
+  const int64_t now = coarse_now_ms();
+  if (now >= next_reap_ms_) {
+    next_reap_ms_ = now + 1000;
+    registry_->reap();
+  }
+  const uint64_t generation = registry_->generation();
+  if (!learned && generation == seen_generation_) return;
+  seen_generation_ = generation;
+  std::set<pid_t> members;
+  for (const samehost::HostRegistry::Member& m : registry_->members()) members.insert(m.pid);
+  if (members != seen_members_) {
+    probe();
+    return;  // the program follows once indices are learned
+  }
+  steer();
+}
+
+}  // namespace softrdma::runtime

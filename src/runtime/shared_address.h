@@ -1,0 +1,50 @@
+// A RoCEv2 device on an address the host's other processes share (issue 27,
+// docs/decisions/host-rnic.md): this process's slot in the address's registry,
+// its hand-over, the transport's hooks, its QPN blocks, and the group's steering
+// program kept current as members come, learn their indices and go.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "samehost/host_registry.h"
+#include "transport/udp/handover.h"
+#include "transport/udp/udp_transport.h"
+
+namespace softrdma::runtime {
+
+class SharedAddress {
+ public:
+  // Joins `address`'s registry and opens this process's hand-over. Null and why.
+  static std::unique_ptr<SharedAddress> join(const wire::Gid& address, std::string& error);
+
+  // What the UDP transport is given (UdpConfig::shared); it must outlive it.
+  const transport::SharedAddress& hooks() const { return hooks_; }
+  // The transport is open: its first block, the program, a round of probes.
+  void start(transport::UdpTransport& transport);
+  // DeviceConfig::take_qpn_block: the first slot, then further ones.
+  uint32_t take_qpn_block();
+  // After each engine turn: one load unless the registry changed, or a second
+  // passed (dead members are looked for then).
+  void after_turn();
+  uint32_t slot() const { return registry_->slot(); }
+
+ private:
+  SharedAddress() = default;
+  void probe();
+  void steer();
+
+  std::unique_ptr<samehost::HostRegistry> registry_;
+  std::unique_ptr<transport::udp::Handover> handover_;
+  transport::SharedAddress hooks_;
+  transport::UdpTransport* transport_ = nullptr;
+  bool first_block_given_ = false;
+  std::atomic<bool> learned_{false};  // a probe told this socket its index
+  uint64_t seen_generation_ = 0;
+  std::set<pid_t> seen_members_;
+  int64_t next_reap_ms_ = 0;
+};
+
+}  // namespace softrdma::runtime
