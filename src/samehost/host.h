@@ -34,6 +34,9 @@ struct Peer {
   // loop's protocol: true when it was asleep and the doorbell was written.
   bool ring() const;
   bool usable() const { return node->serving() && memory->alive(); }
+  // The same with the kernel asked at most once a millisecond (alive_lately), for
+  // a send path that checks a remembered peer before each message.
+  bool usable_lately() const { return node->serving() && memory->alive_lately(); }
 };
 
 // Yama's ptrace_scope 1 admits only descendants as tracers: this names every

@@ -31,7 +31,10 @@ namespace softrdma::engine::ud {
 namespace {
 
 // A destination's path is looked up again after this long: a process of this
-// host may have started serving its GID, or exited.
+// host may have started serving its GID (until then the wire reaches it). One
+// that exited is seen before the next send instead (host_peer): its successor on
+// the address would otherwise lose what is sent to it meanwhile (issue 27,
+// finding 4: a restarted server's first REQ went unanswered, the REP dropped).
 constexpr Nanos kLookUpAgain = 1'000'000'000;
 // Destinations remembered per QP (the oldest is forgotten first).
 constexpr size_t kPeersRemembered = 16;
@@ -66,7 +69,8 @@ std::shared_ptr<samehost::Peer> Datagram::host_peer(const transport::Gid& dgid) 
   const Nanos now = qp_.ctx().clock.now();
   for (PeerEntry& entry : peers_) {
     if (entry.gid != dgid) continue;
-    if (now - entry.looked_up >= kLookUpAgain) {
+    const bool gone = entry.peer && !entry.peer->usable_lately();
+    if (gone || now - entry.looked_up >= kLookUpAgain) {
       entry.peer = host->peer(dgid);
       entry.looked_up = now;
     }

@@ -1,0 +1,58 @@
+// A process that takes over an address another process of this host left a
+// moment ago — a restarted service or pod keeping its address (issue 27, finding
+// 4). The server's CM answers its REQ with a REP sent as a UD SEND from QP1 by
+// the same-host path; that path remembers, per destination GID, the process
+// serving it. It remembered the exited process for up to a second, placed the
+// REP into nobody's memory (engine.host_datagrams_dropped) and the new client
+// connected only when its REQ was resent, 0.5-1 s later. Now a remembered
+// process found gone is looked up again before the send: the first REQ is
+// answered. The REP dropped is what is checked (a count), not the time taken.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include "rdmacm/peer_process.h"
+#include "support/status_counter.h"
+
+namespace softrdma::rdmacm::testing {
+namespace {
+
+// An address no default (127.x.y.z from a pid below 2^22) takes, this test's own.
+std::string own_address() {
+  const unsigned pid = unsigned(getpid());
+  return "127.254." + std::to_string((pid >> 8) & 0xff) + "." + std::to_string(pid & 0xff);
+}
+
+uint64_t dropped_here() {
+  return testing_support::engine_counter(SOFTRDMA_TOOL, getpid(), "host_datagrams_dropped");
+}
+
+TEST(RestartedPeer, FirstRequestFromTheNextProcessOnAnAddressIsAnswered) {
+  CmServer server;
+  ASSERT_NE(server.listen_id, nullptr);
+  const std::vector<std::string> on_address{"env", "SOFTRDMA_ADDR=" + own_address()};
+  {
+    PeerProcess first(on_address, "cm", "127.0.0.1", server.port);
+    ASSERT_TRUE(server.accept());
+    ASSERT_EQ(first.line(), "connected");
+    first.kill_now();
+    ASSERT_EQ(server.next(), RDMA_CM_EVENT_DISCONNECTED);  // its exit was seen
+  }
+  rdma_destroy_qp(server.conn);
+  rdma_destroy_id(server.conn);
+  server.conn = nullptr;
+  const uint64_t dropped = dropped_here();
+  ASSERT_NE(dropped, UINT64_MAX) << "no engine counters from " SOFTRDMA_TOOL " status";
+  // The next process on that address connects at once.
+  PeerProcess second(on_address, "cm", "127.0.0.1", server.port);
+  ASSERT_TRUE(server.accept());
+  ASSERT_EQ(second.line(), "connected");
+  EXPECT_EQ(dropped_here(), dropped)
+      << "a UD SEND of the server (its REP) went to the address's previous process";
+  second.kill_now();
+  EXPECT_EQ(server.next(), RDMA_CM_EVENT_DISCONNECTED);
+}
+
+}  // namespace
+}  // namespace softrdma::rdmacm::testing
