@@ -74,6 +74,8 @@ uint32_t SharedAddress::take_qpn_block() {
 // again. Learned indices and new blocks change only the program.
 void SharedAddress::after_turn() {
   if (transport_ == nullptr) return;
+  std::unique_lock lock(after_turn_mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) return;
   const bool learned = learned_.exchange(false, std::memory_order_acq_rel);
   const int64_t now = coarse_now_ms();
   if (now >= next_reap_ms_) {

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 
@@ -42,6 +43,9 @@ class SharedAddress {
   transport::UdpTransport* transport_ = nullptr;
   bool first_block_given_ = false;
   std::atomic<bool> learned_{false};  // a probe told this socket its index
+  // after_turn runs after each turn of any thread (the loop's, a poller's), outside
+  // the engine's lock: one at a time, the others skip (the next turn looks again).
+  std::mutex after_turn_mutex_;
   uint64_t seen_generation_ = 0;
   std::set<pid_t> seen_members_;
   int64_t next_reap_ms_ = 0;
