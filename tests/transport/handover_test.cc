@@ -15,7 +15,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
@@ -288,61 +287,6 @@ TEST(Handover, LongGroupNamesAreHashedAndStayApart) {
   ASSERT_TRUE(a->send(7, kSource, 1, kDestination, pattern(32, 1)));
   ASSERT_TRUE(readable(b1->fd()));
   EXPECT_FALSE(readable(b2->fd(), 0));
-}
-
-// Nanoseconds per packet moved in bursts of `burst`: `send` one, `receive` up to n.
-template <typename Send, typename Receive>
-double ns_per_packet(size_t burst, Send send, Receive receive) {
-  constexpr size_t kPackets = 200'000;
-  size_t moved = 0;
-  const auto start = std::chrono::steady_clock::now();
-  while (moved < kPackets) {
-    for (size_t i = 0; i < burst; ++i)
-      if (!send()) return -1;
-    for (size_t in = 0; in < burst;) in += receive(burst - in);
-    moved += burst;
-  }
-  const std::chrono::duration<double, std::nano> took = std::chrono::steady_clock::now() - start;
-  return took.count() / double(moved);
-}
-
-// The cost of one hand-over (send + receive), for docs/decisions/host-rnic.md, and
-// beside it a UDP datagram over loopback (send + recv, what a packet costs without
-// a hand-over). Not a test: run with
-//   --gtest_also_run_disabled_tests --gtest_filter='*Cost*'
-TEST(Handover, DISABLED_Cost) {
-  const std::string name = group("cost");
-  auto a = open_or_fail(name, 3), b = open_or_fail(name, 7);
-  ASSERT_TRUE(a && b);
-  const int udp = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
-  sockaddr_in loopback{.sin_family = AF_INET, .sin_port = 0, .sin_addr = {htonl(INADDR_LOOPBACK)}};
-  ASSERT_EQ(bind(udp, reinterpret_cast<sockaddr*>(&loopback), sizeof loopback), 0);
-  socklen_t length = sizeof loopback;
-  getsockname(udp, reinterpret_cast<sockaddr*>(&loopback), &length);
-  Handover::Received got[Handover::kRing];
-  std::vector<uint8_t> sink(65536);
-  for (size_t size : {1024, 4096}) {
-    const std::vector<uint8_t> bytes = pattern(size, 1);
-    for (size_t burst : {1, 8}) {
-      const double handover = ns_per_packet(
-          burst, [&] { return a->send(7, kSource, 1, kDestination, bytes); },
-          [&](size_t n) { return b->receive(std::span(got, n)); });
-      const double plain = ns_per_packet(
-          burst,
-          [&] {
-            return sendto(udp, bytes.data(), size, 0, reinterpret_cast<sockaddr*>(&loopback),
-                          sizeof loopback) == ssize_t(size);
-          },
-          [&](size_t) { return size_t(recv(udp, sink.data(), sink.size(), 0) > 0); });
-      std::printf(
-          "[          ] %zu B, bursts of %zu: hand-over %.0f ns per packet, "
-          "UDP loopback %.0f\n",
-          size, burst, handover, plain);
-      EXPECT_GT(handover, 0) << "a send failed";
-    }
-  }
-  EXPECT_EQ(b->counters().dropped_malformed.load(), 0u);
-  close(udp);
 }
 
 }  // namespace
