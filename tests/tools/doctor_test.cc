@@ -192,6 +192,34 @@ TEST(Doctor, APortThisTestHoldsIsAProblemNamingWhoMayHoldIt) {
   EXPECT_EQ(run.exit_code, 1) << run.out;
 }
 
+// Issue 27: a port this user's process holds in the address's SO_REUSEPORT group
+// can be shared (SOFTRDMA_SHARE_ADDRESS=1); iWARP holds no UDP port at all.
+TEST(Doctor, APortHeldInTheGroupCanBeSharedAndIwarpNeedsNone) {
+  const int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_port = htons(4791);
+  inet_pton(AF_INET, "127.0.0.78", &at.sin_addr);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&at), sizeof at), 0) << "cannot hold the port";
+  const DoctorRun shared =
+      run_doctor({{"SOFTRDMA_ADDR", "127.0.0.78"}, {"SOFTRDMA_SHARE_ADDRESS", "1"}});
+  const DoctorRun alone = run_doctor({{"SOFTRDMA_ADDR", "127.0.0.78"}});
+  const DoctorRun iwarp = run_doctor({{"SOFTRDMA_ADDR", "127.0.0.78"}, {"SOFTRDMA_WIRE", "iwarp"}});
+  close(fd);
+  ASSERT_EQ(shared.findings.count("address"), 1u) << shared.out;
+  EXPECT_EQ(shared.findings.at("address").verdict, "ok") << shared.out;
+  EXPECT_NE(shared.findings.at("address").text.find("can be shared"), std::string::npos) << shared.out;
+  ASSERT_EQ(alone.findings.count("address"), 1u) << alone.out;
+  EXPECT_EQ(alone.findings.at("address").verdict, "PROBLEM") << alone.out;
+  EXPECT_NE(alone.findings.at("address").text.find("SOFTRDMA_SHARE_ADDRESS=1"), std::string::npos)
+      << alone.out;
+  ASSERT_EQ(iwarp.findings.count("address"), 1u) << iwarp.out;
+  EXPECT_EQ(iwarp.findings.at("address").verdict, "ok") << iwarp.out;
+  EXPECT_NE(iwarp.findings.at("address").text.find("no UDP port"), std::string::npos) << iwarp.out;
+}
+
 TEST(Doctor, AnAddressThatIsNotTheHostsIsAProblem) {
   // 198.51.100.0/24 (TEST-NET-2, RFC 5737) is never a host's address.
   const DoctorRun run = run_doctor({{"SOFTRDMA_ADDR", "198.51.100.77"}});

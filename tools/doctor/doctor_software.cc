@@ -69,8 +69,9 @@ std::string listed(const std::vector<Interface>& interfaces) {
   return out;
 }
 
-// Binds UDP `address`:4791 as the device would; 0 or the errno.
-int try_bind_roce_port(const std::string& address) {
+// Binds UDP `address`:4791 as the device would (`shared`: into the address's
+// SO_REUSEPORT group, SOFTRDMA_SHARE_ADDRESS=1); 0 or the errno.
+int try_bind_roce_port(const std::string& address, bool shared) {
   sockaddr_storage storage{};
   socklen_t length = 0;
   auto* v4 = reinterpret_cast<sockaddr_in*>(&storage);
@@ -88,6 +89,8 @@ int try_bind_roce_port(const std::string& address) {
   }
   const int fd = socket(storage.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return errno;
+  const int one = 1;
+  if (shared) setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
   const int rc = bind(fd, reinterpret_cast<sockaddr*>(&storage), length) == 0 ? 0 : errno;
   close(fd);
   return rc;
@@ -169,17 +172,30 @@ Finding check_address() {
       f.found += "; to reach other hosts, set SOFTRDMA_ADDR to one of " + listed(interfaces);
     return f;
   }
-  const int rc = try_bind_roce_port(settings->address);
+  if (settings->iwarp) {
+    f.found = "SOFTRDMA_ADDR " + settings->address + ": iWARP holds no UDP port; any number "
+              "of processes share the address (docs/decisions/host-rnic.md)";
+    return f;
+  }
+  const int rc = try_bind_roce_port(settings->address, settings->share_address);
   if (rc == 0) {
-    f.found = "SOFTRDMA_ADDR " + settings->address + ": UDP port 4791 is free there";
+    f.found = "SOFTRDMA_ADDR " + settings->address +
+              (settings->share_address
+                   ? ": UDP port 4791 can be shared there (SOFTRDMA_SHARE_ADDRESS=1)"
+                   : ": UDP port 4791 is free there");
     return f;
   }
   f.verdict = Verdict::kProblem;
   f.found = "SOFTRDMA_ADDR " + settings->address + ": cannot bind UDP port 4791 (" +
             std::strerror(rc) + ")";
   if (rc == EADDRINUSE)
-    f.advice = "another process holds it (another softrdma process with this address, or a "
-               "kernel RoCE device): `ss -ulpn sport = :4791`; give each process its own address";
+    f.advice = settings->share_address
+                   ? "another user's process or a kernel RoCE device holds it: `ss -ulpn sport "
+                     "= :4791`; only one user's processes share an address"
+                   : "another process holds it (another softrdma process with this address, or "
+                     "a kernel RoCE device): `ss -ulpn sport = :4791`; set "
+                     "SOFTRDMA_SHARE_ADDRESS=1 in every softrdma process of the address, or "
+                     "give each its own address";
   else if (rc == EADDRNOTAVAIL)
     f.advice = "it is not an address of this host; use one of: " +
                (interfaces.empty() ? std::string("(none but loopback)") : listed(interfaces));
