@@ -26,7 +26,12 @@ namespace softrdma::transport {
   X(rx_ipv4_id_solved)  /* ICRC matched after solving for the sender's IPv4 ID */   \
   X(rx_gro_datagrams)   /* datagrams that held several packets (UDP_GRO) */         \
   X(rx_gro_segments)    /* packets those held */                                    \
-  X(rx_buffer_bytes)    /* gauge: the effective socket receive buffer */
+  X(rx_buffer_bytes)    /* gauge: the effective socket receive buffer */          \
+  /* A shared address (docs/decisions/host-rnic.md): */                             \
+  X(rx_handed_over)     /* another process's QPN block: handed over to it */       \
+  X(rx_no_owner)        /* dropped: a QPN block no process of the address holds */ \
+  X(rx_probes)          /* probes read: this socket's index learned */             \
+  X(rx_probes_ignored)  /* dropped: a probe of another round, or not from here */
 
 struct UdpCounters {
 #define SOFTRDMA_DECLARE_UDP_COUNTER(name) std::atomic<uint64_t> name{0};

@@ -38,11 +38,11 @@ void UdpTransport::take_probe(const RxPacket& packet) {
   const SharedAddress& shared = *config_.shared;
   if (packet.src == local_gid_ && packet.src_port == port_ &&
       udp::read_probe(packet.bytes, shared.probe_nonce(), index)) {
-    probes_read_.fetch_add(1, std::memory_order_relaxed);
+    counters_.rx_probes.fetch_add(1, std::memory_order_relaxed);
     shared.learned_index(index);
     return;
   }
-  probes_ignored_.fetch_add(1, std::memory_order_relaxed);
+  counters_.rx_probes_ignored.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace softrdma::transport
@@ -73,9 +73,9 @@ bool UdpTransport::hand_over_if_not_mine(const RxPacket& packet) {
   const uint32_t to = shared.handover_slot ? shared.handover_slot(block) : 0;
   if (to != 0 && shared.handover != nullptr &&
       shared.handover->send(to, packet.src, packet.src_port, packet.dst, packet.bytes)) {
-    handed_over_.fetch_add(1, std::memory_order_relaxed);
+    counters_.rx_handed_over.fetch_add(1, std::memory_order_relaxed);
   } else {
-    no_owner_.fetch_add(1, std::memory_order_relaxed);
+    counters_.rx_no_owner.fetch_add(1, std::memory_order_relaxed);
   }
   return true;
 }

@@ -114,10 +114,12 @@ class UdpTransport final : public Transport {
   // QPN block `block` is this process's: its packets stay here (the others' are
   // handed over). Any thread; read by rx_burst.
   void own_block(uint32_t block);
-  uint64_t handed_over() const { return handed_over_.load(std::memory_order_relaxed); }
-  uint64_t no_owner() const { return no_owner_.load(std::memory_order_relaxed); }
-  uint64_t probes_read() const { return probes_read_.load(std::memory_order_relaxed); }
-  uint64_t probes_ignored() const { return probes_ignored_.load(std::memory_order_relaxed); }
+  uint64_t handed_over() const { return counters_.rx_handed_over.load(std::memory_order_relaxed); }
+  uint64_t no_owner() const { return counters_.rx_no_owner.load(std::memory_order_relaxed); }
+  uint64_t probes_read() const { return counters_.rx_probes.load(std::memory_order_relaxed); }
+  uint64_t probes_ignored() const {
+    return counters_.rx_probes_ignored.load(std::memory_order_relaxed);
+  }
 
  private:
   UdpTransport(const UdpConfig& config, int fd, Gid gid);
@@ -194,11 +196,7 @@ class UdpTransport final : public Transport {
 
   static constexpr size_t kBlockWords = (1u << (24 - wire::kQpnBlockShift)) / 64;
   std::array<std::atomic<uint64_t>, kBlockWords> own_blocks_{};
-  std::atomic<uint64_t> handed_over_{0};
-  std::atomic<uint64_t> no_owner_{0};  // another block's packet nobody could take
-  uint32_t handover_turn_ = 0;         // every so often the hand-over is read first
-  std::atomic<uint64_t> probes_read_{0};
-  std::atomic<uint64_t> probes_ignored_{0};  // another round's, or not from this host
+  uint32_t handover_turn_ = 0;  // every so often the hand-over is read first
 
   UdpCounters own_counters_;  // used when the config names no cells
   UdpCounters& counters_;     // own_counters_ or UdpConfig::counters
