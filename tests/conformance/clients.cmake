@@ -549,6 +549,12 @@ add_test(NAME conformance.ibv_rc_pingpong.shared_address
           ${SOFTRDMA_CONFORMANCE_PORT_BASE})
 set_tests_properties(conformance.ibv_rc_pingpong.shared_address PROPERTIES TIMEOUT 180
                      LABELS conformance)
+# ... and one of four such servers killed mid-traffic: the others finish.
+add_test(NAME conformance.ibv_rc_pingpong.shared_address_kill
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/shared_address_kill.sh $<TARGET_FILE:softrdma>
+          ${SOFTRDMA_CONFORMANCE_PORT_BASE})
+set_tests_properties(conformance.ibv_rc_pingpong.shared_address_kill PROPERTIES TIMEOUT 240
+                     LABELS conformance)
 
 # --- iWARP (issue 16; docs/decisions/iwarp.md) ------------------------------
 # The same unmodified clients with SOFTRDMA_WIRE=iwarp: the device is softiwarp0
