@@ -244,7 +244,10 @@ TOOL_FAILURES = (
     (re.compile(r"libfabric\.so\.1\(\+0xb7882\)"),
      "libfabric 1.17's rxm reposted a receive on an endpoint it had closed"),
 )
-TOOL_ATTEMPTS = 5  # perftest -R lost its race three runs in a row beside other tests
+# perftest -R lost its race three runs in a row beside other tests, and over iWARP
+# five in a row once in a whole suite's run (each attempt loses it about one time
+# in five on a loaded machine, measured: 6 retries in 8 runs beside two busy loops).
+TOOL_ATTEMPTS = 8
 
 
 def tool_failure(output):
