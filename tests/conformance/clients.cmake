@@ -598,7 +598,7 @@ softrdma_client_test_on_path(rdma_server_client.iwarp CM_PAIR TIMEOUT 120
 # perftest over rdma_cm (-R), as iWARP needs it: WRITE, READ and SEND, bandwidth
 # and latency (no atomics: the device reports none).
 foreach(tool ib_write_bw ib_read_bw ib_send_bw ib_write_lat ib_read_lat ib_send_lat)
-  softrdma_client_test_on_path(${tool}.iwarp CM_PAIR TIMEOUT 180
+  softrdma_client_test_on_path(${tool}.iwarp CM_PAIR GATE TIMEOUT 180
     ENV SOFTRDMA_WIRE=iwarp
     SERVER_ARGS "-R -n 200 -p {port}"
     CLIENT_ARGS "-R -n 200 -p {port} 127.0.0.1"

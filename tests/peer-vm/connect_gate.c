@@ -13,8 +13,13 @@
  * The guest side of scripts/interop.py writes $PEERVM_CONNECT_GATE.N when it sees
  * the N-th distinct listening cm_id on the case's port (`rdma res show cm_id`).
  * Call N of rdma_connect() waits for that file (PEERVM_CONNECT_GATE_SECONDS,
- * default 120), then goes on to the real rdma_connect(). Without
- * PEERVM_CONNECT_GATE set it only passes the call through.
+ * default 120), then goes on to the real rdma_connect().
+ *
+ * A server on this host over iWARP (tests/conformance/run_client.py, --gate):
+ * CONNECT_GATE_TCP_PORT=P. An iWARP rdma_listen is a TCP listener, and perftest's
+ * server closes its first before it opens its second: call N >= 2 waits (at most
+ * 10 s) until /proc/net/tcp{,6} shows a listener on P that was not there at call
+ * N - 1 (by socket inode). With neither variable set the calls only pass through.
  *
  *   cc -shared -fPIC -o connect_gate.so connect_gate.c -ldl   (scripts/interop.py)
  *   LD_PRELOAD=connect_gate.so PEERVM_CONNECT_GATE=/run/dir/listen ib_read_bw -R ... */
@@ -22,6 +27,7 @@
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -31,6 +37,53 @@ struct rdma_conn_param;
 typedef int (*connect_fn)(struct rdma_cm_id *, struct rdma_conn_param *);
 
 static int connect_calls;
+
+/* Local TCP listeners on `port`, by socket inode, into `out` (at most `room`). */
+static int tcp_listeners(unsigned port, unsigned long *out, int room) {
+  static const char *const tables[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+  int n = 0;
+  for (int t = 0; t < 2; ++t) {
+    FILE *f = fopen(tables[t], "r");
+    if (!f) continue;
+    char line[512];
+    if (!fgets(line, sizeof line, f)) line[0] = 0; /* the header */
+    while (fgets(line, sizeof line, f) && n < room) {
+      char local[128], remote[128], state[8];
+      unsigned long inode = 0;
+      if (sscanf(line, "%*s %127s %127s %7s %*s %*s %*s %*s %*s %lu", local, remote, state,
+                 &inode) != 4)
+        continue;
+      const char *colon = strrchr(local, ':');
+      if (colon && strtoul(colon + 1, NULL, 16) == port && strcmp(state, "0A") == 0)
+        out[n++] = inode;
+    }
+    fclose(f);
+  }
+  return n;
+}
+
+static int contains(const unsigned long *set, int n, unsigned long v) {
+  for (int i = 0; i < n; ++i)
+    if (set[i] == v) return 1;
+  return 0;
+}
+
+/* Call N >= 2 waits for a listener on `port` that call N - 1 did not see. */
+static void wait_for_new_tcp_listener(unsigned port, int number) {
+  enum { kRoom = 16 };
+  static unsigned long seen[kRoom];
+  static int seen_count;
+  unsigned long now[kRoom];
+  const struct timespec step = {0, 5 * 1000 * 1000};
+  for (int waited_ms = 0; number >= 2; waited_ms += 5) {
+    const int n = tcp_listeners(port, now, kRoom);
+    int fresh = 0;
+    for (int i = 0; i < n; ++i) fresh |= !contains(seen, seen_count, now[i]);
+    if (fresh || waited_ms >= 10000) break;
+    nanosleep(&step, NULL); /* /proc/net/tcp tells no one: looked at every 5 ms */
+  }
+  seen_count = tcp_listeners(port, seen, kRoom);
+}
 
 static void wait_for_listener(const char *gate, int number) {
   char path[4096];
@@ -58,7 +111,9 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param) {
     return -1;
   }
   const char *gate = getenv("PEERVM_CONNECT_GATE");
+  const char *tcp_port = getenv("CONNECT_GATE_TCP_PORT");
   int number = __atomic_add_fetch(&connect_calls, 1, __ATOMIC_RELAXED);
   if (gate && *gate) wait_for_listener(gate, number);
+  if (tcp_port && *tcp_port) wait_for_new_tcp_listener((unsigned)atoi(tcp_port), number);
   return real_connect(id, conn_param);
 }
