@@ -32,12 +32,12 @@ import os
 import re
 import shlex
 import subprocess
-import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import interop_builds
 import iwarp_capture
 import roce_capture
 
@@ -498,39 +498,6 @@ def run_with_retries(case, direction, args, port, workdir, attempts=5):
     return ok, tally, seconds, why, output
 
 
-def build_verbs_ops(share):
-    source = ROOT / "tests" / "peer-vm" / "verbs_ops.c"
-    subprocess.run(["cc", "-O2", "-o", f"{share}/verbs_ops", str(source), "-libverbs"],
-                   check=True)
-
-
-def build_siw_crc_module(share, workdir):
-    """siw.ko with `mpa_crc_required = true` (siw_main.c; a const, not a parameter),
-    from the siw source the harness built the guest's siw.ko from, for the guest's
-    kernel. Kept in ~/.cache/softrdma-interop and built again only when that
-    source is newer (about 20 s)."""
-    kernel = (PEER_VM_CACHE / "kernel-release").read_text().strip()
-    source = PEER_VM_CACHE / "siw-src"
-    cached = Path.home() / ".cache" / "softrdma-interop" / f"siw-crc-{kernel}.ko"
-    if not cached.exists() or cached.stat().st_mtime < (source / "siw_main.c").stat().st_mtime:
-        tree = workdir / "siw-crc-src"
-        shutil.rmtree(tree, ignore_errors=True)
-        shutil.copytree(source, tree, ignore=shutil.ignore_patterns("*.o", "*.ko", ".*.cmd"))
-        main_c = tree / "siw_main.c"
-        text = main_c.read_text()
-        stock = "const bool mpa_crc_required;"
-        if stock not in text:
-            sys.exit(f"interop: {source}/siw_main.c has no '{stock}' to change")
-        main_c.write_text(text.replace(stock, "const bool mpa_crc_required = true;"))
-        make = subprocess.run(["make", "-s", "-C", f"/usr/src/linux-headers-{kernel}", f"M={tree}",
-                               "CONFIG_RDMA_SIW=m", "modules"], capture_output=True, text=True)
-        if make.returncode != 0:
-            sys.exit(f"interop: building siw.ko with CRC required failed:\n{make.stderr}")
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(tree / "siw.ko", cached)
-    shutil.copy(cached, Path(share) / SIW_CRC_KO)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--softrdma", default=str(BUILD_DIR / "tools" / "softrdma"),
@@ -552,14 +519,12 @@ def main():
     selected = [c for c in CASES if (not args.subset or args.subset in c.subset)
                 and (not args.only or re.search(args.only, c.name))]
     if any(c.needs_verbs_ops for c in selected):
-        build_verbs_ops(args.share)
+        interop_builds.build_verbs_ops(args.share)
     if any(c.listen_gate for c in selected):
-        source = ROOT / "tests" / "peer-vm" / "connect_gate.c"
-        subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", f"{args.share}/{CONNECT_GATE_SO}",
-                        str(source), "-ldl"], check=True)
+        interop_builds.build_connect_gate(args.share, CONNECT_GATE_SO)
     if any(needs_siw_crc_module(c, d) for c in selected for d in c.directions
            if not args.direction or d == args.direction):
-        build_siw_crc_module(args.share, workdir)
+        interop_builds.build_siw_crc_module(args.share, workdir, PEER_VM_CACHE, SIW_CRC_KO)
     rows, passed, failed, xfailed = [], 0, 0, 0
     for i, case in enumerate(selected):
         for direction in case.directions:
