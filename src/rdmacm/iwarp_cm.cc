@@ -132,8 +132,11 @@ int IwarpCm::next_timeout_ms(Clock::time_point now) const {
   int wait = -1;
   for (const auto& [fd, socket] : sockets_) {
     if (socket.deadline == Clock::time_point::max()) continue;
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(socket.deadline - now);
-    const int ms = socket.deadline <= now ? 0 : int(left.count()) + 1;
+    // A retired socket's deadline is time_point::min() (due at once): subtracted
+    // from now it would overflow, so the difference is taken only ahead of now.
+    int ms = 0;
+    if (socket.deadline > now)
+      ms = int(std::chrono::duration_cast<std::chrono::milliseconds>(socket.deadline - now).count()) + 1;
     if (wait < 0 || ms < wait) wait = ms;
   }
   return wait;
