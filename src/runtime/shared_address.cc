@@ -39,7 +39,7 @@ std::unique_ptr<SharedAddress> SharedAddress::join(const wire::Gid& address, std
 void SharedAddress::start(transport::UdpTransport& transport) {
   transport_ = &transport;
   transport.own_block(registry_->slot());
-  seen_generation_ = registry_->generation();
+  seen_generation_.store(registry_->generation(), std::memory_order_relaxed);
   steer();  // the probe rule, and the members known so far
   probe();
 }
@@ -74,17 +74,23 @@ uint32_t SharedAddress::take_qpn_block() {
 // again. Learned indices and new blocks change only the program.
 void SharedAddress::after_turn() {
   if (transport_ == nullptr) return;
+  // Every turn of every thread comes here: the common one (nothing learned, the
+  // registry unchanged, no reap due) costs three loads and a coarse clock read.
+  const int64_t now = coarse_now_ms();
+  if (!learned_.load(std::memory_order_acquire) &&
+      registry_->generation() == seen_generation_.load(std::memory_order_relaxed) &&
+      now < next_reap_ms_.load(std::memory_order_relaxed))
+    return;
   std::unique_lock lock(after_turn_mutex_, std::try_to_lock);
   if (!lock.owns_lock()) return;
   const bool learned = learned_.exchange(false, std::memory_order_acq_rel);
-  const int64_t now = coarse_now_ms();
-  if (now >= next_reap_ms_) {
-    next_reap_ms_ = now + 1000;
+  if (now >= next_reap_ms_.load(std::memory_order_relaxed)) {
+    next_reap_ms_.store(now + 1000, std::memory_order_relaxed);
     registry_->reap();
   }
   const uint64_t generation = registry_->generation();
-  if (!learned && generation == seen_generation_) return;
-  seen_generation_ = generation;
+  if (!learned && generation == seen_generation_.load(std::memory_order_relaxed)) return;
+  seen_generation_.store(generation, std::memory_order_relaxed);
   std::set<pid_t> members;
   for (const samehost::HostRegistry::Member& m : registry_->members()) members.insert(m.pid);
   if (members != seen_members_) {

@@ -46,9 +46,9 @@ class SharedAddress {
   // after_turn runs after each turn of any thread (the loop's, a poller's), outside
   // the engine's lock: one at a time, the others skip (the next turn looks again).
   std::mutex after_turn_mutex_;
-  uint64_t seen_generation_ = 0;
+  std::atomic<uint64_t> seen_generation_{0};  // read outside the mutex by after_turn
   std::set<pid_t> seen_members_;
-  int64_t next_reap_ms_ = 0;
+  std::atomic<int64_t> next_reap_ms_{0};
 };
 
 }  // namespace softrdma::runtime
