@@ -12,26 +12,7 @@ set -euo pipefail
 tool=$1
 tag=$2
 a=ska$tag b=skb$tag
-out=$(mktemp -d /tmp/shared_address_kill.XXXXXX)
-cleanup() {
-  ip netns del "$a" 2>/dev/null || true
-  ip netns del "$b" 2>/dev/null || true
-  rm -rf "$out"
-}
-trap cleanup EXIT
-ip netns del "$a" 2>/dev/null || true
-ip netns del "$b" 2>/dev/null || true
-ip netns add "$a"
-ip netns add "$b"
-ip link add "v$a" type veth peer name "v$b"
-ip link set "v$a" netns "$a"
-ip link set "v$b" netns "$b"
-ip -n "$a" addr add 10.213.11.1/24 dev "v$a"
-ip -n "$b" addr add 10.213.11.2/24 dev "v$b"
-for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
-ip -n "$a" link set "v$a" up
-ip -n "$b" link set "v$b" up
-export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
+source "$(dirname "${BASH_SOURCE[0]}")/host_pair.sh" 10.213.11
 share=(SOFTRDMA_SHARE_ADDRESS=1)
 ports=(7411 7412 7413 7414)
 victim=7414
