@@ -54,6 +54,27 @@ failed=0
 # The names of failed tests, printed again just before the summary: CI keeps
 # only the tail of a run's output, and ctest's own list is far above it.
 failed_names=()
+# "LOG NUMBER" of each failed ctest test, whose failure lines are printed again
+# too (the first few tests'), for the same reason: without them a failure seen
+# only in CI cannot be told from its name.
+failed_outputs=()
+
+# failure_excerpt LOG NUMBER: the output ctest printed for test NUMBER, from its
+# first gtest "Failure" line (or its last lines when there is none), at most 40
+# lines.
+failure_excerpt() {
+  local log=$1 number=$2
+  awk -v number="$number" '
+    $0 ~ "^ *[0-9]+/[0-9]+ Test +#" number ":" { inside = 1; next }
+    inside && ($0 ~ /^ *[0-9]+\/[0-9]+ Test +#/ || $0 ~ /^ +Start +[0-9]+:/ || $0 ~ /tests passed,/) { inside = 0 }
+    inside { lines[++n] = $0 }
+    END {
+      first = 1
+      for (i = 1; i <= n; i++) if (lines[i] ~ /Failure$/) { first = i; break }
+      if (first == 1 && n > 40) first = n - 39
+      for (i = first; i <= n && i < first + 40; i++) print "    " lines[i]
+    }' "$log"
+}
 
 # stage NAME BUILD_DIR EXCLUDE_LABEL -- [CMAKE_ARGS...]
 # EXCLUDE_LABEL: tests with this ctest label do not run here ("" for none).
@@ -103,6 +124,7 @@ stage() {
     local line
     while IFS= read -r line; do
       failed_names+=("$name: ${line#"${line%%[![:space:]]*}"}")
+      [[ $line =~ ^[[:space:]]*([0-9]+)\ - ]] && failed_outputs+=("$log ${BASH_REMATCH[1]}")
     done < <(sed -n '/The following tests FAILED:/,/^$/p' "$log" | grep -E '^[[:space:]]+[0-9]+ - ' || true)
   elif grep -q 'No tests were found' "$log"; then
     echo "=== $name: no tests found"
@@ -168,6 +190,12 @@ else
   failed=$((failed + 1))
 fi
 
+shown=0
+for entry in "${failed_outputs[@]}"; do
+  ((shown++ < 3)) || break
+  echo "output of failed test ${entry#* } (${entry%% *}):"
+  failure_excerpt ${entry}
+done
 if ((${#failed_names[@]})); then
   echo "failed:"
   printf '  %s\n' "${failed_names[@]}"
