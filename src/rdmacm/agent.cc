@@ -10,8 +10,7 @@
 
 #include "rdmacm/address.h"
 #include "rdmacm/cm.h"
-
-extern "C" void softrdma_observe_qp_destroy(void (*observer)(ibv_qp*));
+#include "rdmacm/verbs_private.h"
 
 namespace softrdma::rdmacm {
 

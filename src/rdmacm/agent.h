@@ -50,7 +50,7 @@ class Agent {
   std::mutex& cm_mutex() { return cm_mutex_; }
   // QP1, opened on first use; 0 or an errno.
   int open_mad_port();
-  void add_listener(CmId& id);
+  int add_listener(CmId& id);     // 0 or an errno (EADDRINUSE: another process listens)
   void add_connection(CmId& id);  // gives it a fresh local communication ID
   void forget(CmId& id);          // listener or connection, before it is freed
   // The QP rdma_create_qp(3) gave an id (id.ibv.qp), known until rdma_destroy_qp(3)
@@ -131,6 +131,8 @@ class Agent {
   // (peer GID, its comm ID) -> id: a repeated REQ finds its connection.
   std::map<std::pair<ibv_gid, uint32_t>, CmId*, GidKeyLess> by_remote_;
   uint32_t next_comm_id_ = 0;
+  // The slot this process's Communication IDs carry on a shared address; 0: none.
+  uint32_t comm_id_slot_ = 0;  // guarded by cm_mutex_
   // QP -> the id that owns it (own_qp). Written under cm_mutex_ and qps_mutex_,
   // a leaf lock: qp_destroyed looks first without cm_mutex_, as QP1, no id's, is
   // destroyed under it.

@@ -17,10 +17,7 @@
 #include "rdmacm/cm.h"
 #include "rdmacm/cm_format.h"
 #include "rdmacm/rsocket.h"
-
-extern "C" int softrdma_qp_error_fd(ibv_context* context);
-extern "C" int softrdma_take_qp_error(ibv_context* context, uint32_t* qpn);
-extern "C" int softrdma_qp_closed_by_peer(ibv_qp* qp);
+#include "rdmacm/verbs_private.h"
 
 namespace softrdma::rdmacm {
 

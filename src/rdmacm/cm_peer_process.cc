@@ -27,6 +27,7 @@
 #include "rdmacm/agent.h"
 #include "rdmacm/cm.h"
 #include "rdmacm/cm_format.h"
+#include "rdmacm/verbs_private.h"
 
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77  // Linux 6.5 (asm-generic/socket.h)
@@ -73,6 +74,9 @@ int pidfd_of_holder(const ibv_gid& gid, pid_t& pid) {
 
 // Under mutex_, with the context just opened: one socket per distinct GID.
 void Agent::publish_liveness() {
+  // On an address other processes share (docs/decisions/host-rnic.md) a GID names
+  // no one process: its peers learn of this one's exit from their QPs instead.
+  if (softrdma_cm_id_slot(context_) != 0) return;
   ibv_port_attr port{};
   if (ibv_query_port(context_, 1, &port) != 0) return;
   std::set<std::array<uint8_t, 16>> named;  // std::array: GCC 12 warns on vector<uint8_t>'s <=>

@@ -12,6 +12,8 @@
 #include "rdmacm/agent.h"
 #include "rdmacm/cm.h"
 #include "rdmacm/cm_format.h"
+#include "rdmacm/verbs_private.h"
+#include "wire/cm_route.h"
 
 namespace softrdma::rdmacm {
 
@@ -27,25 +29,37 @@ int Agent::open_mad_port() {
   if (pd == nullptr) return errno != 0 ? errno : ENODEV;
   mad_port_ = MadPort::open(context(), pd);
   if (mad_port_ == nullptr) return errno;
+  comm_id_slot_ = softrdma_cm_id_slot(context());
   epoll_event event{};
   event.events = EPOLLIN;
   event.data.fd = mad_port_->fd();
   return epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, mad_port_->fd(), &event) == 0 ? 0 : errno;
 }
 
-void Agent::add_listener(CmId& id) {
-  id.service_id = service_id_of(id.ibv.ps, ntohs(rdma_get_src_port(&id.ibv)));
+// On an address other processes share, the host learns that REQs for this
+// service are this process's (docs/decisions/host-rnic.md, "CM MADs").
+int Agent::add_listener(CmId& id) {
+  const uint64_t service_id = service_id_of(id.ibv.ps, ntohs(rdma_get_src_port(&id.ibv)));
+  if (int err = softrdma_cm_claim_service(context(), service_id)) return err;
+  id.service_id = service_id;
   listeners_[id.service_id] = &id;
+  return 0;
 }
 
+// A fresh local Communication ID (IBA 12.6.1), from a random start. On a shared
+// address it carries this process's slot (wire/cm_route.h), so that every answer
+// naming it is handed to this process.
 void Agent::add_connection(CmId& id) {
   if (next_comm_id_ == 0 && getrandom(&next_comm_id_, sizeof next_comm_id_, 0) != 4)
     next_comm_id_ = uint32_t(Clock::now().time_since_epoch().count());
+  uint32_t comm_id = 0;
   do {
     ++next_comm_id_;
-  } while (next_comm_id_ == 0 || connections_.contains(next_comm_id_));
-  id.conn.local_comm_id = next_comm_id_;
-  connections_[id.conn.local_comm_id] = &id;
+    comm_id =
+        comm_id_slot_ != 0 ? wire::comm_id_in_slot(comm_id_slot_, next_comm_id_) : next_comm_id_;
+  } while (comm_id == 0 || connections_.contains(comm_id));
+  id.conn.local_comm_id = comm_id;
+  connections_[comm_id] = &id;
 }
 
 void Agent::request_answered(CmId& id) {
@@ -59,7 +73,10 @@ void Agent::forget(CmId& id) {
   iwarp_->forget(id);
   if (id.service_id != 0) {
     auto it = listeners_.find(id.service_id);
-    if (it != listeners_.end() && it->second == &id) listeners_.erase(it);
+    if (it != listeners_.end() && it->second == &id) {
+      listeners_.erase(it);
+      softrdma_cm_release_service(context(), id.service_id);
+    }
     id.service_id = 0;
   }
   if (id.conn.local_comm_id != 0) {

@@ -175,7 +175,7 @@ SOFTRDMA_CM_EXPORT int rdma_listen(rdma_cm_id* ibv, int backlog) {
       return 0;
     }
     if (int err = agent.open_mad_port()) return err;
-    agent.add_listener(id);
+    if (int err = agent.add_listener(id)) return err;
     id.state = IdState::kListening;
     return 0;
   });

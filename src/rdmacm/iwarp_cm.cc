@@ -16,11 +16,7 @@
 
 #include "rdmacm/address.h"
 #include "rdmacm/cm.h"
-
-// softrdma's libibverbs (SOFTRDMA_PRIVATE_1; wire/iwarp/handoff.h).
-extern "C" int softrdma_qp_closed_by_peer(ibv_qp* qp);
-extern "C" int softrdma_iwarp_attach(
-    ibv_qp* qp, const softrdma::wire::iwarp::IwarpHandoff* handoff);
+#include "rdmacm/verbs_private.h"
 
 namespace softrdma::rdmacm {
 

@@ -5,7 +5,7 @@
 #include <cerrno>
 #include <cstring>
 
-extern "C" ibv_qp* softrdma_create_gsi_qp(ibv_pd* pd, ibv_qp_init_attr* attr);
+#include "rdmacm/verbs_private.h"
 
 namespace softrdma::rdmacm {
 

@@ -55,6 +55,9 @@ class OpenDevice {
     if (loop_) loop_->poller_satisfied(hand_over);
   }
   progress::ProgressLoop* loop() { return loop_.get(); }
+  // Set when the address is shared with other processes of the host
+  // (SOFTRDMA_SHARE_ADDRESS; docs/decisions/host-rnic.md).
+  SharedAddress* shared_address() { return shared_.get(); }
   // The fault injector on top of the transport, when SOFTRDMA_FAULTS asked for one.
   transport::FaultInjector* faults() { return faults_; }
   // The process's status segment for this device; null when none could be made.

@@ -2,8 +2,13 @@
 
 #include <time.h>
 
+#include <cerrno>
 #include <map>
 #include <vector>
+
+#include "wire/cm_gsi.h"
+#include "wire/cm_route.h"
+#include "wire/packet.h"
 
 namespace softrdma::runtime {
 
@@ -13,6 +18,23 @@ int64_t coarse_now_ms() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
   return int64_t(ts.tv_sec) * 1000 + ts.tv_nsec / 1'000'000;
+}
+
+// The hand-over slot of the process a packet to QP1 is for (wire/cm_route.h): the
+// listener's for a request, the Communication ID's chooser for an answer; 0 when
+// that is this process, or nobody (this process's CM then answers a request with
+// REJ "invalid ServiceID", as a host with no listener does, and drops an answer).
+uint32_t mad_slot(const samehost::HostRegistry& registry, std::span<uint8_t> packet) {
+  wire::PacketView view;
+  if (wire::parse_packet(packet, view) != wire::ParseError::kNone) return 0;
+  const wire::CmRoute route = wire::cm_route(wire::gsi_mad(view));
+  uint32_t slot = 0;
+  if (route.by == wire::CmRoute::By::kServiceId) {
+    slot = registry.listener(route.service_id);
+  } else if (route.by == wire::CmRoute::By::kCommId) {
+    slot = registry.handover_slot(wire::comm_id_slot(route.comm_id));
+  }
+  return slot == registry.slot() ? 0 : slot;
 }
 
 }  // namespace
@@ -33,6 +55,9 @@ std::unique_ptr<SharedAddress> SharedAddress::join(const wire::Gid& address, std
   };
   shared->hooks_.handover = shared->handover_.get();
   shared->hooks_.handover_slot = [registry](uint32_t block) { return registry->handover_slot(block); };
+  shared->hooks_.mad_slot = [registry](std::span<uint8_t> packet) {
+    return mad_slot(*registry, packet);
+  };
   return shared;
 }
 
@@ -59,6 +84,12 @@ void SharedAddress::steer() {
     if (m.index >= 0) members.push_back({m.slot, uint32_t(m.index)});
   transport_->steer(members);
 }
+
+int SharedAddress::claim_service(uint64_t service_id) {
+  return registry_->add_listener(service_id) ? 0 : EADDRINUSE;
+}
+
+void SharedAddress::release_service(uint64_t service_id) { registry_->remove_listener(service_id); }
 
 uint32_t SharedAddress::take_qpn_block() {
   if (!first_block_given_) {

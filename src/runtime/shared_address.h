@@ -31,6 +31,11 @@ class SharedAddress {
   // passed (dead members are looked for then).
   void after_turn();
   uint32_t slot() const { return registry_->slot(); }
+  // CM listeners (docs/decisions/host-rnic.md, "CM MADs"): REQs and SIDR_REQs for
+  // `service_id` are handed to this process from whichever member receives them.
+  // EADDRINUSE when another process listens there, or the table is full.
+  int claim_service(uint64_t service_id);
+  void release_service(uint64_t service_id);
 
  private:
   SharedAddress() = default;

@@ -549,6 +549,13 @@ add_test(NAME conformance.ibv_rc_pingpong.shared_address
           ${SOFTRDMA_CONFORMANCE_PORT_BASE})
 set_tests_properties(conformance.ibv_rc_pingpong.shared_address PROPERTIES TIMEOUT 180
                      LABELS conformance)
+# ... rdma_cm servers of five processes on that address (RC, UD by SIDR, perftest
+# -R), their CM MADs handed to the listener's or the connection's process.
+add_test(NAME conformance.rdma_cm.shared_address
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/shared_address_cm.sh $<TARGET_FILE:softrdma>
+          ${SOFTRDMA_CONFORMANCE_PORT_BASE} $<TARGET_FILE:connect_gate>)
+set_tests_properties(conformance.rdma_cm.shared_address PROPERTIES TIMEOUT 180
+                     LABELS conformance)
 # ... and one of four such servers killed mid-traffic: the others finish.
 add_test(NAME conformance.ibv_rc_pingpong.shared_address_kill
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/shared_address_kill.sh $<TARGET_FILE:softrdma>

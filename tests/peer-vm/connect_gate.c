@@ -19,7 +19,15 @@
  * CONNECT_GATE_TCP_PORT=P. An iWARP rdma_listen is a TCP listener, and perftest's
  * server closes its first before it opens its second: call N >= 2 waits (at most
  * 10 s) until /proc/net/tcp{,6} shows a listener on P that was not there at call
- * N - 1 (by socket inode). With neither variable set the calls only pass through.
+ * N - 1 (by socket inode).
+ *
+ * A softrdma server over RoCE in another network namespace (tests/conformance/
+ * shared_address_cm.sh): CONNECT_GATE_UNIX_NAME=softrdma-rdmacm/106/P/ and
+ * CONNECT_GATE_NET_DIR=/proc/<a pid of that namespace>/net. softrdma's librdmacm
+ * reserves a port by a listening abstract Unix socket of that name (src/rdmacm/
+ * address.h) and lets it go with its id, so the same "new since call N - 1" rule
+ * holds, read from that namespace's unix table. With no variable set the calls
+ * only pass through.
  *
  *   cc -shared -fPIC -o connect_gate.so connect_gate.c -ldl   (scripts/interop.py)
  *   LD_PRELOAD=connect_gate.so PEERVM_CONNECT_GATE=/run/dir/listen ib_read_bw -R ... */
@@ -62,27 +70,60 @@ static int tcp_listeners(unsigned port, unsigned long *out, int room) {
   return n;
 }
 
+/* Listening Unix sockets whose name holds `name`, by inode, from `net_dir`/unix. */
+static int unix_listeners(const char *net_dir, const char *name, unsigned long *out, int room) {
+  char table[4096];
+  snprintf(table, sizeof table, "%s/unix", net_dir);
+  FILE *f = fopen(table, "r");
+  if (!f) return 0;
+  int n = 0;
+  char line[512];
+  if (!fgets(line, sizeof line, f)) line[0] = 0; /* the header */
+  while (fgets(line, sizeof line, f) && n < room) {
+    unsigned long flags = 0, inode = 0;
+    char path[256] = "";
+    /* Num RefCount Protocol Flags Type St Inode Path; flag 0x10000: listening */
+    if (sscanf(line, "%*s %*s %*s %lx %*s %*s %lu %255s", &flags, &inode, path) == 3 &&
+        (flags & 0x10000) != 0 && strstr(path, name) != NULL)
+      out[n++] = inode;
+  }
+  fclose(f);
+  return n;
+}
+
 static int contains(const unsigned long *set, int n, unsigned long v) {
   for (int i = 0; i < n; ++i)
     if (set[i] == v) return 1;
   return 0;
 }
 
-/* Call N >= 2 waits for a listener on `port` that call N - 1 did not see. */
-static void wait_for_new_tcp_listener(unsigned port, int number) {
+/* The listeners the gate watches: TCP ones on a port, or Unix ones by name. */
+struct watched {
+  unsigned tcp_port;
+  const char *unix_name;
+  const char *net_dir;
+};
+
+static int listeners(const struct watched *w, unsigned long *out, int room) {
+  return w->unix_name ? unix_listeners(w->net_dir, w->unix_name, out, room)
+                      : tcp_listeners(w->tcp_port, out, room);
+}
+
+/* Call N >= 2 waits for a listener that call N - 1 did not see. */
+static void wait_for_new_listener(const struct watched *w, int number) {
   enum { kRoom = 16 };
   static unsigned long seen[kRoom];
   static int seen_count;
   unsigned long now[kRoom];
   const struct timespec step = {0, 5 * 1000 * 1000};
   for (int waited_ms = 0; number >= 2; waited_ms += 5) {
-    const int n = tcp_listeners(port, now, kRoom);
+    const int n = listeners(w, now, kRoom);
     int fresh = 0;
     for (int i = 0; i < n; ++i) fresh |= !contains(seen, seen_count, now[i]);
     if (fresh || waited_ms >= 10000) break;
-    nanosleep(&step, NULL); /* /proc/net/tcp tells no one: looked at every 5 ms */
+    nanosleep(&step, NULL); /* /proc/net/ tells no one: looked at every 5 ms */
   }
-  seen_count = tcp_listeners(port, seen, kRoom);
+  seen_count = listeners(w, seen, kRoom);
 }
 
 static void wait_for_listener(const char *gate, int number) {
@@ -112,8 +153,16 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param) {
   }
   const char *gate = getenv("PEERVM_CONNECT_GATE");
   const char *tcp_port = getenv("CONNECT_GATE_TCP_PORT");
+  const char *unix_name = getenv("CONNECT_GATE_UNIX_NAME");
+  const char *net_dir = getenv("CONNECT_GATE_NET_DIR");
   int number = __atomic_add_fetch(&connect_calls, 1, __ATOMIC_RELAXED);
   if (gate && *gate) wait_for_listener(gate, number);
-  if (tcp_port && *tcp_port) wait_for_new_tcp_listener((unsigned)atoi(tcp_port), number);
+  if (unix_name && *unix_name) {
+    const struct watched w = {0, unix_name, net_dir && *net_dir ? net_dir : "/proc/net"};
+    wait_for_new_listener(&w, number);
+  } else if (tcp_port && *tcp_port) {
+    const struct watched w = {(unsigned)atoi(tcp_port), NULL, NULL};
+    wait_for_new_listener(&w, number);
+  }
   return real_connect(id, conn_param);
 }

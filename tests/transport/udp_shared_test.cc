@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdint>
+#include <span>
 
 #include "transport/transport_test_util.h"
 #include "transport/udp/handover.h"
@@ -131,6 +133,86 @@ TEST_F(SharedUdp, APacketAtTheWrongMemberIsHandedOverToItsOwner) {
   ASSERT_EQ(sender->tx_burst({&lost, 1}), 1u);
   for (int turn = 0; turn < 200 && a_.transport->no_owner() == 0; ++turn) receive(*a_.transport, 1, 10);
   EXPECT_EQ(a_.transport->no_owner(), 1u);
+}
+
+// A burst for one owner that arrived at another member: handed over in as many
+// datagrams as the owner's queue needs, not one each, so that the owner, which is
+// not reading meanwhile, loses none (its queue holds about 11 datagrams; one a
+// packet lost most of these 60 before).
+TEST_F(SharedUdp, ABurstHandedOverWhileItsOwnerIsBusyIsKeptWhole) {
+  ASSERT_EQ(a_.transport->send_probes(2, kNonce), 0);
+  ASSERT_TRUE(learn());
+  const std::vector<udp::SlotIndex> everything_to_a{{9, uint32_t(a_.index.load())}};
+  ASSERT_EQ(a_.transport->steer(everything_to_a), 0);
+  UdpConfig sender_config;
+  sender_config.address = test_address(44);
+  std::string error;
+  auto sender = UdpTransport::open(sender_config, error);
+  ASSERT_NE(sender, nullptr) << error;
+  constexpr uint32_t kPackets = 60;
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<TxPacket> packets;
+  for (uint32_t psn = 0; psn < kPackets; ++psn)
+    bytes.push_back(make_packet(wire::op::kRcSendOnly, 9u << 14 | 1, psn, 1024));
+  for (auto& b : bytes)
+    packets.push_back(
+        TxPacket{b, sender->local_gid(), a_.transport->local_gid(), roce_source_port(1)});
+  ASSERT_EQ(sender->tx_burst(packets), kPackets);
+  // a takes them all first (b reads nothing meanwhile), then b.
+  for (int turn = 0; turn < 500 && a_.transport->handed_over() < kPackets; ++turn)
+    receive(*a_.transport, 1, 10);
+  EXPECT_EQ(a_.transport->handed_over(), kPackets);
+  EXPECT_EQ(a_.transport->no_owner(), 0u);
+  const auto got = receive(*b_.transport, kPackets);
+  ASSERT_EQ(got.size(), kPackets);
+  for (uint32_t psn = 0; psn < kPackets; ++psn) EXPECT_EQ(testing::psn_of(got[psn].bytes), psn);
+}
+
+// A packet to QP1 (a CM MAD) is for the process mad_slot names, whichever member
+// the kernel hashed it to (block 0 is nobody's in the program); QP0's, and a MAD
+// mad_slot gives to nobody, stay where they arrived.
+TEST_F(SharedUdp, AMadReachesTheMemberItNames) {
+  std::atomic<int> asked{0};
+  // The PSN stands for what the MAD names (wire/cm_route.h): 9 is b's, 0 nobody's.
+  const auto named = [&](std::uint32_t self) {
+    return [&asked, self](std::span<uint8_t> packet) {
+      ++asked;
+      const uint32_t slot = testing::psn_of(packet);
+      return slot == self ? 0u : slot;
+    };
+  };
+  a_.shared.mad_slot = named(5);
+  b_.shared.mad_slot = named(9);
+  UdpConfig sender_config;
+  sender_config.address = test_address(43);
+  std::string error;
+  auto sender = UdpTransport::open(sender_config, error);
+  ASSERT_NE(sender, nullptr) << error;
+  for (int i = 0; i < 8; ++i) {  // from 8 source ports: the kernel spreads them
+    std::vector<uint8_t> mad = make_packet(wire::op::kUdSendOnly, 1, 9, 256);
+    TxPacket packet{mad, sender->local_gid(), a_.transport->local_gid(), roce_source_port(i)};
+    ASSERT_EQ(sender->tx_burst({&packet, 1}), 1u);
+  }
+  size_t at_b = 0;
+  for (int turn = 0; turn < 500 && at_b < 8; ++turn) {
+    EXPECT_TRUE(receive(*a_.transport, 1, 2).empty()) << "a keeps no MAD of b's";
+    at_b += receive(*b_.transport, 8, 2).size();
+  }
+  EXPECT_EQ(at_b, 8u);
+  EXPECT_EQ(asked.load(), 8);                  // asked once per MAD, where it arrived
+  EXPECT_EQ(b_.transport->handed_over(), 0u);  // b kept its own
+  // Nobody's MAD and QP0's packet: kept by whichever member got them.
+  for (uint32_t qpn : {1u, 0u}) {
+    std::vector<uint8_t> bytes = make_packet(wire::op::kUdSendOnly, qpn, 0, 256);
+    TxPacket packet{bytes, sender->local_gid(), a_.transport->local_gid(), roce_source_port(3)};
+    ASSERT_EQ(sender->tx_burst({&packet, 1}), 1u);
+    size_t got = 0;
+    for (int turn = 0; turn < 500 && got == 0; ++turn)
+      got = receive(*a_.transport, 1, 2).size() + receive(*b_.transport, 1, 2).size();
+    EXPECT_EQ(got, 1u) << "qpn " << qpn;
+  }
+  EXPECT_EQ(asked.load(), 9);  // QP0's packet asks nobody
+  EXPECT_EQ(a_.transport->no_owner() + b_.transport->no_owner(), 0u);
 }
 
 TEST_F(SharedUdp, AProbeOfAnotherRoundChangesNothing) {

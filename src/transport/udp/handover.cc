@@ -1,11 +1,13 @@
 // The hand-over channel (handover.h, docs/decisions/host-rnic.md point 4): one
-// abstract Unix datagram socket per process of a group, one sendmsg per packet
-// (header and packet gathered, no staging copy), recvmmsg into buffers of its own.
+// abstract Unix datagram socket per process of a group, one sendmsg per owner and
+// burst (headers and packets gathered, no staging copy), recvmmsg into buffers of
+// its own, taken apart record by record.
 #include "transport/udp/handover.h"
 
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstdio>
@@ -47,6 +49,12 @@ struct alignas(cmsghdr) CredentialsBuffer {
   uint8_t bytes[CMSG_SPACE(sizeof(ucred))];
 };
 
+constexpr size_t padded(size_t bytes) {
+  return (bytes + kHandoverRecordAlign - 1) & ~(kHandoverRecordAlign - 1);
+}
+
+constexpr uint8_t kZeros[kHandoverRecordAlign] = {};
+
 }  // namespace
 
 // recvmmsg's buffers: one datagram each (header and packet), with room for the
@@ -75,6 +83,11 @@ struct Handover::Ring {
   mmsghdr msgs[kRing];
   iovec iovs[kRing];
   CredentialsBuffer controls[kRing];
+  // Datagrams the last recvmmsg read, the one being taken apart, and where its
+  // next record starts: what receive() returned stays valid until all are taken.
+  size_t count = 0;
+  size_t next = 0;
+  size_t offset = 0;
 };
 
 Handover::Handover(int fd, uint32_t slot, std::string prefix)
@@ -84,7 +97,9 @@ Handover::Handover(int fd, uint32_t slot, std::string prefix)
       euid_(geteuid()),
       egid_(getegid()),
       prefix_(std::move(prefix)),
-      ring_(std::make_unique<Ring>()) {}
+      ring_(std::make_unique<Ring>()) {
+  queued_.reserve(kMaxQueued);
+}
 
 Handover::~Handover() {
   if (fd_ >= 0) close(fd_);
@@ -141,7 +156,78 @@ bool Handover::send(uint32_t to_slot, const Gid& source, uint16_t source_port,
                         .length = uint32_t(packet.size()),
                         .source = source,
                         .destination = destination};
+  // A lone record needs no padding: the datagram ends with it.
   iovec iov[2] = {{&header, sizeof header}, {const_cast<uint8_t*>(packet.data()), packet.size()}};
+  if (const int error = send_datagram(to_slot, iov, 2)) return send_failed(error);
+  counters_.sent.fetch_add(1, std::memory_order_relaxed);
+  counters_.sent_datagrams.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+bool Handover::queue(uint32_t to_slot, const Gid& source, uint16_t source_port,
+                     const Gid& destination, std::span<const uint8_t> packet) {
+  if (packet.size() > kHandoverMaxPacket) return send_failed(EMSGSIZE);
+  if (queued_.size() == kMaxQueued) send_queued();
+  queued_.push_back(Queued{to_slot, uint32_t(queued_.size()),
+                           HandoverHeader{.magic = kHandoverMagic,
+                                          .version = kHandoverVersion,
+                                          .source_port = source_port,
+                                          .from_slot = slot_,
+                                          .length = uint32_t(packet.size()),
+                                          .source = source,
+                                          .destination = destination},
+                           packet});
+  return true;
+}
+
+Handover::Flushed Handover::flush() {
+  send_queued();
+  const Flushed flushed = flushed_;
+  flushed_ = Flushed{};
+  return flushed;
+}
+
+void Handover::send_queued() {
+  if (queued_.empty()) return;
+  std::sort(queued_.begin(), queued_.end(), [](const Queued& x, const Queued& y) {
+    return x.to_slot != y.to_slot ? x.to_slot < y.to_slot : x.order < y.order;
+  });
+  for (size_t first = 0; first < queued_.size();) {
+    size_t last = first + 1;
+    while (last < queued_.size() && queued_[last].to_slot == queued_[first].to_slot) ++last;
+    flush_slot(first, last, flushed_);
+    first = last;
+  }
+  queued_.clear();
+}
+
+void Handover::flush_slot(size_t first, size_t last, Flushed& flushed) {
+  iovec iov[3 * kMaxQueued];
+  while (first < last) {
+    size_t count = 0, bytes = 0, records = 0;
+    for (; first + records < last; ++records) {
+      Queued& q = queued_[first + records];
+      const size_t record = sizeof q.header + q.packet.size();
+      if (records > 0 && bytes + padded(record) > kHandoverDatagramBytes) break;
+      iov[count++] = {&q.header, sizeof q.header};
+      iov[count++] = {const_cast<uint8_t*>(q.packet.data()), q.packet.size()};
+      if (padded(record) != record)
+        iov[count++] = {const_cast<uint8_t*>(kZeros), padded(record) - record};
+      bytes += padded(record);
+    }
+    if (const int error = send_datagram(queued_[first].to_slot, iov, count)) {
+      send_failed(error, records);
+      flushed.failed += records;
+    } else {
+      counters_.sent.fetch_add(records, std::memory_order_relaxed);
+      counters_.sent_datagrams.fetch_add(1, std::memory_order_relaxed);
+      flushed.sent += records;
+    }
+    first += records;
+  }
+}
+
+int Handover::send_datagram(uint32_t to_slot, iovec* iov, size_t count) {
   // Our effective uid, said explicitly: without it the kernel reports the real uid,
   // which differs from the effective one in a set-user-ID program, and the group
   // (and the host registry) is the effective user's.
@@ -160,7 +246,7 @@ bool Handover::send(uint32_t to_slot, const Gid& source, uint16_t source_port,
   message.msg_name = &address;
   message.msg_namelen = address_of(to_slot, address);
   message.msg_iov = iov;
-  message.msg_iovlen = 2;
+  message.msg_iovlen = count;
   ssize_t rc;
   do {
     rc = sendmsg(fd_, &message, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -173,50 +259,60 @@ bool Handover::send(uint32_t to_slot, const Gid& source, uint16_t source_port,
       errno = EINTR;
     }
   } while (rc < 0 && errno == EINTR);
-  if (rc < 0) return send_failed(errno);
-  counters_.sent.fetch_add(1, std::memory_order_relaxed);
-  return true;
+  return rc < 0 ? errno : 0;
 }
 
 // Why a hand-over did not happen, counted. The packet is dropped: the peer's
 // retransmission (IBA 9.7.6) or the CM's retry recovers it, as after a loss.
-bool Handover::send_failed(int error) {
+bool Handover::send_failed(int error, uint64_t packets) {
   switch (error) {
     case ECONNREFUSED:  // an abstract name nobody binds
     case ENOENT:
-      counters_.send_no_owner.fetch_add(1, std::memory_order_relaxed);
+      counters_.send_no_owner.fetch_add(packets, std::memory_order_relaxed);
       break;
     case EAGAIN:  // the owner's queue, or our send buffer, is full: never block
-      counters_.send_full.fetch_add(1, std::memory_order_relaxed);
+      counters_.send_full.fetch_add(packets, std::memory_order_relaxed);
       break;
     case EMSGSIZE:
-      counters_.send_too_large.fetch_add(1, std::memory_order_relaxed);
+      counters_.send_too_large.fetch_add(packets, std::memory_order_relaxed);
       break;
     default:
-      counters_.send_error.fetch_add(1, std::memory_order_relaxed);
+      counters_.send_error.fetch_add(packets, std::memory_order_relaxed);
       break;
   }
   return false;
 }
 
 size_t Handover::receive(std::span<Received> out) {
-  const size_t want = std::min(out.size(), kRing);
-  if (want == 0) return 0;
-  ring_->prepare(want);
-  int got;
-  do {
-    got = recvmmsg(fd_, ring_->msgs, unsigned(want), MSG_DONTWAIT, nullptr);
-  } while (got < 0 && errno == EINTR);
+  if (out.empty()) return 0;
+  Ring& ring = *ring_;
+  if (ring.next == ring.count) {
+    ring.prepare(kRing);
+    int got;
+    do {
+      got = recvmmsg(fd_, ring.msgs, unsigned(kRing), MSG_DONTWAIT, nullptr);
+    } while (got < 0 && errno == EINTR);
+    ring.count = got > 0 ? size_t(got) : 0;
+    ring.next = 0;
+    ring.offset = 0;
+  }
   size_t n = 0;
-  for (int i = 0; i < got; ++i)
-    if (accept(size_t(i), out[n])) ++n;
+  while (n < out.size() && ring.next < ring.count) {
+    if (ring.offset == 0 && !from_this_user(ring.next)) {
+      ++ring.next;
+      continue;
+    }
+    if (next_record(out[n])) ++n;
+  }
   counters_.received.fetch_add(n, std::memory_order_relaxed);
   return n;
 }
 
-// Datagram `i` of the last recvmmsg into `out`; false (counted) when it is not a
-// hand-over of this user.
-bool Handover::accept(size_t i, Received& out) {
+bool Handover::pending() const { return ring_->next < ring_->count; }
+
+// Datagram `i` of the last recvmmsg came from a process of our effective user;
+// false (counted) otherwise.
+bool Handover::from_this_user(size_t i) {
   msghdr& h = ring_->msgs[i].msg_hdr;
   const ucred* credentials = nullptr;
   for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(&h, c))
@@ -226,28 +322,43 @@ bool Handover::accept(size_t i, Received& out) {
   // Checked first: another user's datagram is counted as such whatever it holds.
   // No credentials at all cannot happen with SO_PASSCRED set before bind; were it
   // to, the sender is unknown and treated as foreign.
-  if (credentials == nullptr || credentials->uid != euid_) {
-    counters_.dropped_foreign_user.fetch_add(1, std::memory_order_relaxed);
-    return false;
-  }
-  uint8_t* bytes = ring_->buffers[i].bytes;
-  const size_t length = ring_->msgs[i].msg_len;
+  if (credentials != nullptr && credentials->uid == euid_) return true;
+  counters_.dropped_foreign_user.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
+// The record at the current datagram's offset into `out`, and on to the next; false
+// (counted once) when the datagram is truncated or the record malformed: the rest
+// of the datagram is dropped, its length no longer to be trusted.
+bool Handover::next_record(Received& out) {
+  Ring& ring = *ring_;
+  const msghdr& h = ring.msgs[ring.next].msg_hdr;
+  const size_t length = ring.msgs[ring.next].msg_len;
+  uint8_t* bytes = ring.buffers[ring.next].bytes;
+  const size_t left = length - ring.offset;
   HandoverHeader header;
-  bool ok = (h.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) == 0 && length >= sizeof header;
+  bool ok = (h.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) == 0 && left >= sizeof header;
   if (ok) {
-    std::memcpy(&header, bytes, sizeof header);
+    std::memcpy(&header, bytes + ring.offset, sizeof header);
     ok = header.magic == kHandoverMagic && header.version == kHandoverVersion &&
-         header.length == length - sizeof header;
+         header.length <= left - sizeof header;
   }
   if (!ok) {
     counters_.dropped_malformed.fetch_add(1, std::memory_order_relaxed);
+    ++ring.next;
+    ring.offset = 0;
     return false;
   }
   out.source = header.source;
   out.source_port = header.source_port;
   out.destination = header.destination;
   out.from_slot = header.from_slot;
-  out.packet = std::span<uint8_t>(bytes + sizeof header, header.length);
+  out.packet = std::span<uint8_t>(bytes + ring.offset + sizeof header, header.length);
+  ring.offset += padded(sizeof header + header.length);
+  if (ring.offset >= length) {
+    ++ring.next;
+    ring.offset = 0;
+  }
   return true;
 }
 

@@ -29,6 +29,9 @@ namespace softrdma::transport::udp {
 using wire::Gid;
 
 // What precedes each handed-over packet. Host byte order: both ends are one host.
+// A datagram holds one or more records (header, packet, zeros to a multiple of 8
+// bytes), all for its one receiver: a burst for one owner costs one datagram of its
+// queue, which holds only about 11 (net.unix.max_dgram_qlen; host-rnic.md, "Depth").
 struct HandoverHeader {
   uint32_t magic = 0;
   uint16_t version = 0;
@@ -40,24 +43,30 @@ struct HandoverHeader {
 };
 static_assert(sizeof(HandoverHeader) == 48);
 inline constexpr uint32_t kHandoverMagic = 0x4f485253;  // "SRHO" read little-endian
-inline constexpr uint16_t kHandoverVersion = 1;
+inline constexpr uint16_t kHandoverVersion = 2;         // 2: several records a datagram
 
 // The largest packet handed over: an MTU-4096 RoCEv2 packet with every header
 // (BTH ... ICRC, IBA 9.2–9.9) and a CM MAD are far below it. UDP_GRO datagrams
 // are taken apart before they are handed over, so no packet is larger.
 inline constexpr size_t kHandoverMaxPacket = 8192;
-inline constexpr size_t kHandoverDatagramBytes = sizeof(HandoverHeader) + kHandoverMaxPacket;
+// The largest datagram, a receive buffer's size: records of one burst.
+inline constexpr size_t kHandoverDatagramBytes = 64 << 10;
+inline constexpr size_t kHandoverRecordAlign = 8;
+static_assert(sizeof(HandoverHeader) % kHandoverRecordAlign == 0);
+static_assert(sizeof(HandoverHeader) + kHandoverMaxPacket <= kHandoverDatagramBytes);
 
 // Relaxed atomics: statistics, not synchronisation.
 struct HandoverCounters {
-  std::atomic<uint64_t> sent{0};
+  std::atomic<uint64_t> sent{0};            // packets
+  std::atomic<uint64_t> sent_datagrams{0};  // datagrams that carried them
   std::atomic<uint64_t> send_no_owner{0};   // no socket of that slot (ECONNREFUSED/ENOENT)
   std::atomic<uint64_t> send_full{0};       // the owner's queue or our send buffer is full
   std::atomic<uint64_t> send_too_large{0};  // longer than kHandoverMaxPacket
   std::atomic<uint64_t> send_error{0};      // any other errno (counted, never retried)
   std::atomic<uint64_t> received{0};
   std::atomic<uint64_t> dropped_foreign_user{0};  // sender's uid is not our euid
-  std::atomic<uint64_t> dropped_malformed{0};     // bad magic/version, length, truncated
+  std::atomic<uint64_t> dropped_malformed{0};     // bad magic/version, length, truncated:
+                                                  // the datagram's remaining records
 };
 
 class Handover {
@@ -91,18 +100,48 @@ class Handover {
   // slot has no socket, its queue is full, or the packet is too large. Any thread.
   bool send(uint32_t to_slot, const Gid& source, uint16_t source_port, const Gid& destination,
             std::span<const uint8_t> packet);
+  // A burst: queue() keeps each packet (its bytes must stay valid until flush());
+  // flush() hands each slot its packets in as few datagrams as fit, in the order
+  // queued. The receiving thread only, one at a time. queue() is false (counted)
+  // for a packet too large; a full queue is flushed first.
+  bool queue(uint32_t to_slot, const Gid& source, uint16_t source_port, const Gid& destination,
+             std::span<const uint8_t> packet);
+  struct Flushed {
+    size_t sent = 0;    // packets handed over
+    size_t failed = 0;  // packets dropped (counted by why: no owner, full, error)
+  };
+  // What became of the packets queued since the last flush().
+  Flushed flush();
   // Reads what is waiting, at most out.size() packets; datagrams of another user or
   // malformed ones are dropped and counted, never returned. One thread (the poller).
   size_t receive(std::span<Received> out);
+  // Records of datagrams already read wait for receive(): the socket may not be
+  // readable, yet receive() returns more.
+  bool pending() const;
 
   static constexpr size_t kRing = 32;  // datagrams one receive() may read
+  static constexpr size_t kMaxQueued = 64;  // packets queue() holds before it flushes
 
  private:
+  struct Queued {
+    uint32_t to_slot;
+    uint32_t order;  // keeps a slot's packets in arrival order through the sort
+    HandoverHeader header;
+    std::span<const uint8_t> packet;
+  };
   explicit Handover(int fd, uint32_t slot, std::string prefix);
   // The address of `slot`'s socket; its length.
   socklen_t address_of(uint32_t slot, sockaddr_un& address) const;
-  bool accept(size_t i, Received& out);
-  [[gnu::cold]] bool send_failed(int error);
+  // One datagram of `count` iovecs to `slot`'s socket, with our credentials: 0 or errno.
+  int send_datagram(uint32_t to_slot, iovec* iov, size_t count);
+  // Sends what is queued, each slot's together, into flushed_.
+  void send_queued();
+  // Sends queued_[first, last), all for one slot, in datagrams of at most
+  // kHandoverDatagramBytes; adds to `flushed`.
+  void flush_slot(size_t first, size_t last, Flushed& flushed);
+  bool from_this_user(size_t i);
+  bool next_record(Received& out);
+  [[gnu::cold]] bool send_failed(int error, uint64_t packets = 1);
 
   int fd_ = -1;
   uint32_t slot_ = 0;
@@ -115,6 +154,8 @@ class Handover {
   HandoverCounters counters_;
   struct Ring;
   std::unique_ptr<Ring> ring_;
+  std::vector<Queued> queued_;  // capacity kMaxQueued, reserved at open
+  Flushed flushed_;             // since the last flush()
 };
 
 }  // namespace softrdma::transport::udp

@@ -11,27 +11,27 @@
 
 namespace softrdma::transport {
 
-#define SOFTRDMA_UDP_COUNTERS(X)                                                     \
-  X(tx_packets)                                                                      \
-  X(tx_bytes)                                                                        \
-  X(tx_errors)          /* dropped: the kernel refused the packet, or unsendable */ \
-  X(tx_port_fallback)   /* sent from the transport's port, not 0xC000|hash(QPN) */  \
-  X(tx_gso_sends)       /* sends of several segments (UDP_SEGMENT) */               \
-  X(tx_gso_segments)    /* packets those carried */                                 \
-  X(tx_gso_refused)     /* the kernel refused UDP_SEGMENT: sent one by one */       \
-  X(rx_packets)                                                                      \
-  X(rx_bytes)                                                                        \
-  X(rx_bad_icrc)        /* dropped: ICRC mismatch */                                \
-  X(rx_truncated)       /* dropped: shorter than BTH + ICRC, or larger than a buffer */ \
-  X(rx_ipv4_id_solved)  /* ICRC matched after solving for the sender's IPv4 ID */   \
-  X(rx_gro_datagrams)   /* datagrams that held several packets (UDP_GRO) */         \
-  X(rx_gro_segments)    /* packets those held */                                    \
-  X(rx_buffer_bytes)    /* gauge: the effective socket receive buffer */          \
-  /* A shared address (docs/decisions/host-rnic.md): */                             \
-  X(rx_handed_over)     /* another process's QPN block: handed over to it */       \
-  X(rx_no_owner)        /* dropped: a QPN block no process of the address holds */ \
-  X(rx_probes)          /* probes read: this socket's index learned */             \
-  X(rx_probes_ignored)  /* dropped: a probe of another round, or not from here */
+#define SOFTRDMA_UDP_COUNTERS(X)                                                       \
+  X(tx_packets)                                                                        \
+  X(tx_bytes)                                                                          \
+  X(tx_errors)        /* dropped: the kernel refused the packet, or unsendable */      \
+  X(tx_port_fallback) /* sent from the transport's port, not 0xC000|hash(QPN) */       \
+  X(tx_gso_sends)     /* sends of several segments (UDP_SEGMENT) */                    \
+  X(tx_gso_segments)  /* packets those carried */                                      \
+  X(tx_gso_refused)   /* the kernel refused UDP_SEGMENT: sent one by one */            \
+  X(rx_packets)                                                                        \
+  X(rx_bytes)                                                                          \
+  X(rx_bad_icrc)       /* dropped: ICRC mismatch */                                    \
+  X(rx_truncated)      /* dropped: shorter than BTH + ICRC, or larger than a buffer */ \
+  X(rx_ipv4_id_solved) /* ICRC matched after solving for the sender's IPv4 ID */       \
+  X(rx_gro_datagrams)  /* datagrams that held several packets (UDP_GRO) */             \
+  X(rx_gro_segments)   /* packets those held */                                        \
+  X(rx_buffer_bytes)   /* gauge: the effective socket receive buffer */                \
+  /* A shared address (docs/decisions/host-rnic.md): */                                \
+  X(rx_handed_over)    /* another process's QPN block: handed over to it */            \
+  X(rx_no_owner)       /* dropped: no member takes it, or its queue is full */         \
+  X(rx_probes)         /* probes read: this socket's index learned */                  \
+  X(rx_probes_ignored) /* dropped: a probe of another round, or not from here */
 
 struct UdpCounters {
 #define SOFTRDMA_DECLARE_UDP_COUNTER(name) std::atomic<uint64_t> name{0};

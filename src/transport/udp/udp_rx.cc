@@ -167,6 +167,7 @@ size_t UdpTransport::collect_received(std::span<RxPacket> packets) {
     bytes += take;
     ++n;
   }
+  if (handovers_queued_) flush_handovers();
   counters_.rx_packets.fetch_add(n, std::memory_order_relaxed);
   counters_.rx_bytes.fetch_add(bytes, std::memory_order_relaxed);
   if (truncated) counters_.rx_truncated.fetch_add(truncated, std::memory_order_relaxed);

@@ -10,6 +10,7 @@
 
 #include "transport/udp/udp_socket.h"
 #include "transport/udp/udp_transport.h"
+#include "wire/cm_gsi.h"
 #include "wire/icrc.h"
 #include "wire/opcodes.h"
 #include "wire/qpn_blocks.h"
@@ -62,22 +63,41 @@ void UdpTransport::own_block(uint32_t block) {
     own_blocks_[block / 64].fetch_or(uint64_t(1) << (block % 64), std::memory_order_release);
 }
 
-// Block 0 (QP0, QP1: the CM's MADs) and multicast stay with whoever received them
-// (every member of a group receives its own copy).
+// Block 0 holds QP0 and QP1: a CM MAD to QP1 goes to the process the MAD names
+// (mad_slot; wire/cm_route.h), anything else there stays. Multicast stays with
+// whoever received it (every member of a group receives its own copy).
 bool UdpTransport::hand_over_if_not_mine(const RxPacket& packet) {
-  const uint32_t block = wire::qpn_block(dest_qp(packet.bytes));
-  if (block == 0 || wire::gid_is_multicast(packet.dst)) return false;
-  if ((own_blocks_[block / 64].load(std::memory_order_acquire) >> (block % 64) & 1) != 0)
-    return false;
+  if (wire::gid_is_multicast(packet.dst)) return false;
+  const uint32_t qpn = dest_qp(packet.bytes);
+  const uint32_t block = wire::qpn_block(qpn);
   const SharedAddress& shared = *config_.shared;
-  const uint32_t to = shared.handover_slot ? shared.handover_slot(block) : 0;
+  uint32_t to = 0;
+  if (block == 0) {
+    if (qpn != wire::kGsiQpn || !shared.mad_slot) return false;
+    to = shared.mad_slot(packet.bytes);
+    if (to == 0) return false;  // this process's, or nobody's: its CM answers
+  } else {
+    if ((own_blocks_[block / 64].load(std::memory_order_acquire) >> (block % 64) & 1) != 0)
+      return false;
+    to = shared.handover_slot ? shared.handover_slot(block) : 0;
+  }
+  // Queued: the burst's packets for one owner leave in one datagram when
+  // collect_received is done with the burst (flush_handovers).
   if (to != 0 && shared.handover != nullptr &&
-      shared.handover->send(to, packet.src, packet.src_port, packet.dst, packet.bytes)) {
-    counters_.rx_handed_over.fetch_add(1, std::memory_order_relaxed);
+      shared.handover->queue(to, packet.src, packet.src_port, packet.dst, packet.bytes)) {
+    handovers_queued_ = true;
   } else {
     counters_.rx_no_owner.fetch_add(1, std::memory_order_relaxed);
   }
   return true;
+}
+
+// Before the ring's buffers, which the queued packets point into, are read again.
+void UdpTransport::flush_handovers() {
+  handovers_queued_ = false;
+  const udp::Handover::Flushed flushed = config_.shared->handover->flush();
+  if (flushed.sent) counters_.rx_handed_over.fetch_add(flushed.sent, std::memory_order_relaxed);
+  if (flushed.failed) counters_.rx_no_owner.fetch_add(flushed.failed, std::memory_order_relaxed);
 }
 
 size_t UdpTransport::collect_handed_over(std::span<RxPacket> packets) {

@@ -7,14 +7,15 @@
 // IP_PMTUDISC_DO, which makes Linux put IPv4 ID 0 in the header the ICRC covers.
 #pragma once
 
-#include <array>
 #include <sys/uio.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,10 @@ struct SharedAddress {
   udp::Handover* handover = nullptr;
   // The hand-over slot of the process holding QPN block `block`; 0: nobody.
   std::function<uint32_t(uint32_t block)> handover_slot;
+  // The hand-over slot of the process a packet to QP1 (a CM MAD) is for; 0: this
+  // process takes it (it is this process's, or nobody's and its CM answers).
+  // Unset: every MAD stays where it arrived.
+  std::function<uint32_t(std::span<uint8_t> packet)> mad_slot;
 };
 
 struct UdpConfig {
@@ -153,6 +158,7 @@ class UdpTransport final : public Transport {
   // A shared address: the packet is another process's (its QPN block), handed
   // over to it; false when it is this process's.
   bool hand_over_if_not_mine(const RxPacket& packet);
+  void flush_handovers();
   // Packets other members handed over, their ICRCs checked as if from UDP.
   size_t collect_handed_over(std::span<RxPacket> packets);
   // Epoll only (not read by refill: another format).
@@ -197,6 +203,7 @@ class UdpTransport final : public Transport {
   static constexpr size_t kBlockWords = (1u << (24 - wire::kQpnBlockShift)) / 64;
   std::array<std::atomic<uint64_t>, kBlockWords> own_blocks_{};
   uint32_t handover_turn_ = 0;  // every so often the hand-over is read first
+  bool handovers_queued_ = false;  // hand_over_if_not_mine queued since the last flush
 
   UdpCounters own_counters_;  // used when the config names no cells
   UdpCounters& counters_;     // own_counters_ or UdpConfig::counters

@@ -1,0 +1,44 @@
+// softrdma's own calls for its librdmacm on an address other processes of the host
+// share (issue 27, docs/decisions/host-rnic.md, "CM MADs"). Each process runs its
+// own Communication Manager on its own QP1; a MAD that reaches the wrong process
+// is handed to the right one, found from the ServiceID of a request (the
+// listener's) or the Communication ID an answer names (its chooser's, whose slot
+// it carries). Not part of rdma-core's ABI: node SOFTRDMA_PRIVATE_1.
+#include <cerrno>
+#include <cstdint>
+
+#include "verbs/objects.h"
+#include "verbs/ops.h"
+#include "verbs/process.h"
+
+using namespace softrdma::verbs;
+
+namespace {
+
+softrdma::runtime::SharedAddress* shared_address(ibv_context* context) {
+  if (context == nullptr || !live(context)) return nullptr;
+  return to_context(context)->node->shared_address();
+}
+
+}  // namespace
+
+// The slot a process's Communication IDs carry in their high bits
+// (wire/cm_route.h); 0 when the address is not shared (any ID will do).
+SOFTRDMA_EXPORT uint32_t softrdma_cm_id_slot(ibv_context* context) {
+  softrdma::runtime::SharedAddress* shared = shared_address(context);
+  return shared != nullptr ? shared->slot() : 0;
+}
+
+// rdma_listen(3) on the device: REQs and SIDR_REQs for `service_id` are this
+// process's, whichever process of the address receives them. 0; EADDRINUSE when
+// another process listens there or the host's table is full. Always 0 on an
+// address that is not shared.
+SOFTRDMA_EXPORT int softrdma_cm_claim_service(ibv_context* context, uint64_t service_id) {
+  softrdma::runtime::SharedAddress* shared = shared_address(context);
+  return shared != nullptr ? shared->claim_service(service_id) : 0;
+}
+
+SOFTRDMA_EXPORT void softrdma_cm_release_service(ibv_context* context, uint64_t service_id) {
+  if (softrdma::runtime::SharedAddress* shared = shared_address(context))
+    shared->release_service(service_id);
+}

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Issue 27 (docs/decisions/host-rnic.md, "CM MADs"): rdma_cm servers of several
+# processes on one host's one address (SOFTRDMA_SHARE_ADDRESS=1), at once: two
+# rping servers, a ucmatose server (several connections), a udaddy server (UD:
+# SIDR_REQ and SIDR_REP) and perftest's ib_send_bw -R, each reached by a client
+# of its own on another host whose processes share their address too. Every CM
+# MAD reaches one socket of the address's group, whichever the kernel picks; the
+# process that got it hands it to the listener's (by ServiceID) or the
+# connection's (by the Communication ID it names). Needs root (ip netns).
+#   shared_address_cm.sh SOFTRDMA_TOOL TAG CONNECT_GATE_SO
+# perftest -R connects twice, the second time at once while its server is still
+# between its two listens; the gate (tests/peer-vm/connect_gate.c) holds that
+# connect until the server has reserved its port again, as it does for the VM.
+set -euo pipefail
+tool=$1
+tag=$2
+gate=$3
+a=scma$tag b=scmb$tag
+source "$(dirname "${BASH_SOURCE[0]}")/host_pair.sh" 10.213.13
+server_addr=10.213.13.1
+on_a=(ip netns exec "$a" env SOFTRDMA_ADDR=$server_addr SOFTRDMA_SHARE_ADDRESS=1 timeout 90 "$tool" run --)
+on_b=(ip netns exec "$b" env SOFTRDMA_ADDR=10.213.13.2 SOFTRDMA_SHARE_ADDRESS=1 timeout 60 "$tool" run --)
+# name | server command | client command | what the client prints when it is done
+cases=(
+  "rping1|rping -s -a $server_addr -p 7421 -C 10 -v|rping -c -a $server_addr -p 7421 -C 10 -v|ping data: rdma-ping-9: "
+  "rping2|rping -s -a $server_addr -p 7422 -C 10 -v|rping -c -a $server_addr -p 7422 -C 10 -v|ping data: rdma-ping-9: "
+  "ucmatose|ucmatose -b $server_addr -p 7423 -c 3 -C 10|ucmatose -s $server_addr -p 7423 -c 3 -C 10|data transfers complete"
+  "udaddy|udaddy -b $server_addr -c 2 -C 10|udaddy -s $server_addr -c 2 -C 10|data transfers complete"
+  "ib_send_bw|ib_send_bw -R -p 7425 -n 200 -s 4096|ib_send_bw -R -p 7425 -n 200 -s 4096 $server_addr|4096 +200 "
+)
+declare -A server client
+for entry in "${cases[@]}"; do
+  IFS='|' read -r name server_command _ _ <<< "$entry"
+  # shellcheck disable=SC2086  # the commands are words
+  "${on_a[@]}" $server_command > "$out/server.$name" 2>&1 &
+  server[$name]=$!
+done
+# Each server has reserved its port (softrdma's librdmacm binds an abstract socket
+# named after it, rdmacm/address.h; rdma_listen follows at once in each program).
+# (udaddy's port is its fixed 7174: its -p is a port space.)
+for port in 7421 7422 7423 7174 7425; do
+  for _ in $(seq 1500); do
+    ip netns exec "$a" ss -xlH | grep -q "softrdma-rdmacm/[0-9a-f]*/$port/" && break
+    sleep 0.02
+  done
+done
+for entry in "${cases[@]}"; do
+  IFS='|' read -r name _ client_command _ <<< "$entry"
+  preload=()
+  if [[ $name == ib_send_bw ]]; then
+    preload=(LD_PRELOAD="$gate" CONNECT_GATE_UNIX_NAME=softrdma-rdmacm/106/7425/
+             CONNECT_GATE_NET_DIR=/proc/${server[$name]}/net)
+  fi
+  # shellcheck disable=SC2086
+  "${on_b[@]}" env "${preload[@]}" $client_command > "$out/client.$name" 2>&1 &
+  client[$name]=$!
+done
+status=0
+for entry in "${cases[@]}"; do
+  IFS='|' read -r name _ _ done_line <<< "$entry"
+  rc=0
+  wait "${client[$name]}" || rc=$?
+  src=0
+  wait "${server[$name]}" || src=$?
+  echo "== $name: client exit $rc, server exit $src"
+  cat "$out/client.$name"
+  echo "-- its server:"
+  cat "$out/server.$name"
+  if (( rc != 0 || src != 0 )) || ! grep -Eq "$done_line" "$out/client.$name"; then
+    echo "FAIL: $name"
+    status=1
+  fi
+done
+exit $status
