@@ -91,7 +91,7 @@ class MrTable {
   // Holds the table's shared lock while the memory is in use.
   class Access {
    public:
-    explicit Access(const MrTable& table) : lock_(table.mutex_) {}
+    explicit Access(const MrTable& table) : lock_(table.mutex_), table_(&table) {}
     // Returns the host pointer or nullptr and the reason. An L_Key names an MR only.
     uint8_t* resolve(uint32_t key, const Pd* pd, uint64_t va, uint64_t len, int need,
                      AccessError& why) const;
@@ -102,18 +102,13 @@ class MrTable {
     const Mr* find(uint32_t key) const;
 
    private:
-    friend class MrTable;
     // `mr` (null: no such key) checked for `pd`, the rights `need`, and the range.
     static uint8_t* resolve_in(const Mr* mr, const Pd* pd, uint64_t va, uint64_t len, int need,
                                AccessError& why);
     std::shared_lock<std::shared_mutex> lock_;
     const MrTable* table_ = nullptr;
   };
-  Access access() const {
-    Access a(*this);
-    a.table_ = this;
-    return a;
-  }
+  Access access() const { return Access(*this); }
   size_t size() const;
   // Bumped by every dereg. A translation cached for a message (the responder
   // resolves a WRITE's or READ's range once, at its first packet) stays valid
