@@ -46,13 +46,15 @@ for port in 7421 7422 7423 7174 7425; do
 done
 for entry in "${cases[@]}"; do
   IFS='|' read -r name _ client_command _ <<< "$entry"
-  preload=()
+  gated=()
   if [[ $name == ib_send_bw ]]; then
-    preload=(LD_PRELOAD="$gate" CONNECT_GATE_UNIX_NAME=softrdma-rdmacm/106/7425/
-             CONNECT_GATE_NET_DIR=/proc/${server[$name]}/net)
+    # After whatever `softrdma run` preloads (the ASan runtime in a sanitizer build).
+    gated=(env CONNECT_GATE_UNIX_NAME=softrdma-rdmacm/106/7425/
+           CONNECT_GATE_NET_DIR=/proc/${server[$name]}/net
+           sh -c 'LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD }$0" exec "$@"' "$gate")
   fi
   # shellcheck disable=SC2086
-  "${on_b[@]}" env "${preload[@]}" $client_command > "$out/client.$name" 2>&1 &
+  "${on_b[@]}" "${gated[@]}" $client_command > "$out/client.$name" 2>&1 &
   client[$name]=$!
 done
 status=0
