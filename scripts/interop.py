@@ -113,6 +113,10 @@ def perftest(tool, extra="", rdma_cm=False, **kw):
                 expect=r"^\s*\d+\s+\d+\s+[\d.]+", **kw)
 
 
+# Two programs at once, each one's status judged (`wait` alone would hide them).
+BOTH = "{a} & a=$!; {b} & b=$!; wait $a; ra=$?; wait $b; rb=$?; [ $ra = 0 ] && [ $rb = 0 ]"
+
+
 CI = ("ci",)
 CASES = [
     pingpong("ibv_rc_pingpong", "-c", subset=CI),
@@ -156,6 +160,15 @@ CASES = [
     # udaddy's -p is the port space, not the port: it always uses port 7174.
     Case("udaddy", "udaddy -b {addr}", "udaddy -s {addr}", "cm",
          expect=r"return status 0", fixed_port=7174),
+    # Two softrdma processes sharing the host's one RoCEv2 address (issue 27,
+    # SOFTRDMA_SHARE_ADDRESS=1): the guest's CM MADs reach whichever of the two
+    # sockets the kernel picks, and are handed to the process they are for.
+    Case("rping+ucmatose.shared",
+         BOTH.format(a="rping -s -a {addr} -p {port} -C 10 -v -V", b="ucmatose -p {port2} -C 20"),
+         BOTH.format(a="rping -c -a {addr} -p {port} -C 10 -v -V",
+                     b="ucmatose -s {addr} -p {port2} -C 20"),
+         "cm", expect=r"(?s)(?=.*ping data: rdma-ping-9)(?=.*data transfers complete)",
+         host_env="SOFTRDMA_SHARE_ADDRESS=1", timeout=60, subset=CI),
     # rdma_server/rdma_client: not in the peer VM's image (tests/peer-vm/initramfs.sh
     # ships rping, ucmatose, udaddy, rstream, riostream), so not here.
     Case("rstream", "rstream -p {port} -S 65536 -C 200 -T v",
@@ -209,8 +222,6 @@ def siw_rping(suffix, options, **kw):
 
 
 RPING_LAST = r"ping data: rdma-ping-9"
-# Two programs at once, each one's status judged (`wait` alone would hide them).
-BOTH = "{a} & a=$!; {b} & b=$!; wait $a; ra=$?; wait $b; rb=$?; [ $ra = 0 ] && [ $rb = 0 ]"
 # rstream -T v: each side checks every byte it receives (rstream.c verify_buf).
 SIW_RSTREAM = ("rstream -p {port} -S 65536 -C 100 -T v",
                "rstream -s {addr} -p {port} -S 65536 -C 100 -T v")
