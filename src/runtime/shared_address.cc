@@ -47,6 +47,7 @@ std::unique_ptr<SharedAddress> SharedAddress::join(const wire::Gid& address, std
                                                      shared->registry_->slot(), error);
   if (!shared->handover_) return nullptr;
   samehost::HostRegistry* registry = shared->registry_.get();
+  shared->handover_->set_doorbells([registry](uint32_t slot) { return registry->doorbell(slot); });
   SharedAddress* raw = shared.get();
   shared->hooks_.probe_nonce = [registry] { return registry->probe_nonce(); };
   shared->hooks_.learned_index = [registry, raw](uint32_t index) {

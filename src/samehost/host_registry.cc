@@ -20,7 +20,9 @@ namespace softrdma::samehost {
 namespace {
 
 constexpr uint64_t kRegistryMagic = 0x5453494745524452;  // "RDREGIST"
-constexpr uint32_t kRegistryVersion = 1;
+// 2: RegistryMember::handover_doorbell. Processes of two versions cannot share an
+// address: the older would never ring the newer's doorbell.
+constexpr uint32_t kRegistryVersion = 2;
 
 size_t align64(size_t n) { return (n + 63) & ~size_t(63); }
 size_t members_offset() { return align64(sizeof(RegistryHeader)); }
@@ -47,15 +49,26 @@ bool still_linked(int fd, const std::string& path) {
          open_one.st_ino == named.st_ino && open_one.st_dev == named.st_dev;
 }
 
-[[gnu::cold]] std::string other_user_message(const wire::Gid& address, uid_t uid) {
+std::string address_text(const wire::Gid& address) {
   char text[64];
-  const bool v4 = wire::gid_is_ipv4(address);
-  if (v4) {
+  if (wire::gid_is_ipv4(address)) {
     const uint32_t a = wire::gid_to_ipv4(address);
     std::snprintf(text, sizeof text, "%u.%u.%u.%u", a >> 24, (a >> 16) & 0xff, (a >> 8) & 0xff, a & 0xff);
   } else {
     std::snprintf(text, sizeof text, "an IPv6 address");
   }
+  return text;
+}
+
+[[gnu::cold]] std::string other_version_message(const wire::Gid& address, uint32_t version) {
+  return "softrdma: " + address_text(address) + " is shared by processes of another softrdma " +
+         "version (host registry version " + std::to_string(version) + ", this one " +
+         std::to_string(kRegistryVersion) + "); processes of two versions cannot share an " +
+         "address. Stop those processes, or give this one an address of its own with SOFTRDMA_ADDR.";
+}
+
+[[gnu::cold]] std::string other_user_message(const wire::Gid& address, uid_t uid) {
+  const std::string text = address_text(address);
   return std::string("softrdma: ") + text + " is served by processes of user " + std::to_string(uid) +
          "; the processes of one user share an address (the kernel's SO_REUSEPORT rule). Run as "
          "that user, or give this process an address of its own with SOFTRDMA_ADDR.";
@@ -100,6 +113,14 @@ class HostRegistry::Locked {
  private:
   pthread_mutex_t& lock_;
 };
+
+// Every version keeps the header's magic, version and uid, and each member's pid
+// and start time, where version 1 put them: liveness can be read in any.
+bool HostRegistry::another_version_alive() const {
+  for (uint32_t slot = 1; slot < kRegistrySlots; ++slot)
+    if (members_[slot].pid.load(std::memory_order_acquire) != 0 && alive(members_[slot])) return true;
+  return false;
+}
 
 bool HostRegistry::alive(const RegistryMember& member) const {
   const pid_t pid = member.pid.load(std::memory_order_acquire);
@@ -192,6 +213,16 @@ std::unique_ptr<HostRegistry> HostRegistry::join(const wire::Gid& address, std::
     registry->listeners_ = reinterpret_cast<RegistryListener*>(static_cast<char*>(base) + listeners_offset());
     registry->fd_ = fd;
     if (created) initialise(*registry->header_);
+    if (registry->header_->version != kRegistryVersion) {
+      // Left by processes of another version that are all gone (killed, or the
+      // last of them did not remove it): replaced. Some alive: refused.
+      if (!registry->another_version_alive()) {
+        if (still_linked(fd, path)) unlink(path.c_str());
+        continue;  // the registry object unmaps it, having joined nothing
+      }
+      why = other_version_message(address, registry->header_->version);
+      return nullptr;
+    }
     if (registry->take_slot(why)) return registry;
     if (!why.empty()) return nullptr;  // full; else unlinked meanwhile: again
   }

@@ -27,12 +27,19 @@ inline constexpr uint32_t kRegistrySlots = 1024;
 inline constexpr uint32_t kRegistryListeners = 512;
 inline constexpr int32_t kIndexUnknown = -1;
 
+// The header's magic, version and uid, and each member's pid and start_time, keep
+// their places in every version (a file of another version is read for liveness).
 struct RegistryMember {
   std::atomic<int32_t> pid{0};        // 0: free
   std::atomic<int32_t> index{kIndexUnknown};  // its socket's index in the group
   uint64_t start_time = 0;            // /proc/PID/stat's, against pid reuse
   std::atomic<uint32_t> primary{0};   // the process's first slot: its hand-over's name
+  // Set by a member that handed this slot's process something (after the send),
+  // cleared by that process before it reads: its poller reads the hand-over only
+  // when set, not with a system call on every empty poll (transport/udp/handover.h).
+  std::atomic<uint32_t> handover_doorbell{0};
 };
+static_assert(sizeof(RegistryMember) == 24, "the layout of kRegistryVersion");
 
 struct RegistryListener {
   uint64_t service_id = 0;
@@ -88,6 +95,11 @@ class HostRegistry {
   std::optional<pid_t> owner(uint32_t slot) const;
   // The slot whose hand-over socket takes the packets of QPN block `block` (its
   // process's first slot); 0 when nobody holds it. No liveness check: per packet.
+  // The hand-over doorbells, one per slot (RegistryMember::handover_doorbell), in
+  // the shared file: what transport/udp/handover.h rings and reads.
+  std::atomic<uint32_t>* doorbell(uint32_t slot) const {
+    return slot < kRegistrySlots ? &members_[slot].handover_doorbell : nullptr;
+  }
   uint32_t handover_slot(uint32_t block) const {
     if (block == 0 || block >= kRegistrySlots) return 0;
     if (members_[block].pid.load(std::memory_order_acquire) == 0) return 0;
@@ -105,6 +117,8 @@ class HostRegistry {
   HostRegistry() = default;
   class Locked;
   bool alive(const RegistryMember& member) const;
+  // A file of another layout version: whether any member it names is alive.
+  bool another_version_alive() const;
   // Under the lock: a free slot for this process. False with `why` empty when the
   // file was unlinked meanwhile (join tries again), with `why` when all are held.
   bool take_slot(std::string& why);

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -109,8 +110,11 @@ TEST_F(HostRegistryTest, AProcessMayHoldSeveralSlots) {
   EXPECT_NE(extra, other->slot());
   EXPECT_EQ(first->slots(), (std::vector<uint32_t>{first->slot(), extra}));
   first->set_index(1);
-  for (const HostRegistry::Member& m : other->members())
-    if (m.slot != other->slot()) EXPECT_EQ(m.index, 1) << "slot " << m.slot;
+  for (const HostRegistry::Member& m : other->members()) {
+    if (m.slot != other->slot()) {
+      EXPECT_EQ(m.index, 1) << "slot " << m.slot;
+    }
+  }
   EXPECT_EQ(other->members().size(), 3u);
   // Packets of either block go to the process's first slot's hand-over.
   EXPECT_EQ(other->handover_slot(extra), first->slot());
@@ -147,6 +151,60 @@ TEST_F(HostRegistryTest, AnUnfinishedOldFileIsReplaced) {
   auto registry = join();
   ASSERT_TRUE(registry);
   EXPECT_EQ(registry->members().size(), 1u);
+}
+
+// Writes `version` into the registry file's header, as another softrdma would have.
+bool set_version(const std::string& path, uint32_t version) {
+  const int fd = open(path.c_str(), O_RDWR);
+  const bool written = fd >= 0 && pwrite(fd, &version, sizeof version,
+                                         offsetof(RegistryHeader, version)) == sizeof version;
+  if (fd >= 0) close(fd);
+  return written;
+}
+
+// A registry of another layout (another softrdma version): refused with what to
+// do while a member it names is alive, not read as this one's; replaced when all
+// its members are gone (a killed process's file must not block the address).
+TEST_F(HostRegistryTest, AnotherVersionsRegistryIsRefusedWhileItsMembersLive) {
+  auto first = join();  // a live member: this process
+  ASSERT_TRUE(first);
+  const std::string path = first->path();
+  ASSERT_TRUE(set_version(path, 1));
+  std::string why;
+  EXPECT_EQ(HostRegistry::join(address_, why, directory_), nullptr);
+  EXPECT_NE(why.find("another softrdma version (host registry version 1"), std::string::npos)
+      << why;
+  EXPECT_NE(why.find("SOFTRDMA_ADDR"), std::string::npos) << why;
+  first.reset();  // the last member out removes the file
+  EXPECT_FALSE(std::filesystem::exists(path));
+  // Its only member gone without a word: a child that joins and exits at once.
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::string child_why;
+    auto mine = HostRegistry::join(address_, child_why, directory_);
+    _exit(mine ? 0 : 1);  // no destructor: its slot stays marked, as if killed
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  ASSERT_TRUE(std::filesystem::exists(path));
+  ASSERT_TRUE(set_version(path, 1));
+  auto next = join();  // replaced
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->members().size(), 1u);
+}
+
+// Each slot has its doorbell in the shared file: what one member rings, another
+// sees (transport/udp/handover.h reads its socket only then).
+TEST_F(HostRegistryTest, EachSlotHasADoorbellEveryMemberSees) {
+  auto a = join(), b = join();
+  ASSERT_TRUE(a && b);
+  ASSERT_NE(a->doorbell(b->slot()), nullptr);
+  EXPECT_NE(a->doorbell(b->slot()), b->doorbell(b->slot()));  // two mappings ...
+  a->doorbell(b->slot())->store(1);
+  EXPECT_EQ(b->doorbell(b->slot())->load(), 1u);  // ... of one word
+  EXPECT_EQ(b->doorbell(kRegistrySlots), nullptr);
 }
 
 // The kernel lets only one user's sockets share a port (SO_REUSEPORT): a process of

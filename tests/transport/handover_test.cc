@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
@@ -175,6 +176,40 @@ TEST(Handover, ALargeBurstIsSplitAndANobodysIsCounted) {
       EXPECT_EQ(got[j].source_port, expected_port++);
   }
   EXPECT_EQ(received, kCount);
+}
+
+// With doorbells (the registry's, in shared memory; here an array): a send rings
+// its receiver's after queueing, and a receiver reads its socket only when its own
+// rang, so a datagram that came without a ring waits until the next one.
+TEST(Handover, TheSocketIsReadWhenTheDoorbellRang) {
+  const std::string name = group("doorbell");
+  auto a = open_or_fail(name, 3), b = open_or_fail(name, 7);
+  ASSERT_TRUE(a && b);
+  std::atomic<uint32_t> bells[8] = {};
+  const auto bell_of = [&bells](uint32_t slot) { return slot < 8 ? &bells[slot] : nullptr; };
+  a->set_doorbells(bell_of);
+  b->set_doorbells(bell_of);
+  Handover::Received got[4];
+  EXPECT_EQ(b->receive(got), 0u);  // the first read, whatever came before
+  EXPECT_EQ(bells[7].load(), 0u);
+  // Sent by a process without doorbells: queued, but not read while 7's is silent.
+  HandoverHeader header = valid_header(64);
+  std::vector<uint8_t> raw(sizeof header + 64);
+  std::memcpy(raw.data(), &header, sizeof header);
+  ASSERT_EQ(send_raw(b->name_of(7), raw.data(), raw.size()), ssize_t(raw.size()));
+  ASSERT_TRUE(readable(b->fd()));
+  EXPECT_EQ(b->receive(got), 0u);
+  // A Handover's send rings: both datagrams are read, and the bell is silent again.
+  ASSERT_TRUE(a->send(7, kSource, 1, kDestination, pattern(64, 3)));
+  EXPECT_EQ(bells[7].load(), 1u);
+  EXPECT_EQ(b->receive(got), 2u);
+  EXPECT_EQ(bells[7].load(), 0u);
+  EXPECT_EQ(b->receive(got), 0u);
+  // A flushed burst rings too.
+  ASSERT_TRUE(a->queue(7, kSource, 1, kDestination, pattern(64, 4)));
+  ASSERT_EQ(a->flush().sent, 1u);
+  EXPECT_EQ(bells[7].load(), 1u);
+  EXPECT_EQ(b->receive(got), 1u);
 }
 
 TEST(Handover, ASlotNobodyServesIsRefusedAndCounted) {

@@ -159,6 +159,7 @@ bool Handover::send(uint32_t to_slot, const Gid& source, uint16_t source_port,
   // A lone record needs no padding: the datagram ends with it.
   iovec iov[2] = {{&header, sizeof header}, {const_cast<uint8_t*>(packet.data()), packet.size()}};
   if (const int error = send_datagram(to_slot, iov, 2)) return send_failed(error);
+  ring(to_slot);
   counters_.sent.fetch_add(1, std::memory_order_relaxed);
   counters_.sent_datagrams.fetch_add(1, std::memory_order_relaxed);
   return true;
@@ -219,6 +220,7 @@ void Handover::flush_slot(size_t first, size_t last, Flushed& flushed) {
       send_failed(error, records);
       flushed.failed += records;
     } else {
+      ring(queued_[first].to_slot);
       counters_.sent.fetch_add(records, std::memory_order_relaxed);
       counters_.sent_datagrams.fetch_add(1, std::memory_order_relaxed);
       flushed.sent += records;
@@ -283,10 +285,33 @@ bool Handover::send_failed(int error, uint64_t packets) {
   return false;
 }
 
+void Handover::set_doorbells(DoorbellOf doorbell_of) {
+  doorbell_of_ = std::move(doorbell_of);
+  own_doorbell_ = doorbell_of_ ? doorbell_of_(slot_) : nullptr;
+  // Whatever was sent before this process had a doorbell is read once.
+  if (own_doorbell_ != nullptr) own_doorbell_->store(1, std::memory_order_release);
+}
+
+// After the datagram is queued: its receiver, seeing the doorbell, finds it.
+void Handover::ring(uint32_t to_slot) {
+  if (!doorbell_of_) return;
+  if (std::atomic<uint32_t>* bell = doorbell_of_(to_slot))
+    bell->store(1, std::memory_order_release);
+}
+
+// Cleared before the socket is read: a datagram queued after the read rings again.
+bool Handover::doorbell_rang() {
+  if (own_doorbell_ == nullptr || batch_was_full_) return true;
+  if (own_doorbell_->load(std::memory_order_acquire) == 0) return false;
+  own_doorbell_->exchange(0, std::memory_order_acq_rel);
+  return true;
+}
+
 size_t Handover::receive(std::span<Received> out) {
   if (out.empty()) return 0;
   Ring& ring = *ring_;
   if (ring.next == ring.count) {
+    if (!doorbell_rang()) return 0;
     ring.prepare(kRing);
     int got;
     do {
@@ -295,6 +320,7 @@ size_t Handover::receive(std::span<Received> out) {
     ring.count = got > 0 ? size_t(got) : 0;
     ring.next = 0;
     ring.offset = 0;
+    batch_was_full_ = ring.count == kRing;
   }
   size_t n = 0;
   while (n < out.size() && ring.next < ring.count) {

@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -112,6 +113,12 @@ class Handover {
   };
   // What became of the packets queued since the last flush().
   Flushed flush();
+  // Doorbells, one per slot, in memory every member maps (the host registry's):
+  // a send rings the receiver's after the datagram is queued, and receive() reads
+  // the socket only when its own rang (or a full batch may have left more), so an
+  // empty poll costs a load, not a system call. Unset: receive() always reads.
+  using DoorbellOf = std::function<std::atomic<uint32_t>*(uint32_t slot)>;
+  void set_doorbells(DoorbellOf doorbell_of);
   // Reads what is waiting, at most out.size() packets; datagrams of another user or
   // malformed ones are dropped and counted, never returned. One thread (the poller).
   size_t receive(std::span<Received> out);
@@ -142,6 +149,9 @@ class Handover {
   bool from_this_user(size_t i);
   bool next_record(Received& out);
   [[gnu::cold]] bool send_failed(int error, uint64_t packets = 1);
+  void ring(uint32_t to_slot);
+  // Whether receive() need read the socket: the doorbell rang (cleared here).
+  bool doorbell_rang();
 
   int fd_ = -1;
   uint32_t slot_ = 0;
@@ -156,6 +166,9 @@ class Handover {
   std::unique_ptr<Ring> ring_;
   std::vector<Queued> queued_;  // capacity kMaxQueued, reserved at open
   Flushed flushed_;             // since the last flush()
+  DoorbellOf doorbell_of_;
+  std::atomic<uint32_t>* own_doorbell_ = nullptr;
+  bool batch_was_full_ = false;  // the last read filled the ring: more may wait
 };
 
 }  // namespace softrdma::transport::udp
