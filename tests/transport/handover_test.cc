@@ -205,8 +205,9 @@ TEST(Handover, TheSocketIsReadWhenTheDoorbellRang) {
   EXPECT_EQ(b->receive(got), 2u);
   EXPECT_EQ(bells[7].load(), 0u);
   EXPECT_EQ(b->receive(got), 0u);
-  // A flushed burst rings too.
-  ASSERT_TRUE(a->queue(7, kSource, 1, kDestination, pattern(64, 4)));
+  // A flushed burst rings too (queue() keeps the bytes' place until flush()).
+  const std::vector<uint8_t> queued = pattern(64, 4);
+  ASSERT_TRUE(a->queue(7, kSource, 1, kDestination, queued));
   ASSERT_EQ(a->flush().sent, 1u);
   EXPECT_EQ(bells[7].load(), 1u);
   EXPECT_EQ(b->receive(got), 1u);
