@@ -66,6 +66,16 @@ class SharedUdp : public ::testing::Test {
     return a_.index >= 0 && b_.index >= 0;
   }
 
+  // A transport on another loopback address that sends to the group.
+  static std::unique_ptr<UdpTransport> open_sender(int host) {
+    UdpConfig config;
+    config.address = test_address(host);
+    std::string error;
+    auto sender = UdpTransport::open(config, error);
+    EXPECT_NE(sender, nullptr) << error;
+    return sender;
+  }
+
   static constexpr uint64_t kNonce = 0xfeedull;
   std::string address_;
   Member a_, b_;
@@ -85,11 +95,8 @@ TEST_F(SharedUdp, PacketsReachTheMemberOfTheirQpnBlock) {
   const std::vector<udp::SlotIndex> members{{5, uint32_t(a_.index.load())},
                                             {9, uint32_t(b_.index.load())}};
   ASSERT_EQ(a_.transport->steer(members), 0);
-  UdpConfig sender_config;
-  sender_config.address = test_address(41);
-  std::string error;
-  auto sender = UdpTransport::open(sender_config, error);
-  ASSERT_NE(sender, nullptr) << error;
+  auto sender = open_sender(41);
+  ASSERT_NE(sender, nullptr);
   for (uint32_t block : {9u, 5u, 9u}) {
     std::vector<uint8_t> bytes = make_packet(wire::op::kRcSendOnly, block << 14 | 3, 1, 64);
     TxPacket packet{bytes, sender->local_gid(), a_.transport->local_gid(), roce_source_port(7)};
@@ -110,11 +117,8 @@ TEST_F(SharedUdp, APacketAtTheWrongMemberIsHandedOverToItsOwner) {
   ASSERT_TRUE(learn());
   const std::vector<udp::SlotIndex> everything_to_a{{9, uint32_t(a_.index.load())}};
   ASSERT_EQ(a_.transport->steer(everything_to_a), 0);
-  UdpConfig sender_config;
-  sender_config.address = test_address(42);
-  std::string error;
-  auto sender = UdpTransport::open(sender_config, error);
-  ASSERT_NE(sender, nullptr) << error;
+  auto sender = open_sender(42);
+  ASSERT_NE(sender, nullptr);
   std::vector<uint8_t> bytes = make_packet(wire::op::kRcSendOnly, 9u << 14 | 1, 77, 200);
   TxPacket packet{bytes, sender->local_gid(), a_.transport->local_gid(), roce_source_port(1)};
   ASSERT_EQ(sender->tx_burst({&packet, 1}), 1u);
@@ -144,11 +148,8 @@ TEST_F(SharedUdp, ABurstHandedOverWhileItsOwnerIsBusyIsKeptWhole) {
   ASSERT_TRUE(learn());
   const std::vector<udp::SlotIndex> everything_to_a{{9, uint32_t(a_.index.load())}};
   ASSERT_EQ(a_.transport->steer(everything_to_a), 0);
-  UdpConfig sender_config;
-  sender_config.address = test_address(44);
-  std::string error;
-  auto sender = UdpTransport::open(sender_config, error);
-  ASSERT_NE(sender, nullptr) << error;
+  auto sender = open_sender(44);
+  ASSERT_NE(sender, nullptr);
   constexpr uint32_t kPackets = 60;
   std::vector<std::vector<uint8_t>> bytes;
   std::vector<TxPacket> packets;
@@ -183,11 +184,8 @@ TEST_F(SharedUdp, AMadReachesTheMemberItNames) {
   };
   a_.shared.mad_slot = named(5);
   b_.shared.mad_slot = named(9);
-  UdpConfig sender_config;
-  sender_config.address = test_address(43);
-  std::string error;
-  auto sender = UdpTransport::open(sender_config, error);
-  ASSERT_NE(sender, nullptr) << error;
+  auto sender = open_sender(43);
+  ASSERT_NE(sender, nullptr);
   for (int i = 0; i < 8; ++i) {  // from 8 source ports: the kernel spreads them
     std::vector<uint8_t> mad = make_packet(wire::op::kUdSendOnly, 1, 9, 256);
     TxPacket packet{mad, sender->local_gid(), a_.transport->local_gid(), roce_source_port(i)};

@@ -146,16 +146,21 @@ std::string Handover::name_of(uint32_t slot) const {
   return std::string(address.sun_path, length - offsetof(sockaddr_un, sun_path));
 }
 
-bool Handover::send(uint32_t to_slot, const Gid& source, uint16_t source_port,
-                    const Gid& destination, std::span<const uint8_t> packet) {
-  if (packet.size() > kHandoverMaxPacket) return send_failed(EMSGSIZE);
-  HandoverHeader header{.magic = kHandoverMagic,
+HandoverHeader Handover::header_for(const Gid& source, uint16_t source_port,
+                                   const Gid& destination, size_t length) const {
+  return HandoverHeader{.magic = kHandoverMagic,
                         .version = kHandoverVersion,
                         .source_port = source_port,
                         .from_slot = slot_,
-                        .length = uint32_t(packet.size()),
+                        .length = uint32_t(length),
                         .source = source,
                         .destination = destination};
+}
+
+bool Handover::send(uint32_t to_slot, const Gid& source, uint16_t source_port,
+                    const Gid& destination, std::span<const uint8_t> packet) {
+  if (packet.size() > kHandoverMaxPacket) return send_failed(EMSGSIZE);
+  HandoverHeader header = header_for(source, source_port, destination, packet.size());
   // A lone record needs no padding: the datagram ends with it.
   iovec iov[2] = {{&header, sizeof header}, {const_cast<uint8_t*>(packet.data()), packet.size()}};
   if (const int error = send_datagram(to_slot, iov, 2)) return send_failed(error);
@@ -170,14 +175,7 @@ bool Handover::queue(uint32_t to_slot, const Gid& source, uint16_t source_port,
   if (packet.size() > kHandoverMaxPacket) return send_failed(EMSGSIZE);
   if (queued_.size() == kMaxQueued) send_queued();
   queued_.push_back(Queued{to_slot, uint32_t(queued_.size()),
-                           HandoverHeader{.magic = kHandoverMagic,
-                                          .version = kHandoverVersion,
-                                          .source_port = source_port,
-                                          .from_slot = slot_,
-                                          .length = uint32_t(packet.size()),
-                                          .source = source,
-                                          .destination = destination},
-                           packet});
+                           header_for(source, source_port, destination, packet.size()), packet});
   return true;
 }
 

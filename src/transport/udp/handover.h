@@ -139,6 +139,8 @@ class Handover {
   explicit Handover(int fd, uint32_t slot, std::string prefix);
   // The address of `slot`'s socket; its length.
   socklen_t address_of(uint32_t slot, sockaddr_un& address) const;
+  HandoverHeader header_for(const Gid& source, uint16_t source_port, const Gid& destination,
+                            size_t length) const;
   // One datagram of `count` iovecs to `slot`'s socket, with our credentials: 0 or errno.
   int send_datagram(uint32_t to_slot, iovec* iov, size_t count);
   // Sends what is queued, each slot's together, into flushed_.
