@@ -177,6 +177,21 @@ bool is_local(const IpEndpoint& address) {
   return found;
 }
 
+namespace {
+
+// Whether a TCP socket of this namespace holds `address`'s port now (a listener,
+// or a connection's local end). An iWARP listener later binds the same port in
+// TCP, so an ephemeral pick skips such ports rather than failing in rdma_listen.
+bool tcp_port_taken(const IpEndpoint& address) {
+  const int fd = socket(address.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const bool taken = bind(fd, address.get(), address.length()) != 0 && errno == EADDRINUSE;
+  close(fd);
+  return taken;
+}
+
+}  // namespace
+
 int reserve_port(rdma_port_space ps, IpEndpoint& address) {
   if (address.port() != 0) return bind_reservation(ps, address);
   // The kernel's default ephemeral range (ip_local_port_range), from a random start.
@@ -185,6 +200,7 @@ int reserve_port(rdma_port_space ps, IpEndpoint& address) {
   if (getrandom(&start, sizeof start, 0) != sizeof start) start = uint32_t(getpid());
   for (uint32_t i = 0; i < kCount; ++i) {
     address.set_port(uint16_t(kFirst + (start + i) % kCount));
+    if (tcp_port_taken(address)) continue;
     int fd = bind_reservation(ps, address);
     if (fd >= 0 || errno != EADDRINUSE) return fd;
   }

@@ -42,10 +42,17 @@ bool send_all(int fd, const uint8_t* data, size_t size) {
   return true;
 }
 
+// A listener on 127.0.0.1 at a port rbind picks; `address` gets that port. (A
+// port picked, released and bound again could be taken in between by another
+// process of a parallel run.)
 int listen_on(sockaddr_in& address, int iomap_size) {
+  address = ipv4("127.0.0.1", 0);
   const int fd = rsocket(AF_INET, SOCK_STREAM, 0);
   if (iomap_size != 0) rsetsockopt(fd, SOL_RDMA, RDMA_IOMAPSIZE, &iomap_size, sizeof iomap_size);
-  if (rbind(fd, as_sockaddr(address), sizeof address) != 0 || rlisten(fd, 4) != 0) return -1;
+  socklen_t length = sizeof address;
+  if (rbind(fd, as_sockaddr(address), sizeof address) != 0 || rlisten(fd, 4) != 0 ||
+      rgetsockname(fd, as_sockaddr(address), &length) != 0)
+    return -1;
   return fd;
 }
 
@@ -54,7 +61,7 @@ int listen_on(sockaddr_in& address, int iomap_size) {
 // no data, riowrite lands, and the peer's close ends the stream.
 TEST(RsocketIwarp, BytesKeepalivesRiowriteAndEndOfStream) {
   ASSERT_IWARP_DEVICE();
-  sockaddr_in address = ipv4("127.0.0.1", free_port());
+  sockaddr_in address{};
   int one = 1;
   const int listener = listen_on(address, 1);
   ASSERT_GE(listener, 0) << std::strerror(errno);
@@ -172,7 +179,7 @@ class WirePeer : public RawRsocketPeer {
 // with the length. A SEND of any other length is no message: EPROTO.
 TEST(RsocketIwarp, MessagesAreFourByteSendsAsRsocketCSends) {
   ASSERT_IWARP_DEVICE();
-  sockaddr_in address = ipv4("127.0.0.1", free_port());
+  sockaddr_in address{};
   const int listener = listen_on(address, 0);
   ASSERT_GE(listener, 0) << std::strerror(errno);
   auto accepted =
@@ -218,7 +225,7 @@ TEST(RsocketIwarp, MessagesAreFourByteSendsAsRsocketCSends) {
 // finding 2: once SO_ERROR was read, rrecv still answers -1 with errno set.
 TEST(RsocketIwarp, KilledPeerIsAResetNotAnEndOfStream) {
   ASSERT_IWARP_DEVICE();
-  sockaddr_in address = ipv4("127.0.0.1", free_port());
+  sockaddr_in address{};
   const int listener = listen_on(address, 0);
   ASSERT_GE(listener, 0) << std::strerror(errno);
   PeerProcess client("rsocket", ntohs(address.sin_port));
@@ -252,7 +259,7 @@ TEST(RsocketIwarp, KilledPeerIsAResetNotAnEndOfStream) {
 // message is still the end of the stream (0), as after a DREQ on RoCE.
 TEST(RsocketIwarp, PeerDisconnectWithoutRsocketCloseIsEndOfStream) {
   ASSERT_IWARP_DEVICE();
-  sockaddr_in address = ipv4("127.0.0.1", free_port());
+  sockaddr_in address{};
   const int listener = listen_on(address, 0);
   ASSERT_GE(listener, 0) << std::strerror(errno);
   auto accepted =
