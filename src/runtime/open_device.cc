@@ -59,6 +59,15 @@ std::unique_ptr<transport::Transport> open_transport(const Settings& s, std::str
   return t;
 }
 
+// A process that exits without closing its device removes its node segment's
+// names too (status_registry.h).
+void register_node_names(const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    struct stat st {};
+    if (lstat(name.c_str(), &st) == 0) status_registry::add(name, st.st_dev, st.st_ino);
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<OpenDevice> OpenDevice::open(const Settings& settings, std::string& error) {
@@ -73,9 +82,17 @@ std::unique_ptr<OpenDevice> OpenDevice::open(const Settings& settings, std::stri
                                     node->shared_.get());
   if (!node->transport_) return nullptr;
   engine::DeviceConfig config;
+  node->open_same_host();
   if (node->shared_) {
     SharedAddress* shared = node->shared_.get();
-    config.take_qpn_block = [shared] { return shared->take_qpn_block(); };
+    samehost::Host* host = node->host_.get();
+    // A block taken later names this process's node segment too (peers find a
+    // QPN's process by its block, host-rnic.md).
+    config.take_qpn_block = [shared, host] {
+      const uint32_t block = shared->take_qpn_block();
+      if (block != 0 && host != nullptr) register_node_names(host->node().add_block(block));
+      return block;
+    };
   }
   config.name = settings.device_name;
   if (node->status_) {
@@ -83,7 +100,6 @@ std::unique_ptr<OpenDevice> OpenDevice::open(const Settings& settings, std::stri
                                node->transport_->describe());
     config.counters = node->status_->counters();
   }
-  node->open_same_host();
   config.host = node->host_.get();
   config.max_unacked_packets = settings.max_unacked_packets;
   config.idle_probe_interval_ns = int64_t(settings.idle_probe_ms) * 1'000'000;
@@ -151,7 +167,10 @@ void OpenDevice::open_same_host() {
   if (!settings_.same_host || settings_.iwarp) return;
   std::string why;
   const std::vector<wire::Gid> gids = transport_->local_gids();
-  host_ = samehost::Host::open(gids, why);
+  // On a shared address its processes are told apart by their QPN blocks.
+  std::vector<uint32_t> blocks;
+  if (shared_) blocks.push_back(shared_->slot());
+  host_ = samehost::Host::open(gids, why, samehost::kNodeDirectory, blocks);
   if (!host_) {
     samehost::say_once("no same-host path (" + why + "); every peer is reached by UDP");
     return;
@@ -160,11 +179,7 @@ void OpenDevice::open_same_host() {
   // A same-host peer found dead leaves its status segment too (it ran no exit
   // handler): removed at once, so a killed peer leaves nothing in /dev/shm.
   host_->set_on_peer_gone([] { remove_stale_status_segments(); });
-  // A process that exits without closing its device removes the names too.
-  for (const std::string& name : host_->node().names()) {
-    struct stat st {};
-    if (lstat(name.c_str(), &st) == 0) status_registry::add(name, st.st_dev, st.st_ino);
-  }
+  register_node_names(host_->node().names());
 }
 
 // Issue 14 defect 12 (docs/decisions/gid-table.md, "Addresses that come and go"):

@@ -95,9 +95,7 @@ std::optional<Settings> Settings::from_environment(std::string& error) {
       return std::nullopt;
     }
   }
-  // A shared address's other processes are not found by the same-host path yet.
-  if (!s.pcap_path.empty() || !s.faults.empty() || s.iwarp || s.share_address)
-    s.same_host = false;
+  if (!s.pcap_path.empty() || !s.faults.empty() || s.iwarp) s.same_host = false;
   if (s.iwarp && (!s.pcap_path.empty() || !s.faults.empty())) {
     // Both act on RoCEv2's datagrams; iWARP's bytes are the kernel's TCP.
     error = std::string(!s.pcap_path.empty() ? "SOFTRDMA_PCAP" : "SOFTRDMA_FAULTS") +

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <set>
 
+#include "wire/qpn_blocks.h"
+
 namespace softrdma::samehost {
 
 
@@ -40,13 +42,13 @@ void allow_same_user_peers() {
 }
 
 std::unique_ptr<Host> Host::open(std::span<const Gid> gids, std::string& why,
-                                 const std::string& directory) {
+                                 const std::string& directory, std::span<const uint32_t> blocks) {
   const int stale = remove_stale_node_segments(directory);
   allow_same_user_peers();
   std::unique_ptr<Host> host(new Host);
   host->directory_ = directory;
   host->stale_removed_at_open_ = stale;
-  host->node_ = NodeSegment::create(gids, why, directory);
+  host->node_ = NodeSegment::create(gids, why, directory, blocks);
   if (!host->node_) return nullptr;
   return host;
 }
@@ -58,17 +60,33 @@ void Host::take_faults(const std::function<void(uint32_t, uint32_t)>& take) {
   while (node_->take_fault(qpn, event)) take(qpn, event);
 }
 
-std::shared_ptr<Peer> Host::peer(const Gid& gid) {
+std::shared_ptr<Peer> Host::cached(const PeerKey& key) {
+  auto it = peers_.find(key);
+  if (it == peers_.end()) return nullptr;
+  if (it->second->usable()) return it->second;
+  // It exited (another process may serve the GID now): what it left goes.
+  peers_.erase(it);
+  peer_gone();
+  return nullptr;
+}
+
+std::shared_ptr<Peer> Host::peer(const Gid& gid, uint32_t qpn) {
+  const uint32_t block = wire::qpn_block(qpn);
   std::lock_guard lock(peers_mutex_);
-  auto it = peers_.find(gid);
-  if (it != peers_.end() && it->second->usable()) return it->second;
-  if (it != peers_.end()) {
-    // It exited (another process may serve the GID now): what it left goes.
-    peers_.erase(it);
-    peer_gone();
+  const PeerKey by_block{gid, block}, by_gid{gid, 0};
+  if (block != 0) {
+    if (auto peer = cached(by_block)) return peer;
   }
-  std::shared_ptr<Peer> peer = attach(gid);
-  if (peer) peers_.emplace(gid, peer);
+  if (auto peer = cached(by_gid)) return peer;
+  // A shared address's process by the QPN's block, else the GID's one process.
+  if (block != 0) {
+    if (auto peer = attach(gid, block)) {
+      peers_.emplace(by_block, peer);
+      return peer;
+    }
+  }
+  std::shared_ptr<Peer> peer = attach(gid, 0);
+  if (peer) peers_.emplace(by_gid, peer);
   return peer;
 }
 
@@ -77,15 +95,22 @@ void Host::peer_gone() {
   if (on_peer_gone_) on_peer_gone_();
 }
 
-std::shared_ptr<Peer> Host::attach(const Gid& gid) {
+std::shared_ptr<Peer> Host::attach(const Gid& gid, uint32_t block) {
   std::string why;
-  auto node = PeerNode::open(gid, why, directory_);
+  auto node = PeerNode::open(gid, why, directory_, block);
   if (!node) {
     // Another host's GID: the wire, silently. A process of this host that cannot
     // be served is said once.
     if (!why.empty()) say_once("same-host peer reached by UDP: " + why);
     return nullptr;
   }
+  // A process holding several blocks is one peer (one of its node's peer slots).
+  for (const auto& [key, known] : peers_)
+    if (known->node->file() == node->file() && known->usable()) return known;
+  return attach_node(std::move(node));
+}
+
+std::shared_ptr<Peer> Host::attach_node(std::unique_ptr<PeerNode> node) {
   Reach reach;
   auto memory = ProcessMemory::attach(node->pid(), node->probe_addr(), node->probe_value(), reach);
   if (!memory) {

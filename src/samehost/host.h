@@ -13,6 +13,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "samehost/node_segment.h"
 #include "samehost/peer_node.h"
@@ -46,9 +47,11 @@ void allow_same_user_peers();
 
 class Host {
  public:
-  // Publishes this process's node segment under `gids`; null and why when it cannot.
+  // Publishes this process's node segment under `gids` (and, on a shared address,
+  // under each QPN block of `blocks`); null and why when it cannot.
   static std::unique_ptr<Host> open(std::span<const Gid> gids, std::string& why,
-                                    const std::string& directory = kNodeDirectory);
+                                    const std::string& directory = kNodeDirectory,
+                                    std::span<const uint32_t> blocks = {});
   ~Host();
   Host(const Host&) = delete;
   Host& operator=(const Host&) = delete;
@@ -65,9 +68,10 @@ class Host {
   bool faults_pending() const { return node_->faults_pending(); }
   // Engine owner: hands each fault peers reported to `take` (QPN, ibv_event_type).
   void take_faults(const std::function<void(uint32_t, uint32_t)>& take);
-  // The process serving `gid` on this host, if this process may act for it; the
-  // same object while that process lives. Cold path (QP connection).
-  std::shared_ptr<Peer> peer(const Gid& gid);
+  // The process serving QP `qpn` at `gid` on this host, if this process may act
+  // for it; the same object while that process lives. On a shared address the
+  // QPN's block names the process (host-rnic.md). Cold path (QP connection).
+  std::shared_ptr<Peer> peer(const Gid& gid, uint32_t qpn);
   // A peer's process was found gone (a QP failed because of it): what it left in
   // /dev/shm goes now, not at the next device opened somewhere — its node segment
   // here, and whatever `on_peer_gone` removes (the runtime: status segments).
@@ -76,14 +80,20 @@ class Host {
 
  private:
   Host() = default;
-  std::shared_ptr<Peer> attach(const Gid& gid);
+  // By GID and QPN block (0: the GID alone): a shared address's process is known
+  // by each of its blocks.
+  using PeerKey = std::pair<Gid, uint32_t>;
+  // Under peers_mutex_: the live peer cached under `key`, dropping a dead one.
+  std::shared_ptr<Peer> cached(const PeerKey& key);
+  std::shared_ptr<Peer> attach(const Gid& gid, uint32_t block);
+  std::shared_ptr<Peer> attach_node(std::unique_ptr<PeerNode> node);
 
   std::unique_ptr<NodeSegment> node_;
   std::string directory_;
   int stale_removed_at_open_ = 0;
   std::function<void()> on_peer_gone_;
   std::mutex peers_mutex_;
-  std::map<Gid, std::shared_ptr<Peer>> peers_;
+  std::map<PeerKey, std::shared_ptr<Peer>> peers_;
 };
 
 // Says once per process and reason, on stderr, why a peer is reached by the wire.

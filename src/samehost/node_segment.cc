@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -125,13 +126,14 @@ NodeView NodeView::at(void* base) {
   return v;
 }
 
-std::string node_name(const Gid& gid, const std::string& directory) {
+std::string node_name(const Gid& gid, const std::string& directory, uint32_t block) {
   static const char hex[] = "0123456789abcdef";
   std::string name = directory + kPrefix;
   for (uint8_t b : gid) {
     name += hex[b >> 4];
     name += hex[b & 15];
   }
+  if (block != 0) name += "-block" + std::to_string(block);
   return name;
 }
 
@@ -154,10 +156,14 @@ AtomicsGuard::AtomicsGuard(NodeHeader& header) : header_(header) {
 AtomicsGuard::~AtomicsGuard() { pthread_mutex_unlock(&header_.atomics); }
 
 std::unique_ptr<NodeSegment> NodeSegment::create(std::span<const Gid> gids, std::string& why,
-                                                 const std::string& directory) {
+                                                 const std::string& directory,
+                                                 std::span<const uint32_t> blocks) {
   if (gids.empty()) return nullptr;
   std::unique_ptr<NodeSegment> node(new NodeSegment);
-  const std::string first = node_name(gids.front(), directory);
+  node->gids_.assign(gids.begin(), gids.end());
+  node->directory_ = directory;
+  const uint32_t first_block = blocks.empty() ? 0 : blocks.front();
+  const std::string first = node_name(gids.front(), directory, first_block);
   remove_if_stale(first);
   const int fd = open(first.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
@@ -196,14 +202,30 @@ std::unique_ptr<NodeSegment> NodeSegment::create(std::span<const Gid> gids, std:
   h.doorbell_fd = -1;
   init_atomics_lock(h.atomics);
   h.magic.store(kNodeMagic, std::memory_order_release);
-  // The other GIDs name the same file (a peer may know this device by any of them).
-  for (size_t i = 1; i < gids.size(); ++i) {
-    const std::string alias = node_name(gids[i], directory);
-    if (alias == first) continue;
-    remove_if_stale(alias);
-    if (link(first.c_str(), alias.c_str()) == 0) node->names_.push_back(alias);
+  // The other GIDs (and blocks) name the same file (a peer may know this device by
+  // any of them).
+  for (const Gid& gid : gids) {
+    if (blocks.empty()) node->add_name(node_name(gid, directory));
+    for (uint32_t block : blocks) node->add_name(node_name(gid, directory, block));
   }
   return node;
+}
+
+bool NodeSegment::add_name(const std::string& name) {
+  if (std::find(names_.begin(), names_.end(), name) != names_.end()) return false;
+  remove_if_stale(name);
+  if (link(names_.front().c_str(), name.c_str()) != 0) return false;
+  names_.push_back(name);
+  return true;
+}
+
+std::vector<std::string> NodeSegment::add_block(uint32_t block) {
+  std::vector<std::string> added;
+  for (const Gid& gid : gids_) {
+    const std::string name = node_name(gid, directory_, block);
+    if (add_name(name)) added.push_back(name);
+  }
+  return added;
 }
 
 NodeSegment::~NodeSegment() {

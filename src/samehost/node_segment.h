@@ -173,10 +173,17 @@ struct NodeView {
 class NodeSegment {
  public:
   // Creates the segment under every name of `gids` in `directory` (tests use
-  // their own); null and why when it cannot.
+  // their own); null and why when it cannot. On an address shared by the host's
+  // processes (docs/decisions/host-rnic.md) a GID names several processes: the
+  // segment is then named by GID and QPN block, one name per block of `blocks`
+  // (empty: the GID alone names it).
   static std::unique_ptr<NodeSegment> create(std::span<const Gid> gids, std::string& why,
-                                             const std::string& directory = kNodeDirectory);
+                                             const std::string& directory = kNodeDirectory,
+                                             std::span<const uint32_t> blocks = {});
   ~NodeSegment();  // unlinks every name
+  // A shared address's process took QPN block `block`: the segment gets its names
+  // (peers find the owner of a QPN by them). Returns the names added.
+  std::vector<std::string> add_block(uint32_t block);
   NodeSegment(const NodeSegment&) = delete;
   NodeSegment& operator=(const NodeSegment&) = delete;
 
@@ -224,7 +231,12 @@ class NodeSegment {
   // past its capacity the QP is not published (peers reach it over UDP).
   void publish_qp_entry(uint32_t key, const QpTable::Value& value);
 
+  // Links `name` to the segment's first name; false when it could not be.
+  bool add_name(const std::string& name);
+
   NodeView view_;
+  std::vector<Gid> gids_;
+  std::string directory_;
   std::vector<std::string> names_;
   std::vector<uint32_t> free_recvs_;  // RecvState indices not in use
   // The keys live in view_.qps (QPNs, and SRQNs with kSrqKeyBit): a QP never
@@ -237,8 +249,10 @@ class NodeSegment {
 
 // The pid a segment file names (0: not a finished segment of this layout).
 pid_t node_segment_owner(int fd);
-// `<directory>softrdma-node-<hex>` for a GID.
-std::string node_name(const Gid& gid, const std::string& directory = kNodeDirectory);
+// `<directory>softrdma-node-<hex>` for a GID; with a QPN block (a shared
+// address's), `<directory>softrdma-node-<hex>-block<N>`.
+std::string node_name(const Gid& gid, const std::string& directory = kNodeDirectory,
+                      uint32_t block = 0);
 // Removes this user's node segments whose owner has exited (a killed process
 // runs no destructor); returns how many were removed.
 int remove_stale_node_segments(const std::string& directory = kNodeDirectory);

@@ -15,8 +15,8 @@
 namespace softrdma::samehost {
 
 std::unique_ptr<PeerNode> PeerNode::open(const Gid& gid, std::string& why,
-                                         const std::string& directory) {
-  const std::string name = node_name(gid, directory);
+                                         const std::string& directory, uint32_t block) {
+  const std::string name = node_name(gid, directory, block);
   const int fd = ::open(name.c_str(), O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     why = errno == ENOENT   ? ""  // no softrdma process of this host serves that GID
@@ -42,6 +42,7 @@ std::unique_ptr<PeerNode> PeerNode::open(const Gid& gid, std::string& why,
   std::unique_ptr<PeerNode> peer(new PeerNode);
   peer->view_ = NodeView::at(base);
   peer->pid_ = pid;
+  peer->file_ = {st.st_dev, st.st_ino};
   peer->probe_addr_ = peer->view_.header->probe_addr;
   peer->probe_value_ = peer->view_.header->probe_value;
   return peer;

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "samehost/node_segment.h"
 
@@ -15,15 +16,19 @@ namespace softrdma::samehost {
 // A peer's view of another process's segment.
 class PeerNode {
  public:
-  // Opens the segment of `gid`: null when no softrdma process of this user serves
+  // Opens the segment of `gid` (with `block`, of the process holding that QPN
+  // block of a shared address): null when no softrdma process of this user serves
   // it (the wire then carries the traffic), with why (empty: nobody serves it).
   static std::unique_ptr<PeerNode> open(const Gid& gid, std::string& why,
-                                        const std::string& directory = kNodeDirectory);
+                                        const std::string& directory = kNodeDirectory,
+                                        uint32_t block = 0);
   ~PeerNode();
   PeerNode(const PeerNode&) = delete;
   PeerNode& operator=(const PeerNode&) = delete;
 
   pid_t pid() const { return pid_; }
+  // The segment file's identity: one per process, whichever of its names opened it.
+  std::pair<dev_t, ino_t> file() const { return file_; }
   uint64_t probe_addr() const { return probe_addr_; }
   uint64_t probe_value() const { return probe_value_; }
   bool serving() const { return view_.header->serving.load(std::memory_order_acquire) != 0; }
@@ -58,6 +63,7 @@ class PeerNode {
   NodeView view_;
   PeerSlot* slot_ = nullptr;
   pid_t pid_ = 0;
+  std::pair<dev_t, ino_t> file_{};
   uint64_t probe_addr_ = 0;
   uint64_t probe_value_ = 0;
 };

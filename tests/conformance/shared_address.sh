@@ -4,7 +4,10 @@
 # another host (network namespaces joined by a veth pair), all at once; the three
 # clients share their host's one address too. Each
 # server's QPs are in a QPN block of its own, which the clients print and this
-# checks, with every client's and server's run. Needs root (ip netns).
+# checks, with every client's and server's run. Meanwhile a fourth pair runs on the
+# server host itself, both ends on its one address: it must take the same-host
+# path (`softrdma status` shows both QPs on "path host") and check its data (-c).
+# Needs root (ip netns).
 #   shared_address.sh SOFTRDMA_TOOL TAG    (TAG keeps names apart between builds)
 set -euo pipefail
 tool=$1
@@ -31,8 +34,39 @@ for port in "${ports[@]}"; do
     ibv_rc_pingpong -g 1 -p "$port" -n 500 10.213.9.1 > "$out/client.$port" 2>&1 &
   clients+=($!)
 done
+# The pair on host a: both ends on 10.213.9.1.
+local_port=7404
+on_a=(ip netns exec "$a" env SOFTRDMA_ADDR=10.213.9.1 SOFTRDMA_SHARE_ADDRESS=1 timeout 90)
+"${on_a[@]}" "$tool" run -- ibv_rc_pingpong -g 1 -c -p $local_port -n 100000 \
+  > "$out/server.local" 2>&1 &
+local_server=$!
+for _ in $(seq 1500); do
+  ip netns exec "$a" ss -ltnH "sport = :$local_port" | grep -q . && break
+  sleep 0.02
+done
+"${on_a[@]}" "$tool" run -- ibv_rc_pingpong -g 1 -c -p $local_port -n 100000 10.213.9.1 \
+  > "$out/client.local" 2>&1 &
+local_client=$!
+# Until both of its QPs are seen on the same-host path (or the pair ended).
+host_qps=0
+while kill -0 "$local_client" 2>/dev/null; do
+  host_qps=$(ip netns exec "$a" "$tool" status 2>/dev/null |
+             grep -c 'peer ::ffff:10.213.9.1  path host' || true)
+  (( host_qps >= 2 )) && break
+  sleep 0.05
+done
 status=0
-for pid in "${clients[@]}" "${servers[@]}"; do wait "$pid" || status=1; done
+for pid in "${clients[@]}" "${servers[@]}" "$local_client" "$local_server"; do
+  wait "$pid" || status=1
+done
+for side in server client; do
+  echo "== $side local"; cat "$out/$side.local"
+  grep -q "100000 iters in" "$out/$side.local" || { echo "FAIL: local $side did not finish"; status=1; }
+done
+if (( host_qps < 2 )); then
+  echo "FAIL: the pair on one shared address was not seen on the same-host path ($host_qps QPs)"
+  status=1
+fi
 blocks=()
 for port in "${ports[@]}"; do
   for side in server client; do

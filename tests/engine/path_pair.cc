@@ -16,6 +16,7 @@
 #include "engine/roce/family.h"
 #include "transport/udp/udp_transport.h"
 #include "wire/iwarp/handoff.h"
+#include "wire/qpn_blocks.h"
 
 namespace softrdma::engine::testing {
 
@@ -47,6 +48,8 @@ std::string path_param_name(const ::testing::TestParamInfo<Path>& info) {
       return "RoceUdp";
     case Path::kSameHost:
       return "SameHost";
+    case Path::kSharedAddress:
+      return "SharedAddress";
     case Path::kIwarpFake:
       return "IwarpFake";
     case Path::kIwarpTcp:
@@ -96,11 +99,22 @@ void PathPairTest::make_roce_node(PathNode& n, uint8_t last) {
     n.device = std::make_unique<Device>(config, *n.transport, roce::RoceFamily::maker());
     return make_verbs_objects(n);
   }
-  const transport::Gid gid = transport::fake::ipv4_gid(10, 0, 0, last);
-  n.transport = net_.attach(gid);
-  if (GetParam() == Path::kSameHost) {
+  // On the shared address a's QPNs are of block 3, b's of block 5.
+  const bool shared = GetParam() == Path::kSharedAddress;
+  const uint32_t block = shared ? (last == 1 ? 3 : 5) : 0;
+  const transport::Gid gid = transport::fake::ipv4_gid(10, 0, 0, shared ? 9 : last);
+  n.transport = net_.attach(gid, block);
+  if (same_host()) {
+    std::vector<uint32_t> blocks;
+    if (shared) {
+      blocks.push_back(block);
+      config.take_qpn_block = [block, given = false]() mutable {
+        return std::exchange(given, true) ? 0u : block;
+      };
+    }
     std::string why;
-    n.host = samehost::Host::open(std::vector<transport::Gid>{gid}, why, node_directory_.path());
+    n.host = samehost::Host::open(std::vector<transport::Gid>{gid}, why, node_directory_.path(),
+                                  blocks);
     ASSERT_NE(n.host, nullptr) << why;
     config.host = n.host.get();
   }
@@ -218,7 +232,7 @@ bool PathPairTest::same(const PathNode& x, size_t xo, const PathNode& y, size_t 
 }
 
 void PathPairTest::expect_path_taken() {
-  const bool host = GetParam() == Path::kSameHost;
+  const bool host = same_host();
   EXPECT_EQ(a.qp->on_same_host(), host);
   EXPECT_EQ(b.qp->on_same_host(), host);
   const uint64_t device_tx = a.counters().tx_packets + b.counters().tx_packets;
@@ -238,6 +252,11 @@ void PathPairTest::expect_path_taken() {
       EXPECT_EQ(dynamic_cast<transport::UdpTransport*>(a.transport.get()) != nullptr,
                 GetParam() == Path::kRoceUdp);
       break;
+    case Path::kSharedAddress:
+      EXPECT_EQ(a.device->gids(), b.device->gids()) << "one address";
+      EXPECT_EQ(wire::qpn_block(a.qp->qpn()), 3u);
+      EXPECT_EQ(wire::qpn_block(b.qp->qpn()), 5u);
+      [[fallthrough]];
     case Path::kSameHost:
       EXPECT_EQ(device_tx, 0u) << "a same-host pair sent packets";
       EXPECT_EQ(datagrams, 0u);

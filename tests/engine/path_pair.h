@@ -26,11 +26,13 @@
 
 namespace softrdma::engine::testing {
 
-enum class Path { kRoceFake, kRoceUdp, kSameHost, kIwarpFake, kIwarpTcp };
+// kSharedAddress: the same-host path between two processes of one shared address
+// (docs/decisions/host-rnic.md): one GID, told apart by their QPN blocks.
+enum class Path { kRoceFake, kRoceUdp, kSameHost, kSharedAddress, kIwarpFake, kIwarpTcp };
 std::string path_param_name(const ::testing::TestParamInfo<Path>& info);
 
 struct PathNode {
-  std::unique_ptr<samehost::Host> host;                        // kSameHost; outlives the device
+  std::unique_ptr<samehost::Host> host;  // kSameHost, kSharedAddress; outlives the device
   std::unique_ptr<transport::Transport> transport;             // fake or UDP datagrams
   std::unique_ptr<transport::fake::FakeStreams> fake_streams;  // kIwarpFake
   std::unique_ptr<transport::tcp::TcpStreams> tcp_streams;     // kIwarpTcp
@@ -57,6 +59,9 @@ class PathPairTest : public ::testing::TestWithParam<Path> {
   void TearDown() override;
 
   bool iwarp() const { return GetParam() == Path::kIwarpFake || GetParam() == Path::kIwarpTcp; }
+  bool same_host() const {
+    return GetParam() == Path::kSameHost || GetParam() == Path::kSharedAddress;
+  }
   bool manual_clock() const {
     return GetParam() != Path::kRoceUdp && GetParam() != Path::kIwarpTcp;
   }

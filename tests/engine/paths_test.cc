@@ -17,14 +17,16 @@ using PathTest = PathPairTest;
 
 INSTANTIATE_TEST_SUITE_P(EveryPath, PathTest,
                          ::testing::Values(Path::kRoceFake, Path::kRoceUdp, Path::kSameHost,
-                                           Path::kIwarpFake, Path::kIwarpTcp),
+                                           Path::kSharedAddress, Path::kIwarpFake,
+                                           Path::kIwarpTcp),
                          path_param_name);
 
 // What RoCE carries and iWARP's RDMAP does not (RFC 5040: no immediate data, no
 // atomics): run where it is carried, and refused at the post where it is not.
 using RocePathTest = PathPairTest;
 INSTANTIATE_TEST_SUITE_P(RocePaths, RocePathTest,
-                         ::testing::Values(Path::kRoceFake, Path::kRoceUdp, Path::kSameHost),
+                         ::testing::Values(Path::kRoceFake, Path::kRoceUdp, Path::kSameHost,
+                                           Path::kSharedAddress),
                          path_param_name);
 using IwarpPathTest = PathPairTest;
 INSTANTIATE_TEST_SUITE_P(IwarpPaths, IwarpPathTest,

@@ -35,7 +35,8 @@ class RcErrorTest : public RcPathTest {
   }
 };
 
-INSTANTIATE_TEST_SUITE_P(Paths, RcErrorTest, ::testing::Values(TestPath::kWire, TestPath::kHost),
+INSTANTIATE_TEST_SUITE_P(Paths, RcErrorTest, ::testing::Values(TestPath::kWire, TestPath::kHost,
+                                           TestPath::kSharedAddress),
                          path_name);
 
 // A WRITE with an rkey that names no MR: NAK remote access error (IBA 9.7.5.1.5 C9-?),

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <random>
 #include <system_error>
+#include <utility>
 
 #include "engine/pair_ops.h"
 #include "engine/roce/family.h"
@@ -14,14 +15,24 @@ namespace softrdma::engine::testing {
 
 namespace {
 
+// `block` (not 0): the node is a process of a shared address whose QPNs are of
+// that QPN block.
 void build_node(Node& n, transport::fake::FakeNetwork& net, const transport::Gid& gid,
-                const Clock& clock, const RcOptions& o, const std::string& node_directory) {
-  n.transport = net.attach(gid);
+                const Clock& clock, const RcOptions& o, const std::string& node_directory,
+                uint32_t block) {
+  n.transport = net.attach(gid, block);
   DeviceConfig config;
+  std::vector<uint32_t> blocks;
+  if (block != 0) {
+    blocks.push_back(block);
+    config.take_qpn_block = [block, given = false]() mutable {
+      return std::exchange(given, true) ? 0u : block;
+    };
+  }
   if (o.same_host) {
     std::string why;
     const std::vector<transport::Gid> gids{gid};
-    n.host = samehost::Host::open(gids, why, node_directory);
+    n.host = samehost::Host::open(gids, why, node_directory, blocks);
     ASSERT_NE(n.host, nullptr) << why;
     config.host = n.host.get();
   }
@@ -134,20 +145,29 @@ NodeDirectory::~NodeDirectory() {
 }
 
 std::string path_name(const ::testing::TestParamInfo<TestPath>& info) {
-  return info.param == TestPath::kHost ? "SameHost" : "Wire";
+  return info.param == TestPath::kHost             ? "SameHost"
+         : info.param == TestPath::kSharedAddress ? "SharedAddress"
+                                                  : "Wire";
 }
 
-INSTANTIATE_TEST_SUITE_P(Paths, RcPathTest, ::testing::Values(TestPath::kWire, TestPath::kHost),
+INSTANTIATE_TEST_SUITE_P(Paths, RcPathTest, ::testing::Values(TestPath::kWire, TestPath::kHost,
+                                           TestPath::kSharedAddress),
                          path_name);
 
 void RcPairTest::connect(const RcOptions& options) {
   TearDown();
   options_ = options;
   options_.same_host |= same_host_;
-  build_node(a, net_, transport::fake::ipv4_gid(10, 0, 0, 1), clock_, options_,
-             node_directory_.path());
-  build_node(b, net_, transport::fake::ipv4_gid(10, 0, 0, 2), clock_, options_,
-             node_directory_.path());
+  if (shared_address_) {
+    const transport::Gid shared = transport::fake::ipv4_gid(10, 0, 0, 9);
+    build_node(a, net_, shared, clock_, options_, node_directory_.path(), 3);
+    build_node(b, net_, shared, clock_, options_, node_directory_.path(), 5);
+  } else {
+    build_node(a, net_, transport::fake::ipv4_gid(10, 0, 0, 1), clock_, options_,
+               node_directory_.path(), 0);
+    build_node(b, net_, transport::fake::ipv4_gid(10, 0, 0, 2), clock_, options_,
+               node_directory_.path(), 0);
+  }
   const int all = options.type == IBV_QPT_UC
                       ? IBV_ACCESS_REMOTE_WRITE
                       : IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;

@@ -77,6 +77,12 @@ struct Node {
 void connect_qp(Qp& qp, const Device& peer_device, uint32_t peer_qpn, uint32_t sq_psn,
                 uint32_t rq_psn, int access, const RcOptions& o);
 
+// The paths a connected QP may take (RcPathTest): the wire, and the same-host path
+// (the requester executes WRITE/READ/ATOMIC on the peer's memory); kSharedAddress
+// is the same-host path between two processes of one shared address
+// (docs/decisions/host-rnic.md): one GID, QPNs of blocks 3 and 5.
+enum class TestPath { kWire, kHost, kSharedAddress };
+
 class RcPairTest : public ::testing::Test {
  protected:
   void SetUp() override { connect(RcOptions{}); }
@@ -128,6 +134,11 @@ class RcPairTest : public ::testing::Test {
   static constexpr Nanos kStep = 250'000;  // 250 us
   // Set by RcPathTest: every connect() of the test takes this path.
   bool same_host_ = false;
+  bool shared_address_ = false;  // TestPath::kSharedAddress
+  void take_path(TestPath path) {
+    same_host_ = path != TestPath::kWire;
+    shared_address_ = path == TestPath::kSharedAddress;
+  }
   // Same-host tests whose QPs take the wire by design (a TM SRQ, an XRC SRQ
   // beyond the segment): TearDown does not require a silent wire of them.
   bool wire_traffic_expected_ = false;
@@ -139,15 +150,13 @@ class RcPairTest : public ::testing::Test {
   Node b;
 };
 
-// The same test body over both paths a connected QP may take: the wire, and the
-// same-host path (the requester executes WRITE/READ/ATOMIC on the peer's memory).
-enum class TestPath { kWire, kHost };
+// The same test body over every path a connected QP may take (TestPath).
 std::string path_name(const ::testing::TestParamInfo<TestPath>& info);
 
 class RcPathTest : public RcPairTest, public ::testing::WithParamInterface<TestPath> {
  protected:
   void SetUp() override {
-    same_host_ = GetParam() == TestPath::kHost;
+    take_path(GetParam());
     RcPairTest::SetUp();
   }
 };

@@ -21,7 +21,7 @@ class RcOpsTest : public RcPairTest,
                   public ::testing::WithParamInterface<std::tuple<TestPath, uint32_t>> {
  protected:
   void SetUp() override {
-    same_host_ = std::get<0>(GetParam()) == TestPath::kHost;
+    take_path(std::get<0>(GetParam()));
     RcPairTest::SetUp();
   }
   static uint32_t size() { return std::get<1>(GetParam()); }
@@ -31,7 +31,8 @@ class RcOpsTest : public RcPairTest,
 // several packets with a short last one, and many packets; over the wire and the
 // same-host path.
 INSTANTIATE_TEST_SUITE_P(Sizes, RcOpsTest,
-                         ::testing::Combine(::testing::Values(TestPath::kWire, TestPath::kHost),
+                         ::testing::Combine(::testing::Values(TestPath::kWire, TestPath::kHost,
+                                           TestPath::kSharedAddress),
                                             ::testing::Values(0u, 1u, 1024u, 1025u, 3000u,
                                                               65536u)));
 

@@ -13,12 +13,12 @@ namespace {
 class SrqTest : public RcPathTest {
  protected:
   void SetUp() override {
-    same_host_ = GetParam() == TestPath::kHost;
+    take_path(GetParam());
     RcOptions o;
     o.srq_wrs = 8;
     connect(o);
   }
-  bool host() const { return GetParam() == TestPath::kHost; }
+  bool host() const { return GetParam() != TestPath::kWire; }
 
   static int post_srq(Srq& srq, Node& n, size_t offset, uint32_t length, uint64_t wr_id,
                       int num_sge = 1) {
@@ -72,7 +72,8 @@ class SrqTest : public RcPathTest {
   Qp* b2_ = nullptr;
 };
 
-INSTANTIATE_TEST_SUITE_P(Paths, SrqTest, ::testing::Values(TestPath::kWire, TestPath::kHost),
+INSTANTIATE_TEST_SUITE_P(Paths, SrqTest, ::testing::Values(TestPath::kWire, TestPath::kHost,
+                                           TestPath::kSharedAddress),
                          path_name);
 
 // IBA 10.2.9.3: each message takes the SRQ's oldest WQE, whichever QP it came on;

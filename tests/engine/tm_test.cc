@@ -20,7 +20,7 @@ constexpr uint64_t kAllBits = ~uint64_t(0);
 class TmTest : public RcPairTest, public ::testing::WithParamInterface<TestPath> {
  protected:
   void SetUp() override {
-    same_host_ = GetParam() == TestPath::kHost;
+    take_path(GetParam());
     wire_traffic_expected_ = true;  // a TM SRQ is not published: its traffic takes the wire
     RcPairTest::SetUp();
     int err = 0;
@@ -420,7 +420,8 @@ TEST_P(TmTest, TheApplicationKeepsItsOwnSendQueueSize) {
   EXPECT_EQ(bad, &second);
 }
 
-INSTANTIATE_TEST_SUITE_P(Paths, TmTest, ::testing::Values(TestPath::kWire, TestPath::kHost),
+INSTANTIATE_TEST_SUITE_P(Paths, TmTest, ::testing::Values(TestPath::kWire, TestPath::kHost,
+                                           TestPath::kSharedAddress),
                          path_name);
 
 }  // namespace

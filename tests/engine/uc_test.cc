@@ -36,11 +36,12 @@ class UcPairTest : public RcPairTest {
 class UcPathTest : public UcPairTest, public ::testing::WithParamInterface<TestPath> {
  protected:
   void SetUp() override {
-    same_host_ = GetParam() == TestPath::kHost;
+    take_path(GetParam());
     UcPairTest::SetUp();
   }
 };
-INSTANTIATE_TEST_SUITE_P(Paths, UcPathTest, ::testing::Values(TestPath::kWire, TestPath::kHost),
+INSTANTIATE_TEST_SUITE_P(Paths, UcPathTest, ::testing::Values(TestPath::kWire, TestPath::kHost,
+                                           TestPath::kSharedAddress),
                          path_name);
 
 TEST_P(UcPathTest, SendAndWriteWithImmediateArriveWithoutAnyAcknowledgement) {

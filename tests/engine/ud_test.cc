@@ -59,11 +59,12 @@ class UdPairTest : public RcPairTest {
 class UdPathTest : public UdPairTest, public ::testing::WithParamInterface<TestPath> {
  protected:
   void SetUp() override {
-    same_host_ = GetParam() == TestPath::kHost;
+    take_path(GetParam());
     UdPairTest::SetUp();
   }
 };
-INSTANTIATE_TEST_SUITE_P(Paths, UdPathTest, ::testing::Values(TestPath::kWire, TestPath::kHost),
+INSTANTIATE_TEST_SUITE_P(Paths, UdPathTest, ::testing::Values(TestPath::kWire, TestPath::kHost,
+                                           TestPath::kSharedAddress),
                          path_name);
 
 // One host only: a UD QP's queue is filled by any process at once, so its WQEs

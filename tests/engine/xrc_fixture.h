@@ -93,7 +93,7 @@ class XrcPairTest : public RcPairTest {
 class XrcTest : public XrcPairTest, public ::testing::WithParamInterface<TestPath> {
  protected:
   void SetUp() override {
-    same_host_ = GetParam() == TestPath::kHost;
+    take_path(GetParam());
     XrcPairTest::SetUp();
   }
 };

@@ -182,7 +182,8 @@ TEST_P(XrcHostTest, WhatWasPlacedCompletesWhenTheReceiveQpEntersError) {
 
 INSTANTIATE_TEST_SUITE_P(SameHost, XrcHostTest, ::testing::Values(TestPath::kHost), path_name);
 
-INSTANTIATE_TEST_SUITE_P(Paths, XrcTest, ::testing::Values(TestPath::kWire, TestPath::kHost),
+INSTANTIATE_TEST_SUITE_P(Paths, XrcTest, ::testing::Values(TestPath::kWire, TestPath::kHost,
+                                           TestPath::kSharedAddress),
                          path_name);
 
 }  // namespace

@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "samehost/host.h"
+#include "wire/qpn_blocks.h"
 #include "support/eventually.h"
 
 namespace softrdma::samehost {
@@ -293,9 +294,40 @@ TEST_F(NodeSegmentTest, AForgeryAnotherUserPlantedTakesTheNameButNothingGoesThro
 
   auto host = Host::open(std::vector<Gid>{gid(8)}, why, dir_);
   ASSERT_NE(host, nullptr) << why;
-  EXPECT_EQ(host->peer(gid(7)), nullptr) << "a peer believed another user's file";
+  EXPECT_EQ(host->peer(gid(7), 2), nullptr) << "a peer believed another user's file";
   EXPECT_EQ(bytes_of(), before) << "something was written through it";
   EXPECT_TRUE(std::filesystem::exists(name)) << "another user's file is never removed";
+}
+
+// On an address its processes share (docs/decisions/host-rnic.md) one GID names
+// several node segments: each is named by its QPN blocks as well, and a QPN's
+// block finds its process. A process with several blocks is one peer.
+TEST_F(NodeSegmentTest, ProcessesOfASharedAddressAreFoundByTheirQpnBlocks) {
+  std::string why;
+  const std::vector<Gid> shared{gid(9)};
+  auto first = Host::open(shared, why, dir_, std::vector<uint32_t>{3});
+  ASSERT_NE(first, nullptr) << why;
+  auto second = Host::open(shared, why, dir_, std::vector<uint32_t>{5});
+  ASSERT_NE(second, nullptr) << "a second process on the address: " << why;
+  auto other = Host::open(std::vector<Gid>{gid(10)}, why, dir_);
+  ASSERT_NE(other, nullptr) << why;
+  EXPECT_FALSE(std::filesystem::exists(node_name(gid(9), dir_))) << "the GID alone names nobody";
+
+  auto reaches = [](const std::shared_ptr<Peer>& peer, Host& host) {
+    return peer != nullptr && peer->node->probe_addr() == host.node().header().probe_addr;
+  };
+  const auto in_first = other->peer(gid(9), wire::first_qpn_of_block(3) + 7);
+  EXPECT_TRUE(reaches(in_first, *first));
+  EXPECT_TRUE(reaches(other->peer(gid(9), wire::first_qpn_of_block(5)), *second));
+  EXPECT_EQ(other->peer(gid(9), wire::first_qpn_of_block(4)), nullptr) << "nobody holds block 4";
+
+  EXPECT_EQ(first->node().add_block(4).size(), 1u);
+  EXPECT_EQ(other->peer(gid(9), wire::first_qpn_of_block(4) + 1), in_first)
+      << "one process, one peer, whichever block found it";
+  first.reset();
+  EXPECT_FALSE(std::filesystem::exists(node_name(gid(9), dir_, 4))) << "its names left with it";
+  EXPECT_EQ(other->peer(gid(9), wire::first_qpn_of_block(3)), nullptr);
+  EXPECT_TRUE(reaches(other->peer(gid(9), wire::first_qpn_of_block(5) + 2), *second));
 }
 
 }  // namespace

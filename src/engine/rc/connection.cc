@@ -87,7 +87,7 @@ void RcConnection::load_path() {
   samehost::Host* host = qp_.ctx().host;
   const bool connected = qp_.type() == IBV_QPT_RC || qp_.type() == IBV_QPT_UC ||
                          qp_.type() == IBV_QPT_XRC_SEND;
-  path_.peer = host != nullptr && connected ? host->peer(path_.dst) : nullptr;
+  path_.peer = host != nullptr && connected ? host->peer(path_.dst, path_.dest_qpn) : nullptr;
 }
 
 void RcConnection::on_state_change(ibv_qp_state from, ibv_qp_state to, Nanos now) {

@@ -71,12 +71,13 @@ class Datagram final : public roce::RoceProtocol {
   HostSend send_on_host(SendWqe& wqe);
   HostSend place_on_host(SendWqe& wqe, samehost::Peer& peer);
   HostSend dropped_on_host();
-  std::shared_ptr<samehost::Peer> host_peer(const transport::Gid& dgid);
+  std::shared_ptr<samehost::Peer> host_peer(const transport::Gid& dgid, uint32_t remote_qpn);
   // Destinations looked up lately: a process of this host that serves the GID, or
   // none (the wire), each looked up again after a while (a process may start or
   // exit there).
   struct PeerEntry {
     transport::Gid gid{};
+    uint32_t block = 0;  // the QPN block (on a shared address it names the process)
     std::shared_ptr<samehost::Peer> peer;
     Nanos looked_up = 0;
   };

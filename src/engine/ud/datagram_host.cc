@@ -25,6 +25,7 @@
 #include "engine/ud/datagram.h"
 #include "samehost/host.h"
 #include "wire/opcodes.h"
+#include "wire/qpn_blocks.h"
 
 namespace softrdma::engine::ud {
 
@@ -63,26 +64,28 @@ void grh_for(const SendWqe& w, const transport::Gid& src, uint32_t qpn,
 
 }  // namespace
 
-std::shared_ptr<samehost::Peer> Datagram::host_peer(const transport::Gid& dgid) {
+std::shared_ptr<samehost::Peer> Datagram::host_peer(const transport::Gid& dgid,
+                                                    uint32_t remote_qpn) {
   samehost::Host* host = qp_.ctx().host;
   if (host == nullptr || dgid[0] == 0xff) return nullptr;  // multicast: the wire
   const Nanos now = qp_.ctx().clock.now();
+  const uint32_t block = wire::qpn_block(remote_qpn);
   for (PeerEntry& entry : peers_) {
-    if (entry.gid != dgid) continue;
+    if (entry.gid != dgid || entry.block != block) continue;
     const bool gone = entry.peer && !entry.peer->usable_lately();
     if (gone || now - entry.looked_up >= kLookUpAgain) {
-      entry.peer = host->peer(dgid);
+      entry.peer = host->peer(dgid, remote_qpn);
       entry.looked_up = now;
     }
     return entry.peer;
   }
   if (peers_.size() == kPeersRemembered) peers_.erase(peers_.begin());
-  peers_.push_back(PeerEntry{dgid, host->peer(dgid), now});
+  peers_.push_back(PeerEntry{dgid, block, host->peer(dgid, remote_qpn), now});
   return peers_.back().peer;
 }
 
 Datagram::HostSend Datagram::send_on_host(SendWqe& w) {
-  const std::shared_ptr<samehost::Peer> peer = host_peer(w.ud.dgid);
+  const std::shared_ptr<samehost::Peer> peer = host_peer(w.ud.dgid, w.ud.remote_qpn);
   if (!peer) return HostSend::kWire;
   peer->node->begin_access();
   const HostSend sent = place_on_host(w, *peer);

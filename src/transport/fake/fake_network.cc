@@ -10,6 +10,7 @@
 
 #include "wire/icrc.h"
 #include "wire/opcodes.h"
+#include "wire/qpn_blocks.h"
 
 namespace softrdma::transport::fake {
 
@@ -85,23 +86,26 @@ Gid ipv4_gid(uint8_t a, uint8_t b, uint8_t c, uint8_t d) {
 
 FakeNetwork::~FakeNetwork() { assert(endpoints_.empty() && "FakeTransports outlive the network"); }
 
-std::unique_ptr<FakeTransport> FakeNetwork::attach(const Gid& gid) {
+std::unique_ptr<FakeTransport> FakeNetwork::attach(const Gid& gid, uint32_t qpn_block) {
   std::lock_guard lock(mutex_);
-  assert(endpoints_.count(gid) == 0 && "one FakeTransport per GID");
+  std::vector<Endpoint>& at = endpoints_[gid];
+  assert((at.empty() || (qpn_block != 0 && at.front().qpn_block != 0)) &&
+         "one FakeTransport per GID, unless each names its QPN block");
   auto transport = std::unique_ptr<FakeTransport>(new FakeTransport(*this, gid));
-  endpoints_[gid] = transport.get();
+  at.push_back(Endpoint{qpn_block, transport.get()});
   return transport;
 }
 
-void FakeNetwork::detach(const Gid& gid) {
+void FakeNetwork::detach(FakeTransport* transport) {
   std::lock_guard lock(mutex_);
-  auto it = endpoints_.find(gid);
+  auto it = endpoints_.find(transport->local_gid());
   if (it == endpoints_.end()) return;
   for (auto group = groups_.begin(); group != groups_.end();) {
-    group->second.erase(it->second);
+    group->second.erase(transport);
     group = group->second.empty() ? groups_.erase(group) : std::next(group);
   }
-  endpoints_.erase(it);
+  std::erase_if(it->second, [transport](const Endpoint& e) { return e.transport == transport; });
+  if (it->second.empty()) endpoints_.erase(it);
 }
 
 void FakeNetwork::add_rule(PacketMatcher matcher, Fate fate, size_t count) {
@@ -203,7 +207,7 @@ void FakeNetwork::send_locked(FakePacket packet) {
   packet.sequence = next_sequence_++;
   ++stats_.sent;
   packet.fate = decide_locked(packet);
-  if (packet.fate != Fate::kDropped && receivers_locked(packet.dst).empty())
+  if (packet.fate != Fate::kDropped && receivers_locked(packet).empty())
     packet.fate = Fate::kUndeliverable;
   sent_log_.push_back(packet);
   switch (packet.fate) {
@@ -228,7 +232,8 @@ void FakeNetwork::send_locked(FakePacket packet) {
   }
 }
 
-std::vector<FakeTransport*> FakeNetwork::receivers_locked(const Gid& dst) const {
+std::vector<FakeTransport*> FakeNetwork::receivers_locked(const FakePacket& packet) const {
+  const Gid& dst = packet.dst;
   if (wire::gid_is_multicast(dst)) {
     auto it = groups_.find(dst);
     if (it == groups_.end()) return {};
@@ -236,11 +241,16 @@ std::vector<FakeTransport*> FakeNetwork::receivers_locked(const Gid& dst) const 
   }
   auto it = endpoints_.find(dst);
   if (it == endpoints_.end()) return {};
-  return {it->second};
+  if (it->second.size() > 1 && packet.bytes.size() >= wire::kBthBytes) {
+    const uint32_t block = wire::qpn_block(packet.dest_qp());
+    for (const Endpoint& e : it->second)
+      if (e.qpn_block == block) return {e.transport};
+  }
+  return {it->second.front().transport};
 }
 
 void FakeNetwork::deliver_locked(FakePacket packet) {
-  const std::vector<FakeTransport*> receivers = receivers_locked(packet.dst);
+  const std::vector<FakeTransport*> receivers = receivers_locked(packet);
   if (receivers.empty()) {
     ++stats_.undeliverable;  // its receiver went away while it was held
     return;
@@ -256,7 +266,7 @@ FakeTransport::FakeTransport(FakeNetwork& network, const Gid& gid)
     : network_(network), gid_(gid), event_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
 
 FakeTransport::~FakeTransport() {
-  network_.detach(gid_);
+  network_.detach(this);
   close(event_fd_);
 }
 

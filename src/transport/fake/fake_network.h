@@ -83,8 +83,12 @@ class FakeNetwork {
   FakeNetwork(const FakeNetwork&) = delete;
   FakeNetwork& operator=(const FakeNetwork&) = delete;
 
-  // A transport receiving on `gid` (one per GID).
-  std::unique_ptr<FakeTransport> attach(const Gid& gid);
+  // A transport receiving on `gid` (one per GID). With `qpn_block`, a process of
+  // an address its processes share (docs/decisions/host-rnic.md): several may
+  // attach to one GID, each naming its QPN block, and a packet goes to the one
+  // whose block holds its DestQP, as the kernel's steering program sends it (any
+  // other, QP1's included, to the first attached).
+  std::unique_ptr<FakeTransport> attach(const Gid& gid, uint32_t qpn_block = 0);
 
   // Scripted rules: each packet sent gets the fate of the first rule, in the order
   // added, that matches it and has count left; otherwise it is delivered. Matchers
@@ -129,12 +133,16 @@ class FakeNetwork {
   void send_locked(FakePacket packet);
   Fate decide_locked(const FakePacket& packet);
   void deliver_locked(FakePacket packet);
-  void detach(const Gid& gid);
-  // The receivers of a packet to `dst`: its endpoint, or a group's members.
-  std::vector<FakeTransport*> receivers_locked(const Gid& dst) const;
+  void detach(FakeTransport* transport);
+  // The receivers of `packet`: its destination's endpoint, or a group's members.
+  std::vector<FakeTransport*> receivers_locked(const FakePacket& packet) const;
 
+  struct Endpoint {
+    uint32_t qpn_block = 0;  // 0: the GID's only endpoint
+    FakeTransport* transport = nullptr;
+  };
   mutable std::mutex mutex_;
-  std::map<Gid, FakeTransport*> endpoints_;
+  std::map<Gid, std::vector<Endpoint>> endpoints_;
   // Multicast groups and the transports that joined each (as IP multicast with
   // IP_MULTICAST_LOOP: a member that sends to its group gets a copy too).
   std::map<Gid, std::set<FakeTransport*>> groups_;
