@@ -68,7 +68,8 @@ namespace softrdma::engine {
   X(iwarp_terminates_sent)  /* iWARP: errors reported to the peer (RFC 5040 §7) */ \
   X(iwarp_terminates_received) /* iWARP: the peer reported an error */ \
   X(iwarp_streams_lost)     /* iWARP: a QP's TCP connection ended under it */ \
-  X(iwarp_nudges)           /* iWARP: zero-length WRITEs to a silent peer (siw's accept race) */
+  X(iwarp_nudges)           /* iWARP: zero-length WRITEs to a silent peer (siw's accept race) */ \
+  X(cm_mads_resent)         /* rdma_cm: CM MADs sent again, unanswered in time (IBA 12.9.7) */
 
 struct EngineCounters {
 #define SOFTRDMA_DECLARE_COUNTER(name) std::atomic<uint64_t> name{0};

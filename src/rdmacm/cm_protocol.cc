@@ -131,6 +131,7 @@ void Agent::on_timeouts() {
     if (c.retries_left-- > 0) {
       c.deadline = now + c.timeout;
       mad_port_->send(c.remote_gid, c.sgid_index, c.last_sent);
+      softrdma_cm_count_resent(context());  // each costs its peer a timeout: visible
       continue;
     }
     c.awaiting_answer = false;

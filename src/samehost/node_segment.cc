@@ -42,20 +42,37 @@ pid_t node_segment_owner(int fd) {
 
 namespace {
 
+// A dead owner's segment says it no longer serves before its name goes, as its
+// owner's destructor would have said. A peer that still maps it (a destination
+// the same-host UD path remembers, Peer::usable_lately) sees it at its next
+// send without asking the kernel, whose answer it keeps for a coarse clock tick
+// (4 ms): a process taking over the address removes this name before it can
+// send anything, so nothing sent to the address after that lands in the dead
+// process (issue 27, finding 4; same-host.md, "A process that takes over an
+// address").
+void mark_not_serving(int fd) {
+  void* header = mmap(nullptr, sizeof(NodeHeader), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (header == MAP_FAILED) return;
+  static_cast<NodeHeader*>(header)->serving.store(0, std::memory_order_release);
+  munmap(header, sizeof(NodeHeader));
+}
+
 // Removes `path` if it is a stale segment of this user (its owner has exited).
 bool remove_if_stale(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  constexpr int kFlags = O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
+  int fd = open(path.c_str(), O_RDWR | kFlags);
+  if (fd < 0) fd = open(path.c_str(), O_RDONLY | kFlags);  // removable, not writable
   if (fd < 0) return false;
   struct stat st {};
   const bool regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
   const pid_t pid = regular ? node_segment_owner(fd) : 0;
-  close(fd);
-  if (!regular || st.st_uid != geteuid()) return false;
   // An unfinished file (pid 0) is a writer's that died before it wrote the magic,
   // or one still being written: only the former is old.
-  if (pid == 0 && st.st_mtime + 10 > time(nullptr)) return false;
-  if (pid != 0 && process_exists(pid)) return false;
-  return unlink(path.c_str()) == 0;
+  const bool stale = regular && st.st_uid == geteuid() &&
+                     (pid == 0 ? st.st_mtime + 10 <= time(nullptr) : !process_exists(pid));
+  if (stale && pid != 0) mark_not_serving(fd);  // pid != 0: the header was read whole
+  close(fd);
+  return stale && unlink(path.c_str()) == 0;
 }
 
 // Why `name` could not be made; for a name taken, by what and whose, so that

@@ -42,3 +42,12 @@ SOFTRDMA_EXPORT void softrdma_cm_release_service(ibv_context* context, uint64_t 
   if (softrdma::runtime::SharedAddress* shared = shared_address(context))
     shared->release_service(service_id);
 }
+
+// The rdma_cm agent sent a CM MAD again because its answer did not come in time
+// (IBA 12.9.7): counted in the device's `cm_mads_resent`, which `softrdma status`
+// shows. The agent's thread is the counter's only writer (counters.h: one writer
+// per counter), under its CM lock.
+SOFTRDMA_EXPORT void softrdma_cm_count_resent(ibv_context* context) {
+  if (context == nullptr || !live(context)) return;
+  softrdma::engine::bump(to_context(context)->device->counters().cm_mads_resent);
+}

@@ -75,6 +75,14 @@ class PeerProcess {
     waitpid(pid_, &status, WUNTRACED);  // stopped for sure
   }
   void resume() { kill(pid_, SIGCONT); }
+  pid_t pid() const { return pid_; }
+  // Waits for it to exit by itself (reaped); whether it exited with status 0.
+  bool exited_cleanly() {
+    int status = -1;
+    const bool reaped = waitpid(pid_, &status, 0) == pid_;
+    pid_ = -1;
+    return reaped && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
 
  private:
   pid_t pid_ = -1;

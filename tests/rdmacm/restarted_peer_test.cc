@@ -54,5 +54,38 @@ TEST(RestartedPeer, FirstRequestFromTheNextProcessOnAnAddressIsAnswered) {
   EXPECT_EQ(server.next(), RDMA_CM_EVENT_DISCONNECTED);
 }
 
+// The same after an orderly exit (a service restarted by its supervisor): the
+// first process is disconnected and exits by itself. What is checked is what the
+// finding's user saw: the next process's REQ is answered the first time, so its
+// CM sends nothing again (a resend comes only after the CM response timeout,
+// 4.096 µs × 2^17 = 0.54 s, without an answer). It resent once before the fix.
+TEST(RestartedPeer, TheNextProcessAfterAnOrderlyExitSendsItsRequestOnce) {
+  CmServer server;
+  ASSERT_NE(server.listen_id, nullptr);
+  const std::vector<std::string> on_address{"env", "SOFTRDMA_ADDR=" + own_address()};
+  {
+    PeerProcess first(on_address, "cm", "127.0.0.1", server.port);
+    ASSERT_TRUE(server.accept());
+    ASSERT_EQ(first.line(), "connected");
+    ASSERT_EQ(rdma_disconnect(server.conn), 0);
+    ASSERT_EQ(server.next(), RDMA_CM_EVENT_DISCONNECTED);
+    ASSERT_EQ(first.line(), "disconnected");
+    ASSERT_TRUE(first.exited_cleanly());
+  }
+  rdma_destroy_qp(server.conn);
+  rdma_destroy_id(server.conn);
+  server.conn = nullptr;
+  const uint64_t dropped = dropped_here();
+  ASSERT_NE(dropped, UINT64_MAX) << "no engine counters from " SOFTRDMA_TOOL " status";
+  PeerProcess second(on_address, "cm", "127.0.0.1", server.port);
+  ASSERT_TRUE(server.accept());
+  ASSERT_EQ(second.line(), "connected");
+  const uint64_t resent =
+      testing_support::engine_counter(SOFTRDMA_TOOL, second.pid(), "cm_mads_resent");
+  EXPECT_EQ(resent, 0u) << "its REQ went unanswered and was sent again";
+  EXPECT_EQ(dropped_here(), dropped)
+      << "a UD SEND of the server (its REP) went to the address's previous process";
+}
+
 }  // namespace
 }  // namespace softrdma::rdmacm::testing

@@ -227,6 +227,28 @@ TEST_F(NodeSegmentTest, AKilledProcesssSegmentIsRemovedByTheNext) {
   EXPECT_FALSE(std::filesystem::exists(name));
 }
 
+// A peer that mapped a segment whose owner was killed (no destructor said it no
+// longer serves) learns it when the segment is removed as stale: the process
+// taking over the address removes it before it sends anything, so what a peer
+// sends to the address next does not land in the dead process (issue 27,
+// finding 4). Its pidfd would say so too, but is asked once a coarse clock tick.
+TEST_F(NodeSegmentTest, ARemovedStaleSegmentNoLongerServesItsPeers) {
+  const pid_t child = fork();
+  if (child == 0) {
+    std::string why;
+    auto node = NodeSegment::create(std::vector<Gid>{gid(7)}, why, dir_);
+    _exit(node != nullptr ? 0 : 1);  // no destructor runs, as for a SIGKILL
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  auto peer = open(gid(7));
+  ASSERT_NE(peer, nullptr);
+  ASSERT_TRUE(peer->serving()) << "its owner never said otherwise";
+  EXPECT_EQ(remove_stale_node_segments(dir_), 1);
+  EXPECT_FALSE(peer->serving());
+}
+
 // A link planted at the name is neither followed nor replaced; its target is
 // untouched, and the device goes on without a node segment.
 TEST_F(NodeSegmentTest, APlantedLinkIsNotFollowed) {
