@@ -1,4 +1,5 @@
 #include "samehost/host_registry.h"
+#include "samehost/node_segment.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -28,11 +29,6 @@ size_t align64(size_t n) { return (n + 63) & ~size_t(63); }
 size_t members_offset() { return align64(sizeof(RegistryHeader)); }
 size_t listeners_offset() { return members_offset() + align64(sizeof(RegistryMember) * kRegistrySlots); }
 size_t registry_bytes() { return listeners_offset() + align64(sizeof(RegistryListener) * kRegistryListeners); }
-
-uint64_t network_namespace() {
-  struct stat st {};
-  return stat("/proc/self/ns/net", &st) == 0 ? uint64_t(st.st_ino) : 0;
-}
 
 uint64_t random_word() {
   uint64_t v = 0;

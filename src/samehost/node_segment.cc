@@ -143,9 +143,14 @@ NodeView NodeView::at(void* base) {
   return v;
 }
 
+uint64_t network_namespace() {
+  struct stat st {};
+  return stat("/proc/self/ns/net", &st) == 0 ? uint64_t(st.st_ino) : 0;
+}
+
 std::string node_name(const Gid& gid, const std::string& directory, uint32_t block) {
   static const char hex[] = "0123456789abcdef";
-  std::string name = directory + kPrefix;
+  std::string name = directory + kPrefix + std::to_string(network_namespace()) + "-";
   for (uint8_t b : gid) {
     name += hex[b >> 4];
     name += hex[b & 15];

@@ -1,7 +1,7 @@
 // The node segment: what a softrdma process publishes so that processes of the
 // same host can act as its RNIC's DMA engine (docs/decisions/same-host.md).
 //
-// `/dev/shm/softrdma-node-<GID in hex>`, one name (hard link) per GID the device
+// `/dev/shm/softrdma-node-<netns>-<GID in hex>`, one name (hard link) per GID the device
 // serves, created exclusively without following links, mode 0600: only processes
 // of the same user open it, and those may reach the owner's memory anyway
 // (cross-memory attach, process_memory.h). It holds
@@ -249,8 +249,13 @@ class NodeSegment {
 
 // The pid a segment file names (0: not a finished segment of this layout).
 pid_t node_segment_owner(int fd);
-// `<directory>softrdma-node-<hex>` for a GID; with a QPN block (a shared
-// address's), `<directory>softrdma-node-<hex>-block<N>`.
+// The inode of this process's network namespace (/proc/self/ns/net; 0 unknown).
+uint64_t network_namespace();
+// `<directory>softrdma-node-<netns>-<hex>` for a GID in this process's network
+// namespace; with a QPN block (a shared address's), `...-<hex>-block<N>`. A GID
+// is an address of one namespace: a process of another namespace that uses the
+// same address is another "host", reached through that namespace's network (its
+// routes and filters apply), never through shared memory (host-rnic.md).
 std::string node_name(const Gid& gid, const std::string& directory = kNodeDirectory,
                       uint32_t block = 0);
 // Removes this user's node segments whose owner has exited (a killed process

@@ -556,6 +556,16 @@ add_test(NAME conformance.rdma_cm.shared_address
           ${SOFTRDMA_CONFORMANCE_PORT_BASE} $<TARGET_FILE:connect_gate>)
 set_tests_properties(conformance.rdma_cm.shared_address PROPERTIES TIMEOUT 180
                      LABELS conformance)
+# The test bed: four hosts on a bridge; on one, three ib_write_bw servers (by GID
+# and with -R), an rping and a ucmatose server at once, each with a client on
+# another host; RoCEv2 on a shared address, and iWARP.
+foreach(wire roce iwarp)
+  add_test(NAME conformance.fabric.shared_address_${wire}
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/shared_address_fabric.sh $<TARGET_FILE:softrdma>
+            ${SOFTRDMA_CONFORMANCE_PORT_BASE} $<TARGET_FILE:connect_gate> ${wire})
+  set_tests_properties(conformance.fabric.shared_address_${wire} PROPERTIES TIMEOUT 240
+                       LABELS conformance)
+endforeach()
 # ... and one of four such servers killed mid-traffic: the others finish.
 add_test(NAME conformance.ibv_rc_pingpong.shared_address_kill
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/shared_address_kill.sh $<TARGET_FILE:softrdma>

@@ -21,6 +21,9 @@
  * 10 s) until /proc/net/tcp{,6} shows a listener on P that was not there at call
  * N - 1 (by socket inode).
  *
+ * A server in another network namespace: CONNECT_GATE_NET_DIR (below) is read
+ * for its TCP tables too.
+ *
  * A softrdma server over RoCE in another network namespace (tests/conformance/
  * shared_address_cm.sh): CONNECT_GATE_UNIX_NAME=softrdma-rdmacm/106/P/ and
  * CONNECT_GATE_NET_DIR=/proc/<a pid of that namespace>/net. softrdma's librdmacm
@@ -46,12 +49,15 @@ typedef int (*connect_fn)(struct rdma_cm_id *, struct rdma_conn_param *);
 
 static int connect_calls;
 
-/* Local TCP listeners on `port`, by socket inode, into `out` (at most `room`). */
-static int tcp_listeners(unsigned port, unsigned long *out, int room) {
-  static const char *const tables[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+/* TCP listeners on `port` in `net_dir` (a namespace's /proc/.../net), by socket
+ * inode, into `out` (at most `room`). */
+static int tcp_listeners(const char *net_dir, unsigned port, unsigned long *out, int room) {
+  static const char *const tables[] = {"tcp", "tcp6"};
   int n = 0;
   for (int t = 0; t < 2; ++t) {
-    FILE *f = fopen(tables[t], "r");
+    char table[4200];
+    snprintf(table, sizeof table, "%s/%s", net_dir, tables[t]);
+    FILE *f = fopen(table, "r");
     if (!f) continue;
     char line[512];
     if (!fgets(line, sizeof line, f)) line[0] = 0; /* the header */
@@ -106,7 +112,7 @@ struct watched {
 
 static int listeners(const struct watched *w, unsigned long *out, int room) {
   return w->unix_name ? unix_listeners(w->net_dir, w->unix_name, out, room)
-                      : tcp_listeners(w->tcp_port, out, room);
+                      : tcp_listeners(w->net_dir, w->tcp_port, out, room);
 }
 
 /* Call N >= 2 waits for a listener that call N - 1 did not see. */
@@ -161,7 +167,8 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param) {
     const struct watched w = {0, unix_name, net_dir && *net_dir ? net_dir : "/proc/net"};
     wait_for_new_listener(&w, number);
   } else if (tcp_port && *tcp_port) {
-    const struct watched w = {(unsigned)atoi(tcp_port), NULL, NULL};
+    const struct watched w = {(unsigned)atoi(tcp_port), NULL,
+                              net_dir && *net_dir ? net_dir : "/proc/net"};
     wait_for_new_listener(&w, number);
   }
   return real_connect(id, conn_param);

@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -143,7 +144,11 @@ TEST(SameHost, APeerKilledInTheMiddleOfWritesEndsTheQpAndLeavesNothing) {
   ASSERT_TRUE(connect_over(sv[0], ends, other));
   char ready;
   ASSERT_EQ(read(sv[0], &ready, 1), 1);
-  const std::string node = "/dev/shm/softrdma-node-" + gid_hex(other.gid);
+  // The node segment's name (samehost/node_segment.h): by network namespace and GID.
+  struct stat netns {};
+  ASSERT_EQ(stat("/proc/self/ns/net", &netns), 0);
+  const std::string node =
+      "/dev/shm/softrdma-node-" + std::to_string(netns.st_ino) + "-" + gid_hex(other.gid);
   ASSERT_TRUE(std::filesystem::exists(node)) << node;
 
   ibv_sge sge{uint64_t(uintptr_t(ends.buf.data())), 4096, ends.mr->lkey};

@@ -1,0 +1,35 @@
+# Sourced by the test-bed scripts: a fabric of "hosts" (network namespaces), each
+# with one address, joined by a Linux bridge that lives in a namespace of its own
+# (the switch), so nothing of the machine's own namespace is touched. Defines
+# hosts=(names), addr[name]=its IPv4 address, a scratch directory $out, and
+# removes everything on exit. Needs root (ip netns).
+#   fabric_prefix=NAME; source fabric_hosts.sh SUBNET COUNT    (SUBNET: 10.213.15)
+out=$(mktemp -d /tmp/fabric.XXXXXX)
+switch="${fabric_prefix}sw"
+hosts=()
+declare -A addr
+for ((i = 1; i <= $2; ++i)); do
+  hosts+=("${fabric_prefix}h$i")
+  addr["${fabric_prefix}h$i"]="$1.$i"
+done
+fabric_cleanup() {
+  for ns in "${hosts[@]}" "$switch"; do ip netns del "$ns" 2>/dev/null || true; done
+  rm -rf "$out"
+}
+trap fabric_cleanup EXIT
+fabric_cleanup_quiet() { for ns in "${hosts[@]}" "$switch"; do ip netns del "$ns" 2>/dev/null || true; done; }
+fabric_cleanup_quiet
+ip netns add "$switch"
+ip -n "$switch" link add br0 type bridge
+ip -n "$switch" link set br0 up
+for ((i = 1; i <= $2; ++i)); do
+  host="${fabric_prefix}h$i"
+  ip netns add "$host"
+  # The veth pair is made in the switch (short names: IFNAMSIZ), one end moved.
+  ip -n "$switch" link add "p$i" type veth peer name eth0 netns "$host"
+  ip -n "$switch" link set "p$i" master br0 up
+  ip -n "$host" addr add "${addr[$host]}/24" dev eth0
+  ip -n "$host" link set lo up
+  ip -n "$host" link set eth0 up
+done
+export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"

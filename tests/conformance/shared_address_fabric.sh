@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Issue 27's test bed (docs/decisions/host-rnic.md): four hosts (network
+# namespaces) on a bridge, each with one address. On the first host, at once,
+# three ib_write_bw servers, an rping server and a ucmatose server, each reached by
+# a client on another host; every process of a host on its host's one address.
+#   roce:  RoCEv2 (SOFTRDMA_SHARE_ADDRESS=1); two ib_write_bw by GID (perftest's
+#          own TCP exchange; one with -x 1), one with -R (rdma_cm)
+#   iwarp: SOFTRDMA_WIRE=iwarp; the three with -R (iWARP connects by rdma_cm)
+# Each client must print its result (perftest's row, rping's last ping, ucmatose's
+# "data transfers complete") and every process must exit 0. Needs root.
+#   shared_address_fabric.sh SOFTRDMA_TOOL TAG CONNECT_GATE_SO roce|iwarp
+# perftest -R connects twice, the second time at once while its server is still
+# between its two listens: the gate (tests/peer-vm/connect_gate.c) holds that
+# connect until the server listens again, read from the server's namespace.
+set -euo pipefail
+tool=$1
+tag=$2
+gate=$3
+wire=$4
+subnet=10.213.15
+[[ $wire == iwarp ]] && subnet=10.213.16
+fabric_prefix="fb${wire:0:1}$tag"
+source "$(dirname "${BASH_SOURCE[0]}")/fabric_hosts.sh" "$subnet" 4
+server_host=${hosts[0]}
+server_addr=${addr[$server_host]}
+on() {  # on HOST COMMAND...: a process of HOST at its one address
+  local host=$1
+  shift
+  local wire_env=(SOFTRDMA_SHARE_ADDRESS=1)
+  [[ $wire == iwarp ]] && wire_env=(SOFTRDMA_WIRE=iwarp)
+  ip netns exec "$host" env SOFTRDMA_ADDR="${addr[$host]}" "${wire_env[@]}" timeout 120 \
+    "$tool" run -- "$@"
+}
+by_gid=(-F -s 65536 -n 2000 --report_gbits)
+if [[ $wire == iwarp ]]; then
+  bw1=(ib_write_bw -R -p 7431 "${by_gid[@]}")
+  bw2=(ib_write_bw -R -p 7432 "${by_gid[@]}")
+else
+  bw1=(ib_write_bw -p 7431 "${by_gid[@]}")
+  bw2=(ib_write_bw -p 7432 -x 1 "${by_gid[@]}")
+fi
+bw3=(ib_write_bw -R -p 7433 "${by_gid[@]}")
+# name | client host | port | server command | client's last line
+cases=(
+  "bw1|${hosts[1]}|7431|${bw1[*]}|^ *65536 +2000 "
+  "bw2|${hosts[2]}|7432|${bw2[*]}|^ *65536 +2000 "
+  "bw3|${hosts[3]}|7433|${bw3[*]}|^ *65536 +2000 "
+  "rping|${hosts[1]}|7434|rping -s -a $server_addr -p 7434 -C 10 -v|ping data: rdma-ping-9: "
+  "ucmatose|${hosts[2]}|7435|ucmatose -b $server_addr -p 7435 -c 3 -C 10|data transfers complete"
+)
+client_command() {  # the client of case NAME whose server runs SERVER_COMMAND
+  case $1 in
+    rping) echo "rping -c -a $server_addr -p 7434 -C 10 -v" ;;
+    ucmatose) echo "ucmatose -s $server_addr -p 7435 -c 3 -C 10" ;;
+    *) echo "$2 $server_addr" ;;
+  esac
+}
+declare -A server client
+for entry in "${cases[@]}"; do
+  IFS='|' read -r name _ _ server_command _ <<< "$entry"
+  # shellcheck disable=SC2086  # the commands are words
+  on "$server_host" $server_command > "$out/server.$name" 2>&1 &
+  server[$name]=$!
+done
+listening() {  # PORT: whether the server host listens there (TCP, or softrdma's rdma_cm)
+  ip netns exec "$server_host" ss -ltnH "sport = :$1" | grep -q . ||
+    ip netns exec "$server_host" ss -xlH | grep -q "softrdma-rdmacm/[0-9a-f]*/$1/"
+}
+for entry in "${cases[@]}"; do  # until each server listens for its client
+  IFS='|' read -r name _ port _ _ <<< "$entry"
+  for _ in $(seq 1500); do
+    listening "$port" && break
+    kill -0 "${server[$name]}" 2>/dev/null || break
+    sleep 0.02
+  done
+done
+net_dir=/proc/${server[bw3]}/net
+for entry in "${cases[@]}"; do
+  IFS='|' read -r name host port server_command _ <<< "$entry"
+  gated=()
+  if [[ $server_command == *" -R "* ]]; then
+    # After whatever `softrdma run` preloads (the ASan runtime in a sanitizer build).
+    if [[ $wire == iwarp ]]; then watch=(CONNECT_GATE_TCP_PORT=$port)
+    else watch=(CONNECT_GATE_UNIX_NAME=softrdma-rdmacm/106/$port/); fi
+    gated=(env "${watch[@]}" CONNECT_GATE_NET_DIR="$net_dir"
+           sh -c 'LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD }$0" exec "$@"' "$gate")
+  fi
+  # shellcheck disable=SC2046  # the command is words
+  on "$host" "${gated[@]}" $(client_command "$name" "$server_command") > "$out/client.$name" 2>&1 &
+  client[$name]=$!
+done
+status=0
+for entry in "${cases[@]}"; do
+  IFS='|' read -r name host _ _ done_line <<< "$entry"
+  rc=0
+  wait "${client[$name]}" || rc=$?
+  src=0
+  wait "${server[$name]}" || src=$?
+  echo "== $name ($wire): client on $host exit $rc, server exit $src"
+  cat "$out/client.$name"
+  echo "-- its server:"
+  cat "$out/server.$name"
+  if (( rc != 0 || src != 0 )) || ! grep -Eq "$done_line" "$out/client.$name"; then
+    echo "FAIL: $name"
+    status=1
+  fi
+done
+exit $status
