@@ -76,6 +76,8 @@ std::unique_ptr<OpenDevice> OpenDevice::open(const Settings& settings, std::stri
   // decisions/status-segment-safety.md), then this one's segment first: the
   // transport counts into it from its first packet.
   node->stale_removed_ = remove_stale_status_segments();
+  // And the host registries of shared addresses whose processes were all killed.
+  node->stale_removed_ += samehost::HostRegistry::remove_abandoned();
   node->status_ = StatusSegment::create(settings.device_name);
   if (settings.share_address && !node->join_shared_address(error)) return nullptr;
   node->transport_ = open_transport(settings, error, node->faults_, node->status_.get(),

@@ -1,6 +1,7 @@
 #include "samehost/host_registry.h"
 #include "samehost/node_segment.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
@@ -73,7 +74,7 @@ std::string address_text(const wire::Gid& address) {
 }  // namespace
 
 std::string registry_name(const wire::Gid& address, uint64_t netns, const std::string& directory) {
-  std::string name = directory + "softrdma-host-" + std::to_string(netns) + "-";
+  std::string name = directory + kRegistryPrefix + std::to_string(netns) + "-";
   static const char kHex[] = "0123456789abcdef";
   for (uint8_t byte : address) {
     name += kHex[byte >> 4];
@@ -194,20 +195,8 @@ std::unique_ptr<HostRegistry> HostRegistry::join(const wire::Gid& address, std::
       close(fd);
       continue;
     }
-    void* base = mmap(nullptr, registry_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (base == MAP_FAILED) {
-      why = "softrdma: cannot map " + path + ": " + std::strerror(errno);
-      close(fd);
-      return nullptr;
-    }
-    std::unique_ptr<HostRegistry> registry(new HostRegistry);
-    registry->path_ = path;
-    registry->base_ = base;
-    registry->size_ = registry_bytes();
-    registry->header_ = static_cast<RegistryHeader*>(base);
-    registry->members_ = reinterpret_cast<RegistryMember*>(static_cast<char*>(base) + members_offset());
-    registry->listeners_ = reinterpret_cast<RegistryListener*>(static_cast<char*>(base) + listeners_offset());
-    registry->fd_ = fd;
+    std::unique_ptr<HostRegistry> registry = map(fd, path, why);
+    if (!registry) return nullptr;
     if (created) initialise(*registry->header_);
     if (registry->header_->version != kRegistryVersion) {
       // Left by processes of another version that are all gone (killed, or the
@@ -224,6 +213,67 @@ std::unique_ptr<HostRegistry> HostRegistry::join(const wire::Gid& address, std::
   }
   if (why.empty()) why = "softrdma: the host registry " + path + " kept changing; try again";
   return nullptr;
+}
+
+std::unique_ptr<HostRegistry> HostRegistry::map(int fd, const std::string& path, std::string& why) {
+  void* base = mmap(nullptr, registry_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    why = "softrdma: cannot map " + path + ": " + std::strerror(errno);
+    close(fd);
+    return nullptr;
+  }
+  std::unique_ptr<HostRegistry> registry(new HostRegistry);
+  registry->path_ = path;
+  registry->base_ = base;
+  registry->size_ = registry_bytes();
+  registry->header_ = static_cast<RegistryHeader*>(base);
+  registry->members_ = reinterpret_cast<RegistryMember*>(static_cast<char*>(base) + members_offset());
+  registry->listeners_ = reinterpret_cast<RegistryListener*>(static_cast<char*>(base) + listeners_offset());
+  registry->fd_ = fd;
+  return registry;
+}
+
+int HostRegistry::remove_abandoned(const std::string& directory) {
+  DIR* dir = opendir(directory.c_str());
+  if (dir == nullptr) return 0;
+  int removed = 0;
+  while (dirent* entry = readdir(dir)) {
+    if (std::strncmp(entry->d_name, kRegistryPrefix, sizeof kRegistryPrefix - 1) != 0) continue;
+    const std::string path = directory + entry->d_name;
+    const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) continue;
+    struct stat st {};
+    uint64_t magic = 0;
+    // Another user's, or one still being made (its joiners replace it if its
+    // creator died, wait_until_finished): not this sweep's.
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+        size_t(st.st_size) < registry_bytes() ||
+        pread(fd, &magic, sizeof magic, 0) != ssize_t(sizeof magic) || magic != kRegistryMagic) {
+      close(fd);
+      continue;
+    }
+    std::string why;
+    std::unique_ptr<HostRegistry> registry = map(fd, path, why);
+    if (registry && registry->unlink_if_abandoned()) ++removed;
+  }
+  closedir(dir);
+  return removed;
+}
+
+// Nobody joined, so the destructor only unmaps. Under the lock, as the last
+// member's exit: a joiner that opened the file meanwhile finds it unlinked and
+// starts again (take_slot).
+bool HostRegistry::unlink_if_abandoned() {
+  if (header_->version != kRegistryVersion) {
+    // Another layout: its lock may not be where this one's is; liveness is.
+    if (another_version_alive() || !still_linked(fd_, path_)) return false;
+    return unlink(path_.c_str()) == 0;
+  }
+  Locked lock(*header_);
+  reap_locked();
+  for (uint32_t slot = 1; slot < kRegistrySlots; ++slot)
+    if (members_[slot].pid.load(std::memory_order_relaxed) != 0) return false;
+  return still_linked(fd_, path_) && unlink(path_.c_str()) == 0;
 }
 
 bool HostRegistry::take_slot(std::string& why) {

@@ -26,6 +26,7 @@ namespace softrdma::samehost {
 inline constexpr uint32_t kRegistrySlots = 1024;
 inline constexpr uint32_t kRegistryListeners = 512;
 inline constexpr int32_t kIndexUnknown = -1;
+inline constexpr char kRegistryPrefix[] = "softrdma-host-";
 
 // The header's magic, version and uid, and each member's pid and start_time, keep
 // their places in every version (a file of another version is read for liveness).
@@ -91,6 +92,10 @@ class HostRegistry {
   uint64_t probe_nonce() const { return header_->probe_nonce.load(std::memory_order_acquire); }
   // Frees the slots of processes that are gone; true when any was.
   bool reap();
+  // Removes this user's registry files in `directory` whose members are all gone
+  // (processes that were killed leave theirs; a network namespace's file stays
+  // after the namespace). Returns how many were removed.
+  static int remove_abandoned(const std::string& directory = "/dev/shm/");
   // The live process serving `slot`, if any.
   std::optional<pid_t> owner(uint32_t slot) const;
   // The slot whose hand-over socket takes the packets of QPN block `block` (its
@@ -116,6 +121,10 @@ class HostRegistry {
  private:
   HostRegistry() = default;
   class Locked;
+  // The registry file `fd` (owned from now on) mapped; null and why.
+  static std::unique_ptr<HostRegistry> map(int fd, const std::string& path, std::string& why);
+  // A registry this process did not join: unlinked when no member is alive.
+  bool unlink_if_abandoned();
   bool alive(const RegistryMember& member) const;
   // A file of another layout version: whether any member it names is alive.
   bool another_version_alive() const;

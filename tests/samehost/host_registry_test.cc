@@ -33,6 +33,26 @@ class HostRegistryTest : public ::testing::Test {
     EXPECT_NE(registry, nullptr) << why;
     return registry;
   }
+  // A child process that joined the registry and waits to be killed.
+  void start_member(pid_t& pid) {
+    int ready[2];
+    ASSERT_EQ(pipe(ready), 0);
+    pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      std::string why;
+      auto registry = HostRegistry::join(address_, why, directory_);
+      const char joined = registry ? 1 : 0;
+      if (write(ready[1], &joined, 1) != 1) _exit(1);
+      pause();  // until killed: no destructor runs
+      _exit(0);
+    }
+    char joined = 0;
+    EXPECT_EQ(read(ready[0], &joined, 1), 1);
+    close(ready[0]);
+    close(ready[1]);
+    ASSERT_EQ(joined, 1);
+  }
   bool file_exists() const {
     for (const auto& entry : std::filesystem::directory_iterator(directory_)) {
       (void)entry;
@@ -222,6 +242,39 @@ TEST_F(HostRegistryTest, AnotherUsersRegistryIsRefusedWithWhatToDo) {
   EXPECT_EQ(HostRegistry::join(address_, why, directory_), nullptr);
   EXPECT_NE(why.find("user 65534"), std::string::npos) << why;
   EXPECT_NE(why.find("SOFTRDMA_ADDR"), std::string::npos) << why;
+}
+
+// A killed process runs no destructor: its registry file stays. The next device
+// opened removes such files whose members are all gone, and nothing else: not a
+// registry with a live member, not another user's file.
+TEST_F(HostRegistryTest, AFileWhoseMembersAreAllGoneIsSweptAndNoOther) {
+  pid_t member = 0;
+  ASSERT_NO_FATAL_FAILURE(start_member(member));
+  EXPECT_EQ(HostRegistry::remove_abandoned(directory_), 0) << "its member is alive";
+  EXPECT_TRUE(file_exists());
+  kill(member, SIGKILL);
+  ASSERT_EQ(waitpid(member, nullptr, 0), member);
+  EXPECT_TRUE(file_exists()) << "a killed member leaves its file";
+  EXPECT_EQ(HostRegistry::remove_abandoned(directory_), 1);
+  EXPECT_FALSE(file_exists());
+
+  auto live = join();  // this process: a live member
+  ASSERT_TRUE(live);
+  EXPECT_EQ(HostRegistry::remove_abandoned(directory_), 0);
+  EXPECT_EQ(live->members().size(), 1u);
+  EXPECT_TRUE(file_exists());
+}
+
+TEST_F(HostRegistryTest, AnotherUsersAbandonedFileIsNotSwept) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to make a file of another user";
+  pid_t member = 0;
+  ASSERT_NO_FATAL_FAILURE(start_member(member));
+  kill(member, SIGKILL);
+  ASSERT_EQ(waitpid(member, nullptr, 0), member);
+  const auto path = std::filesystem::directory_iterator(directory_)->path();
+  ASSERT_EQ(chown(path.c_str(), 65534, 65534), 0);
+  EXPECT_EQ(HostRegistry::remove_abandoned(directory_), 0);
+  EXPECT_TRUE(std::filesystem::exists(path));
 }
 
 TEST(ProcessStartTime, IsKnownForALiveProcessAndZeroForAGoneOne) {
