@@ -38,6 +38,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PORT = [21000]
 
 
+# Issue 27: the server and the client share one address over UDP; "steered": each
+# packet reaches its QP's process by the reuseport group's program; "handed over":
+# each lands at the other process, which hands it over (SOFTRDMA_SHARE_ADDRESS=
+# crossed). Beside the "udp" rows, where each process has an address of its own.
+SHARED_ADDRESS = "127.0.0.91"
+SHARED_PATHS = {"steered": "1", "handed over": "crossed"}
+
+
 def next_port():
     PORT[0] += 7
     return PORT[0]
@@ -114,11 +122,16 @@ class Bench:
         if iters:
             base += ["-n", str(iters)]
         env = {"SOFTRDMA_TRANSPORT": "udp" if path == "udp" else "auto"}
+        server_address = "127.0.0.1"
         if path == "iwarp":  # connected by rdma_cm: perftest's -R
             env = {"SOFTRDMA_WIRE": "iwarp"}
             base.append("-R")
+        if path in SHARED_PATHS:  # both processes on one address (issue 27)
+            server_address = SHARED_ADDRESS
+            env = {"SOFTRDMA_TRANSPORT": "udp", "SOFTRDMA_ADDR": SHARED_ADDRESS,
+                   "SOFTRDMA_SHARE_ADDRESS": SHARED_PATHS[path]}
         for attempt in range(3):
-            out, srv, cpu = timed_pair(base, base + ["127.0.0.1"], env)
+            out, srv, cpu = timed_pair(base, base + [server_address], env)
             rows = [l.split() for l in out.splitlines()
                     if re.match(r"^\s*%d\s+\d+\s" % size, l)]
             if rows:
@@ -298,6 +311,15 @@ def cases(b):
     for path, who in (("udp", "softrdma"), ("host", "softrdma same-host")):
         label = "%s 8 B WRITE rate (post list 32), M/s" % who
         out.append((label, lambda label=label, path=path: b.softrdma_rate(label, path)))
+    for path in SHARED_PATHS:
+        for tool in ("ib_send_lat", "ib_write_lat"):
+            label = "softrdma shared address, %s, %s 8 B" % (path, tool)
+            out.append((label, lambda tool=tool, label=label, path=path:
+                        b.softrdma_latency(tool, label, path)))
+        for size in (65536, 1048576):
+            label = "softrdma shared address, %s, ib_write_bw %s 1 QP" % (path, human(size))
+            out.append((label, lambda size=size, label=label, path=path:
+                        b.softrdma_bandwidth("ib_write_bw", size, 1, label, path)))
     for test in ("tag_lat", "ucp_put_lat"):
         label = "UCX sm %s 8 B" % test
         out.append((label, lambda test=test, label=label: b.ucx_latency(test, label, "sm")))

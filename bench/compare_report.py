@@ -33,6 +33,14 @@ LAT = [
     ("softrdma iWARP ib_write_lat 8 B", "floor TCP 8 B one-way (RTT/2)", None),
     ("softrdma iWARP ib_read_lat 8 B", "floor TCP 8 B one-way (RTT/2)", None),
     ("softrdma iWARP ib_send_lat 8 B", "softrdma ib_send_lat 8 B", None),
+    # Issue 27: two processes on one shared address against two with an address each
+    # (steered: what sharing costs a packet that reaches its owner; handed over:
+    # one sendmsg and one recvmsg more per packet).
+    ("softrdma shared address, steered, ib_send_lat 8 B", "softrdma ib_send_lat 8 B", None),
+    ("softrdma shared address, handed over, ib_send_lat 8 B", "softrdma ib_send_lat 8 B", None),
+    ("softrdma shared address, steered, ib_write_lat 8 B", "softrdma ib_write_lat 8 B", None),
+    ("softrdma shared address, handed over, ib_write_lat 8 B", "softrdma ib_write_lat 8 B",
+     None),
 ]
 BW = [
     ("softrdma ib_write_bw 1 MiB 1 QP", "floor UDP 4 KiB gso", 0.5),
@@ -64,6 +72,15 @@ BW = [
     ("softrdma iWARP ib_read_bw 1 MiB 1 QP", "floor TCP stream 1 MiB writes", None),
     ("softrdma iWARP ib_send_bw 1 MiB 1 QP", "floor TCP stream 1 MiB writes", None),
     ("softrdma iWARP ib_write_bw 1 MiB 1 QP", "softrdma ib_write_bw 1 MiB 1 QP", None),
+    # Issue 27, as above.
+    ("softrdma shared address, steered, ib_write_bw 64 KiB 1 QP",
+     "softrdma ib_write_bw 64 KiB 1 QP", None),
+    ("softrdma shared address, handed over, ib_write_bw 64 KiB 1 QP",
+     "softrdma ib_write_bw 64 KiB 1 QP", None),
+    ("softrdma shared address, steered, ib_write_bw 1 MiB 1 QP",
+     "softrdma ib_write_bw 1 MiB 1 QP", None),
+    ("softrdma shared address, handed over, ib_write_bw 1 MiB 1 QP",
+     "softrdma ib_write_bw 1 MiB 1 QP", None),
 ]
 
 # Issue 15's absolute targets for the same-host path (medians on an idle machine):

@@ -159,7 +159,7 @@ std::unique_ptr<OpenDevice> OpenDevice::open(const Settings& settings, std::stri
 bool OpenDevice::join_shared_address(std::string& error) {
   const std::optional<wire::Gid> gid = transport::udp::parse_device_address(settings_.address, error);
   if (!gid) return false;
-  shared_ = SharedAddress::join(*gid, error);
+  shared_ = SharedAddress::join(*gid, error, settings_.share_crossed);
   return shared_ != nullptr;
 }
 

@@ -85,13 +85,15 @@ std::optional<Settings> Settings::from_environment(std::string& error) {
   }
   if (const char* v = env("SOFTRDMA_SHARE_ADDRESS")) {
     const std::string share(v);
-    if (share != "0" && share != "1") {
-      error = "SOFTRDMA_SHARE_ADDRESS must be \"0\" or \"1\", not \"" + share + "\"";
+    if (share != "0" && share != "1" && share != "crossed") {
+      error = "SOFTRDMA_SHARE_ADDRESS must be \"0\", \"1\" or \"crossed\", not \"" + share +
+              "\"";
       return std::nullopt;
     }
-    s.share_address = share == "1" && !s.iwarp;  // iWARP shares addresses anyway
+    s.share_address = share != "0" && !s.iwarp;  // iWARP shares addresses anyway
+    s.share_crossed = s.share_address && share == "crossed";
     if (s.share_address && s.address.empty()) {
-      error = "SOFTRDMA_SHARE_ADDRESS=1 needs SOFTRDMA_ADDR: the address to share";
+      error = "SOFTRDMA_SHARE_ADDRESS=" + share + " needs SOFTRDMA_ADDR: the address to share";
       return std::nullopt;
     }
   }
@@ -146,7 +148,10 @@ std::vector<std::pair<std::string, std::string>> Settings::describe() const {
       {"SOFTRDMA_PCAP", pcap_path.empty() ? "(off)" : pcap_path},
       {"SOFTRDMA_FAULTS", faults.empty() ? "(off)" : faults},
       {"SOFTRDMA_TRANSPORT", same_host ? "auto (same-host path where possible)" : "udp"},
-      {"SOFTRDMA_SHARE_ADDRESS", share_address ? "1 (shared with this host's processes)" : "0"},
+      {"SOFTRDMA_SHARE_ADDRESS",
+       share_crossed   ? "crossed (shared; every packet handed over, for measuring it)"
+       : share_address ? "1 (shared with this host's processes)"
+                       : "0"},
       {"SOFTRDMA_PROGRESS", progress_thread ? "thread" : "inline"},
       {"SOFTRDMA_WINDOW", std::to_string(max_unacked_packets)},
       {"SOFTRDMA_IDLE_PROBE_MS", idle_probe_ms == 0 ? "0 (off)" : std::to_string(idle_probe_ms)},

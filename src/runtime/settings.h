@@ -38,9 +38,11 @@ struct Settings {
   // need packets: with either, "auto" means "udp".
   bool same_host = true;
   // SOFTRDMA_SHARE_ADDRESS: "1": this RoCEv2 device shares SOFTRDMA_ADDR with the
-  // host's other processes of this user (docs/decisions/host-rnic.md; issue 27,
-  // being built: no rdma_cm and no same-host path on a shared address yet).
+  // host's other processes of this user (docs/decisions/host-rnic.md). "crossed":
+  // the same, with each process's packets steered to another member, which hands
+  // them over (bench/compare.sh measures the hand-over with it).
   bool share_address = false;
+  bool share_crossed = false;
   // SOFTRDMA_PROGRESS: "thread" (default) runs the engine on its own thread;
   // "inline" makes progress only when the application polls.
   bool progress_thread = true;

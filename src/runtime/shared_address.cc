@@ -37,10 +37,25 @@ uint32_t mad_slot(const samehost::HostRegistry& registry, std::span<uint8_t> pac
   return slot == registry.slot() ? 0 : slot;
 }
 
+// SOFTRDMA_SHARE_ADDRESS=crossed: each slot to the socket of the next process
+// (by index) that has another, so that every packet lands at a process that must
+// hand it over. Nothing changes with one process: there is no other.
+void cross(std::vector<transport::udp::SlotIndex>& members) {
+  std::set<uint32_t> indices;
+  for (const transport::udp::SlotIndex& m : members) indices.insert(m.index);
+  if (indices.size() < 2) return;
+  for (transport::udp::SlotIndex& m : members) {
+    auto next = indices.upper_bound(m.index);
+    m.index = next == indices.end() ? *indices.begin() : *next;
+  }
+}
+
 }  // namespace
 
-std::unique_ptr<SharedAddress> SharedAddress::join(const wire::Gid& address, std::string& error) {
+std::unique_ptr<SharedAddress> SharedAddress::join(const wire::Gid& address, std::string& error,
+                                                   bool crossed) {
   std::unique_ptr<SharedAddress> shared(new SharedAddress);
+  shared->crossed_ = crossed;
   shared->registry_ = samehost::HostRegistry::join(address, error);
   if (!shared->registry_) return nullptr;
   shared->handover_ = transport::udp::Handover::open(shared->registry_->path(),
@@ -83,6 +98,7 @@ void SharedAddress::steer() {
   std::vector<transport::udp::SlotIndex> members;
   for (const samehost::HostRegistry::Member& m : registry_->members())
     if (m.index >= 0) members.push_back({m.slot, uint32_t(m.index)});
+  if (crossed_) cross(members);
   transport_->steer(members);
 }
 

@@ -19,7 +19,10 @@ namespace softrdma::runtime {
 class SharedAddress {
  public:
   // Joins `address`'s registry and opens this process's hand-over. Null and why.
-  static std::unique_ptr<SharedAddress> join(const wire::Gid& address, std::string& error);
+  // `crossed`: each member's QPN blocks are steered to another member's socket, so
+  // that every packet is handed over (SOFTRDMA_SHARE_ADDRESS=crossed, to measure it).
+  static std::unique_ptr<SharedAddress> join(const wire::Gid& address, std::string& error,
+                                             bool crossed = false);
 
   // What the UDP transport is given (UdpConfig::shared); it must outlive it.
   const transport::SharedAddress& hooks() const { return hooks_; }
@@ -47,6 +50,7 @@ class SharedAddress {
   transport::SharedAddress hooks_;
   transport::UdpTransport* transport_ = nullptr;
   bool first_block_given_ = false;
+  bool crossed_ = false;
   std::atomic<bool> learned_{false};  // a probe told this socket its index
   // after_turn runs after each turn of any thread (the loop's, a poller's), outside
   // the engine's lock: one at a time, the others skip (the next turn looks again).
