@@ -6,7 +6,10 @@
 # server's QPs are in a QPN block of its own, which the clients print and this
 # checks, with every client's and server's run. Meanwhile a fourth pair runs on the
 # server host itself, both ends on its one address: it must take the same-host
-# path (`softrdma status` shows both QPs on "path host") and check its data (-c).
+# path (`softrdma status` shows both QPs on "path host") and check its data (-c);
+# and a fifth on a second address of that host, over UDP with
+# SOFTRDMA_SHARE_ADDRESS=crossed: every packet lands at the other process and is
+# handed over (both count udp.rx_handed_over), its data checked too.
 # Needs root (ip netns).
 #   shared_address.sh SOFTRDMA_TOOL TAG    (TAG keeps names apart between builds)
 set -euo pipefail
@@ -55,14 +58,46 @@ while kill -0 "$local_client" 2>/dev/null; do
   (( host_qps >= 2 )) && break
   sleep 0.05
 done
+# The crossed pair, on a second address of host a.
+ip -n "$a" addr add 10.213.9.11/24 dev "v$a"
+crossed_port=7405
+on_crossed=(ip netns exec "$a" env SOFTRDMA_ADDR=10.213.9.11 SOFTRDMA_SHARE_ADDRESS=crossed
+            SOFTRDMA_TRANSPORT=udp timeout 90)
+"${on_crossed[@]}" "$tool" run -- ibv_rc_pingpong -g 1 -c -p $crossed_port -n 20000 \
+  > "$out/server.crossed" 2>&1 &
+crossed_server=$!
+for _ in $(seq 1500); do
+  ip netns exec "$a" ss -ltnH "sport = :$crossed_port" | grep -q . && break
+  sleep 0.02
+done
+"${on_crossed[@]}" "$tool" run -- ibv_rc_pingpong -g 1 -c -p $crossed_port -n 20000 10.213.9.11 \
+  > "$out/client.crossed" 2>&1 &
+crossed_client=$!
+# Until both of its processes have had packets handed over (or the pair ended).
+handed=0
+while kill -0 "$crossed_client" 2>/dev/null; do
+  handed=$(ip netns exec "$a" "$tool" status 2>/dev/null |
+           awk '/^process/ { mine = /10\.213\.9\.11:/ } mine && $1 == "udp.rx_handed_over" && $2 > 0' |
+           wc -l)
+  (( handed >= 2 )) && break
+  sleep 0.05
+done
 status=0
-for pid in "${clients[@]}" "${servers[@]}" "$local_client" "$local_server"; do
+for pid in "${clients[@]}" "${servers[@]}" "$local_client" "$local_server" "$crossed_client" \
+           "$crossed_server"; do
   wait "$pid" || status=1
 done
-for side in server client; do
-  echo "== $side local"; cat "$out/$side.local"
-  grep -q "100000 iters in" "$out/$side.local" || { echo "FAIL: local $side did not finish"; status=1; }
+for pair in local:100000 crossed:20000; do
+  for side in server client; do
+    echo "== $side ${pair%:*}"; cat "$out/$side.${pair%:*}"
+    grep -q "${pair#*:} iters in" "$out/$side.${pair%:*}" ||
+      { echo "FAIL: ${pair%:*} $side did not finish"; status=1; }
+  done
 done
+if (( handed < 2 )); then
+  echo "FAIL: SOFTRDMA_SHARE_ADDRESS=crossed: $handed of the pair's 2 processes had packets handed over"
+  status=1
+fi
 if (( host_qps < 2 )); then
   echo "FAIL: the pair on one shared address was not seen on the same-host path ($host_qps QPs)"
   status=1

@@ -16,7 +16,7 @@ class SettingsTest : public ::testing::Test {
   static constexpr const char* kNames[] = {"SOFTRDMA_DEVICE", "SOFTRDMA_ADDR",
                                            "SOFTRDMA_PCAP",   "SOFTRDMA_FAULTS",
                                            "SOFTRDMA_PROGRESS", "SOFTRDMA_WINDOW",
-                                           "SOFTRDMA_SYSFS_VIEW"};
+                                           "SOFTRDMA_SYSFS_VIEW", "SOFTRDMA_SHARE_ADDRESS"};
   void SetUp() override { clear(); }
   void TearDown() override { clear(); }
   static void clear() {
@@ -69,7 +69,7 @@ TEST_F(SettingsTest, MalformedValuesAreRefusedByName) {
   const std::pair<const char*, const char*> bad[] = {
       {"SOFTRDMA_PROGRESS", "sometimes"}, {"SOFTRDMA_WINDOW", "0"},
       {"SOFTRDMA_WINDOW", "4097"},        {"SOFTRDMA_WINDOW", "12x"},
-      {"SOFTRDMA_SYSFS_VIEW", "yes"},
+      {"SOFTRDMA_SYSFS_VIEW", "yes"},     {"SOFTRDMA_SHARE_ADDRESS", "2"},
       {"SOFTRDMA_DEVICE", "a-name-that-is-far-too-long-for-a-verbs-device-name-of-64-bytes-xx"}};
   for (const auto& [name, value] : bad) {
     clear();
@@ -77,6 +77,25 @@ TEST_F(SettingsTest, MalformedValuesAreRefusedByName) {
     std::string error;
     EXPECT_FALSE(Settings::from_environment(error).has_value()) << name << "=" << value;
     EXPECT_NE(error.find(name), std::string::npos) << error;
+  }
+}
+
+// Sharing an address needs the address; "crossed" shares it too, and says so.
+TEST_F(SettingsTest, SharingNamesItsAddressAndCrossedIsSharing) {
+  setenv("SOFTRDMA_SHARE_ADDRESS", "1", 1);
+  std::string error;
+  EXPECT_FALSE(Settings::from_environment(error).has_value());
+  EXPECT_NE(error.find("needs SOFTRDMA_ADDR"), std::string::npos) << error;
+  setenv("SOFTRDMA_ADDR", "127.0.9.9", 1);
+  for (const char* value : {"1", "crossed"}) {
+    setenv("SOFTRDMA_SHARE_ADDRESS", value, 1);
+    auto s = Settings::from_environment(error);
+    ASSERT_TRUE(s.has_value()) << error;
+    EXPECT_TRUE(s->share_address) << value;
+    EXPECT_EQ(s->share_crossed, std::string(value) == "crossed");
+    EXPECT_TRUE(s->same_host) << "a shared address keeps the same-host path";
+    for (const auto& [name, shown] : s->describe())
+      if (name == "SOFTRDMA_SHARE_ADDRESS") EXPECT_EQ(shown.rfind(value, 0), 0u) << shown;
   }
 }
 
