@@ -169,6 +169,16 @@ CASES = [
                      b="ucmatose -s {addr} -p {port2} -C 20"),
          "cm", expect=r"(?s)(?=.*ping data: rdma-ping-9)(?=.*data transfers complete)",
          host_env="SOFTRDMA_SHARE_ADDRESS=1", timeout=60, subset=CI),
+    # perftest -R beside rping, two softrdma processes on the one shared address at
+    # once (issue 27): perftest's two connections and rping's, each pair's data.
+    Case("ib_send_bw.R+rping.shared",
+         BOTH.format(a="ib_send_bw -d {dev} -R -p {port} -n 200 -s 65536",
+                     b="rping -s -a {addr} -p {port2} -C 10 -v -V"),
+         BOTH.format(a="ib_send_bw -d {dev} -R -p {port} -n 200 -s 65536 {addr}",
+                     b="rping -c -a {addr} -p {port2} -C 10 -v -V"),
+         "cm", expect=r"(?sm)(?=.*ping data: rdma-ping-9)(?=.*^\s*65536\s+200\s+[\d.]+)",
+         host_env="SOFTRDMA_SHARE_ADDRESS=1", timeout=90, subset=CI, listen_gate=True,
+         tool_race="|".join([PERFTEST_CALIBRATION, PERFTEST_CM_RACE])),
     # rdma_server/rdma_client: not in the peer VM's image (tests/peer-vm/initramfs.sh
     # ships rping, ucmatose, udaddy, rstream, riostream), so not here.
     Case("rstream", "rstream -p {port} -S 65536 -C 200 -T v",
@@ -252,6 +262,14 @@ CASES += [
                          b="ucmatose -s {addr} -p {port2} -C 20"),
              expect=r"(?s)(?=.*ping data: rdma-ping-9)(?=.*data transfers complete)",
              timeout=60, subset=CI),
+    siw_case("ib_send_bw.R+rping",
+             BOTH.format(a="ib_send_bw -d {dev} -R -p {port} -n 200 -s 65536",
+                         b="rping -s -a {addr} -p {port2} -C 10 -v -V"),
+             BOTH.format(a="ib_send_bw -d {dev} -R -p {port} -n 200 -s 65536 {addr}",
+                         b="rping -c -a {addr} -p {port2} -C 10 -v -V"),
+             expect=r"(?sm)(?=.*ping data: rdma-ping-9)(?=.*^\s*65536\s+200\s+[\d.]+)",
+             timeout=90, subset=CI,
+             tool_race="|".join([PERFTEST_CALIBRATION, PERFTEST_CM_RACE_IWARP])),
     siw_case("rstream", *SIW_RSTREAM, expect=r"^custom\s+64k\s+100\s+1\s", timeout=40),
     siw_case("rstream.loss2", *SIW_RSTREAM, expect=r"^custom\s+64k\s+100\s+1\s",
              tcp_loss=0.02, timeout=60),
