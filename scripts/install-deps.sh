@@ -36,6 +36,7 @@ packages=(
   ibverbs-utils perftest rdmacm-utils python3-pyverbs
   ucx-utils libucx0                   # ucx_info, ucx_perftest: UCX on softrdma0 (and bench/compare.sh)
   libucx-dev                          # tests/conformance/ucx_sockaddr.c: UCX client/server over rdma_cm
+  openmpi-bin libopenmpi-dev          # tests/conformance/mpi_fabric.sh: Open MPI jobs (UCX rc_verbs, OFI verbs) on the test bed
   iproute2 procps
   gdb                                 # run_client.py: a backtrace of a client that died of a signal (its core)
   iptables                            # scripts/interop.py: TCP loss for the iWARP cases (statistic match)

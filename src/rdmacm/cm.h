@@ -96,6 +96,10 @@ struct CmId {
   // under the agent's cm_mutex.
   IwarpConnection iwarp;
   uint64_t service_id = 0;  // a listener's, while it is in the agent's table
+  // The device the id is bound to; `ibv.verbs` shows it to the application,
+  // except after a bind to a loopback address the device does not serve, which
+  // the kernel binds to no device (bind_id in ids.cc).
+  ibv_context* device = nullptr;
   CmId* listener = nullptr; // a passive id's listener (CONNECT_REQUEST's listen_id)
   // rdma_create_ep(3) on a passive id: what rdma_get_request makes each new id's QP of.
   ibv_pd* ep_pd = nullptr;
@@ -114,8 +118,9 @@ inline CmId* to_id(rdma_cm_id* id) { return reinterpret_cast<CmId*>(id); }
 // An id of an iWARP device (IBV_TRANSPORT_IWARP) connects over TCP and MPA, not
 // with CM MADs (docs/decisions/iwarp-cm.md).
 inline bool is_iwarp(const CmId& id) {
-  return id.ibv.verbs != nullptr && id.ibv.verbs->device != nullptr &&
-         id.ibv.verbs->device->transport_type == IBV_TRANSPORT_IWARP;
+  const ibv_context* context = id.ibv.verbs != nullptr ? id.ibv.verbs : id.device;
+  return context != nullptr && context->device != nullptr &&
+         context->device->transport_type == IBV_TRANSPORT_IWARP;
 }
 inline EventChannel* to_channel(rdma_event_channel* c) {
   return reinterpret_cast<EventChannel*>(c);

@@ -78,14 +78,36 @@ std::unique_ptr<CmId> new_passive_id(CmId& listener) {
   id->ibv.context = listener.ibv.context;
   id->ibv.ps = listener.ibv.ps;
   id->ibv.qp_type = listener.ibv.qp_type;
-  id->ibv.verbs = listener.ibv.verbs;
-  id->ibv.pd = listener.ibv.pd;
+  // A request comes in on the device (even to a listener bound to no device).
+  id->device = listener.device != nullptr ? listener.device : listener.ibv.verbs;
+  id->ibv.verbs = id->device;
+  id->ibv.pd = listener.ibv.pd != nullptr ? listener.ibv.pd : Agent::get().default_pd();
   id->ibv.port_num = listener.ibv.port_num;
   id->listener = &listener;
   if (attach(*id, &listener.channel->ibv) != 0) return nullptr;
   id->ibv.channel = listener.ibv.channel;  // a synchronous listener's children are too
   return id;
 }
+
+namespace {
+
+// Whether `context` serves loopback addresses: one of its GIDs is one (with
+// nothing configured, each process's device is a 127.x.y.z; docs/configuration.md).
+bool serves_loopback(ibv_context* context) {
+  ibv_port_attr port{};
+  if (ibv_query_port(context, 1, &port) != 0) return false;
+  for (int index = 0; index < port.gid_tbl_len; ++index) {
+    ibv_gid gid{};
+    if (ibv_query_gid(context, 1, index, &gid) != 0) continue;
+    static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    static constexpr uint8_t kIpv6Loopback[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    if (std::memcmp(gid.raw, kMapped, 12) == 0 && gid.raw[12] == 127) return true;  // 127.0.0.0/8
+    if (std::memcmp(gid.raw, kIpv6Loopback, 16) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
 
 int bind_id(CmId& id, const sockaddr* addr) {
   if (id.state != IdState::kIdle) return EINVAL;
@@ -99,12 +121,21 @@ int bind_id(CmId& id, const sockaddr* addr) {
   id.port_reservation = fd;
   Agent::get().watch_reservation(fd);
   std::memcpy(&id.ibv.route.addr.src_storage, &address->storage, address->length());
+  id.device = context;
+  id.ibv.port_num = 1;
+  id.state = IdState::kAddrBound;
+  // The kernel's rdma_cm takes a loopback address as it takes the wildcard
+  // (cma.c, cma_any_addr): the id gets no device until a request or
+  // rdma_resolve_addr gives it one. libfabric's verbs provider relies on it: it
+  // binds "localhost" and, finding no device, names the interface's address as
+  // the endpoint's (verbs_info.c, vrb_fill_addr); given one, it would publish
+  // 127.0.0.1 and its peers on other hosts would connect to themselves. A
+  // device that serves loopback (nothing configured) keeps binding it.
+  if (address->is_loopback() && !serves_loopback(context)) return 0;
   id.ibv.verbs = context;
   // rdma-core gives an id its device's PD as soon as it has a device, and
   // programs use it (pyverbs makes its external QPs on `id->pd`).
   id.ibv.pd = Agent::get().default_pd();
-  id.ibv.port_num = 1;
-  id.state = IdState::kAddrBound;
   return 0;
 }
 

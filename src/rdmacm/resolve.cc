@@ -67,6 +67,12 @@ int resolve(CmId& id, const sockaddr* src, const sockaddr* dst) {
   } else if (id.state != IdState::kAddrBound && id.state != IdState::kAddrResolved) {
     return EINVAL;
   }
+  if (id.ibv.verbs == nullptr) {
+    // Bound to no device (a loopback address, bind_id): resolving gives it one,
+    // as the kernel's rdma_resolve_addr acquires the device of the route.
+    id.ibv.verbs = id.device;
+    id.ibv.pd = Agent::get().default_pd();
+  }
   if (is_iwarp(id)) return resolve_iwarp(id, *destination);
   ibv_context* context = id.ibv.verbs;
   auto source = local_gid_for(context, *destination);

@@ -566,6 +566,23 @@ foreach(wire roce iwarp)
   set_tests_properties(conformance.fabric.shared_address_${wire} PROPERTIES TIMEOUT 240
                        LABELS conformance)
 endforeach()
+# Two MPI jobs on the test bed (Debian's Open MPI 4.1.4, scripts/install-deps.sh):
+# 2 ranks of mpi_check.c on each of two hosts, every rank at its host's one
+# address; over UCX rc_verbs, and over libfabric's verbs provider (OFI MTL).
+find_package(MPI COMPONENTS C)
+if(NOT MPI_C_FOUND)
+  message(FATAL_ERROR "Open MPI is not installed (scripts/install-deps.sh installs it)")
+endif()
+add_executable(mpi_check mpi_check.c)
+target_link_libraries(mpi_check PRIVATE MPI::MPI_C)
+foreach(job ucx ofi)
+  add_test(NAME conformance.fabric.mpi_${job}
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi_fabric.sh $<TARGET_FILE:softrdma>
+            $<TARGET_FILE:mpi_check> ${SOFTRDMA_CONFORMANCE_PORT_BASE} ${job})
+  set_tests_properties(conformance.fabric.mpi_${job} PROPERTIES TIMEOUT 180 LABELS conformance)
+endforeach()
+# UCX takes every free 2 MiB page (softrdma_client_test_on_path says why).
+set_tests_properties(conformance.fabric.mpi_ucx PROPERTIES RESOURCE_LOCK huge_pages)
 # ... and one of four such servers killed mid-traffic: the others finish.
 add_test(NAME conformance.ibv_rc_pingpong.shared_address_kill
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/shared_address_kill.sh $<TARGET_FILE:softrdma>

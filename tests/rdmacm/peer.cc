@@ -11,6 +11,12 @@
 //                                         "rrecv <ret> <errno name>" when it returns; with
 //                                         PEER_KEEPALIVE=1 in its environment, after
 //                                         SO_KEEPALIVE with TCP_KEEPIDLE 1 s
+//   rdmacm_test_peer bind-loopback IPV4 PORT
+//                                         (loopback_bind_test.cc) binds an id to
+//                                         127.0.0.1 and says whether it has a device
+//                                         ("bound: device" / "bound: no device"), listens
+//                                         on it ("listening"), then resolves IPV4:PORT
+//                                         from another such id ("resolved: ...")
 #include <arpa/inet.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -152,6 +158,32 @@ int rsocket_client(const char* address, const char* port) {
   return 0;
 }
 
+const char* has_device(const rdma_cm_id* id) { return id->verbs != nullptr ? "device" : "no device"; }
+
+int bind_loopback(const char* address, const char* port) {
+  rdma_event_channel* channel = rdma_create_event_channel();
+  rdma_cm_id *listener = nullptr, *active = nullptr;
+  if (channel == nullptr || rdma_create_id(channel, &listener, nullptr, RDMA_PS_TCP) != 0 ||
+      rdma_create_id(channel, &active, nullptr, RDMA_PS_TCP) != 0)
+    return 1;
+  sockaddr_in loopback = server_address("127.0.0.1", "0");
+  if (rdma_bind_addr(listener, reinterpret_cast<sockaddr*>(&loopback)) != 0) return 1;
+  std::printf("bound: %s\n", has_device(listener));
+  if (rdma_listen(listener, 8) != 0) return 1;
+  say("listening");
+  sockaddr_in destination = server_address(address, port);
+  if (rdma_bind_addr(active, reinterpret_cast<sockaddr*>(&loopback)) != 0 ||
+      rdma_resolve_addr(active, nullptr, reinterpret_cast<sockaddr*>(&destination), 5000) != 0 ||
+      !expect_event(channel, RDMA_CM_EVENT_ADDR_RESOLVED))
+    return 1;
+  std::printf("resolved: %s\n", has_device(active));
+  std::fflush(stdout);
+  rdma_destroy_id(active);
+  rdma_destroy_id(listener);
+  rdma_destroy_event_channel(channel);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -164,5 +196,6 @@ int main(int argc, char** argv) {
   if (mode == "rsocket") return rsocket_client(argv[2], argv[3]);
   if (mode == "cm-server") return cm_server(argv[2], argv[3]);
   if (mode == "rsocket-server") return rsocket_server(argv[2], argv[3]);
+  if (mode == "bind-loopback") return bind_loopback(argv[2], argv[3]);
   return 2;
 }
