@@ -538,57 +538,8 @@ softrdma_client_test(rping.unreachable EXIT 255 TIMEOUT 120
   ENV SOFTRDMA_FAULTS=loss=1.0
   COMMAND ${RPING} -c -a 127.0.0.1 -p 7999 -C 1
   EXPECT [=[cma event RDMA_CM_EVENT_UNREACHABLE, error -110]=])
-# Across two hosts: network namespaces joined by a veth pair, SOFTRDMA_ADDR on each.
-add_test(NAME conformance.rping.two_hosts
-  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/rping_two_hosts.sh $<TARGET_FILE:softrdma>
-          ${SOFTRDMA_CONFORMANCE_PORT_BASE})
-set_tests_properties(conformance.rping.two_hosts PROPERTIES TIMEOUT 180 LABELS conformance)
-# Issue 27: three servers sharing one host's address, reached from another host.
-add_test(NAME conformance.ibv_rc_pingpong.shared_address
-  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/shared_address.sh $<TARGET_FILE:softrdma>
-          ${SOFTRDMA_CONFORMANCE_PORT_BASE})
-set_tests_properties(conformance.ibv_rc_pingpong.shared_address PROPERTIES TIMEOUT 180
-                     LABELS conformance)
-# ... rdma_cm servers of five processes on that address (RC, UD by SIDR, perftest
-# -R), their CM MADs handed to the listener's or the connection's process.
-add_test(NAME conformance.rdma_cm.shared_address
-  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/shared_address_cm.sh $<TARGET_FILE:softrdma>
-          ${SOFTRDMA_CONFORMANCE_PORT_BASE} $<TARGET_FILE:connect_gate>)
-set_tests_properties(conformance.rdma_cm.shared_address PROPERTIES TIMEOUT 180
-                     LABELS conformance)
-# The test bed: four hosts on a bridge; on one, three ib_write_bw servers (by GID
-# and with -R), an rping and a ucmatose server at once, each with a client on
-# another host; RoCEv2 on a shared address, and iWARP.
-foreach(wire roce iwarp)
-  add_test(NAME conformance.fabric.shared_address_${wire}
-    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/shared_address_fabric.sh $<TARGET_FILE:softrdma>
-            ${SOFTRDMA_CONFORMANCE_PORT_BASE} $<TARGET_FILE:connect_gate> ${wire})
-  set_tests_properties(conformance.fabric.shared_address_${wire} PROPERTIES TIMEOUT 240
-                       LABELS conformance)
-endforeach()
-# Two MPI jobs on the test bed (Debian's Open MPI 4.1.4, scripts/install-deps.sh):
-# 2 ranks of mpi_check.c on each of two hosts, every rank at its host's one
-# address; over UCX rc_verbs, and over libfabric's verbs provider (OFI MTL).
-find_package(MPI COMPONENTS C)
-if(NOT MPI_C_FOUND)
-  message(FATAL_ERROR "Open MPI is not installed (scripts/install-deps.sh installs it)")
-endif()
-add_executable(mpi_check mpi_check.c)
-target_link_libraries(mpi_check PRIVATE MPI::MPI_C)
-foreach(job ucx ofi)
-  add_test(NAME conformance.fabric.mpi_${job}
-    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi_fabric.sh $<TARGET_FILE:softrdma>
-            $<TARGET_FILE:mpi_check> ${SOFTRDMA_CONFORMANCE_PORT_BASE} ${job})
-  set_tests_properties(conformance.fabric.mpi_${job} PROPERTIES TIMEOUT 180 LABELS conformance)
-endforeach()
-# UCX takes every free 2 MiB page (softrdma_client_test_on_path says why).
-set_tests_properties(conformance.fabric.mpi_ucx PROPERTIES RESOURCE_LOCK huge_pages)
-# ... and one of four such servers killed mid-traffic: the others finish.
-add_test(NAME conformance.ibv_rc_pingpong.shared_address_kill
-  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/shared_address_kill.sh $<TARGET_FILE:softrdma>
-          ${SOFTRDMA_CONFORMANCE_PORT_BASE})
-set_tests_properties(conformance.ibv_rc_pingpong.shared_address_kill PROPERTIES TIMEOUT 240
-                     LABELS conformance)
+# Several hosts (network namespaces): tests/conformance/hosts.cmake.
+include(${CMAKE_CURRENT_SOURCE_DIR}/hosts.cmake)
 
 # --- iWARP (issue 16; docs/decisions/iwarp.md) ------------------------------
 # The same unmodified clients with SOFTRDMA_WIRE=iwarp: the device is softiwarp0
