@@ -12,13 +12,11 @@ for ((i = 1; i <= $2; ++i)); do
   hosts+=("${fabric_prefix}h$i")
   addr["${fabric_prefix}h$i"]="$1.$i"
 done
-fabric_cleanup() {
+fabric_remove_namespaces() {
   for ns in "${hosts[@]}" "$switch"; do ip netns del "$ns" 2>/dev/null || true; done
-  rm -rf "$out"
 }
-trap fabric_cleanup EXIT
-fabric_cleanup_quiet() { for ns in "${hosts[@]}" "$switch"; do ip netns del "$ns" 2>/dev/null || true; done; }
-fabric_cleanup_quiet
+trap 'fabric_remove_namespaces; rm -rf "$out"' EXIT
+fabric_remove_namespaces  # left by a run that was killed
 ip netns add "$switch"
 ip -n "$switch" link add br0 type bridge
 ip -n "$switch" link set br0 up

@@ -37,51 +37,50 @@ for port in "${ports[@]}"; do
     ibv_rc_pingpong -g 1 -p "$port" -n 500 10.213.9.1 > "$out/client.$port" 2>&1 &
   clients+=($!)
 done
-# The pair on host a: both ends on 10.213.9.1.
-local_port=7404
-on_a=(ip netns exec "$a" env SOFTRDMA_ADDR=10.213.9.1 SOFTRDMA_SHARE_ADDRESS=1 timeout 90)
-"${on_a[@]}" "$tool" run -- ibv_rc_pingpong -g 1 -c -p $local_port -n 100000 \
-  > "$out/server.local" 2>&1 &
-local_server=$!
-for _ in $(seq 1500); do
-  ip netns exec "$a" ss -ltnH "sport = :$local_port" | grep -q . && break
-  sleep 0.02
-done
-"${on_a[@]}" "$tool" run -- ibv_rc_pingpong -g 1 -c -p $local_port -n 100000 10.213.9.1 \
-  > "$out/client.local" 2>&1 &
-local_client=$!
-# Until both of its QPs are seen on the same-host path (or the pair ended).
-host_qps=0
-while kill -0 "$local_client" 2>/dev/null; do
-  host_qps=$(ip netns exec "$a" "$tool" status 2>/dev/null |
-             grep -c 'peer ::ffff:10.213.9.1  path host' || true)
-  (( host_qps >= 2 )) && break
-  sleep 0.05
-done
-# The crossed pair, on a second address of host a.
+# start_pair NAME PORT ITERS ADDRESS ENV...: an ibv_rc_pingpong -c pair with both
+# ends on ADDRESS of host a; sets pair_server and pair_client.
+start_pair() {
+  local name=$1 port=$2 iters=$3 address=$4
+  shift 4
+  local on=(ip netns exec "$a" env SOFTRDMA_ADDR="$address" "$@" timeout 90 "$tool" run --)
+  "${on[@]}" ibv_rc_pingpong -g 1 -c -p "$port" -n "$iters" > "$out/server.$name" 2>&1 &
+  pair_server=$!
+  for _ in $(seq 1500); do
+    ip netns exec "$a" ss -ltnH "sport = :$port" | grep -q . && break
+    sleep 0.02
+  done
+  "${on[@]}" ibv_rc_pingpong -g 1 -c -p "$port" -n "$iters" "$address" > "$out/client.$name" 2>&1 &
+  pair_client=$!
+}
+# count_while_running PID COMMAND...: COMMAND's number, read until it says 2 or PID
+# ended (the event waited for: both processes of the pair seen).
+count_while_running() {
+  local pid=$1 count=0
+  shift
+  while kill -0 "$pid" 2>/dev/null; do
+    count=$("$@")
+    (( count >= 2 )) && break
+    sleep 0.05
+  done
+  echo "$count"
+}
+# The pair on host a: both ends on 10.213.9.1; both QPs on the same-host path.
+start_pair local 7404 100000 10.213.9.1 SOFTRDMA_SHARE_ADDRESS=1
+local_server=$pair_server local_client=$pair_client
+host_path_qps() {
+  ip netns exec "$a" "$tool" status 2>/dev/null | grep -c 'peer ::ffff:10.213.9.1  path host' || true
+}
+host_qps=$(count_while_running "$local_client" host_path_qps)
+# The crossed pair, on a second address of host a: both processes hand packets over.
 ip -n "$a" addr add 10.213.9.11/24 dev "v$a"
-crossed_port=7405
-on_crossed=(ip netns exec "$a" env SOFTRDMA_ADDR=10.213.9.11 SOFTRDMA_SHARE_ADDRESS=crossed
-            SOFTRDMA_TRANSPORT=udp timeout 90)
-"${on_crossed[@]}" "$tool" run -- ibv_rc_pingpong -g 1 -c -p $crossed_port -n 20000 \
-  > "$out/server.crossed" 2>&1 &
-crossed_server=$!
-for _ in $(seq 1500); do
-  ip netns exec "$a" ss -ltnH "sport = :$crossed_port" | grep -q . && break
-  sleep 0.02
-done
-"${on_crossed[@]}" "$tool" run -- ibv_rc_pingpong -g 1 -c -p $crossed_port -n 20000 10.213.9.11 \
-  > "$out/client.crossed" 2>&1 &
-crossed_client=$!
-# Until both of its processes have had packets handed over (or the pair ended).
-handed=0
-while kill -0 "$crossed_client" 2>/dev/null; do
-  handed=$(ip netns exec "$a" "$tool" status 2>/dev/null |
-           awk '/^process/ { mine = /10\.213\.9\.11:/ } mine && $1 == "udp.rx_handed_over" && $2 > 0' |
-           wc -l)
-  (( handed >= 2 )) && break
-  sleep 0.05
-done
+start_pair crossed 7405 20000 10.213.9.11 SOFTRDMA_SHARE_ADDRESS=crossed SOFTRDMA_TRANSPORT=udp
+crossed_server=$pair_server crossed_client=$pair_client
+processes_handing_over() {
+  ip netns exec "$a" "$tool" status 2>/dev/null |
+    awk '/^process/ { mine = /10\.213\.9\.11:/ } mine && $1 == "udp.rx_handed_over" && $2 > 0' |
+    wc -l
+}
+handed=$(count_while_running "$crossed_client" processes_handing_over)
 status=0
 for pid in "${clients[@]}" "${servers[@]}" "$local_client" "$local_server" "$crossed_client" \
            "$crossed_server"; do

@@ -17,6 +17,7 @@ tag=$2
 gate=$3
 a=scma$tag b=scmb$tag
 source "$(dirname "${BASH_SOURCE[0]}")/host_pair.sh" 10.213.13
+source "$(dirname "${BASH_SOURCE[0]}")/judge_pair.sh"
 server_addr=10.213.13.1
 on_a=(ip netns exec "$a" env SOFTRDMA_ADDR=$server_addr SOFTRDMA_SHARE_ADDRESS=1 timeout 90 "$tool" run --)
 on_b=(ip netns exec "$b" env SOFTRDMA_ADDR=10.213.13.2 SOFTRDMA_SHARE_ADDRESS=1 timeout 60 "$tool" run --)
@@ -60,17 +61,6 @@ done
 status=0
 for entry in "${cases[@]}"; do
   IFS='|' read -r name _ _ done_line <<< "$entry"
-  rc=0
-  wait "${client[$name]}" || rc=$?
-  src=0
-  wait "${server[$name]}" || src=$?
-  echo "== $name: client exit $rc, server exit $src"
-  cat "$out/client.$name"
-  echo "-- its server:"
-  cat "$out/server.$name"
-  if (( rc != 0 || src != 0 )) || ! grep -Eq "$done_line" "$out/client.$name"; then
-    echo "FAIL: $name"
-    status=1
-  fi
+  judge_pair "$name" "$name" "$done_line" || status=1
 done
 exit $status

@@ -21,6 +21,7 @@ subnet=10.213.15
 [[ $wire == iwarp ]] && subnet=10.213.16
 fabric_prefix="fb${wire:0:1}$tag"
 source "$(dirname "${BASH_SOURCE[0]}")/fabric_hosts.sh" "$subnet" 4
+source "$(dirname "${BASH_SOURCE[0]}")/judge_pair.sh"
 server_host=${hosts[0]}
 server_addr=${addr[$server_host]}
 on() {  # on HOST COMMAND...: a process of HOST at its one address
@@ -92,17 +93,6 @@ done
 status=0
 for entry in "${cases[@]}"; do
   IFS='|' read -r name host _ _ done_line <<< "$entry"
-  rc=0
-  wait "${client[$name]}" || rc=$?
-  src=0
-  wait "${server[$name]}" || src=$?
-  echo "== $name ($wire): client on $host exit $rc, server exit $src"
-  cat "$out/client.$name"
-  echo "-- its server:"
-  cat "$out/server.$name"
-  if (( rc != 0 || src != 0 )) || ! grep -Eq "$done_line" "$out/client.$name"; then
-    echo "FAIL: $name"
-    status=1
-  fi
+  judge_pair "$name" "$name ($wire), client on $host" "$done_line" || status=1
 done
 exit $status
