@@ -181,7 +181,9 @@ Finding check_address() {
   if (rc == 0) {
     f.found = "SOFTRDMA_ADDR " + settings->address +
               (settings->share_address
-                   ? ": UDP port 4791 can be shared there (SOFTRDMA_SHARE_ADDRESS=1)"
+                   ? ": UDP port 4791 can be shared there (SOFTRDMA_SHARE_ADDRESS=1); the "
+                     "address's processes reach each other by the same-host path, those of "
+                     "other network namespaces by the network"
                    : ": UDP port 4791 is free there");
     return f;
   }
