@@ -3,10 +3,8 @@
 // peer_node.cc only.
 #pragma once
 
-#include <signal.h>
 #include <sys/types.h>
 
-#include <cerrno>
 #include <cstdint>
 
 #include "samehost/node_segment.h"
@@ -35,8 +33,5 @@ inline QpGrant decode_qp(const QpTable::Value& v) {
           uint32_t(v[2]), uint32_t(v[2] >> 32), uint32_t(v[0] >> 8) & 0xff, uint32_t(v[3]),
           uint32_t(v[3] >> 32)};
 }
-
-// A process of that pid exists (EPERM: one of another user).
-inline bool process_exists(pid_t pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
 
 }  // namespace softrdma::samehost

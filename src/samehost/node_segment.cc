@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -141,6 +142,33 @@ NodeView NodeView::at(void* base) {
   v.recv_sges = reinterpret_cast<RecvSge*>(bytes + NodeLayout::sges_offset());
   v.recv_results = reinterpret_cast<RecvResult*>(bytes + NodeLayout::results_offset());
   return v;
+}
+
+namespace {
+
+// /proc/PID/stat's state (the field after the command's closing parenthesis): Z
+// or X, the process has exited. False when it cannot be read (no /proc).
+bool process_exited(pid_t pid) {
+  char path[32];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", int(pid));
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char text[512];
+  const ssize_t n = read(fd, text, sizeof text - 1);
+  close(fd);
+  if (n <= 0) return false;
+  text[n] = '\0';
+  const char* end = std::strrchr(text, ')');
+  if (end == nullptr || end[1] != ' ') return false;
+  return end[2] == 'Z' || end[2] == 'X';
+}
+
+}  // namespace
+
+bool process_exists(pid_t pid) {
+  if (pid <= 0) return false;
+  if (kill(pid, 0) != 0 && errno != EPERM) return false;
+  return !process_exited(pid);
 }
 
 uint64_t network_namespace() {

@@ -249,6 +249,10 @@ class NodeSegment {
 
 // The pid a segment file names (0: not a finished segment of this layout).
 pid_t node_segment_owner(int fd);
+// A process of that pid runs or may run again (EPERM: one of another user). A
+// zombie does not: it exited and only waits for its parent to reap it, and an
+// access it had begun will never end (kill(2) alone would call it alive).
+bool process_exists(pid_t pid);
 // The inode of this process's network namespace (/proc/self/ns/net; 0 unknown).
 uint64_t network_namespace();
 // `<directory>softrdma-node-<netns>-<hex>` for a GID in this process's network

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <vector>
 #include <thread>
 
@@ -170,6 +171,34 @@ TEST_F(NodeSegmentTest, RevocationWaitsForAnAccessInFlight) {
   peer->end_access();
   owner.join();
   EXPECT_TRUE(revoked.load());
+}
+
+// A peer that exited inside an access is gone even while its parent has not
+// reaped it (a zombie answers kill(pid, 0)): the revocation does not wait for an
+// access that will never end. (A test harness that waits for its client before
+// its server left the server a zombie, and the client's ibv_dereg_mr spun until
+// the harness gave up.)
+TEST_F(NodeSegmentTest, RevocationDoesNotWaitForAPeerThatExitedInAnAccessUnreaped) {
+  auto node = create({gid(1)});
+  node->publish_key(9, KeyGrant{1, 1, 1, 1, IBV_ACCESS_REMOTE_WRITE, 0});
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto peer = open(gid(1));
+    if (!peer || !peer->join()) _exit(1);
+    peer->begin_access();
+    _exit(peer->key(9).has_value() ? 0 : 2);  // inside the access
+  }
+  siginfo_t info{};
+  ASSERT_EQ(waitid(P_PID, id_t(child), &info, WEXITED | WNOWAIT), 0);  // a zombie now
+  ASSERT_EQ(info.si_status, 0) << "the child did not begin its access";
+  auto revoked = std::async(std::launch::async, [&] { node->revoke_key(9); });
+  // A guard against a hang (nothing is timed): 30 s, then the zombie is reaped,
+  // which ends the wait either way.
+  const bool returned = revoked.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);
+  revoked.get();
+  EXPECT_TRUE(returned) << "the revocation waited for a zombie's access";
 }
 
 TEST_F(NodeSegmentTest, FaultsReachTheOwnerInOrderAndAFullQueueRefuses) {
