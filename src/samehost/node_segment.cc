@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -146,8 +147,11 @@ NodeView NodeView::at(void* base) {
 
 namespace {
 
-// /proc/PID/stat's state (the field after the command's closing parenthesis): Z
-// or X, the process has exited. False when it cannot be read (no /proc).
+// /proc/PID/stat's state (field 3, after the command's closing parenthesis) is Z
+// or X and its thread count (field 20) is 1: the whole process has exited. A
+// leader that is Z while other threads live ("Zl": it called pthread_exit, or the
+// process is still tearing down) has not: its files, an access one of its threads
+// is in, are not released yet. False when it cannot be read (no /proc).
 bool process_exited(pid_t pid) {
   char path[32];
   std::snprintf(path, sizeof path, "/proc/%d/stat", int(pid));
@@ -159,8 +163,13 @@ bool process_exited(pid_t pid) {
   if (n <= 0) return false;
   text[n] = '\0';
   const char* end = std::strrchr(text, ')');
-  if (end == nullptr || end[1] != ' ') return false;
-  return end[2] == 'Z' || end[2] == 'X';
+  if (end == nullptr || end[1] != ' ' || (end[2] != 'Z' && end[2] != 'X')) return false;
+  const char* field = end + 2;  // field 3
+  for (int number = 3; number < 20 && field != nullptr; ++number) {
+    field = std::strchr(field, ' ');
+    if (field != nullptr) ++field;
+  }
+  return field != nullptr && std::strtol(field, nullptr, 10) <= 1;
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <pwd.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -199,6 +200,50 @@ TEST_F(NodeSegmentTest, RevocationDoesNotWaitForAPeerThatExitedInAnAccessUnreape
   ASSERT_EQ(waitpid(child, nullptr, 0), child);
   revoked.get();
   EXPECT_TRUE(returned) << "the revocation waited for a zombie's access";
+}
+
+// A process whose main thread exited while another runs ("Zl" in ps: its leader
+// is a zombie) is alive: its files and accesses are not released. Once the last
+// thread is gone and it waits for its parent, it is not. (The first version of
+// the zombie check took the former for dead: a process exiting with its progress
+// thread still up had its registry slot reaped and taken while it held it.)
+TEST(ProcessExists, AProcessWithALiveThreadIsAliveAndAZombieIsNot) {
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    static int ready_fd = ready[1];
+    pthread_t worker;
+    pthread_create(&worker, nullptr, [](void*) -> void* {
+      char one = 1;
+      if (write(ready_fd, &one, 1) != 1) _exit(1);
+      for (;;) pause();  // until killed
+    }, nullptr);
+    // The leader goes and the worker keeps the process. The exit system call ends
+    // only the calling thread, and unlike pthread_exit it unwinds nothing (gtest's
+    // frames would take the forced unwind for an exception).
+    syscall(SYS_exit, 0);
+  }
+  close(ready[1]);  // a child that died before its worker wrote: read() sees the end
+  char one = 0;
+  ASSERT_EQ(read(ready[0], &one, 1), 1) << "the child's worker never ran";
+  // The leader's exit is asynchronous to the worker's start: until it is a
+  // zombie, this tells nothing new; wait for the event, then judge.
+  EXPECT_TRUE(testing_support::eventually([&] {
+    std::ifstream stat("/proc/" + std::to_string(child) + "/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const size_t end = text.rfind(')');
+    return end != std::string::npos && end + 2 < text.size() && text[end + 2] == 'Z';
+  })) << "the leader never exited";
+  EXPECT_TRUE(process_exists(child)) << "a process with a live thread was taken for dead";
+  kill(child, SIGKILL);
+  siginfo_t info{};
+  ASSERT_EQ(waitid(P_PID, id_t(child), &info, WEXITED | WNOWAIT), 0);  // a zombie, unreaped
+  EXPECT_FALSE(process_exists(child)) << "an exited process waiting for its parent";
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);
+  EXPECT_FALSE(process_exists(child));
+  close(ready[0]);
 }
 
 TEST_F(NodeSegmentTest, FaultsReachTheOwnerInOrderAndAFullQueueRefuses) {
