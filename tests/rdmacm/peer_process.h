@@ -102,11 +102,15 @@ struct CmServer {
         rdma_bind_addr(listen_id, as_sockaddr(address)) != 0 || rdma_listen(listen_id, 4) != 0)
       listen_id = nullptr;
   }
+  // The accepted connection's QP and id go (the listener stays).
+  void drop_connection() {
+    if (conn == nullptr) return;
+    rdma_destroy_qp(conn);
+    rdma_destroy_id(conn);
+    conn = nullptr;
+  }
   ~CmServer() {
-    if (conn != nullptr) {
-      rdma_destroy_qp(conn);
-      rdma_destroy_id(conn);
-    }
+    drop_connection();
     if (listen_id != nullptr) rdma_destroy_id(listen_id);
     rdma_destroy_event_channel(channel);
   }

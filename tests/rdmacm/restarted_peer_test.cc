@@ -39,9 +39,7 @@ TEST(RestartedPeer, FirstRequestFromTheNextProcessOnAnAddressIsAnswered) {
     first.kill_now();
     ASSERT_EQ(server.next(), RDMA_CM_EVENT_DISCONNECTED);  // its exit was seen
   }
-  rdma_destroy_qp(server.conn);
-  rdma_destroy_id(server.conn);
-  server.conn = nullptr;
+  server.drop_connection();
   const uint64_t dropped = dropped_here();
   ASSERT_NE(dropped, UINT64_MAX) << "no engine counters from " SOFTRDMA_TOOL " status";
   // The next process on that address connects at once.
@@ -72,9 +70,7 @@ TEST(RestartedPeer, TheNextProcessAfterAnOrderlyExitSendsItsRequestOnce) {
     ASSERT_EQ(first.line(), "disconnected");
     ASSERT_TRUE(first.exited_cleanly());
   }
-  rdma_destroy_qp(server.conn);
-  rdma_destroy_id(server.conn);
-  server.conn = nullptr;
+  server.drop_connection();
   const uint64_t dropped = dropped_here();
   ASSERT_NE(dropped, UINT64_MAX) << "no engine counters from " SOFTRDMA_TOOL " status";
   PeerProcess second(on_address, "cm", "127.0.0.1", server.port);
