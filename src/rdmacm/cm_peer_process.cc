@@ -3,7 +3,9 @@
 // when a process dies because it holds the process's files; softrdma's agents
 // use the kernel for the same: each publishes an abstract AF_UNIX socket named
 // after its GIDs, and an agent whose connection is established connects to the
-// one named after its peer's GID. A connection to it exists only if the peer is a
+// one named after its peer's GID (on an address several processes share,
+// docs/decisions/host-rnic.md, after the GID and the peer's slot, which the top
+// bits of its Communication ID carry). A connection to it exists only if the peer is a
 // process of this host (this network namespace: abstract names are per
 // namespace), and the socket names that process exactly (SO_PEERPIDFD: a pidfd,
 // immune to PID reuse). The pidfd becomes readable when the process exits, and
@@ -28,6 +30,7 @@
 #include "rdmacm/cm.h"
 #include "rdmacm/cm_format.h"
 #include "rdmacm/verbs_private.h"
+#include "wire/cm_route.h"
 
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77  // Linux 6.5 (asm-generic/socket.h)
@@ -36,26 +39,31 @@
 namespace softrdma::rdmacm {
 namespace {
 
-// "softrdma-rdmacm/alive/<GID>" in the abstract namespace.
-sockaddr_un liveness_name(const ibv_gid& gid, socklen_t& length) {
+// "softrdma-rdmacm/alive/<GID>" in the abstract namespace; on a shared address
+// (`slot` not 0), "softrdma-rdmacm/alive/<GID>/<slot>".
+sockaddr_un liveness_name(const ibv_gid& gid, uint32_t slot, socklen_t& length) {
   sockaddr_un un{};
   un.sun_family = AF_UNIX;
   char text[INET6_ADDRSTRLEN] = {};
   inet_ntop(AF_INET6, gid.raw, text, sizeof text);
   const int n =
-      std::snprintf(un.sun_path + 1, sizeof un.sun_path - 1, "softrdma-rdmacm/alive/%s", text);
+      slot == 0
+          ? std::snprintf(un.sun_path + 1, sizeof un.sun_path - 1, "softrdma-rdmacm/alive/%s", text)
+          : std::snprintf(un.sun_path + 1, sizeof un.sun_path - 1, "softrdma-rdmacm/alive/%s/%u",
+                          text, slot);
   length = socklen_t(offsetof(sockaddr_un, sun_path) + 1 + n);
   return un;
 }
 
-// A pidfd of the process of this host that holds `gid`, or -1 (another host, or
-// a softrdma without liveness sockets). The kernel records the listener's
-// credentials at listen(2): the connection needs no answer.
-int pidfd_of_holder(const ibv_gid& gid, pid_t& pid) {
+// A pidfd of the process of this host that holds `gid` (with `slot`, on a shared
+// address), or -1 (another host, or a softrdma without liveness sockets). The
+// kernel records the listener's credentials at listen(2): the connection needs no
+// answer.
+int pidfd_of_holder(const ibv_gid& gid, uint32_t slot, pid_t& pid) {
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return -1;
   socklen_t length = 0;
-  sockaddr_un name = liveness_name(gid, length);
+  sockaddr_un name = liveness_name(gid, slot, length);
   int pidfd = -1;
   ucred cred{};
   socklen_t cred_length = sizeof cred;
@@ -75,8 +83,8 @@ int pidfd_of_holder(const ibv_gid& gid, pid_t& pid) {
 // Under mutex_, with the context just opened: one socket per distinct GID.
 void Agent::publish_liveness() {
   // On an address other processes share (docs/decisions/host-rnic.md) a GID names
-  // no one process: its peers learn of this one's exit from their QPs instead.
-  if (softrdma_cm_id_slot(context_) != 0) return;
+  // no one process: the name carries this process's slot, as its Comm IDs do.
+  const uint32_t slot = softrdma_cm_id_slot(context_);
   ibv_port_attr port{};
   if (ibv_query_port(context_, 1, &port) != 0) return;
   std::set<std::array<uint8_t, 16>> named;  // std::array: GCC 12 warns on vector<uint8_t>'s <=>
@@ -88,7 +96,7 @@ void Agent::publish_liveness() {
     if (raw == std::array<uint8_t, 16>{} || !named.insert(raw).second) continue;
     const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     socklen_t length = 0;
-    sockaddr_un name = liveness_name(gid, length);
+    sockaddr_un name = liveness_name(gid, slot, length);
     epoll_event event{};
     event.events = EPOLLIN;
     event.data.fd = fd;
@@ -123,7 +131,24 @@ bool Agent::serve_pidfd(int fd) {
 // Under cm_mutex_.
 void Agent::watch_peer(CmId& id) {
   pid_t pid = 0;
-  const int pidfd = pidfd_of_holder(id.conn.remote_gid, pid);
+  // A peer alone on its address publishes by GID; one that shares it, by GID and
+  // the slot its Communication ID carries (wire/cm_route.h).
+  int pidfd = pidfd_of_holder(id.conn.remote_gid, 0, pid);
+  const uint32_t slot = wire::comm_id_slot(id.conn.remote_comm_id);
+  if (pidfd < 0 && slot != 0) {
+    pidfd = pidfd_of_holder(id.conn.remote_gid, slot, pid);
+    // The socket may be a former holder's of the slot, still exiting (its name
+    // not yet released, the newcomer's not bound): only the slot's holder now,
+    // as the address's registry says, is the peer (when this process shares the
+    // address; a peer's registry on another address is not ours to read).
+    const bool our_address = std::memcmp(id.conn.remote_gid.raw,
+                                         id.ibv.route.addr.addr.ibaddr.sgid.raw, 16) == 0;
+    const int owner = our_address ? softrdma_cm_slot_owner(id.ibv.verbs, slot) : 0;
+    if (pidfd >= 0 && owner != 0 && owner != pid) {
+      close(pidfd);
+      pidfd = -1;
+    }
+  }
   if (pidfd < 0) return;
   if (pid == getpid() || peer_pidfds_.contains(pid)) {
     close(pidfd);

@@ -26,6 +26,8 @@ int softrdma_iwarp_attach(ibv_qp* qp, const softrdma::wire::iwarp::IwarpHandoff*
 uint32_t softrdma_cm_id_slot(ibv_context* context);
 int softrdma_cm_claim_service(ibv_context* context, uint64_t service_id);
 void softrdma_cm_release_service(ibv_context* context, uint64_t service_id);
+// The live process holding `slot` of the shared address; 0 when none, or not shared.
+int softrdma_cm_slot_owner(ibv_context* context, uint32_t slot);
 // A CM MAD sent again after its timeout, counted in `cm_mads_resent` (verbs/cm_support.cc).
 void softrdma_cm_count_resent(ibv_context* context);
 }

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <array>
 #include <cstdio>
 #include <cstring>
 
@@ -23,10 +24,14 @@ namespace {
 
 // UDP, then capture closest to the wire, then faults on top (so the capture shows
 // what really crossed the socket: an injected loss is not in the file).
+// `address_refused`: what failed was the address (its port held, not this host's),
+// not a setting of capture or faults.
 std::unique_ptr<transport::Transport> open_transport(const Settings& s, std::string& error,
                                                      transport::FaultInjector*& faults,
                                                      StatusSegment* status,
-                                                     SharedAddress* shared) {
+                                                     SharedAddress* shared,
+                                                     bool& address_refused,
+                                                     transport::UdpTransport*& udp_out) {
   transport::UdpConfig udp;
   udp.address = s.address;
   if (shared != nullptr) udp.shared = &shared->hooks();
@@ -40,8 +45,10 @@ std::unique_ptr<transport::Transport> open_transport(const Settings& s, std::str
   } else {
     auto roce = transport::UdpTransport::open(udp, error);
     if (roce && shared != nullptr) shared->start(*roce);
+    udp_out = roce.get();
     t = std::move(roce);
   }
+  address_refused = t == nullptr;
   if (!t) return nullptr;
   if (!s.pcap_path.empty()) {
     t = transport::open_capture(std::move(t), s.pcap_path, error);
@@ -79,10 +86,8 @@ std::unique_ptr<OpenDevice> OpenDevice::open(const Settings& settings, std::stri
   // And the host registries of shared addresses whose processes were all killed.
   node->stale_removed_ += samehost::HostRegistry::remove_abandoned();
   node->status_ = StatusSegment::create(settings.device_name);
-  if (settings.share_address && !node->join_shared_address(error)) return nullptr;
-  node->transport_ = open_transport(settings, error, node->faults_, node->status_.get(),
-                                    node->shared_.get());
-  if (!node->transport_) return nullptr;
+  if (!node->open_wire(error)) return nullptr;
+  const Settings& chosen = node->settings_;  // with the address the device serves
   engine::DeviceConfig config;
   node->open_same_host();
   if (node->shared_) {
@@ -98,7 +103,7 @@ std::unique_ptr<OpenDevice> OpenDevice::open(const Settings& settings, std::stri
   }
   config.name = settings.device_name;
   if (node->status_) {
-    node->status_->set_address((settings.iwarp ? "iWARP over TCP, address " : "") +
+    node->status_->set_address((chosen.iwarp ? "iWARP over TCP, address " : "") +
                                node->transport_->describe());
     config.counters = node->status_->counters();
   }
@@ -153,6 +158,41 @@ std::unique_ptr<OpenDevice> OpenDevice::open(const Settings& settings, std::stri
     node->loop_->start();
   }
   return node;
+}
+
+// DESIGN.md §6, docs/decisions/host-rnic.md "Defaults": with SOFTRDMA_ADDR unset
+// the device serves the host's address, shared with the host's other processes.
+// Where it cannot (another user's processes hold it: one user per SO_REUSEPORT
+// group; or another program holds its port 4791), this process takes a loopback
+// address of its own, as the first engine did for every process, and says so once.
+bool OpenDevice::open_wire(std::string& error) {
+  if (settings_.address.empty() && settings_.share_address) {
+    settings_.address = Settings::host_address();
+    settings_.address_is_default = true;
+  }
+  bool address_refused = false;
+  if (open_wire_on_address(error, address_refused)) return true;
+  if (!settings_.address_is_default || !address_refused) return false;
+  const std::string why = error.rfind("softrdma: ", 0) == 0 ? error.substr(10) : error;
+  samehost::say_once("the host's address " + settings_.address + " cannot be shared with " +
+                     "this process (" + why + "); it uses a loopback address of its own, " +
+                     "which other hosts cannot reach (docs/configuration.md, SOFTRDMA_ADDR)");
+  shared_.reset();
+  settings_.address.clear();
+  settings_.address_is_default = false;
+  settings_.share_address = false;
+  settings_.share_crossed = false;
+  error.clear();
+  return open_wire_on_address(error, address_refused);
+}
+
+bool OpenDevice::open_wire_on_address(std::string& error, bool& address_refused) {
+  address_refused = true;
+  if (settings_.joins_shared_address() && !join_shared_address(error)) return false;
+  transport_ = open_transport(settings_, error, faults_, status_.get(), shared_.get(),
+                              address_refused, udp_);
+  if (!transport_) udp_ = nullptr;  // destroyed with what failed to wrap it
+  return transport_ != nullptr;
 }
 
 // docs/decisions/host-rnic.md: this process's place among the address's others.
@@ -216,10 +256,28 @@ OpenDevice::~OpenDevice() {
     }
   }
   host_.reset();
+  hand_over_what_is_queued();
   transport_.reset();
   // After the socket closed: the others probe again once this slot is free, and
   // must not find this socket still in the group.
   shared_.reset();
+}
+
+// docs/decisions/host-rnic.md, "Leaving": the kernel may have queued on this
+// process's socket packets of other processes of the address (hashed here while
+// their indices were being learned after another member left); closing the socket
+// would drop them and their senders would wait a retransmission timeout, or lose a
+// UD datagram for good. The engine is gone: the transport's receive path hands
+// over what is others' and what is this process's is dropped, as its QPs are.
+void OpenDevice::hand_over_what_is_queued() {
+  if (!shared_ || !transport_ || udp_ == nullptr) return;
+  std::array<transport::RxPacket, 32> packets;
+  for (int burst = 0; burst < 64 && udp_->socket_has_data(); ++burst) udp_->rx_burst(packets);
+}
+
+void OpenDevice::close_after_fork() {
+  if (udp_ != nullptr) udp_->close_after_fork();
+  if (shared_) shared_->close_after_fork();
 }
 
 bool OpenDevice::progress_inline() {

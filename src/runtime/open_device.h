@@ -23,6 +23,7 @@
 
 namespace softrdma::transport {
 class FaultInjector;
+class UdpTransport;
 }
 
 namespace softrdma::runtime {
@@ -37,6 +38,8 @@ class OpenDevice {
 
   engine::Device& device() { return *device_; }
   transport::Transport& transport() { return *transport_; }
+  // As opened: `address` is the one the device serves (the host's when
+  // SOFTRDMA_ADDR was not set; address_is_default says so).
   const Settings& settings() const { return settings_; }
   // Progress on the caller's thread (poll_cq with SOFTRDMA_PROGRESS=inline, or to
   // cut latency); false when there was nothing to do or another thread was at it.
@@ -55,6 +58,13 @@ class OpenDevice {
     if (loop_) loop_->poller_satisfied(hand_over);
   }
   progress::ProgressLoop* loop() { return loop_.get(); }
+  // In a child of fork(), which forgets the parent's device without destroying it:
+  // closes the child's copies of the sockets that name the parent on its address
+  // (the UDP receive sockets, the hand-over), so that a child outliving its parent
+  // neither holds a place in the address's SO_REUSEPORT group that nobody reads
+  // (packets the kernel hashes to it would be lost) nor keeps a hand-over name a
+  // newcomer must bind (docs/decisions/host-rnic.md, "Fork").
+  void close_after_fork();
   // Set when the address is shared with other processes of the host
   // (SOFTRDMA_SHARE_ADDRESS; docs/decisions/host-rnic.md).
   SharedAddress* shared_address() { return shared_.get(); }
@@ -85,16 +95,26 @@ class OpenDevice {
   // entered Error to the listener.
   void after_turn();
   void report_qp_errors();
+  // At close, on a shared address: what the socket holds for other processes goes
+  // to them before the socket closes.
+  void hand_over_what_is_queued();
   void watch_addresses();
   // The same-host path (docs/decisions/same-host.md), unless the settings put
   // everything on the wire or no node segment could be made (said once).
   void open_same_host();
+  // The transport, on the address the settings name or the host's (joining its
+  // group when shared); false and why.
+  bool open_wire(std::string& error);
+  // `address_refused`: the failure was the address's (another user's group, its
+  // port held), which open_wire answers with a loopback address of this process's.
+  bool open_wire_on_address(std::string& error, bool& address_refused);
   bool join_shared_address(std::string& error);
 
   Settings settings_;
   std::unique_ptr<StatusSegment> status_;  // outlives the device: its counters live there
   std::unique_ptr<SharedAddress> shared_;  // set: the address is shared (host-rnic.md)
   std::unique_ptr<transport::Transport> transport_;
+  transport::UdpTransport* udp_ = nullptr;  // inside transport_, for RoCEv2
   transport::FaultInjector* faults_ = nullptr;  // inside transport_, when configured
   std::unique_ptr<samehost::Host> host_;  // outlives the device, which publishes there
   int stale_removed_ = 0;

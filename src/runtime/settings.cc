@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "engine/limits.h"
+#include "transport/udp/host_address.h"
 
 namespace softrdma::runtime {
 
@@ -90,12 +91,8 @@ std::optional<Settings> Settings::from_environment(std::string& error) {
               "\"";
       return std::nullopt;
     }
-    s.share_address = share != "0" && !s.iwarp;  // iWARP shares addresses anyway
-    s.share_crossed = s.share_address && share == "crossed";
-    if (s.share_address && s.address.empty()) {
-      error = "SOFTRDMA_SHARE_ADDRESS=" + share + " needs SOFTRDMA_ADDR: the address to share";
-      return std::nullopt;
-    }
+    s.share_address = share != "0";
+    s.share_crossed = share == "crossed" && !s.iwarp;
   }
   if (!s.pcap_path.empty() || !s.faults.empty() || s.iwarp) s.same_host = false;
   if (s.iwarp && (!s.pcap_path.empty() || !s.faults.empty())) {
@@ -140,18 +137,27 @@ std::optional<Settings> Settings::from_environment(std::string& error) {
   return s;
 }
 
+std::string Settings::host_address() { return transport::udp::host_address(); }
+
+std::string Settings::describe_address() const {
+  if (address.empty())
+    return share_address ? "(the host's address)" : "(a loopback address of this process's own)";
+  if (address_is_default) return address + " (the host's address; SOFTRDMA_ADDR not set)";
+  return address;
+}
+
 std::vector<std::pair<std::string, std::string>> Settings::describe() const {
   return {
       {"SOFTRDMA_DEVICE", device_name},
       {"SOFTRDMA_WIRE", iwarp ? "iwarp (RDMAP/DDP/MPA over TCP)" : "roce (RoCEv2 over UDP)"},
-      {"SOFTRDMA_ADDR", address.empty() ? "(per-process loopback address)" : address},
+      {"SOFTRDMA_ADDR", describe_address()},
       {"SOFTRDMA_PCAP", pcap_path.empty() ? "(off)" : pcap_path},
       {"SOFTRDMA_FAULTS", faults.empty() ? "(off)" : faults},
       {"SOFTRDMA_TRANSPORT", same_host ? "auto (same-host path where possible)" : "udp"},
       {"SOFTRDMA_SHARE_ADDRESS",
        share_crossed   ? "crossed (shared; every packet handed over, for measuring it)"
        : share_address ? "1 (shared with this host's processes)"
-                       : "0"},
+                       : "0 (this process's alone)"},
       {"SOFTRDMA_PROGRESS", progress_thread ? "thread" : "inline"},
       {"SOFTRDMA_WINDOW", std::to_string(max_unacked_packets)},
       {"SOFTRDMA_IDLE_PROBE_MS", idle_probe_ms == 0 ? "0 (off)" : std::to_string(idle_probe_ms)},

@@ -25,8 +25,13 @@ struct Settings {
   bool iwarp = false;
   static bool iwarp_from_environment();
   // SOFTRDMA_ADDR: the local IPv4/IPv6 address RoCEv2 traffic uses (port 4791).
-  // Empty: a loopback address of this process's own (127.x.y.z from the pid).
+  // Empty: the host's address (transport/udp/host_address.h), shared with the
+  // host's other processes, chosen when the device opens; with
+  // SOFTRDMA_SHARE_ADDRESS=0, a loopback address of this process's own (127.x.y.z
+  // from the pid), which only this host reaches.
   std::string address;
+  // Set by OpenDevice when it chose `address` itself (SOFTRDMA_ADDR not set).
+  bool address_is_default = false;
   // SOFTRDMA_PCAP: write every RoCEv2 packet sent and received to this pcap file.
   std::string pcap_path;
   // SOFTRDMA_FAULTS: impair the traffic (transport/fake/fault_settings.h), e.g.
@@ -37,12 +42,17 @@ struct Settings {
   // rest; "udp" puts everything on the wire. SOFTRDMA_PCAP and SOFTRDMA_FAULTS
   // need packets: with either, "auto" means "udp".
   bool same_host = true;
-  // SOFTRDMA_SHARE_ADDRESS: "1": this RoCEv2 device shares SOFTRDMA_ADDR with the
-  // host's other processes of this user (docs/decisions/host-rnic.md). "crossed":
-  // the same, with each process's packets steered to another member, which hands
-  // them over (bench/compare.sh measures the hand-over with it).
-  bool share_address = false;
+  // SOFTRDMA_SHARE_ADDRESS: "1" (default): this RoCEv2 device shares its address
+  // with the host's other processes of this user, as an RNIC serves every process
+  // of its host (docs/decisions/host-rnic.md). "0": the address is this process's
+  // alone (and with SOFTRDMA_ADDR unset, a loopback address of its own). "crossed":
+  // shared, with each process's packets steered to another member, which hands
+  // them over (bench/compare.sh measures the hand-over with it). iWARP's device
+  // holds no UDP port and shares its address whatever this says.
+  bool share_address = true;
   bool share_crossed = false;
+  // Whether the device joins its address's group of processes (RoCEv2 only).
+  bool joins_shared_address() const { return share_address && !iwarp; }
   // SOFTRDMA_PROGRESS: "thread" (default) runs the engine on its own thread;
   // "inline" makes progress only when the application polls.
   bool progress_thread = true;
@@ -64,6 +74,11 @@ struct Settings {
   static std::optional<Settings> from_environment(std::string& error);
   // SOFTRDMA_SYSFS_VIEW alone (`softrdma run` reads it whatever the others say).
   static std::optional<bool> sysfs_view_from_environment(std::string& error);
+  // The address a device serves with SOFTRDMA_ADDR unset and sharing on: the
+  // host's (transport/udp/host_address.h).
+  static std::string host_address();
+  // SOFTRDMA_ADDR's value in force, said for `softrdma status` and the doctor.
+  std::string describe_address() const;
   // (variable, value in force) for `softrdma status`.
   std::vector<std::pair<std::string, std::string>> describe() const;
 };

@@ -2,10 +2,13 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <map>
 #include <vector>
 
+#include "transport/udp/udp_socket.h"
 #include "wire/cm_gsi.h"
 #include "wire/cm_route.h"
 #include "wire/packet.h"
@@ -58,9 +61,30 @@ std::unique_ptr<SharedAddress> SharedAddress::join(const wire::Gid& address, std
   shared->crossed_ = crossed;
   shared->registry_ = samehost::HostRegistry::join(address, error);
   if (!shared->registry_) return nullptr;
-  shared->handover_ = transport::udp::Handover::open(shared->registry_->path(),
-                                                     shared->registry_->slot(), error);
+  // Alone in the registry, the address's port must be free: sockets already there
+  // belong to processes this registry does not know, which could not be steered to
+  // (another /dev/shm in this network namespace, as a container on the host's
+  // network has; another user; a kernel RoCE device).
+  if (shared->registry_->members().size() == 1 &&
+      transport::udp::port_held(address, wire::kRoceUdpPort)) {
+    error = "softrdma: UDP port 4791 on " + transport::udp::address_to_string(address) +
+            " is held by processes this one cannot share it with (another user's, or ones "
+            "with another /dev/shm, as a container on the host's network has, or a kernel "
+            "RoCE device): `ss -ulpn sport = :4791` names them";
+    return nullptr;
+  }
+  // A slot whose hand-over name is still bound (a copy of a gone holder's socket
+  // lives on in a process softrdma did not fork, or in an older softrdma's child)
+  // is kept aside and another taken, a few times.
+  for (int tries = 0; tries < 4 && !shared->handover_; ++tries) {
+    int bind_error = 0;
+    shared->handover_ = transport::udp::Handover::open(
+        shared->registry_->path(), shared->registry_->slot(), error, &bind_error);
+    if (!shared->handover_ && (bind_error != EADDRINUSE || !shared->registry_->move_to_another_slot()))
+      break;
+  }
   if (!shared->handover_) return nullptr;
+  error.clear();
   samehost::HostRegistry* registry = shared->registry_.get();
   shared->handover_->set_doorbells([registry](uint32_t slot) { return registry->doorbell(slot); });
   SharedAddress* raw = shared.get();
@@ -140,10 +164,20 @@ void SharedAddress::after_turn() {
   if (!learned && generation == seen_generation_.load(std::memory_order_relaxed)) return;
   seen_generation_.store(generation, std::memory_order_relaxed);
   std::set<pid_t> members;
-  for (const samehost::HostRegistry::Member& m : registry_->members()) members.insert(m.pid);
+  uint32_t lowest_slot = UINT32_MAX;
+  for (const samehost::HostRegistry::Member& m : registry_->members()) {
+    members.insert(m.pid);
+    lowest_slot = std::min(lowest_slot, m.slot);
+  }
   if (members != seen_members_) {
-    probe();
-    return;  // the program follows once indices are learned
+    // One round per change, not one per member (N members each probing N indices,
+    // each round's nonce making the others' probes stale): a joiner probes as it
+    // starts, and after a leave or a death the member of the lowest slot does.
+    if (registry_->slot() == lowest_slot) {
+      probe();
+      return;  // the program follows once indices are learned
+    }
+    seen_members_ = std::move(members);
   }
   steer();
 }

@@ -34,6 +34,12 @@ class SharedAddress {
   // passed (dead members are looked for then).
   void after_turn();
   uint32_t slot() const { return registry_->slot(); }
+  // The live process holding `slot`, 0 when none.
+  pid_t slot_owner(uint32_t slot) const { return registry_->owner(slot).value_or(0); }
+  // In a child of fork() (verbs/process.cc): closes its copy of the hand-over socket.
+  void close_after_fork() {
+    if (handover_) handover_->close_after_fork();
+  }
   // CM listeners (docs/decisions/host-rnic.md, "CM MADs"): REQs and SIDR_REQs for
   // `service_id` are handed to this process from whichever member receives them.
   // EADDRINUSE when another process listens there, or the table is full.

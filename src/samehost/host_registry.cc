@@ -305,6 +305,24 @@ uint32_t HostRegistry::claim_free_slot_locked() {
   return 0;
 }
 
+bool HostRegistry::move_to_another_slot() {
+  Locked lock(*header_);
+  reap_locked();
+  const std::vector<uint32_t> held = slots_;
+  slots_.clear();  // the slot claimed next is the process's first: its own primary
+  const uint32_t fresh = claim_free_slot_locked();
+  if (fresh == 0) {
+    slots_ = held;
+    return false;
+  }
+  for (uint32_t slot : held) {
+    members_[slot].primary.store(fresh, std::memory_order_release);
+    slots_.push_back(slot);
+  }
+  slot_ = fresh;
+  return true;
+}
+
 uint32_t HostRegistry::take_another_slot() {
   Locked lock(*header_);
   reap_locked();

@@ -80,6 +80,11 @@ class HostRegistry {
   // all are held by live processes.
   uint32_t take_another_slot();
   const std::vector<uint32_t>& slots() const { return slots_; }
+  // This process's first slot cannot be used (its hand-over name is still bound by
+  // a copy of a gone process's socket): another becomes the first, and the old one
+  // stays held, so nobody else meets the same name, until this process leaves.
+  // False when no slot is free.
+  bool move_to_another_slot();
   const std::string& path() const { return path_; }
 
   // What a probe said: this process's socket has `index` in the group (all its slots).

@@ -43,6 +43,14 @@ SOFTRDMA_EXPORT void softrdma_cm_release_service(ibv_context* context, uint64_t 
     shared->release_service(service_id);
 }
 
+// The live process that holds `slot` of the shared address (its pid), 0 when none
+// does or the address is not shared: a peer's liveness socket found by its slot
+// names a process that may have left the slot since (decisions/host-rnic.md).
+SOFTRDMA_EXPORT int softrdma_cm_slot_owner(ibv_context* context, uint32_t slot) {
+  softrdma::runtime::SharedAddress* shared = shared_address(context);
+  return shared != nullptr ? shared->slot_owner(slot) : 0;
+}
+
 // The rdma_cm agent sent a CM MAD again because its answer did not come in time
 // (IBA 12.9.7): counted in the device's `cm_mads_resent`, which `softrdma status`
 // shows. The agent's thread is the counter's only writer (counters.h: one writer

@@ -248,11 +248,14 @@ void Process::after_fork_in_parent() {
 
 // The child has a copy of the parent's OpenDevice without its progress thread, with
 // the parent's sockets: using it would steal the parent's packets, and
-// destroying it would join a thread that does not exist here. It is forgotten
-// (leaked), and every object of the parent's contexts is dead in the child
+// destroying it would join a thread that does not exist here. Its receive and
+// hand-over sockets are closed (the child must not hold the parent's place on a
+// shared address after the parent exits); the rest is forgotten (leaked), and
+// every object of the parent's contexts is dead in the child
 // (docs/decisions/verbs-abi.md, "fork").
 void Process::after_fork_in_child() {
   Process& p = get();
+  if (p.node_) p.node_->close_after_fork();
   (void)p.node_.release();
   p.node_users_ = 0;
   p.contexts_.clear();

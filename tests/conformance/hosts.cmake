@@ -38,7 +38,8 @@ if(NOT MPI_C_FOUND)
   message(FATAL_ERROR "Open MPI is not installed (scripts/install-deps.sh installs it)")
 endif()
 add_executable(mpi_check mpi_check.c)
-target_link_libraries(mpi_check PRIVATE MPI::MPI_C)
+target_link_libraries(mpi_check PRIVATE MPI::MPI_C softrdma_ibverbs)
+target_include_directories(mpi_check PRIVATE ${IBVERBS_INCLUDE_DIR})
 foreach(job ucx ofi)
   add_test(NAME conformance.fabric.mpi_${job}
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi_fabric.sh $<TARGET_FILE:softrdma>

@@ -4,7 +4,8 @@
 # on HOST, an address of its hostfile. The host is the network namespace holding
 # that address (MPI_AGENT_HOSTS: "address=namespace ..."); the daemon runs there
 # at that address through `softrdma run` (MPI_AGENT_TOOL), so every rank it
-# forks inherits softrdma's libraries, SOFTRDMA_ADDR and SOFTRDMA_SHARE_ADDRESS.
+# forks inherits softrdma's libraries; nothing else is set: every rank serves its
+# host's one address, shared (the defaults, DESIGN.md §6).
 # As ssh does, the words of COMMAND are joined and given to a shell: mpirun
 # quotes its arguments for one.
 set -euo pipefail
@@ -12,7 +13,7 @@ host=$1
 shift
 for pair in $MPI_AGENT_HOSTS; do
   if [[ ${pair%%=*} == "$host" ]]; then
-    exec ip netns exec "${pair#*=}" env SOFTRDMA_ADDR="$host" SOFTRDMA_SHARE_ADDRESS=1 \
+    exec ip netns exec "${pair#*=}" env -u SOFTRDMA_ADDR -u SOFTRDMA_SHARE_ADDRESS \
       "$MPI_AGENT_TOOL" run -- sh -c "$*"
   fi
 done

@@ -4,10 +4,13 @@
  * pattern of (source rank, destination rank, size, iteration), so a byte from
  * the wrong sender, the wrong message, the wrong offset or an earlier round is
  * a mismatch. Then an allreduce whose sum is known. Rank 0 prints where every
- * rank ran (its SOFTRDMA_ADDR: the script checks the job spans the hosts), then
+ * rank ran (the address its verbs device serves, GID index 1: the script checks
+ * the job spans the hosts, each rank at its host's address), then
  * one line with the totals:
  *   "mpi check: 4 ranks, N messages, B bytes and 3 allreduces of E checked, 0 mismatches"
  * and the job exits 0; any mismatch exits 1 (MPI_Abort). */
+#include <arpa/inet.h>
+#include <infiniband/verbs.h>
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -75,11 +78,24 @@ static long check_allreduce(int rank, int ranks, int iteration, int64_t *in, int
   return wrong;
 }
 
-/* Rank 0 prints every rank's host address (SOFTRDMA_ADDR, "-" if unset). */
+/* The IPv4 address the first verbs device serves (its IPv4-mapped GID at index 1,
+ * decisions/gid-table.md) into `out`; "-" when there is none. */
+static void device_address(char *out, size_t size) {
+  snprintf(out, size, "-");
+  int count = 0;
+  struct ibv_device **list = ibv_get_device_list(&count);
+  struct ibv_context *context = list != NULL && count > 0 ? ibv_open_device(list[0]) : NULL;
+  union ibv_gid gid;
+  if (context != NULL && ibv_query_gid(context, 1, 1, &gid) == 0)
+    inet_ntop(AF_INET, gid.raw + 12, out, (socklen_t)size);
+  if (context != NULL) ibv_close_device(context);
+  if (list != NULL) ibv_free_device_list(list);
+}
+
+/* Rank 0 prints every rank's device address. */
 static void report_placement(int rank, int ranks) {
-  char mine[64] = "-";
-  const char *address = getenv("SOFTRDMA_ADDR");
-  if (address != NULL) snprintf(mine, sizeof mine, "%s", address);
+  char mine[64];
+  device_address(mine, sizeof mine);
   char *all = rank == 0 ? malloc((size_t)ranks * sizeof mine) : NULL;
   MPI_Gather(mine, sizeof mine, MPI_CHAR, all, sizeof mine, MPI_CHAR, 0, MPI_COMM_WORLD);
   for (int r = 0; rank == 0 && r < ranks; ++r)

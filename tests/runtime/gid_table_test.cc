@@ -135,13 +135,14 @@ bool is_local_address(const Gid& gid) {
   return found;
 }
 
-// A RoCEv2 SEND ONLY to QP 0x123456 (no such QP: the device counts it as
-// rx_unknown_qp, which proves the packet reached the engine through the ICRC check).
-std::vector<uint8_t> probe_packet(const Gid& src, const Gid& dst, uint16_t src_port) {
+// A RoCEv2 SEND ONLY to QP `qpn`, which does not exist: the device counts it as
+// rx_unknown_qp, which proves the packet reached the engine through the ICRC check.
+std::vector<uint8_t> probe_packet(const Gid& src, const Gid& dst, uint16_t src_port,
+                                  uint32_t qpn) {
   std::vector<uint8_t> bytes(wire::packet_bytes(wire::op::kRcSendOnly, 8));
   wire::PacketView p = wire::build_packet(bytes, wire::op::kRcSendOnly, 8);
   p.set(wire::bth::kPkey, 0xffff);
-  p.set(wire::bth::kDestQp, 0x123456);
+  p.set(wire::bth::kDestQp, qpn);
   const wire::IpUdpInfo info{.src = src, .dst = dst, .src_port = src_port,
                              .dst_port = wire::kRoceUdpPort, .ipv4_id = 0, .ipv4_df = true};
   wire::write_icrc(info, bytes);
@@ -149,12 +150,12 @@ std::vector<uint8_t> probe_packet(const Gid& src, const Gid& dst, uint16_t src_p
 }
 
 // Sends the probe from a kernel socket bound to (src, port) in the current namespace.
-bool send_probe(const Gid& src, const Gid& dst, uint32_t scope) {
+bool send_probe(const Gid& src, const Gid& dst, uint32_t scope, uint32_t qpn) {
   constexpr uint16_t kPort = 0xC321;
   const bool v6 = !wire::gid_is_ipv4(dst);
   const int fd = transport::udp::open_udp_socket(v6);
   if (fd < 0 || transport::udp::bind_socket(fd, src, kPort, v6 ? scope : 0) != 0) return false;
-  std::vector<uint8_t> bytes = probe_packet(src, dst, kPort);
+  std::vector<uint8_t> bytes = probe_packet(src, dst, kPort, qpn);
   transport::udp::SocketAddress to = transport::udp::to_socket_address(dst, wire::kRoceUdpPort);
   if (v6) reinterpret_cast<sockaddr_in6*>(&to.storage)->sin6_scope_id = scope;
   // Nonblocking socket: a first send may wait for neighbour discovery (queued by the
@@ -187,11 +188,16 @@ TEST_F(VethPair, EveryGidIsALocalAddressThatAPeerReaches) {
   }
   InNamespace in(ns_b_);
   const uint32_t scope = if_nametoindex(if_b_.c_str());
+  // A QPN of the device's own block on its shared address (the default), which no
+  // QP has: one of a block nobody holds would be dropped before the engine
+  // (rx_no_owner, host-rnic.md).
+  const uint32_t block = node->shared_address() ? node->shared_address()->slot() : 0x48;
+  const uint32_t qpn = block << 14 | 0x3456;
   uint64_t sent = 0;
   for (const Gid& gid : gids) {
     const Gid src = wire::gid_is_ipv4(gid) ? wire::gid_from_ipv4(ipv4(subnet_ + "2"))
                                            : link_local_b_;
-    ASSERT_TRUE(send_probe(src, gid, scope)) << strerror(errno);
+    ASSERT_TRUE(send_probe(src, gid, scope, qpn)) << strerror(errno);
     ++sent;
     EXPECT_TRUE(wait_for_unknown_qp(node->device(), sent))
         << "GID index " << sent - 1 << " did not reach the device";

@@ -6,9 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
 
 #include "transport/fake/fault_injector.h"
+#include "transport/udp/udp_socket.h"
 #include "wire/ip_udp.h"
 
 namespace softrdma::runtime {
@@ -17,18 +19,46 @@ OpenDevice* forgotten_node = nullptr;  // external linkage: the store is not opt
 
 namespace {
 
-// Default settings: a loopback address of its own, GIDs from it, a progress thread.
-TEST(NodeTest, OpensOnALoopbackAddressWithAProgressThread) {
+// Default settings: the host's address, shared with the host's other processes
+// (DESIGN.md §6), GIDs from it, a progress thread.
+TEST(NodeTest, OpensOnTheHostsAddressSharedWithAProgressThread) {
   std::string error;
   auto node = OpenDevice::open(Settings{}, error);
+  ASSERT_NE(node, nullptr) << error;
+  const std::string host = Settings::host_address();
+  EXPECT_EQ(node->settings().address, host);
+  EXPECT_TRUE(node->settings().address_is_default);
+  const auto& gids = node->device().gids();
+  ASSERT_FALSE(gids.empty());
+  const std::optional<wire::Gid> expected = transport::udp::parse_address(host);
+  ASSERT_TRUE(expected.has_value());
+  EXPECT_EQ(gids.back(), *expected);  // ::ffff:a.b.c.d, the IPv4-mapped entry
+  EXPECT_NE(node->shared_address(), nullptr) << "the host's address is shared";
+  ASSERT_NE(node->loop(), nullptr);
+  EXPECT_TRUE(node->loop()->running());
+  EXPECT_EQ(node->faults(), nullptr);
+  // A second device of this process opens beside it on the same address (a second
+  // ibv_open_device, or another process: both join the address's group).
+  auto second = OpenDevice::open(Settings{}, error);
+  ASSERT_NE(second, nullptr) << error;
+  EXPECT_EQ(second->device().gids(), gids);
+  EXPECT_NE(second->shared_address()->slot(), node->shared_address()->slot());
+}
+
+// SOFTRDMA_SHARE_ADDRESS=0 with no address: a loopback address of its own, alone
+// (the first engine's default, for what needs an address of its own).
+TEST(NodeTest, ShareZeroGivesALoopbackAddressOfItsOwn) {
+  Settings s;
+  s.share_address = false;
+  std::string error;
+  auto node = OpenDevice::open(s, error);
   ASSERT_NE(node, nullptr) << error;
   const auto& gids = node->device().gids();
   ASSERT_EQ(gids.size(), 2u);
   EXPECT_EQ(gids[1][10], 0xff);  // ::ffff:a.b.c.d
   EXPECT_EQ(gids[1][12], 127);   // on the loopback network
-  ASSERT_NE(node->loop(), nullptr);
-  EXPECT_TRUE(node->loop()->running());
-  EXPECT_EQ(node->faults(), nullptr);
+  EXPECT_EQ(node->shared_address(), nullptr);
+  EXPECT_FALSE(node->settings().address_is_default);
 }
 
 // SOFTRDMA_FAULTS puts a fault injector on top; inline progress runs no thread.

@@ -16,7 +16,8 @@ class SettingsTest : public ::testing::Test {
   static constexpr const char* kNames[] = {"SOFTRDMA_DEVICE", "SOFTRDMA_ADDR",
                                            "SOFTRDMA_PCAP",   "SOFTRDMA_FAULTS",
                                            "SOFTRDMA_PROGRESS", "SOFTRDMA_WINDOW",
-                                           "SOFTRDMA_SYSFS_VIEW", "SOFTRDMA_SHARE_ADDRESS"};
+                                           "SOFTRDMA_SYSFS_VIEW", "SOFTRDMA_SHARE_ADDRESS",
+                                           "SOFTRDMA_WIRE"};
   void SetUp() override { clear(); }
   void TearDown() override { clear(); }
   static void clear() {
@@ -30,7 +31,10 @@ TEST_F(SettingsTest, DefaultsWhenNothingIsSet) {
   auto s = Settings::from_environment(error);
   ASSERT_TRUE(s.has_value()) << error;
   EXPECT_EQ(s->device_name, "softrdma0");
-  EXPECT_TRUE(s->address.empty());
+  EXPECT_TRUE(s->address.empty());  // the host's, chosen when the device opens
+  EXPECT_TRUE(s->share_address) << "an RNIC serves every process of its host";
+  EXPECT_TRUE(s->joins_shared_address());
+  EXPECT_FALSE(s->share_crossed);
   EXPECT_TRUE(s->pcap_path.empty());
   EXPECT_TRUE(s->faults.empty());
   EXPECT_TRUE(s->progress_thread);
@@ -80,23 +84,38 @@ TEST_F(SettingsTest, MalformedValuesAreRefusedByName) {
   }
 }
 
-// Sharing an address needs the address; "crossed" shares it too, and says so.
-TEST_F(SettingsTest, SharingNamesItsAddressAndCrossedIsSharing) {
-  setenv("SOFTRDMA_SHARE_ADDRESS", "1", 1);
+// Sharing is the default, with or without SOFTRDMA_ADDR; "crossed" shares too, and
+// says so; "0" keeps the address this process's alone, and with no address that is
+// a loopback address of its own. iWARP holds no UDP port: it joins no group.
+TEST_F(SettingsTest, SharingIsTheDefaultAndZeroGivesAnAddressOfItsOwn) {
   std::string error;
-  EXPECT_FALSE(Settings::from_environment(error).has_value());
-  EXPECT_NE(error.find("needs SOFTRDMA_ADDR"), std::string::npos) << error;
-  setenv("SOFTRDMA_ADDR", "127.0.9.9", 1);
-  for (const char* value : {"1", "crossed"}) {
-    setenv("SOFTRDMA_SHARE_ADDRESS", value, 1);
-    auto s = Settings::from_environment(error);
-    ASSERT_TRUE(s.has_value()) << error;
-    EXPECT_TRUE(s->share_address) << value;
-    EXPECT_EQ(s->share_crossed, std::string(value) == "crossed");
-    EXPECT_TRUE(s->same_host) << "a shared address keeps the same-host path";
-    for (const auto& [name, shown] : s->describe())
-      if (name == "SOFTRDMA_SHARE_ADDRESS") EXPECT_EQ(shown.rfind(value, 0), 0u) << shown;
+  for (const char* address : {"", "127.0.9.9"}) {
+    if (*address != '\0') setenv("SOFTRDMA_ADDR", address, 1);
+    for (const char* value : {"1", "crossed"}) {
+      setenv("SOFTRDMA_SHARE_ADDRESS", value, 1);
+      auto s = Settings::from_environment(error);
+      ASSERT_TRUE(s.has_value()) << error;
+      EXPECT_TRUE(s->share_address) << value;
+      EXPECT_EQ(s->share_crossed, std::string(value) == "crossed");
+      EXPECT_TRUE(s->same_host) << "a shared address keeps the same-host path";
+      for (const auto& [name, shown] : s->describe())
+        if (name == "SOFTRDMA_SHARE_ADDRESS") {
+          EXPECT_EQ(shown.rfind(value, 0), 0u) << shown;
+        }
+    }
   }
+  unsetenv("SOFTRDMA_ADDR");
+  setenv("SOFTRDMA_SHARE_ADDRESS", "0", 1);
+  auto own = Settings::from_environment(error);
+  ASSERT_TRUE(own.has_value()) << error;
+  EXPECT_FALSE(own->share_address);
+  EXPECT_NE(own->describe_address().find("of this process's own"), std::string::npos);
+  unsetenv("SOFTRDMA_SHARE_ADDRESS");
+  setenv("SOFTRDMA_WIRE", "iwarp", 1);
+  auto iwarp = Settings::from_environment(error);
+  ASSERT_TRUE(iwarp.has_value()) << error;
+  EXPECT_FALSE(iwarp->joins_shared_address());
+  EXPECT_NE(iwarp->describe_address().find("the host's address"), std::string::npos);
 }
 
 }  // namespace

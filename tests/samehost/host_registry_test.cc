@@ -146,6 +146,31 @@ TEST_F(HostRegistryTest, AProcessMayHoldSeveralSlots) {
   EXPECT_EQ(other->handover_slot(extra), 0u);
 }
 
+// A first slot whose hand-over name is still bound elsewhere is kept aside: another
+// becomes the process's first (its packets' hand-over), the old one stays held
+// until the process leaves, and both are given back then.
+TEST_F(HostRegistryTest, AProcessMovesToAnotherSlotAndKeepsTheOldAside) {
+  auto mover = join();
+  auto other = join();
+  ASSERT_TRUE(mover && other);
+  const uint32_t old = mover->slot();
+  ASSERT_TRUE(mover->move_to_another_slot());
+  const uint32_t fresh = mover->slot();
+  EXPECT_NE(fresh, old);
+  EXPECT_NE(fresh, other->slot());
+  EXPECT_EQ(mover->slots(), (std::vector<uint32_t>{fresh, old}));
+  EXPECT_EQ(other->handover_slot(old), fresh);
+  EXPECT_EQ(other->handover_slot(fresh), fresh);
+  auto third = join();
+  ASSERT_TRUE(third);
+  EXPECT_NE(third->slot(), old) << "the old slot stays held";
+  const size_t before = other->members().size();
+  mover.reset();
+  EXPECT_EQ(other->members().size(), before - 2);
+  EXPECT_EQ(other->handover_slot(old), 0u);
+  EXPECT_EQ(other->handover_slot(fresh), 0u);
+}
+
 TEST_F(HostRegistryTest, IndicesAndProbeRoundsAreShared) {
   auto first = join();
   auto second = join();

@@ -23,6 +23,7 @@
 #include <sstream>
 #include <string>
 
+#include "runtime/settings.h"
 #include "support/seccomp_filter.h"
 
 namespace {
@@ -183,17 +184,26 @@ TEST(Doctor, APortThisTestHoldsIsAProblemNamingWhoMayHoldIt) {
   at.sin_port = htons(4791);
   inet_pton(AF_INET, "127.0.0.77", &at.sin_addr);
   ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&at), sizeof at), 0) << "cannot hold the port";
-  const DoctorRun run = run_doctor({{"SOFTRDMA_ADDR", "127.0.0.77"}});
+  const DoctorRun run =
+      run_doctor({{"SOFTRDMA_ADDR", "127.0.0.77"}, {"SOFTRDMA_SHARE_ADDRESS", "0"}});
+  // Shared (the default), the port is still refused: this socket did not join a group.
+  const DoctorRun shared = run_doctor({{"SOFTRDMA_ADDR", "127.0.0.77"}});
   close(fd);
   ASSERT_EQ(run.findings.count("address"), 1u) << run.out;
   EXPECT_EQ(run.findings.at("address").verdict, "PROBLEM") << run.out;
   EXPECT_NE(run.findings.at("address").text.find("another process holds it"), std::string::npos)
       << run.out;
   EXPECT_EQ(run.exit_code, 1) << run.out;
+  ASSERT_EQ(shared.findings.count("address"), 1u) << shared.out;
+  EXPECT_EQ(shared.findings.at("address").verdict, "PROBLEM") << shared.out;
+  EXPECT_NE(shared.findings.at("address").text.find("kernel RoCE device holds it"),
+            std::string::npos)
+      << shared.out;
 }
 
 // Issue 27: a port this user's process holds in the address's SO_REUSEPORT group
-// can be shared (SOFTRDMA_SHARE_ADDRESS=1); iWARP holds no UDP port at all.
+// can be shared (SOFTRDMA_SHARE_ADDRESS=1, the default), not taken alone (=0);
+// iWARP holds no UDP port at all.
 TEST(Doctor, APortHeldInTheGroupCanBeSharedAndIwarpNeedsNone) {
   const int fd = socket(AF_INET, SOCK_DGRAM, 0);
   const int one = 1;
@@ -205,7 +215,8 @@ TEST(Doctor, APortHeldInTheGroupCanBeSharedAndIwarpNeedsNone) {
   ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&at), sizeof at), 0) << "cannot hold the port";
   const DoctorRun shared =
       run_doctor({{"SOFTRDMA_ADDR", "127.0.0.78"}, {"SOFTRDMA_SHARE_ADDRESS", "1"}});
-  const DoctorRun alone = run_doctor({{"SOFTRDMA_ADDR", "127.0.0.78"}});
+  const DoctorRun alone =
+      run_doctor({{"SOFTRDMA_ADDR", "127.0.0.78"}, {"SOFTRDMA_SHARE_ADDRESS", "0"}});
   const DoctorRun iwarp = run_doctor({{"SOFTRDMA_ADDR", "127.0.0.78"}, {"SOFTRDMA_WIRE", "iwarp"}});
   close(fd);
   ASSERT_EQ(shared.findings.count("address"), 1u) << shared.out;
@@ -213,11 +224,25 @@ TEST(Doctor, APortHeldInTheGroupCanBeSharedAndIwarpNeedsNone) {
   EXPECT_NE(shared.findings.at("address").text.find("can be shared"), std::string::npos) << shared.out;
   ASSERT_EQ(alone.findings.count("address"), 1u) << alone.out;
   EXPECT_EQ(alone.findings.at("address").verdict, "PROBLEM") << alone.out;
-  EXPECT_NE(alone.findings.at("address").text.find("SOFTRDMA_SHARE_ADDRESS=1"), std::string::npos)
+  EXPECT_NE(alone.findings.at("address").text.find("SOFTRDMA_SHARE_ADDRESS=0"), std::string::npos)
       << alone.out;
   ASSERT_EQ(iwarp.findings.count("address"), 1u) << iwarp.out;
   EXPECT_EQ(iwarp.findings.at("address").verdict, "ok") << iwarp.out;
   EXPECT_NE(iwarp.findings.at("address").text.find("no UDP port"), std::string::npos) << iwarp.out;
+}
+
+// Nothing set (an empty variable is unset): the host's address, named, shared.
+TEST(Doctor, NothingSetNamesTheHostsAddress) {
+  const DoctorRun run = run_doctor({{"SOFTRDMA_ADDR", ""}, {"SOFTRDMA_SHARE_ADDRESS", ""}});
+  ASSERT_EQ(run.findings.count("address"), 1u) << run.out;
+  const Finding& f = run.findings.at("address");
+  EXPECT_NE(f.text.find("the host's address " + softrdma::runtime::Settings::host_address() +
+                        " (SOFTRDMA_ADDR unset)"),
+            std::string::npos)
+      << run.out;
+  if (f.verdict == "ok") {
+    EXPECT_NE(f.text.find("can be shared"), std::string::npos) << run.out;
+  }
 }
 
 TEST(Doctor, AnAddressThatIsNotTheHostsIsAProblem) {

@@ -1,10 +1,17 @@
 // Completion channels (ibv_req_notify_cq(3), ibv_get_cq_event(3)), async events
 // (ibv_get_async_event(3)) and fork (ibv_fork_init(3)).
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstddef>
+#include <cstdlib>
 #include <cstring>
 
 #include "verbs/verbs_fixture.h"
@@ -112,18 +119,47 @@ TEST(AsyncEvents, RemoteAccessErrorRaisesQpAccessError) {
   ibv_ack_async_event(&event);  // ibv_destroy_qp would wait for it
 }
 
+// Whether this process holds a socket bound to UDP port 4791 (RoCEv2's) or a
+// hand-over socket (transport/udp/handover.h): what a child of fork() must not
+// keep of its parent's device (host-rnic.md, "Fork").
+bool holds_a_device_socket() {
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return false;
+  bool found = false;
+  for (dirent* entry; !found && (entry = readdir(dir)) != nullptr;) {
+    const int fd = std::atoi(entry->d_name);
+    if (entry->d_name[0] == '.' || fd == dirfd(dir)) continue;
+    sockaddr_storage name{};
+    socklen_t length = sizeof name;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&name), &length) != 0) continue;
+    if (name.ss_family == AF_INET)
+      found = ntohs(reinterpret_cast<sockaddr_in*>(&name)->sin_port) == 4791;
+    else if (name.ss_family == AF_INET6)
+      found = ntohs(reinterpret_cast<sockaddr_in6*>(&name)->sin6_port) == 4791;
+    else if (name.ss_family == AF_UNIX && length > offsetof(sockaddr_un, sun_path) + 1)
+      found = std::strncmp(reinterpret_cast<sockaddr_un*>(&name)->sun_path + 1,
+                           "softrdma-handover/", 18) == 0;
+  }
+  closedir(dir);
+  return found;
+}
+
 // After fork() the child may not use the parent's objects (they fail, without
-// touching the parent's engine) but may open the device anew, with an address
-// of its own; the parent goes on undisturbed. What needs no engine works on the
+// touching the parent's engine) but may open the device anew: on the parent's
+// shared address (the default) its QPs take a block of QPNs of their own, with
+// SOFTRDMA_SHARE_ADDRESS=0 it has an address of its own; the parent goes on
+// undisturbed. What needs no engine works on the
 // parent's context, as on a kernel's: its attributes, device memory (host memory).
 TEST(Fork, ChildOpensItsOwnDeviceAndParentGoesOn) {
   Pair pair;
+  ASSERT_TRUE(holds_a_device_socket()) << "the check would not see one";
   ibv_gid parent_gid{};
   ASSERT_EQ(ibv_query_gid(pair.a.ctx, 1, 1, &parent_gid), 0);
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     int code = 0;
+    if (holds_a_device_socket()) code |= 32;  // the parent's place on its address
     if (ibv_alloc_pd(pair.a.ctx) != nullptr || errno != EIO) code |= 1;
     ibv_device_attr attr{};
     if (ibv_query_device(pair.a.ctx, &attr) != 0 || attr.phys_port_cnt != 1) code |= 8;
@@ -134,7 +170,16 @@ TEST(Fork, ChildOpensItsOwnDeviceAndParentGoesOn) {
     Device dev;
     ibv_gid child_gid{};
     if (dev.ctx() == nullptr || ibv_query_gid(dev.ctx(), 1, 1, &child_gid) != 0) code |= 2;
-    if (std::memcmp(child_gid.raw, parent_gid.raw, 16) == 0) code |= 4;
+    ibv_pd* pd = dev.ctx() != nullptr ? ibv_alloc_pd(dev.ctx()) : nullptr;
+    ibv_cq* cq = dev.ctx() != nullptr ? ibv_create_cq(dev.ctx(), 4, nullptr, nullptr, 0) : nullptr;
+    ibv_qp_init_attr init{};
+    init.send_cq = init.recv_cq = cq;
+    init.qp_type = IBV_QPT_RC;
+    init.cap = {1, 1, 1, 1, 0};
+    ibv_qp* qp = pd != nullptr && cq != nullptr ? ibv_create_qp(pd, &init) : nullptr;
+    // One address, two processes: told apart by their QPNs' blocks (host-rnic.md).
+    const bool same_address = std::memcmp(child_gid.raw, parent_gid.raw, 16) == 0;
+    if (qp == nullptr || (same_address && qp->qp_num >> 14 == pair.a.qp->qp_num >> 14)) code |= 4;
     _exit(code);
   }
   int status = 0;

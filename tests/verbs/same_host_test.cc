@@ -144,12 +144,18 @@ TEST(SameHost, APeerKilledInTheMiddleOfWritesEndsTheQpAndLeavesNothing) {
   ASSERT_TRUE(connect_over(sv[0], ends, other));
   char ready;
   ASSERT_EQ(read(sv[0], &ready, 1), 1);
-  // The node segment's name (samehost/node_segment.h): by network namespace and GID.
+  // The node segment's name (samehost/node_segment.h): by network namespace and GID,
+  // and on a shared address (the default) by the QPN's block too (host-rnic.md).
   struct stat netns {};
   ASSERT_EQ(stat("/proc/self/ns/net", &netns), 0);
-  const std::string node =
+  std::string node =
       "/dev/shm/softrdma-node-" + std::to_string(netns.st_ino) + "-" + gid_hex(other.gid);
+  if (!std::filesystem::exists(node)) node += "-block" + std::to_string(other.qpn >> 14);
   ASSERT_TRUE(std::filesystem::exists(node)) << node;
+  // The file, not the name: a process taking the dead one's slot later names its
+  // own segment the same way.
+  struct stat node_file {};
+  ASSERT_EQ(stat(node.c_str(), &node_file), 0);
 
   ibv_sge sge{uint64_t(uintptr_t(ends.buf.data())), 4096, ends.mr->lkey};
   int posted = 0, completed = 0, errors = 0, completed_at_kill = 0;
@@ -189,7 +195,9 @@ TEST(SameHost, APeerKilledInTheMiddleOfWritesEndsTheQpAndLeavesNothing) {
   // the completions of requests the peer took just before it died).
   EXPECT_EQ(own_engine_counter("host_peer_not_ready"), 8u);
   EXPECT_GT(own_engine_counter("host_mapped"), 0u) << "the WRITEs went by stores";
-  EXPECT_FALSE(std::filesystem::exists(node)) << "the dead peer's node segment is gone";
+  struct stat now {};
+  EXPECT_FALSE(stat(node.c_str(), &now) == 0 && now.st_ino == node_file.st_ino)
+      << "the dead peer's node segment is gone";
   EXPECT_FALSE(std::filesystem::exists("/dev/shm/softrdma-" + std::to_string(target) + "-softrdma0"))
       << "and its status segment";
   close(sv[0]);
@@ -199,13 +207,29 @@ TEST(SameHost, APeerKilledInTheMiddleOfWritesEndsTheQpAndLeavesNothing) {
 TEST(SameHost, AnotherUsersProcessIsReachedByUdpAndSaysSo) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to run a peer as another user (CI runs as root)";
   setenv("SOFTRDMA_TRANSPORT", "auto", 1);
-  int sv[2], err[2];
+  // Both with nothing set: this process serves the host's address, the other
+  // user's cannot join it (DESIGN.md §6) and takes a loopback address of its own.
+  struct AddressUnset {
+    std::string saved;
+    bool had = false;
+    AddressUnset() {
+      if (const char* v = getenv("SOFTRDMA_ADDR")) saved = v, had = true;
+      unsetenv("SOFTRDMA_ADDR");
+    }
+    ~AddressUnset() {
+      if (had) setenv("SOFTRDMA_ADDR", saved.c_str(), 1);
+    }
+  } unset;
+  int sv[2], err[2], opened[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
   ASSERT_EQ(pipe(err), 0);
+  ASSERT_EQ(pipe(opened), 0);
   const pid_t writer = fork();
   if (writer == 0) {
     close(sv[0]);
     dup2(err[1], STDERR_FILENO);
+    char byte = 0;
+    if (read(opened[0], &byte, 1) != 1) _exit(6);  // this user's device holds the address
     const passwd* nobody = getpwnam("nobody");
     if (setgid(nobody != nullptr ? nobody->pw_gid : 65534) != 0 ||
         setuid(nobody != nullptr ? nobody->pw_uid : 65534) != 0)
@@ -227,6 +251,9 @@ TEST(SameHost, AnotherUsersProcessIsReachedByUdpAndSaysSo) {
   close(err[1]);
   Ends ends;
   ASSERT_TRUE(ends.open());
+  ASSERT_EQ(write(opened[1], "o", 1), 1);
+  close(opened[1]);
+  close(opened[0]);
   Endpoint other{};
   ASSERT_TRUE(connect_over(sv[0], ends, other));
   std::string said;
@@ -239,6 +266,7 @@ TEST(SameHost, AnotherUsersProcessIsReachedByUdpAndSaysSo) {
   EXPECT_NE(said.find("reached by UDP: its node segment belongs to another user"),
             std::string::npos)
       << said;
+  EXPECT_NE(said.find("cannot be shared with this process"), std::string::npos) << said;
   close(sv[0]);
   close(err[0]);
 }

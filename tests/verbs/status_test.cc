@@ -281,6 +281,10 @@ size_t entries_of_dev_shm() {
     say("skip " + why);
     _exit(0);
   }
+  // With a /dev/shm of its own, no shared address of this network namespace can be
+  // joined (its registry is in the other /dev/shm): an address of its own.
+  unsetenv("SOFTRDMA_ADDR");
+  setenv("SOFTRDMA_SHARE_ADDRESS", "0", 1);
   int ready[2];
   if (pipe(ready) != 0) _exit(4);
   const pid_t holder = fork();

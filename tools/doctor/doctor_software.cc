@@ -165,42 +165,51 @@ Finding check_address() {
     return f;
   }
   const std::vector<Interface> interfaces = addressed_interfaces();
-  if (settings->address.empty()) {
-    f.found = "SOFTRDMA_ADDR is unset: each process takes a loopback address of its own, so "
-              "processes of this host reach each other";
+  if (settings->address.empty() && !settings->share_address) {
+    f.found = "SOFTRDMA_ADDR is unset and SOFTRDMA_SHARE_ADDRESS=0: each process takes a "
+              "loopback address of its own, so only processes of this host reach it";
     if (!interfaces.empty())
-      f.found += "; to reach other hosts, set SOFTRDMA_ADDR to one of " + listed(interfaces);
+      f.found += "; to reach other hosts, unset SOFTRDMA_SHARE_ADDRESS or set SOFTRDMA_ADDR to "
+                 "one of " + listed(interfaces);
     return f;
   }
+  const bool defaulted = settings->address.empty();
+  const std::string address = defaulted ? runtime::Settings::host_address() : settings->address;
+  const std::string named = defaulted ? "the host's address " + address + " (SOFTRDMA_ADDR unset)"
+                                      : "SOFTRDMA_ADDR " + address;
   if (settings->iwarp) {
-    f.found = "SOFTRDMA_ADDR " + settings->address + ": iWARP holds no UDP port; any number "
-              "of processes share the address (docs/decisions/host-rnic.md)";
+    f.found = named + ": iWARP holds no UDP port; any number of processes share the address "
+              "(docs/decisions/host-rnic.md)";
     return f;
   }
-  const int rc = try_bind_roce_port(settings->address, settings->share_address);
+  const int rc = try_bind_roce_port(address, settings->share_address);
   if (rc == 0) {
-    f.found = "SOFTRDMA_ADDR " + settings->address +
-              (settings->share_address
-                   ? ": UDP port 4791 can be shared there (SOFTRDMA_SHARE_ADDRESS=1); the "
-                     "address's processes reach each other by the same-host path, those of "
-                     "other network namespaces by the network"
-                   : ": UDP port 4791 is free there");
+    f.found = named + (settings->share_address
+                           ? ": UDP port 4791 can be shared there by this user's processes; "
+                             "they reach each other by the same-host path, other hosts reach "
+                             "them at this address"
+                           : ": UDP port 4791 is free there");
     return f;
   }
   f.verdict = Verdict::kProblem;
-  f.found = "SOFTRDMA_ADDR " + settings->address + ": cannot bind UDP port 4791 (" +
-            std::strerror(rc) + ")";
-  if (rc == EADDRINUSE)
+  f.found = named + ": cannot bind UDP port 4791 (" + std::strerror(rc) + ")";
+  if (rc == EADDRINUSE && defaulted) {
+    f.verdict = Verdict::kNote;
+    f.advice = "another user's processes or a kernel RoCE device hold it (`ss -ulpn sport = "
+               ":4791`): this user's processes each take a loopback address of their own, "
+               "which other hosts cannot reach; only one user's processes share an address";
+  } else if (rc == EADDRINUSE) {
     f.advice = settings->share_address
                    ? "another user's process or a kernel RoCE device holds it: `ss -ulpn sport "
                      "= :4791`; only one user's processes share an address"
                    : "another process holds it (another softrdma process with this address, or "
-                     "a kernel RoCE device): `ss -ulpn sport = :4791`; set "
-                     "SOFTRDMA_SHARE_ADDRESS=1 in every softrdma process of the address, or "
+                     "a kernel RoCE device): `ss -ulpn sport = :4791`; unset "
+                     "SOFTRDMA_SHARE_ADDRESS=0 in every softrdma process of the address, or "
                      "give each its own address";
-  else if (rc == EADDRNOTAVAIL)
+  } else if (rc == EADDRNOTAVAIL) {
     f.advice = "it is not an address of this host; use one of: " +
                (interfaces.empty() ? std::string("(none but loopback)") : listed(interfaces));
+  }
   return f;
 }
 

@@ -106,7 +106,7 @@ Handover::~Handover() {
 }
 
 std::unique_ptr<Handover> Handover::open(const std::string& group_name, uint32_t slot,
-                                         std::string& why) {
+                                         std::string& why, int* bind_error) {
   const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     why = std::string("softrdma: no Unix socket for the hand-over: ") + std::strerror(errno);
@@ -122,6 +122,7 @@ std::unique_ptr<Handover> Handover::open(const std::string& group_name, uint32_t
   const socklen_t length = handover->address_of(slot, address);
   if (bind(fd, reinterpret_cast<const sockaddr*>(&address), length) != 0) {
     const int error = errno;
+    if (bind_error != nullptr) *bind_error = error;
     why = "softrdma: cannot bind the hand-over socket of slot " + std::to_string(slot) + ": " +
           std::strerror(error) +
           (error == EADDRINUSE ? " (another process of this host serves that slot)" : "");

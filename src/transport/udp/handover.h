@@ -11,6 +11,8 @@
 // nor, since the names carry nothing of the RNIC's memory, read any.
 #pragma once
 
+#include <unistd.h>
+
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/un.h>
@@ -84,10 +86,16 @@ class Handover {
 
   // Binds the socket of `slot` in `group_name` (the host registry's path, which
   // names the network namespace and the address). Null and why when it cannot (the
-  // name is taken: another process of this slot is alive; no sockets).
+  // name is taken: another process of this slot is alive; no sockets);
+  // `bind_error`, when given, gets bind's errno (EADDRINUSE: the name is taken).
   static std::unique_ptr<Handover> open(const std::string& group_name, uint32_t slot,
-                                        std::string& why);
+                                        std::string& why, int* bind_error = nullptr);
   ~Handover();
+  // In a child of fork(): closes the copy of the parent's socket, whose name a new
+  // process taking the parent's slot must be able to bind once the parent is gone.
+  void close_after_fork() {
+    if (fd_ >= 0) ::close(fd_);
+  }
   Handover(const Handover&) = delete;
   Handover& operator=(const Handover&) = delete;
 

@@ -107,6 +107,14 @@ int bind_socket(int fd, const Gid& gid, uint16_t port, uint32_t scope_id) {
   return bind(fd, address.get(), address.length) == 0 ? 0 : errno;
 }
 
+bool port_held(const Gid& gid, uint16_t port) {
+  const int fd = open_udp_socket(!wire::gid_is_ipv4(gid));
+  if (fd < 0) return false;
+  const int rc = bind_socket(fd, gid, port);
+  close(fd);
+  return rc == EADDRINUSE;
+}
+
 bool find_link_local(uint32_t ipv4, Gid& link_local, uint32_t& ifindex) {
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return false;

@@ -48,6 +48,11 @@ int open_udp_socket(bool ipv6);
 // link-local address.
 int bind_socket(int fd, const Gid& gid, uint16_t port, uint32_t scope_id = 0);
 
+// Whether some socket holds `gid`:`port` (a bind without SO_REUSEPORT is refused),
+// whatever its user or group; false when the bind succeeds (released at once) or
+// fails for another reason.
+bool port_held(const Gid& gid, uint16_t port);
+
 // The IPv6 link-local address (fe80::/10) of the interface that holds the IPv4
 // address `ipv4` (host order), and that interface's index; false when it has none.
 bool find_link_local(uint32_t ipv4, Gid& link_local, uint32_t& ifindex);

@@ -1,6 +1,7 @@
 #include "transport/udp/udp_transport.h"
 
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -160,6 +161,16 @@ UdpTransport::~UdpTransport() {
   close(rx_fd_);
 }
 
+bool UdpTransport::socket_has_data() const {
+  pollfd fds[2] = {{rx_fd_, POLLIN, 0}, {link_local_fd_, POLLIN, 0}};
+  return poll(fds, link_local_fd_ >= 0 ? 2 : 1, 0) > 0;
+}
+
+void UdpTransport::close_after_fork() {
+  if (link_local_fd_ >= 0) close(link_local_fd_);
+  close(rx_fd_);
+}
+
 // Linux Soft-RoCE lists an interface's IPv6 link-local address as GID 0 and a peer
 // that picks index 0 sends there, after an IPv6 neighbour solicitation the kernel
 // answers only for an address the host has: so softrdma serves the real one.
@@ -170,6 +181,12 @@ void UdpTransport::serve_link_local() {
   if (!udp::find_link_local(wire::gid_to_ipv4(local_gid_), gid, ifindex)) return;
   const int fd = udp::open_udp_socket(true);
   if (fd < 0) return;
+  // A shared address's link-local twin is shared too, in a group of its own. No
+  // program steers it yet (the probes learn indices in the IPv4 group only): the
+  // kernel hashes its packets among the members and the others hand over what is
+  // not theirs (docs/decisions/host-rnic.md, "Defaults").
+  const int one = 1;
+  if (config_.shared != nullptr) setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
   if (udp::bind_socket(fd, gid, port_, ifindex) != 0) {
     close(fd);
     return;

@@ -94,6 +94,14 @@ class UdpTransport final : public Transport {
   // An epoll fd over every receive socket (the unicast one, the link-local one,
   // one per multicast group joined): a group joined later is in it too.
   int rx_fd() const override { return epoll_fd_ >= 0 ? epoll_fd_ : rx_fd_; }
+  // In a child of fork(), which never uses its copy of the parent's transport:
+  // closes the copies of the receive sockets, so that the child does not keep the
+  // parent's address (its place in a SO_REUSEPORT group, where the kernel would go
+  // on steering packets that nobody reads) after the parent has gone. No lock is
+  // taken (a parent thread may have held one at the fork); the object is leaked.
+  void close_after_fork();
+  // Whether a receive socket has a datagram queued (no wait).
+  bool socket_has_data() const;
   Gid local_gid() const override { return local_gid_; }
   std::vector<Gid> local_gids() const override;
   bool refresh_addresses() override;
