@@ -81,6 +81,14 @@ def environment(args):
     if args.lib_dir:  # none: the command arranges it (`softrdma run`)
         env["LD_LIBRARY_PATH"] = args.lib_dir + (
             ":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    # A pair shares one address of its own (issue 27: two processes of a host on
+    # one address, as every process of a host is with nothing set), one that no
+    # other test uses, unless the test names its own address or sharing.
+    if (args.pair or args.cm_pair) and args.port:
+        named = {a.split("=", 1)[0] for a in args.env}
+        if "SOFTRDMA_ADDR" not in named and "SOFTRDMA_SHARE_ADDRESS" not in named:
+            env["SOFTRDMA_ADDR"] = f"127.200.{(args.port >> 8) & 0xff}.{args.port & 0xff}"
+            env["SOFTRDMA_SHARE_ADDRESS"] = "1"
     for assignment in args.env:
         name, _, value = assignment.partition("=")
         env[name] = value

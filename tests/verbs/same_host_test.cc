@@ -209,17 +209,18 @@ TEST(SameHost, AnotherUsersProcessIsReachedByUdpAndSaysSo) {
   setenv("SOFTRDMA_TRANSPORT", "auto", 1);
   // Both with nothing set: this process serves the host's address, the other
   // user's cannot join it (DESIGN.md §6) and takes a loopback address of its own.
-  struct AddressUnset {
+  struct Unset {
+    const char* name;
     std::string saved;
     bool had = false;
-    AddressUnset() {
-      if (const char* v = getenv("SOFTRDMA_ADDR")) saved = v, had = true;
-      unsetenv("SOFTRDMA_ADDR");
+    explicit Unset(const char* variable) : name(variable) {
+      if (const char* v = getenv(name)) saved = v, had = true;
+      unsetenv(name);
     }
-    ~AddressUnset() {
-      if (had) setenv("SOFTRDMA_ADDR", saved.c_str(), 1);
+    ~Unset() {
+      if (had) setenv(name, saved.c_str(), 1);
     }
-  } unset;
+  } address("SOFTRDMA_ADDR"), share("SOFTRDMA_SHARE_ADDRESS");
   int sv[2], err[2], opened[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
   ASSERT_EQ(pipe(err), 0);
