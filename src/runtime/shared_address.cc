@@ -159,6 +159,14 @@ void SharedAddress::after_turn() {
   if (now >= next_reap_ms_.load(std::memory_order_relaxed)) {
     next_reap_ms_.store(now + 1000, std::memory_order_relaxed);
     registry_->reap();
+    // A round whose probes went stale (another round began while they were in
+    // flight) taught this socket nothing, and only a change of members starts the
+    // next: a member that still does not know its index after a second asks again.
+    for (const samehost::HostRegistry::Member& m : registry_->members())
+      if (m.slot == registry_->slot() && m.index < 0) {
+        probe();
+        return;
+      }
   }
   const uint64_t generation = registry_->generation();
   if (!learned && generation == seen_generation_.load(std::memory_order_relaxed)) return;

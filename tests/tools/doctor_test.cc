@@ -187,7 +187,8 @@ TEST(Doctor, APortThisTestHoldsIsAProblemNamingWhoMayHoldIt) {
   const DoctorRun run =
       run_doctor({{"SOFTRDMA_ADDR", "127.0.0.77"}, {"SOFTRDMA_SHARE_ADDRESS", "0"}});
   // Shared (the default), the port is still refused: this socket did not join a group.
-  const DoctorRun shared = run_doctor({{"SOFTRDMA_ADDR", "127.0.0.77"}});
+  const DoctorRun shared =
+      run_doctor({{"SOFTRDMA_ADDR", "127.0.0.77"}, {"SOFTRDMA_SHARE_ADDRESS", ""}});
   close(fd);
   ASSERT_EQ(run.findings.count("address"), 1u) << run.out;
   EXPECT_EQ(run.findings.at("address").verdict, "PROBLEM") << run.out;
