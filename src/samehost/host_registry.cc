@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "samehost/grant_codec.h"
@@ -258,6 +259,30 @@ int HostRegistry::remove_abandoned(const std::string& directory) {
   }
   closedir(dir);
   return removed;
+}
+
+int HostRegistry::live_processes(const wire::Gid& address, const std::string& directory) {
+  const std::string path = registry_name(address, network_namespace(), directory);
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return 0;
+  struct stat st {};
+  uint64_t magic = 0;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+      size_t(st.st_size) < registry_bytes() ||
+      pread(fd, &magic, sizeof magic, 0) != ssize_t(sizeof magic) || magic != kRegistryMagic) {
+    close(fd);
+    return 0;
+  }
+  std::string why;
+  const std::unique_ptr<HostRegistry> registry = map(fd, path, why);  // joins nothing
+  if (!registry || registry->header_->version != kRegistryVersion) return 0;
+  std::set<pid_t> live;  // a process holding several slots is one
+  for (uint32_t slot = 1; slot < kRegistrySlots; ++slot) {
+    const RegistryMember& member = registry->members_[slot];
+    if (member.pid.load(std::memory_order_acquire) != 0 && registry->alive(member))
+      live.insert(member.pid.load(std::memory_order_relaxed));
+  }
+  return int(live.size());
 }
 
 // Nobody joined, so the destructor only unmaps. Under the lock, as the last

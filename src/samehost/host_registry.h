@@ -101,6 +101,10 @@ class HostRegistry {
   // (processes that were killed leave theirs; a network namespace's file stays
   // after the namespace). Returns how many were removed.
   static int remove_abandoned(const std::string& directory = "/dev/shm/");
+  // How many live processes of this user serve `address` in this network
+  // namespace, read without joining or changing the registry (`softrdma doctor`);
+  // 0 when there is no registry of this user's for it.
+  static int live_processes(const wire::Gid& address, const std::string& directory = "/dev/shm/");
   // The live process serving `slot`, if any.
   std::optional<pid_t> owner(uint32_t slot) const;
   // The slot whose hand-over socket takes the packets of QPN block `block` (its

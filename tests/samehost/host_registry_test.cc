@@ -171,6 +171,23 @@ TEST_F(HostRegistryTest, AProcessMovesToAnotherSlotAndKeepsTheOldAside) {
   EXPECT_EQ(other->handover_slot(fresh), 0u);
 }
 
+// The doctor's count: live processes, read without joining; one process holding
+// several slots is one; a killed member is not counted (nor reaped by the count).
+TEST_F(HostRegistryTest, LiveProcessesAreCountedWithoutJoining) {
+  EXPECT_EQ(HostRegistry::live_processes(address_, directory_), 0) << "no registry yet";
+  auto first = join();
+  auto second = join();  // this process again
+  ASSERT_TRUE(first && second);
+  EXPECT_EQ(HostRegistry::live_processes(address_, directory_), 1);
+  pid_t member = 0;
+  start_member(member);
+  EXPECT_EQ(HostRegistry::live_processes(address_, directory_), 2);
+  kill(member, SIGKILL);
+  ASSERT_EQ(waitpid(member, nullptr, 0), member);
+  EXPECT_EQ(HostRegistry::live_processes(address_, directory_), 1);
+  EXPECT_EQ(first->members().size(), 2u) << "the count took no slot and left none";
+}
+
 TEST_F(HostRegistryTest, IndicesAndProbeRoundsAreShared) {
   auto first = join();
   auto second = join();

@@ -11,11 +11,14 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "doctor/doctor.h"
 #include "runtime/settings.h"
+#include "samehost/host_registry.h"
+#include "transport/udp/udp_socket.h"
 #include "softrdma_version.h"
 
 namespace softrdma::tools {
@@ -69,9 +72,9 @@ std::string listed(const std::vector<Interface>& interfaces) {
   return out;
 }
 
-// Binds UDP `address`:4791 as the device would (`shared`: into the address's
-// SO_REUSEPORT group, SOFTRDMA_SHARE_ADDRESS=1); 0 or the errno.
-int try_bind_roce_port(const std::string& address, bool shared) {
+// Binds UDP `address`:4791 alone (never into a SO_REUSEPORT group, where it would
+// be a member nobody steers to) and releases it: 0 or the errno.
+int try_bind_roce_port(const std::string& address) {
   sockaddr_storage storage{};
   socklen_t length = 0;
   auto* v4 = reinterpret_cast<sockaddr_in*>(&storage);
@@ -89,8 +92,6 @@ int try_bind_roce_port(const std::string& address, bool shared) {
   }
   const int fd = socket(storage.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return errno;
-  const int one = 1;
-  if (shared) setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
   const int rc = bind(fd, reinterpret_cast<sockaddr*>(&storage), length) == 0 ? 0 : errno;
   close(fd);
   return rc;
@@ -182,12 +183,26 @@ Finding check_address() {
               "(docs/decisions/host-rnic.md)";
     return f;
   }
-  const int rc = try_bind_roce_port(address, settings->share_address);
+  // Shared: the address's registry says how many of this user's processes serve it,
+  // read without joining. A bind that tried would put a socket into their group for
+  // an instant, where the kernel could hash a packet to it (lost) and a process
+  // opening its device would meet a member it does not know (host-rnic.md).
+  const std::optional<wire::Gid> gid = transport::udp::parse_address(address);
+  const int serving = settings->share_address && gid
+                          ? samehost::HostRegistry::live_processes(*gid) : 0;
+  if (serving > 0) {
+    f.found = named + ": shared by " + std::to_string(serving) + " process" +
+              (serving == 1 ? "" : "es") + " of this user, which this one's would join; "
+              "they reach each other by the same-host path, other hosts reach them at this "
+              "address";
+    return f;
+  }
+  const int rc = try_bind_roce_port(address);
   if (rc == 0) {
     f.found = named + (settings->share_address
-                           ? ": UDP port 4791 can be shared there by this user's processes; "
-                             "they reach each other by the same-host path, other hosts reach "
-                             "them at this address"
+                           ? ": UDP port 4791 is free there and can be shared by this user's "
+                             "processes; they reach each other by the same-host path, other "
+                             "hosts reach them at this address"
                            : ": UDP port 4791 is free there");
     return f;
   }
