@@ -234,27 +234,31 @@ std::unique_ptr<HostRegistry> HostRegistry::map(int fd, const std::string& path,
   return registry;
 }
 
+// This user's registry file at `path`, finished by its creator, mapped without
+// joining it; null otherwise (none, another user's, one still being made: its
+// joiners replace it if its creator died, wait_until_finished).
+std::unique_ptr<HostRegistry> HostRegistry::map_finished(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return nullptr;
+  struct stat st {};
+  uint64_t magic = 0;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+      size_t(st.st_size) < registry_bytes() ||
+      pread(fd, &magic, sizeof magic, 0) != ssize_t(sizeof magic) || magic != kRegistryMagic) {
+    close(fd);
+    return nullptr;
+  }
+  std::string why;
+  return map(fd, path, why);
+}
+
 int HostRegistry::remove_abandoned(const std::string& directory) {
   DIR* dir = opendir(directory.c_str());
   if (dir == nullptr) return 0;
   int removed = 0;
   while (dirent* entry = readdir(dir)) {
     if (std::strncmp(entry->d_name, kRegistryPrefix, sizeof kRegistryPrefix - 1) != 0) continue;
-    const std::string path = directory + entry->d_name;
-    const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    if (fd < 0) continue;
-    struct stat st {};
-    uint64_t magic = 0;
-    // Another user's, or one still being made (its joiners replace it if its
-    // creator died, wait_until_finished): not this sweep's.
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
-        size_t(st.st_size) < registry_bytes() ||
-        pread(fd, &magic, sizeof magic, 0) != ssize_t(sizeof magic) || magic != kRegistryMagic) {
-      close(fd);
-      continue;
-    }
-    std::string why;
-    std::unique_ptr<HostRegistry> registry = map(fd, path, why);
+    std::unique_ptr<HostRegistry> registry = map_finished(directory + entry->d_name);
     if (registry && registry->unlink_if_abandoned()) ++removed;
   }
   closedir(dir);
@@ -262,19 +266,8 @@ int HostRegistry::remove_abandoned(const std::string& directory) {
 }
 
 int HostRegistry::live_processes(const wire::Gid& address, const std::string& directory) {
-  const std::string path = registry_name(address, network_namespace(), directory);
-  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-  if (fd < 0) return 0;
-  struct stat st {};
-  uint64_t magic = 0;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
-      size_t(st.st_size) < registry_bytes() ||
-      pread(fd, &magic, sizeof magic, 0) != ssize_t(sizeof magic) || magic != kRegistryMagic) {
-    close(fd);
-    return 0;
-  }
-  std::string why;
-  const std::unique_ptr<HostRegistry> registry = map(fd, path, why);  // joins nothing
+  const std::unique_ptr<HostRegistry> registry =
+      map_finished(registry_name(address, network_namespace(), directory));  // joins nothing
   if (!registry || registry->header_->version != kRegistryVersion) return 0;
   std::set<pid_t> live;  // a process holding several slots is one
   for (uint32_t slot = 1; slot < kRegistrySlots; ++slot) {

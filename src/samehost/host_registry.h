@@ -132,6 +132,9 @@ class HostRegistry {
   class Locked;
   // The registry file `fd` (owned from now on) mapped; null and why.
   static std::unique_ptr<HostRegistry> map(int fd, const std::string& path, std::string& why);
+  // This user's finished registry file at `path`, mapped, joined by nobody; null
+  // when there is none, it is another user's, or it is still being made.
+  static std::unique_ptr<HostRegistry> map_finished(const std::string& path);
   // A registry this process did not join: unlinked when no member is alive.
   bool unlink_if_abandoned();
   bool alive(const RegistryMember& member) const;
