@@ -8,6 +8,7 @@
 #include <map>
 #include <vector>
 
+#include "samehost/node_segment.h"
 #include "transport/udp/udp_socket.h"
 #include "wire/cm_gsi.h"
 #include "wire/cm_route.h"
@@ -59,20 +60,20 @@ std::unique_ptr<SharedAddress> SharedAddress::join(const wire::Gid& address, std
                                                    bool crossed) {
   std::unique_ptr<SharedAddress> shared(new SharedAddress);
   shared->crossed_ = crossed;
-  shared->registry_ = samehost::HostRegistry::join(address, error);
-  if (!shared->registry_) return nullptr;
   // Alone in the registry, the address's port must be free: sockets already there
   // belong to processes this registry does not know, which could not be steered to
   // (another /dev/shm in this network namespace, as a container on the host's
   // network has; another user; a kernel RoCE device).
-  if (shared->registry_->members().size() == 1 &&
-      transport::udp::port_held(address, wire::kRoceUdpPort)) {
-    error = "softrdma: UDP port 4791 on " + transport::udp::address_to_string(address) +
-            " is held by processes this one cannot share it with (another user's, or ones "
-            "with another /dev/shm, as a container on the host's network has, or a kernel "
-            "RoCE device): `ss -ulpn sport = :4791` names them";
-    return nullptr;
-  }
+  const auto port_free = [&address]() -> std::string {
+    if (!transport::udp::port_held(address, wire::kRoceUdpPort)) return "";
+    return "softrdma: UDP port 4791 on " + transport::udp::address_to_string(address) +
+           " is held by processes this one cannot share it with (another user's, or ones "
+           "with another /dev/shm, as a container on the host's network has, or a kernel "
+           "RoCE device): `ss -ulpn sport = :4791` names them";
+  };
+  shared->registry_ =
+      samehost::HostRegistry::join(address, error, samehost::kNodeDirectory, port_free);
+  if (!shared->registry_) return nullptr;
   // A slot whose hand-over name is still bound (a copy of a gone holder's socket
   // lives on in a process softrdma did not fork, or in an older softrdma's child)
   // is kept aside and another taken, a few times.

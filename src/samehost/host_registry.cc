@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "samehost/grant_codec.h"
+#include "samehost/robust_mutex.h"
 
 namespace softrdma::samehost {
 
@@ -104,7 +105,7 @@ uint64_t process_start_time(pid_t pid) {
 class HostRegistry::Locked {
  public:
   explicit Locked(RegistryHeader& header) : lock_(header.lock) {
-    if (pthread_mutex_lock(&lock_) == EOWNERDEAD) pthread_mutex_consistent(&lock_);
+    lock_shared_robust_mutex(lock_);
   }
   ~Locked() { pthread_mutex_unlock(&lock_); }
 
@@ -161,12 +162,7 @@ bool wait_until_finished(int fd, const std::string& path) {
 void initialise(RegistryHeader& header) {
   header.version = kRegistryVersion;
   header.uid = uint32_t(geteuid());
-  pthread_mutexattr_t attr;
-  pthread_mutexattr_init(&attr);
-  pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
-  pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
-  pthread_mutex_init(&header.lock, &attr);
-  pthread_mutexattr_destroy(&attr);
+  init_shared_robust_mutex(header.lock);
   header.probe_nonce.store(random_word(), std::memory_order_relaxed);
   header.magic.store(kRegistryMagic, std::memory_order_release);
 }
@@ -174,7 +170,8 @@ void initialise(RegistryHeader& header) {
 }  // namespace
 
 std::unique_ptr<HostRegistry> HostRegistry::join(const wire::Gid& address, std::string& why,
-                                                 const std::string& directory) {
+                                                 const std::string& directory,
+                                                 const AloneCheck& alone_check) {
   const std::string path = registry_name(address, network_namespace(), directory);
   for (int attempt = 0; attempt < 3; ++attempt) {
     bool created = false;
@@ -209,7 +206,7 @@ std::unique_ptr<HostRegistry> HostRegistry::join(const wire::Gid& address, std::
       why = other_version_message(address, registry->header_->version);
       return nullptr;
     }
-    if (registry->take_slot(why)) return registry;
+    if (registry->take_slot(why, alone_check)) return registry;
     if (!why.empty()) return nullptr;  // full; else unlinked meanwhile: again
   }
   if (why.empty()) why = "softrdma: the host registry " + path + " kept changing; try again";
@@ -294,15 +291,35 @@ bool HostRegistry::unlink_if_abandoned() {
   return still_linked(fd_, path_) && unlink(path_.c_str()) == 0;
 }
 
-bool HostRegistry::take_slot(std::string& why) {
+bool HostRegistry::take_slot(std::string& why, const AloneCheck& alone_check) {
   Locked lock(*header_);
   if (!still_linked(fd_, path_)) return false;
   reap_locked();
   slot_ = claim_free_slot_locked();
-  if (slot_ != 0) return true;
-  why = "softrdma: all " + std::to_string(kRegistrySlots - 2) + " slots of " + path_ +
-        " are held by live processes";
+  if (slot_ == 0) {
+    why = "softrdma: all " + std::to_string(kRegistrySlots - 2) + " slots of " + path_ +
+          " are held by live processes";
+    return false;
+  }
+  if (!alone_check || !alone_locked()) return true;
+  why = alone_check();
+  if (why.empty()) return true;
+  // Refused, and alone: the slot back, and the file gone (under the lock, as the
+  // last one out removes it in ~HostRegistry).
+  members_[slot_].pid.store(0, std::memory_order_release);
+  header_->generation.fetch_add(1, std::memory_order_acq_rel);
+  slots_.clear();
+  slot_ = 0;
+  unlink(path_.c_str());
   return false;
+}
+
+// A second device of this process is not alone either: its first one's socket
+// is in the group already.
+bool HostRegistry::alone_locked() const {
+  for (uint32_t slot = 1; slot < kRegistrySlots; ++slot)
+    if (slot != slot_ && members_[slot].pid.load(std::memory_order_relaxed) != 0) return false;
+  return true;
 }
 
 uint32_t HostRegistry::claim_free_slot_locked() {

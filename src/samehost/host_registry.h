@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -65,12 +66,20 @@ class HostRegistry {
     int32_t index = kIndexUnknown;
   };
 
+  // Called, under the registry's lock, by a process that finds itself the only
+  // live member: "" to go on, else why it must not join (the slot is given back).
+  // Under the lock, because no other process joins, and so binds its socket,
+  // while it runs: a check that binds the port for an instant cannot fail
+  // another's bind, and another's socket is never taken for an unknown one.
+  using AloneCheck = std::function<std::string()>;
+
   // Joins the registry of `address` in this network namespace (created when it is
   // the first), taking a free slot. Null and why when it cannot: another user's
   // registry (the kernel would refuse this user's socket in the group anyway), all
-  // slots held by live processes, no shared memory.
+  // slots held by live processes, no shared memory, `alone_check`'s refusal.
   static std::unique_ptr<HostRegistry> join(const wire::Gid& address, std::string& why,
-                                            const std::string& directory = "/dev/shm/");
+                                            const std::string& directory = "/dev/shm/",
+                                            const AloneCheck& alone_check = {});
   ~HostRegistry();  // gives the slot back and its listeners
   HostRegistry(const HostRegistry&) = delete;
   HostRegistry& operator=(const HostRegistry&) = delete;
@@ -142,7 +151,8 @@ class HostRegistry {
   bool another_version_alive() const;
   // Under the lock: a free slot for this process. False with `why` empty when the
   // file was unlinked meanwhile (join tries again), with `why` when all are held.
-  bool take_slot(std::string& why);
+  bool take_slot(std::string& why, const AloneCheck& alone_check);
+  bool alone_locked() const;  // no member but the slot just taken
   // Under the lock: the first free slot, now this process's; 0 when none is free.
   uint32_t claim_free_slot_locked();
   bool reap_locked();

@@ -1,5 +1,7 @@
 #include "samehost/node_segment.h"
+
 #include "samehost/grant_codec.h"
+#include "samehost/robust_mutex.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -88,15 +90,6 @@ std::string not_made(const std::string& name, int err) {
   if (st.st_uid != geteuid())
     return why + " (" + what + " of another user, uid " + std::to_string(st.st_uid) + ")";
   return why + " (" + what + " of this user: another process serves this GID)";
-}
-
-void init_atomics_lock(pthread_mutex_t& m) {
-  pthread_mutexattr_t attr;
-  pthread_mutexattr_init(&attr);
-  pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
-  pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
-  pthread_mutex_init(&m, &attr);
-  pthread_mutexattr_destroy(&attr);
 }
 
 }  // namespace
@@ -209,8 +202,9 @@ int remove_stale_node_segments(const std::string& directory) {
 }
 
 AtomicsGuard::AtomicsGuard(NodeHeader& header) : header_(header) {
-  if (pthread_mutex_lock(&header_.atomics) == EOWNERDEAD)
-    pthread_mutex_consistent(&header_.atomics);  // its holder died: the lock is free again
+  // A holder that died left at most one atomic's word unwritten: the old value
+  // stays, as if the operation had not been executed.
+  lock_shared_robust_mutex(header_.atomics);
 }
 AtomicsGuard::~AtomicsGuard() { pthread_mutex_unlock(&header_.atomics); }
 
@@ -259,7 +253,7 @@ std::unique_ptr<NodeSegment> NodeSegment::create(std::span<const Gid> gids, std:
   h.probe_value = node->probe_word_;
   h.serving.store(1, std::memory_order_relaxed);
   h.doorbell_fd = -1;
-  init_atomics_lock(h.atomics);
+  init_shared_robust_mutex(h.atomics);
   h.magic.store(kNodeMagic, std::memory_order_release);
   // The other GIDs (and blocks) name the same file (a peer may know this device by
   // any of them).

@@ -112,6 +112,49 @@ TEST(NodeTest, IwarpDevicesShareAnAddress) {
   EXPECT_EQ(holder->transport().udp_port(), wire::kRoceUdpPort);
 }
 
+// Processes that open devices on one address at the same instant all join its
+// group. The first one alone in the address's registry checks that no socket it
+// does not know holds the port; a second one that joined and bound meanwhile must
+// not be taken for such a socket, nor be refused because of the first one's check
+// (CI, stop 33: "UDP port 4791 on 127.200.97.15 is already held by another socket"
+// for a client starting beside its server).
+TEST(NodeTest, ProcessesOpeningAtOnceOnOneAddressAllJoin) {
+  constexpr int kRounds = 25;
+  constexpr int kProcesses = 4;
+  const uint32_t pid = uint32_t(getpid());
+  for (int round = 0; round < kRounds; ++round) {
+    Settings s;
+    s.address = "127.93." + std::to_string(pid % 250) + "." + std::to_string(1 + round);
+    int start[2];
+    ASSERT_EQ(pipe(start), 0);
+    pid_t children[kProcesses];
+    for (pid_t& child : children) {
+      child = fork();
+      ASSERT_GE(child, 0);
+      if (child == 0) {
+        close(start[1]);
+        char byte;
+        (void)!read(start[0], &byte, 1);  // returns 0 when the parent closes: all go
+        std::string error;
+        auto node = OpenDevice::open(s, error);
+        if (node == nullptr) {
+          std::fprintf(stderr, "round %d, pid %d: %s\n", round, int(getpid()), error.c_str());
+          _exit(1);
+        }
+        _exit(node->shared_address() != nullptr ? 0 : 2);
+      }
+    }
+    close(start[0]);
+    close(start[1]);
+    for (pid_t child : children) {
+      int status = 0;
+      ASSERT_EQ(waitpid(child, &status, 0), child);
+      ASSERT_TRUE(WIFEXITED(status));
+      EXPECT_EQ(WEXITSTATUS(status), 0) << "round " << round;
+    }
+  }
+}
+
 // Issue 6 defect 4: a process that exits without closing its device. exit() runs
 // the static destructors while the progress thread still reads the engine's clock;
 // the clock must outlive them. In the sanitizer build (UBSan halts on an invalid

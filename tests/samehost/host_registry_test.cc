@@ -3,6 +3,8 @@
 #include "samehost/host_registry.h"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,6 +14,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 namespace softrdma::samehost {
@@ -82,6 +85,83 @@ TEST_F(HostRegistryTest, MembersTakeDistinctSlotsAndTheLastOutRemovesTheFile) {
   EXPECT_TRUE(file_exists());
   first.reset();
   EXPECT_FALSE(file_exists());
+}
+
+// The check of the first process alone (is the port free of sockets nobody here
+// knows?) runs for the first member only; its refusal leaves no slot and no file.
+TEST_F(HostRegistryTest, TheAloneCheckRunsForTheFirstOnlyAndItsRefusalLeavesNothing) {
+  int calls = 0;
+  std::string why;
+  auto refused = HostRegistry::join(address_, why, directory_, [&calls] {
+    ++calls;
+    return std::string("held");
+  });
+  EXPECT_EQ(refused, nullptr);
+  EXPECT_EQ(why, "held");
+  EXPECT_EQ(calls, 1);
+  EXPECT_FALSE(file_exists());
+  const auto counted = [&calls] {
+    ++calls;
+    return std::string();
+  };
+  auto first = HostRegistry::join(address_, why, directory_, counted);
+  ASSERT_NE(first, nullptr) << why;
+  EXPECT_EQ(calls, 2);
+  // A second device of this process: its first one's socket is in the group.
+  auto second = HostRegistry::join(address_, why, directory_, counted);
+  ASSERT_NE(second, nullptr) << why;
+  EXPECT_EQ(calls, 2);
+}
+
+// Whether this process's thread `pid` sleeps in futex(2) (/proc/PID/syscall: the
+// number first), as a waiter for a lock does.
+bool waits_in_futex(pid_t pid) {
+  std::ifstream file("/proc/" + std::to_string(pid) + "/syscall");
+  long number = -1;
+  return bool(file >> number) && number == SYS_futex;
+}
+
+// The check runs under the registry's lock: a process joining meanwhile waits for
+// it (and then finds a member), so it binds no socket while the first one checks
+// the port. Before, the check ran after the lock: a second process joined and
+// bound meanwhile, and one of the two failed (CI, stop 33).
+TEST_F(HostRegistryTest, AProcessJoiningDuringTheAloneCheckWaitsForIt) {
+  int report[2];
+  ASSERT_EQ(pipe(report), 0);
+  pid_t child = -1;
+  bool child_joined_during_check = false;
+  std::string why;
+  auto first = HostRegistry::join(address_, why, directory_, [&]() -> std::string {
+    child = fork();
+    if (child == 0) {
+      std::string child_why;
+      auto registry = HostRegistry::join(address_, child_why, directory_, [] {
+        return std::string("the second must not run the check");
+      });
+      const char members = registry ? char(registry->members().size()) : 0;
+      _exit(write(report[1], &members, 1) == 1 ? 0 : 1);
+    }
+    // Until the child blocks in the lock, or (the defect) it has joined.
+    pollfd readable{report[0], POLLIN, 0};
+    while (child > 0 && !waits_in_futex(child)) {
+      if (poll(&readable, 1, 1) == 1) {
+        child_joined_during_check = true;
+        break;
+      }
+    }
+    return "";
+  });
+  ASSERT_NE(first, nullptr) << why;
+  ASSERT_GT(child, 0);
+  EXPECT_FALSE(child_joined_during_check);
+  char members = 0;
+  EXPECT_EQ(read(report[0], &members, 1), 1);
+  EXPECT_EQ(members, 2) << "the child joined, beside the first";
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  close(report[0]);
+  close(report[1]);
 }
 
 TEST_F(HostRegistryTest, AKilledMembersSlotIsReapedAndItsListenersGo) {
