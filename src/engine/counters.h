@@ -69,7 +69,14 @@ namespace softrdma::engine {
   X(iwarp_terminates_received) /* iWARP: the peer reported an error */ \
   X(iwarp_streams_lost)     /* iWARP: a QP's TCP connection ended under it */ \
   X(iwarp_nudges)           /* iWARP: zero-length WRITEs to a silent peer (siw's accept race) */ \
-  X(cm_mads_resent)         /* rdma_cm: CM MADs sent again, unanswered in time (IBA 12.9.7) */
+  X(cm_mads_resent)         /* rdma_cm: CM MADs sent again, unanswered in time (IBA 12.9.7) */ \
+  X(sacks_sent)             /* selective repeat: SACKs naming what is held beyond a gap */ \
+  X(sacks_received)                                                          \
+  X(sack_resends)           /* resends begun because a SACK showed packets lost */ \
+  X(tail_probes)            /* selective repeat: a PSN resent alone after a quiet probe interval */ \
+  X(reorder_held)           /* requests held beyond a gap until it filled */ \
+  X(reorder_dropped)        /* beyond what one SACK describes: dropped */ \
+  X(sacks_refused)          /* a SACK on a connection without selective repeat, or malformed */
 
 struct EngineCounters {
 #define SOFTRDMA_DECLARE_COUNTER(name) std::atomic<uint64_t> name{0};

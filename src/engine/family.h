@@ -48,6 +48,9 @@ struct FamilyTraits {
   // Its poller reads the wire itself while the progress loop stands aside, so an
   // idle poll need not give the core away at once (verbs/cq.cc after_idle_poll).
   bool poller_reads_wire = false;
+  // Its RC QPs can run selective repeat when both ends agree through ECE
+  // (ibv_query_ece(3), docs/decisions/selective-repeat.md).
+  bool selective_repeat = false;
 
   bool carries(ibv_qp_type type) const { return unsigned(type) < 64 && (qp_types >> type) & 1; }
   bool carries_opcode(int opcode) const {

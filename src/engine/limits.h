@@ -68,8 +68,18 @@ struct DeviceLimits {
   uint32_t max_total_mcast_qp_attach = 64 * 56;
 };
 
+// ECE options softrdma understands (the low bits; docs/decisions/selective-repeat.md).
+inline constexpr uint32_t kEceSelectiveRepeat = 1u << 0;
+
+// When an RC connection runs selective repeat (selective_repeat.h) instead of
+// IBA's go-back-N: when both ends agreed through ECE (the rdma_cm's REQ/REP, or
+// ibv_query_ece/ibv_set_ece exchanged by the application), on every RC QP (both
+// ends must be softrdma: SOFTRDMA_SELECTIVE_REPEAT=always), or never.
+enum class SelectiveRepeatMode : uint8_t { kNegotiated, kAlways, kOff };
+
 struct DeviceConfig {
   std::string name = "softrdma0";
+  SelectiveRepeatMode selective_repeat = SelectiveRepeatMode::kNegotiated;
   DeviceLimits limits;
   // Requester window: at most this many unacknowledged packets per QP. IBA leaves
   // pacing to the implementation; a socket buffer is finite, and go-back-N pays for

@@ -123,6 +123,19 @@ class Qp {
   DeviceLinks& device_links() { return device_links_; }
   bool on_same_host() const { return protocol_->on_same_host(); }
 
+  // Enhanced Connection Establishment (ibv_set_ece(3), IBA's REQ/REP Vendor ID and
+  // options): what the peer agreed to, set before RTR by the application or the
+  // rdma_cm (docs/decisions/selective-repeat.md). Unset: nothing was agreed.
+  void set_ece_options(uint32_t options) {
+    ece_options_.store(options | kEceAgreed, std::memory_order_relaxed);
+  }
+  bool ece_set() const { return (ece_options_.load(std::memory_order_relaxed) & kEceAgreed) != 0; }
+  bool ece_agreed(uint32_t option) const {
+    const uint32_t o = ece_options_.load(std::memory_order_relaxed);
+    return (o & kEceAgreed) != 0 && (o & option) != 0;
+  }
+  uint32_t ece_options() const { return ece_options_.load(std::memory_order_relaxed) & ~kEceAgreed; }
+
   // This QP's traffic counters (engine owner writes; see counters.h).
   QpCounters& counters() { return *counters_; }
   // Its counters live in `row` from now on (the status segment's row for it, which
@@ -290,6 +303,8 @@ class Qp {
 
   DeviceLinks device_links_;
   QpCounters own_counters_;
+  static constexpr uint32_t kEceAgreed = 1u << 31;  // ece_options_: set by set_ece_options
+  std::atomic<uint32_t> ece_options_{0};
   QpCounters* counters_ = &own_counters_;  // or the QP's row of the status segment
 };
 

@@ -152,6 +152,20 @@ void destroy_cqs(CmId& id) {
   id.ibv.send_cq_channel = id.ibv.recv_cq_channel = nullptr;
 }
 
+// ECE (docs/decisions/selective-repeat.md), as rdma-core's librdmacm does it: the
+// QP's offer is what the REQ or REP carries; a QP made for a REQ that carried one
+// takes it (ibv_set_ece keeps what both understand), and its REP answers that.
+// A device without ECE (iWARP) leaves it empty; an offer it does not understand
+// (another vendor's) is ignored.
+void init_ece(CmId& id, ibv_qp* qp) {
+  ibv_ece ece{};
+  if (ibv_query_ece(qp, &ece) != 0) return;
+  id.local_ece = ece;
+  if (id.remote_ece.vendor_id == 0) return;
+  ece = id.remote_ece;
+  if (ibv_set_ece(qp, &ece) == 0 && ibv_query_ece(qp, &ece) == 0) id.local_ece = ece;
+}
+
 int create_qp(CmId& id, ibv_qp_init_attr_ex& attr) {
   if (id.ibv.verbs == nullptr || id.ibv.qp != nullptr) return EINVAL;  // not bound, or has one
   if (!(attr.comp_mask & IBV_QP_INIT_ATTR_PD) || attr.pd == nullptr) {
@@ -177,6 +191,7 @@ int create_qp(CmId& id, ibv_qp_init_attr_ex& attr) {
     destroy_cqs(id);
     return err;
   }
+  if (qp->qp_type == IBV_QPT_RC) init_ece(id, qp);
   Agent& agent = Agent::get();
   std::lock_guard lock(agent.cm_mutex());  // the agent reads id.ibv.qp under it
   id.ibv.qp = qp;
@@ -235,6 +250,13 @@ SOFTRDMA_CM_EXPORT void rdma_destroy_qp(rdma_cm_id* ibv) {
 namespace softrdma::rdmacm {
 
 int connect_qp(CmId& id) {
+  // The active side: the REP's answer to its offer (none from a peer without ECE:
+  // the QP stays as IBA has it).
+  if (id.ibv.qp->qp_type == IBV_QPT_RC && id.remote_ece.vendor_id != 0 &&
+      id.conn.state == CmState::kReqSent) {
+    ibv_ece ece = id.remote_ece;
+    ibv_set_ece(id.ibv.qp, &ece);
+  }
   ibv_qp_attr attr{};
   int mask = 0;
   attr.qp_state = IBV_QPS_RTR;

@@ -109,6 +109,7 @@ std::unique_ptr<OpenDevice> OpenDevice::open(const Settings& settings, std::stri
   }
   config.host = node->host_.get();
   config.max_unacked_packets = settings.max_unacked_packets;
+  config.selective_repeat = settings.selective_repeat;
   config.idle_probe_interval_ns = int64_t(settings.idle_probe_ms) * 1'000'000;
   config.shared_pages_max_bytes = uint64_t(settings.shared_pages_mb) << 20;
   engine::FamilyMaker family = engine::roce::RoceFamily::maker();

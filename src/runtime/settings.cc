@@ -115,6 +115,20 @@ std::optional<Settings> Settings::from_environment(std::string& error) {
             std::to_string(engine::kMaxWindowPackets) + ", not \"" + v + "\"";
     return std::nullopt;
   }
+  if (const char* v = env("SOFTRDMA_SELECTIVE_REPEAT")) {
+    const std::string mode(v);
+    if (mode == "negotiated") {
+      s.selective_repeat = engine::SelectiveRepeatMode::kNegotiated;
+    } else if (mode == "always") {
+      s.selective_repeat = engine::SelectiveRepeatMode::kAlways;
+    } else if (mode == "off") {
+      s.selective_repeat = engine::SelectiveRepeatMode::kOff;
+    } else {
+      error = "SOFTRDMA_SELECTIVE_REPEAT must be \"negotiated\", \"always\" or \"off\", not \"" +
+              mode + "\"";
+      return std::nullopt;
+    }
+  }
   if (const char* v = env("SOFTRDMA_IDLE_PROBE_MS");
       v != nullptr && !parse_up_to(v, kMaxIdleProbeMs, s.idle_probe_ms)) {
     error = "SOFTRDMA_IDLE_PROBE_MS must be a number of milliseconds from 0 (off) to " +
@@ -160,6 +174,11 @@ std::vector<std::pair<std::string, std::string>> Settings::describe() const {
                        : "0 (this process's alone)"},
       {"SOFTRDMA_PROGRESS", progress_thread ? "thread" : "inline"},
       {"SOFTRDMA_WINDOW", std::to_string(max_unacked_packets)},
+      {"SOFTRDMA_SELECTIVE_REPEAT",
+       selective_repeat == engine::SelectiveRepeatMode::kAlways ? "always (every RC QP)"
+       : selective_repeat == engine::SelectiveRepeatMode::kOff
+           ? "off (go-back-N only)"
+           : "negotiated (RC connections whose peer agreed through ECE)"},
       {"SOFTRDMA_IDLE_PROBE_MS", idle_probe_ms == 0 ? "0 (off)" : std::to_string(idle_probe_ms)},
       {"SOFTRDMA_SHARED_PAGES_MB",
        shared_pages_mb == 0 ? "0 (off)" : std::to_string(shared_pages_mb)},

@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "engine/limits.h"
+
 namespace softrdma::runtime {
 
 struct Settings {
@@ -58,6 +60,11 @@ struct Settings {
   bool progress_thread = true;
   // SOFTRDMA_WINDOW: most unacknowledged packets per QP (1..4096).
   uint32_t max_unacked_packets = 64;
+  // SOFTRDMA_SELECTIVE_REPEAT: "negotiated" (default: when both ends of an RC
+  // connection agreed through ECE), "always" (every RC QP; every peer must be
+  // softrdma), "off" (IBA's go-back-N only; ECE offers nothing).
+  // docs/decisions/selective-repeat.md.
+  engine::SelectiveRepeatMode selective_repeat = engine::SelectiveRepeatMode::kNegotiated;
   // SOFTRDMA_IDLE_PROBE_MS: an RC QP that has nothing outstanding and has heard
   // nothing from its peer for this many milliseconds probes it, so that a killed
   // peer is noticed (docs/decisions/retransmission.md); 0: never. 0..3600000.

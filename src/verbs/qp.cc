@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <memory>
 
+#include "verbs/attributes.h"
 #include "verbs/domains.h"
 #include "verbs/objects.h"
 #include "verbs/ops.h"
@@ -353,9 +355,47 @@ SOFTRDMA_EXPORT int ibv_query_qp_data_in_order(ibv_qp* /*qp*/, ibv_wr_opcode /*o
   return 0;
 }
 
-// Enhanced Connection Establishment is a vendor option negotiation: none here.
-SOFTRDMA_EXPORT int ibv_query_ece(ibv_qp* /*qp*/, ibv_ece* /*ece*/) { return EOPNOTSUPP; }
-SOFTRDMA_EXPORT int ibv_set_ece(ibv_qp* /*qp*/, ibv_ece* /*ece*/) { return EOPNOTSUPP; }
+// Enhanced Connection Establishment (ibv_query_ece(3), ibv_set_ece(3); IBA's
+// REQ/REP Vendor ID and options): softrdma offers selective repeat under its own
+// vendor ID (docs/decisions/selective-repeat.md). The query answers what the QP
+// offers, or once set, what was agreed; set takes the peer's answer, keeping what
+// both understand. Another vendor's options mean nothing here: EINVAL, as mlx5
+// answers ours (librdmacm then goes on without them). Errors are returned and in
+// errno: librdmacm reads errno.
+namespace {
+
+int ece_error(int err) {
+  errno = err;
+  return err;
+}
+
+uint32_t offered_ece_options(softrdma::engine::Device& device) {
+  if (!device.family().traits().selective_repeat ||
+      device.config().selective_repeat == softrdma::engine::SelectiveRepeatMode::kOff)
+    return 0;
+  return softrdma::engine::kEceSelectiveRepeat;
+}
+
+}  // namespace
+
+SOFTRDMA_EXPORT int ibv_query_ece(ibv_qp* ibqp, ibv_ece* ece) {
+  if (ibqp == nullptr || ece == nullptr) return ece_error(EINVAL);
+  softrdma::engine::Device& device = *to_context(ibqp->context)->device;
+  if (!device.family().traits().selective_repeat) return ece_error(EOPNOTSUPP);
+  const softrdma::engine::Qp& qp = *to_qp(ibqp)->engine_qp;
+  const uint32_t options = qp.ece_set() ? qp.ece_options() : offered_ece_options(device);
+  *ece = ibv_ece{.vendor_id = kVendorId, .options = options, .comp_mask = 0};
+  return 0;
+}
+
+SOFTRDMA_EXPORT int ibv_set_ece(ibv_qp* ibqp, ibv_ece* ece) {
+  if (ibqp == nullptr || ece == nullptr || ece->comp_mask != 0) return ece_error(EINVAL);
+  softrdma::engine::Device& device = *to_context(ibqp->context)->device;
+  if (!device.family().traits().selective_repeat) return ece_error(EOPNOTSUPP);
+  if (ece->vendor_id != kVendorId) return ece_error(EINVAL);
+  to_qp(ibqp)->engine_qp->set_ece_options(ece->options & offered_ece_options(device));
+  return 0;
+}
 
 // ibv_attach_mcast(3) / ibv_detach_mcast(3) (docs/decisions/multicast.md). RoCE
 // has no multicast LIDs (IBA A17.4.5.1: the LRH is gone): `lid` is ignored, as

@@ -70,6 +70,7 @@ enum OpFlag : uint32_t {
   kOpFetchAdd = 1u << 21,
   kOpConsumesRecv = 1u << 22,  // the responder takes a receive WQE at its last packet
   kOpAtomicWrite = 1u << 23,   // RDMA ATOMIC WRITE (IBA 1.5, 9.4.6): 8 bytes stored at once
+  kOpSack = 1u << 24,          // softrdma's selective acknowledgement (kRcSack below)
 };
 inline constexpr uint32_t kOpOnly = kOpFirst | kOpLast;
 
@@ -124,6 +125,13 @@ inline constexpr uint8_t kRcSendLastInv = kRc | kSendLastInv;
 inline constexpr uint8_t kRcSendOnlyInv = kRc | kSendOnlyInv;
 inline constexpr uint8_t kUdSendOnly = kUd | kSendOnly;
 inline constexpr uint8_t kUdSendOnlyImm = kUd | kSendOnlyImm;
+// IBA 9.2.1 Table 38: opcodes 0xC0-0xFF are manufacturer specific. softrdma's
+// selective acknowledgement, sent only on an RC connection whose two ends agreed
+// on selective repeat (docs/decisions/selective-repeat.md), so no peer of another
+// kind ever sees it: an AETH that acknowledges like an ACK (BTH PSN: the last in
+// order), then a bitmap of the PSNs received beyond the first missing one
+// (wire/sack.h).
+inline constexpr uint8_t kRcSack = 0xc1;
 }  // namespace op
 
 namespace detail {
@@ -274,6 +282,13 @@ constexpr std::array<OpcodeInfo, 256> make_opcode_table() {
       }
     }
   }
+  OpcodeInfo sack{};
+  sack.name = "SOFTRDMA_SACK";
+  sack.headers = HeaderSet(header_bit(Header::kBth) | header_bit(Header::kAeth));
+  sack.flags = kOpResponse | kOpSack | kOpPayload | kOpRc | kOpOnly;
+  sack.offset[size_t(Header::kAeth)] = uint8_t(kBthBytes);
+  sack.header_bytes = uint8_t(kBthBytes + kHeaderBytes[size_t(Header::kAeth)]);
+  table[op::kRcSack] = sack;
   return table;
 }
 

@@ -1,11 +1,17 @@
-// Loss recovery alone (rc/loss_recovery.h, docs/decisions/loss-recovery.md):
-// go-back-N's window, what a loss makes the requester resend, and the gentle
-// restart after a timeout, driven by PSNs as the completer reports them.
+// Loss recovery alone (rc/loss_recovery.h, docs/decisions/loss-recovery.md,
+// selective-repeat.md): go-back-N's window, what a loss makes the requester
+// resend, the gentle restart after a timeout, and selective repeat's decisions
+// from SACKs, driven by PSNs as the completer reports them.
 #include "engine/rc/loss_recovery.h"
 
 #include <gtest/gtest.h>
 
+#include <array>
+#include <initializer_list>
+
+#include "engine/rc/selective_repeat.h"
 #include "wire/psn.h"
+#include "wire/sack.h"
 
 namespace softrdma::engine::rc {
 namespace {
@@ -37,12 +43,15 @@ TEST(GoBackN, ALossResendsEverythingSentFromItsPsn) {
   gbn.reset(0);
   const Resend nak = gbn.on_loss(7, 30, LossCause::kNak, 0);
   EXPECT_EQ(nak.from, 7u);
-  EXPECT_EQ(nak.to, 30u) << "go back N: up to the first PSN never sent";
+  EXPECT_FALSE(gbn.stays_sent(7));
+  EXPECT_FALSE(gbn.stays_sent(29)) << "go back N: up to the first PSN never sent";
+  EXPECT_TRUE(gbn.stays_sent(30)) << "sent after the loss was seen";
   EXPECT_TRUE(nak.repeat_first);
+  EXPECT_FALSE(gbn.selective());
   EXPECT_EQ(gbn.window(), kWindow) << "a NAK keeps the window";
   const Resend rnr = gbn.on_loss(7, 30, LossCause::kRnr, 0);
   EXPECT_EQ(rnr.from, 7u);
-  EXPECT_EQ(rnr.to, 30u);
+  EXPECT_FALSE(gbn.stays_sent(29));
   EXPECT_FALSE(rnr.repeat_first);
 }
 
@@ -65,6 +74,95 @@ TEST(GoBackN, ATimeoutRestartsWithTwoPacketsAndGrowsWithAcks) {
   gbn.on_loss(80, 90, LossCause::kTimeout, 0);
   gbn.reset(90);
   EXPECT_EQ(gbn.window(), kWindow) << "a fresh connection starts with the whole window";
+}
+
+// A SACK bitmap marking PSNs `first_missing + 1 + i` for each i given.
+std::array<uint8_t, wire::kSackBitmapBytes> held(std::initializer_list<uint32_t> after) {
+  std::array<uint8_t, wire::kSackBitmapBytes> bitmap{};
+  for (uint32_t i : after) wire::sack_mark(bitmap, i);
+  return bitmap;
+}
+
+// One lost packet: the SACKs that follow it hold more and more after it; it is
+// taken for lost once three sent after it are held (reordering by fewer is not
+// loss), and only it is resent.
+TEST(SelectiveRepeat, AGapIsLostOnceThreeLaterPacketsAreHeld) {
+  SelectiveRepeat sr(kWindow);
+  sr.reset(0);
+  EXPECT_TRUE(sr.selective());
+  // Sent 0..19; 0..4 acknowledged, 5 missing, 6 and 7 held.
+  EXPECT_FALSE(sr.on_sack(5, 5, held({0, 1}), 20).has_value()) << "two: maybe reordered";
+  const std::optional<uint32_t> lost = sr.on_sack(5, 5, held({0, 1, 2}), 20);
+  ASSERT_TRUE(lost.has_value());
+  EXPECT_EQ(*lost, 5u);
+  EXPECT_FALSE(sr.stays_sent(5));
+  for (uint32_t psn = 6; psn < 20; ++psn) EXPECT_TRUE(sr.stays_sent(psn)) << psn;
+  sr.on_resent(5, 20);
+  EXPECT_TRUE(sr.stays_sent(5)) << "resent once: not again on the next walk";
+  // More SACKs for packets sent before the resend do not resend it again.
+  EXPECT_FALSE(sr.on_sack(5, 5, held({0, 1, 2, 3, 4}), 20).has_value());
+}
+
+// Several gaps in one SACK are resent in one walk; what the SACK holds is not.
+TEST(SelectiveRepeat, EveryGapOneSackShowsIsResentAndNothingHeld) {
+  SelectiveRepeat sr(kWindow);
+  sr.reset(100);
+  // 100 missing; 101..109 held but 104 and 107.
+  const std::optional<uint32_t> lost = sr.on_sack(100, 100, held({0, 1, 2, 4, 5, 7, 8}), 120);
+  ASSERT_TRUE(lost.has_value());
+  EXPECT_EQ(*lost, 100u);
+  EXPECT_FALSE(sr.stays_sent(100));
+  EXPECT_FALSE(sr.stays_sent(104));
+  EXPECT_TRUE(sr.stays_sent(107)) << "two held after it: maybe only reordered";
+  EXPECT_TRUE(sr.stays_sent(103));
+  EXPECT_TRUE(sr.stays_sent(110)) << "after the highest held: not known lost";
+}
+
+// A resend that is lost too is resent again once packets sent after it are held
+// (RACK's "sent after", in PSNs).
+TEST(SelectiveRepeat, AResendLostAgainIsResentWhenLaterPacketsAreHeld) {
+  SelectiveRepeat sr(kWindow);
+  sr.reset(0);
+  // 0 lost, 1..9 held.
+  ASSERT_TRUE(sr.on_sack(0, 0, held({0, 1, 2, 3, 4, 5, 6, 7, 8}), 10).has_value());
+  sr.on_resent(0, 10);  // PSNs from 10 on are sent after the resend
+  EXPECT_FALSE(sr.on_sack(0, 0, held({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}), 12).has_value())
+      << "10 and 11 held: two sent after the resend";
+  const std::optional<uint32_t> again =
+      sr.on_sack(0, 0, held({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}), 13);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(*again, 0u);
+}
+
+// An acknowledgement forgets what lies before it; a timeout resends all that is
+// not held, from a window of two; a NAK (a READ response gap) names one PSN.
+TEST(SelectiveRepeat, TimeoutsResendWhatIsNotHeldAndNaksOnePsn) {
+  SelectiveRepeat sr(kWindow);
+  sr.reset(0);
+  EXPECT_FALSE(sr.on_sack(3, 3, held({1}), 8).has_value());  // 5 held
+  const Resend timeout = sr.on_loss(3, 8, LossCause::kTimeout, 0);
+  EXPECT_EQ(timeout.from, 3u);
+  EXPECT_EQ(sr.window(), ResumeWindow::kPackets);
+  EXPECT_FALSE(sr.stays_sent(3));
+  EXPECT_FALSE(sr.stays_sent(4));
+  EXPECT_TRUE(sr.stays_sent(5)) << "held by the responder";
+  EXPECT_FALSE(sr.stays_sent(7));
+  sr.on_acknowledged(8, 0);
+  SelectiveRepeat fresh(kWindow);
+  fresh.reset(0);
+  fresh.on_loss(2, 9, LossCause::kNak, 0);
+  EXPECT_FALSE(fresh.stays_sent(2));
+  EXPECT_TRUE(fresh.stays_sent(3)) << "only the PSN named";
+  EXPECT_EQ(fresh.window(), kWindow);
+}
+
+// A SACK naming PSNs never sent is a broken or hostile peer's: nothing is taken
+// from beyond what was sent.
+TEST(SelectiveRepeat, ASackBeyondWhatWasSentMarksNothingThere) {
+  SelectiveRepeat sr(kWindow);
+  sr.reset(0);
+  EXPECT_FALSE(sr.on_sack(0, 0, held({20, 21, 22, 23}), 5).has_value());
+  EXPECT_TRUE(sr.stays_sent(0));
 }
 
 }  // namespace

@@ -40,6 +40,7 @@ void build_node(Node& n, transport::fake::FakeNetwork& net, const transport::Gid
   config.idle_probe_interval_ns = o.idle_probe;
   config.max_retry_interval_ns = o.max_retry_interval;
   config.shared_pages_max_bytes = o.shared_pages;
+  config.selective_repeat = o.selective_mode;
   n.device = std::make_unique<Device>(config, *n.transport, roce::RoceFamily::maker(), clock);
   int err = 0;
   n.pd = n.device->alloc_pd(err);
@@ -83,6 +84,7 @@ void ud_to_rts(Qp& qp, uint32_t sq_psn, const RcOptions& o) {
 void connect_qp(Qp& qp, const Device& peer_device, uint32_t peer_qpn, uint32_t sq_psn,
                 uint32_t rq_psn, int access, const RcOptions& o) {
   if (qp.type() == IBV_QPT_UD) return ud_to_rts(qp, sq_psn, o);
+  if (o.selective) qp.set_ece_options(kEceSelectiveRepeat);
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_INIT;
   attr.port_num = 1;

@@ -43,6 +43,10 @@ struct RcOptions {
   // DeviceConfig::shared_pages_max_bytes: MRs up to this size share their pages
   // with same-host peers (0: peers copy by cross-memory attach).
   uint64_t shared_pages = DeviceConfig{}.shared_pages_max_bytes;
+  // Both QPs are told (as ibv_set_ece does) that their peer agreed to selective
+  // repeat (docs/decisions/selective-repeat.md); DeviceConfig::selective_repeat.
+  bool selective = false;
+  SelectiveRepeatMode selective_mode = SelectiveRepeatMode::kNegotiated;
 };
 
 // The test's own directory for node segments (removed with it).

@@ -60,6 +60,42 @@ TEST(Connect, AcceptedConnectionCarriesDataAndDisconnects) {
   rdma_destroy_id(child);
 }
 
+// ECE (docs/decisions/selective-repeat.md): the REQ carries the client QP's
+// offer (softrdma's vendor ID, selective repeat), the server's QP made for the
+// request takes it, the REP carries the answer and the client's QP takes that:
+// both ends agree before any packet is sent.
+TEST(Connect, SelectiveRepeatIsAgreedThroughTheReqAndRep) {
+  Connecting c;
+  ASSERT_EQ(c.connect("ece"), 0);
+  rdma_cm_event* request = expect_event(c.server.channel, RDMA_CM_EVENT_CONNECT_REQUEST);
+  ASSERT_NE(request, nullptr);
+  rdma_cm_id* child = request->id;
+  rdma_ack_cm_event(request);
+  ibv_ece offered{};
+  ASSERT_EQ(rdma_get_remote_ece(child, &offered), 0);
+  EXPECT_EQ(offered.vendor_id, 0xffffffu);
+  EXPECT_EQ(offered.options, 1u);
+  ibv_qp_init_attr attr = rc_attr();
+  ASSERT_EQ(rdma_create_qp(child, nullptr, &attr), 0);
+  ibv_ece agreed{};
+  ASSERT_EQ(ibv_query_ece(child->qp, &agreed), 0);
+  EXPECT_EQ(agreed.options, 1u);
+  rdma_conn_param accept{};
+  accept.responder_resources = accept.initiator_depth = 1;
+  ASSERT_EQ(rdma_accept(child, &accept), 0);
+  rdma_ack_cm_event(expect_event(c.client.channel, RDMA_CM_EVENT_ESTABLISHED));
+  rdma_ack_cm_event(expect_event(c.server.channel, RDMA_CM_EVENT_ESTABLISHED));
+  ibv_ece client{};
+  ASSERT_EQ(ibv_query_ece(c.client.id->qp, &client), 0);
+  EXPECT_EQ(client.vendor_id, 0xffffffu);
+  EXPECT_EQ(client.options, 1u);  // its offer and the REP's answer are both 1
+  ASSERT_EQ(rdma_disconnect(c.client.id), 0);
+  rdma_ack_cm_event(expect_event(c.server.channel, RDMA_CM_EVENT_DISCONNECTED));
+  rdma_ack_cm_event(expect_event(c.client.channel, RDMA_CM_EVENT_DISCONNECTED));
+  rdma_destroy_qp(child);
+  rdma_destroy_id(child);
+}
+
 TEST(Connect, RejectionReachesTheClientWithItsReason) {
   Connecting c;
   ASSERT_EQ(c.connect("let me in"), 0);

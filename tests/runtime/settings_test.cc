@@ -17,7 +17,7 @@ class SettingsTest : public ::testing::Test {
                                            "SOFTRDMA_PCAP",   "SOFTRDMA_FAULTS",
                                            "SOFTRDMA_PROGRESS", "SOFTRDMA_WINDOW",
                                            "SOFTRDMA_SYSFS_VIEW", "SOFTRDMA_SHARE_ADDRESS",
-                                           "SOFTRDMA_WIRE"};
+                                           "SOFTRDMA_WIRE", "SOFTRDMA_SELECTIVE_REPEAT"};
   void SetUp() override { clear(); }
   void TearDown() override { clear(); }
   static void clear() {
@@ -40,6 +40,22 @@ TEST_F(SettingsTest, DefaultsWhenNothingIsSet) {
   EXPECT_TRUE(s->progress_thread);
   EXPECT_EQ(s->max_unacked_packets, 64u);
   EXPECT_TRUE(s->sysfs_view);
+  EXPECT_EQ(s->selective_repeat, engine::SelectiveRepeatMode::kNegotiated);
+}
+
+// SOFTRDMA_SELECTIVE_REPEAT (docs/decisions/selective-repeat.md): its three values.
+TEST_F(SettingsTest, SelectiveRepeatTakesItsThreeValues) {
+  const std::pair<const char*, engine::SelectiveRepeatMode> values[] = {
+      {"negotiated", engine::SelectiveRepeatMode::kNegotiated},
+      {"always", engine::SelectiveRepeatMode::kAlways},
+      {"off", engine::SelectiveRepeatMode::kOff}};
+  for (const auto& [value, mode] : values) {
+    setenv("SOFTRDMA_SELECTIVE_REPEAT", value, 1);
+    std::string error;
+    auto s = Settings::from_environment(error);
+    ASSERT_TRUE(s.has_value()) << error;
+    EXPECT_EQ(s->selective_repeat, mode) << value;
+  }
 }
 
 // Each variable lands in its field; describe() shows the values in force.
@@ -74,6 +90,7 @@ TEST_F(SettingsTest, MalformedValuesAreRefusedByName) {
       {"SOFTRDMA_PROGRESS", "sometimes"}, {"SOFTRDMA_WINDOW", "0"},
       {"SOFTRDMA_WINDOW", "4097"},        {"SOFTRDMA_WINDOW", "12x"},
       {"SOFTRDMA_SYSFS_VIEW", "yes"},     {"SOFTRDMA_SHARE_ADDRESS", "2"},
+      {"SOFTRDMA_SELECTIVE_REPEAT", "on"},
       {"SOFTRDMA_DEVICE", "a-name-that-is-far-too-long-for-a-verbs-device-name-of-64-bytes-xx"}};
   for (const auto& [name, value] : bad) {
     clear();

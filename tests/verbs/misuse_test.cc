@@ -324,6 +324,36 @@ TEST_F(Misuse, ReregMrChecksItsInputAndAppliesTheChange) {
   EXPECT_EQ(ibv_dealloc_pd(other), 0);
 }
 
+// ECE (ibv_query_ece(3), ibv_set_ece(3); docs/decisions/selective-repeat.md): an
+// RC QP offers selective repeat under softrdma's vendor ID; another vendor's
+// options, or a comp_mask this version does not know, are refused; the agreed
+// options are what both understand.
+TEST_F(Misuse, EceOffersSelectiveRepeatAndRefusesWhatItDoesNotKnow) {
+  ibv_qp_init_attr init = rc_init();
+  ibv_qp* qp = ibv_create_qp(pd_, &init);
+  ASSERT_NE(qp, nullptr);
+  ibv_ece ece{};
+  ASSERT_EQ(ibv_query_ece(qp, &ece), 0);
+  EXPECT_EQ(ece.vendor_id, 0xffffffu);
+  EXPECT_EQ(ece.options, 1u) << "selective repeat";
+  ibv_ece mellanox{.vendor_id = 0x15b3, .options = 1, .comp_mask = 0};
+  errno = 0;
+  EXPECT_EQ(ibv_set_ece(qp, &mellanox), EINVAL);
+  EXPECT_EQ(errno, EINVAL) << "librdmacm reads errno";
+  ibv_ece unknown_mask{.vendor_id = 0xffffff, .options = 1, .comp_mask = 1};
+  EXPECT_EQ(ibv_set_ece(qp, &unknown_mask), EINVAL);
+  EXPECT_EQ(ibv_query_ece(nullptr, &ece), EINVAL);
+  ibv_ece more{.vendor_id = 0xffffff, .options = 0xff, .comp_mask = 0};
+  ASSERT_EQ(ibv_set_ece(qp, &more), 0);
+  ASSERT_EQ(ibv_query_ece(qp, &ece), 0);
+  EXPECT_EQ(ece.options, 1u) << "only what softrdma understands is agreed";
+  ibv_ece none{.vendor_id = 0xffffff, .options = 0, .comp_mask = 0};
+  ASSERT_EQ(ibv_set_ece(qp, &none), 0);
+  ASSERT_EQ(ibv_query_ece(qp, &ece), 0);
+  EXPECT_EQ(ece.options, 0u) << "the peer declined: go-back-N";
+  EXPECT_EQ(ibv_destroy_qp(qp), 0);
+}
+
 // What the engine has not got yet answers "not supported" the verbs way.
 TEST_F(Misuse, MissingFeaturesAreEopnotsupp) {
   errno = 0;
@@ -332,8 +362,6 @@ TEST_F(Misuse, MissingFeaturesAreEopnotsupp) {
   ibv_qp_init_attr init = rc_init();
   ibv_qp* qp = ibv_create_qp(pd_, &init);
   ASSERT_NE(qp, nullptr);
-  ibv_ece ece{};
-  EXPECT_EQ(ibv_query_ece(qp, &ece), EOPNOTSUPP);
   EXPECT_EQ(ibv_query_qp_data_in_order(qp, IBV_WR_RDMA_WRITE, 0), 0);
   EXPECT_EQ(ibv_destroy_qp(qp), 0);
   ibv_cq_init_attr_ex cq_ex{};  // no VLANs: cq_ex_errors_test.cc has the others

@@ -14,8 +14,11 @@ namespace {
 
 TEST(OpcodesTest, ExactlyTheRcUcUdXrcOpcodesAreValid) {
   // RC: 24 operations (IBA 1.5's ATOMIC WRITE among them), UC: 12 (no READ,
-  // ATOMIC, ACK, INVALIDATE), UD: 2 SENDs, XRC: RC's 24.
-  EXPECT_EQ(testing::valid_opcodes().size(), 24u + 12u + 2u + 24u);
+  // ATOMIC, ACK, INVALIDATE), UD: 2 SENDs, XRC: RC's 24; and softrdma's own SACK
+  // in the manufacturer-specific range (docs/decisions/selective-repeat.md).
+  EXPECT_EQ(testing::valid_opcodes().size(), 24u + 12u + 2u + 24u + 1u);
+  EXPECT_EQ(kOpcodes[0xc1].name, "SOFTRDMA_SACK");
+  EXPECT_FALSE(kOpcodes[0xc0].valid());
   EXPECT_EQ(kOpcodes[0x1d].name, "RC_ATOMIC_WRITE");
   EXPECT_FALSE(kOpcodes[0x1c].valid());  // FLUSH: not offered
   EXPECT_FALSE(kOpcodes[0x15].valid());                            // reserved
@@ -32,7 +35,8 @@ TEST(OpcodesTest, NamesAreUniqueAndCarryTheTransport) {
     const std::string name(kOpcodes[opcode].name);
     EXPECT_TRUE(names.insert(name).second) << name;
     const uint8_t transport = opcode & 0xe0;
-    const char* prefix = transport == op::kRc   ? "RC_"
+    const char* prefix = opcode >= 0xc0         ? "SOFTRDMA_"  // IBA: manufacturer specific
+                         : transport == op::kRc ? "RC_"
                          : transport == op::kUc ? "UC_"
                          : transport == op::kUd ? "UD_"
                                                 : "XRC_";
@@ -88,14 +92,15 @@ TEST(OpcodesTest, HeadersAgreeWithMeaning) {
     EXPECT_FALSE(i.has(Header::kRdeth));
     const bool reth = i.any(kOpReadRequest | kOpAtomicWrite) || (i.any(kOpWrite) && i.any(kOpFirst));
     EXPECT_EQ(i.has(Header::kReth), reth);
-    const bool aeth = i.any(kOpAck | kOpAtomicAck) ||
+    const bool aeth = i.any(kOpAck | kOpAtomicAck | kOpSack) ||
                       (i.any(kOpReadResponse) && !i.any(kOpMiddle));
     EXPECT_EQ(i.has(Header::kAeth), aeth);
     EXPECT_NE(i.any(kOpRequest), i.any(kOpResponse));
     const int position = (i.any(kOpFirst) ? 1 : 0) + (i.any(kOpMiddle) ? 2 : 0) +
                          (i.any(kOpLast) ? 4 : 0);
     EXPECT_TRUE(position == 1 || position == 2 || position == 4 || position == 5);
-    EXPECT_EQ(i.any(kOpPayload), i.any(kOpSend | kOpWrite | kOpReadResponse | kOpAtomicWrite));
+    EXPECT_EQ(i.any(kOpPayload),
+              i.any(kOpSend | kOpWrite | kOpReadResponse | kOpAtomicWrite | kOpSack));
   }
 }
 

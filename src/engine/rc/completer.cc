@@ -9,6 +9,7 @@
 #include "engine/sgl.h"
 #include "wire/messages.h"
 #include "wire/psn.h"
+#include "wire/sack.h"
 
 namespace softrdma::engine::rc {
 
@@ -20,6 +21,8 @@ void Completer::reset(uint32_t sq_psn, Nanos /*now*/) {
   retries_left_ = attr.retry_cnt;
   rnr_retries_left_ = attr.rnr_retry;
   deadline_ = kNever;
+  probe_deadline_ = kNever;
+  probes_ = 0;
   read_rerequested_ = false;
   rto_.reset();
 }
@@ -43,7 +46,35 @@ Nanos Completer::retry_interval(uint32_t extra_doublings) const {
 void Completer::restart_timer(Nanos now) {
   const Nanos wait = retry_interval();
   deadline_ = wait == kNever ? kNever : now + wait;
-  conn_.qp().arm_timer(deadline_);
+  probe_deadline_ = kNever;
+  if (conn_.recovery().selective()) probe_deadline_ = std::min(deadline_, now + probe_interval());
+  conn_.qp().arm_timer(deadline());
+}
+
+// Two smoothed round trips (RFC 8985 §7.2's PTO), at least kMinProbeNs: ACKs are
+// coalesced (AckReq every few packets) and a software peer's come when its
+// scheduler lets them. Doubles with each unanswered probe.
+Nanos Completer::probe_interval() const {
+  constexpr Nanos kMinProbeNs = 200'000;
+  constexpr Nanos kUnmeasuredNs = 1'000'000;
+  const Nanos base = rto_.measured() ? std::max(kMinProbeNs, 2 * rto_.srtt()) : kUnmeasuredNs;
+  return base << std::min<uint32_t>(probes_, 16);
+}
+
+void Completer::on_probe_timer(Nanos now) {
+  probe_deadline_ = kNever;
+  if (!sending_state() || !outstanding()) return;
+  const std::optional<uint32_t> psn =
+      conn_.recovery().on_probe(una_psn_, conn_.requester().high_psn());
+  if (psn) {
+    bump(conn_.qp().ctx().counters.tail_probes);
+    conn_.requester().resend_from(*psn);
+    conn_.requester().run(now);
+  }
+  ++probes_;
+  const Nanos next = now + probe_interval();
+  if (next < deadline_) probe_deadline_ = next;
+  conn_.qp().arm_timer(deadline());
 }
 
 void Completer::on_sent(Nanos now) {
@@ -75,21 +106,47 @@ void Completer::on_response(PacketView packet, Nanos now) {
   const ibv_qp_state state = conn_.qp().state();
   if (state != IBV_QPS_RTS && state != IBV_QPS_SQD) return;
   const uint32_t psn = packet.psn();
+  const OpcodeInfo& info = packet.info();
   // IBA 9.7.5.2.1: a response outside [una, first PSN never sent) answers nothing
-  // outstanding (a late duplicate, or a ghost): ignore it.
-  if (psn_before(psn, una_psn_) || !psn_before(psn, conn_.requester().high_psn())) {
+  // outstanding (a late duplicate, or a ghost): ignore it. A SACK whose gap is at
+  // una acknowledges nothing new (an ACK came first) but names what is held.
+  const uint32_t lowest = info.is(kOpSack) ? psn_add(una_psn_, -1) : una_psn_;
+  if (psn_before(psn, lowest) || !psn_before(psn, conn_.requester().high_psn())) {
     if (conn_.liveness().answers_probe(psn)) return;  // the peer is alive: nothing else
     bump(conn_.qp().ctx().counters.out_of_sequence_responses);
     return;
   }
-  const OpcodeInfo& info = packet.info();
   if (info.is(kOpAck)) {
     on_ack(packet, now);
   } else if (info.is(kOpReadResponse)) {
     on_read_response(packet, now);
   } else if (info.is(kOpAtomicAck)) {
     on_atomic_ack(packet, now);
+  } else if (info.is(kOpSack)) {
+    on_sack(packet, now);
   }
+}
+
+// Selective repeat (selective_repeat.h): acknowledges as an ACK does, then resends
+// what the loss recovery finds lost. Not charged to retry_cnt: the responder is
+// plainly alive and making progress; a resend that is lost again is found by the
+// next SACK, or by the timer, which is charged.
+void Completer::on_sack(PacketView packet, Nanos now) {
+  EngineCounters& counters = conn_.qp().ctx().counters;
+  LossRecovery& recovery = conn_.recovery();
+  if (!recovery.selective() || packet.payload().size() != kSackBitmapBytes ||
+      syndrome::type(uint8_t(packet.get(aeth::kSyndrome))) != syndrome::kAck) {
+    bump(counters.sacks_refused);
+    return;
+  }
+  bump(counters.sacks_received);
+  if (!acknowledge_through(packet.psn(), now) || sq_empty_or_unsent()) return;
+  const uint32_t first_missing = psn_add(packet.psn(), 1);
+  const std::optional<uint32_t> lost =
+      recovery.on_sack(una_psn_, first_missing, packet.payload(), conn_.requester().high_psn());
+  if (!lost) return;
+  conn_.requester().resend_from(*lost);
+  conn_.requester().run(now);
 }
 
 void Completer::on_ack(PacketView packet, Nanos now) {
@@ -151,7 +208,8 @@ void Completer::on_nak(uint8_t syn, uint32_t psn, Nanos now) {
     conn_.requester().on_loss(psn, LossCause::kRnr, now);
     conn_.requester().pause_until(now + wait);
     conn_.qp().arm_timer(now + wait);
-    deadline_ = kNever;  // no ACK timeout while waiting out the RNR timer
+    deadline_ = kNever;  // no ACK timeout, nor probe, while waiting out the RNR timer
+    probe_deadline_ = kNever;
     return;
   }
   if (syndrome::type(syn) != syndrome::kNak) {  // IBA Table 42: reserved type
@@ -276,8 +334,10 @@ void Completer::progress_made(Nanos now) {
   retries_left_ = attr.retry_cnt;
   rnr_retries_left_ = attr.rnr_retry;
   read_rerequested_ = false;
+  probes_ = 0;
   rto_.on_acknowledged(una_psn_, now);
   deadline_ = kNever;
+  probe_deadline_ = kNever;
   if (outstanding()) restart_timer(now);
   conn_.requester().on_progress(una_psn_, now);
   conn_.requester().run(now);
@@ -308,10 +368,13 @@ bool Completer::sending_state() const {
 
 void Completer::stop_timers() {
   deadline_ = kNever;
+  probe_deadline_ = kNever;
   read_rerequested_ = false;
 }
 
 void Completer::on_timer(Nanos now) {
+  if (probe_deadline_ != kNever && now >= probe_deadline_ && now < deadline_)
+    return on_probe_timer(now);
   if (deadline_ == kNever || now < deadline_) return;
   deadline_ = kNever;
   if (!sending_state()) return;  // a timer left from before Error/Reset

@@ -4,6 +4,7 @@
 // count (rnr_retry).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -24,7 +25,7 @@ class Completer {
   void on_response(wire::PacketView packet, Nanos now);
   // The requester sent something: make sure the retransmission timer runs.
   void on_sent(Nanos now);
-  Nanos deadline() const { return deadline_; }
+  Nanos deadline() const { return std::min(deadline_, probe_deadline_); }
   void on_timer(Nanos now);
   void reset(uint32_t sq_psn, Nanos now);
   // The QP left the sending states (Error, Reset): no timer may act any more.
@@ -48,6 +49,7 @@ class Completer {
   void on_ack(wire::PacketView packet, Nanos now);
   void on_read_response(wire::PacketView packet, Nanos now);
   void on_atomic_ack(wire::PacketView packet, Nanos now);
+  void on_sack(wire::PacketView packet, Nanos now);
   void on_nak(uint8_t syndrome, uint32_t psn, Nanos now);
   bool response_in_place(const SendWqe& w, wire::PacketView packet) const;
   bool place(const SendWqe& w, uint64_t offset, std::span<const uint8_t> data);
@@ -65,12 +67,18 @@ class Completer {
   void retry(uint32_t psn, Nanos now, Cause cause = Cause::kGapOrNak);
   bool sending_state() const;
   void restart_timer(Nanos now);
+  // Selective repeat's tail loss probe (selective_repeat.h): armed with the timer,
+  // a few round trips long, backing off with each probe that is not answered.
+  Nanos probe_interval() const;
+  void on_probe_timer(Nanos now);
 
   RcConnection& conn_;
   uint32_t una_psn_ = 0;
   uint8_t retries_left_ = 7;
   uint8_t rnr_retries_left_ = 7;
   Nanos deadline_ = kNever;
+  Nanos probe_deadline_ = kNever;
+  uint32_t probes_ = 0;  // tail probes since the last progress
   RetransmitTimer rto_;
   // A retry was made since the last progress: a late response or ACK that shows
   // the same gap again must not retry again (one retry per gap, until progress or

@@ -16,7 +16,7 @@ RcConnection::RcConnection(Qp& qp, roce::TxBatch& tx, transport::Transport& via)
       via_(via),
       opcode_base_(roce::opcode_base_of(qp.type())),
       acknowledged_(qp.type() != IBV_QPT_UC),
-      recovery_(make_loss_recovery(qp.ctx().config.max_unacked_packets)),
+      recovery_(make_loss_recovery(qp.ctx().config.max_unacked_packets, false)),
       requester_(*this),
       completer_(*this),
       responder_(*this),
@@ -99,7 +99,9 @@ void RcConnection::on_state_change(ibv_qp_state from, ibv_qp_state to, Nanos now
   }
   if (to == IBV_QPS_RTR && from != IBV_QPS_RTR) {
     load_path();
-    responder_.reset(qp_.attr().rq_psn, qp_.attr().max_dest_rd_atomic);
+    selective_ = agreed_selective_repeat();
+    recovery_ = make_loss_recovery(qp_.ctx().config.max_unacked_packets, selective_);
+    responder_.reset(qp_.attr().rq_psn, qp_.attr().max_dest_rd_atomic, selective_);
   }
   if (to == IBV_QPS_RTS && from == IBV_QPS_RTR) {
     requester_.reset(qp_.attr().sq_psn);
@@ -112,6 +114,18 @@ void RcConnection::on_state_change(ibv_qp_state from, ibv_qp_state to, Nanos now
     responder_.resize_atomic_results(qp_.attr().max_dest_rd_atomic);
   }
   if (to == IBV_QPS_RTS && from == IBV_QPS_SQD) requester_.run(now);
+}
+
+// RC only: UC acknowledges nothing, and XRC's SACK would need an opcode of its
+// own (its responses go to the XRC send QP).
+bool RcConnection::agreed_selective_repeat() const {
+  if (qp_.type() != IBV_QPT_RC) return false;
+  switch (qp_.ctx().config.selective_repeat) {
+    case SelectiveRepeatMode::kAlways: return true;
+    case SelectiveRepeatMode::kOff: return false;
+    case SelectiveRepeatMode::kNegotiated: break;
+  }
+  return qp_.ece_agreed(kEceSelectiveRepeat);
 }
 
 void RcConnection::fail(Nanos now, std::optional<ibv_event_type> event) {

@@ -58,6 +58,8 @@ class RcConnection final : public roce::RoceProtocol {
   uint8_t opcode(uint8_t operation) const { return uint8_t(opcode_base_ | operation); }
   // RC: requests are acknowledged (and retried); UC: never (IBA 9.8).
   bool acknowledged() const { return acknowledged_; }
+  // Both ends run selective repeat (chosen at RTR; selective_repeat.h).
+  bool selective() const { return selective_; }
   // Builds a packet along this connection's path.
   wire::PacketView emit(uint8_t opcode, size_t payload_len, uint32_t psn);
   // Any role that hits a fatal error: QP to Error (IBA 11.6.2), async event.
@@ -65,12 +67,14 @@ class RcConnection final : public roce::RoceProtocol {
 
  private:
   void load_path();
+  bool agreed_selective_repeat() const;
 
   Qp& qp_;
   roce::TxBatch& tx_;
   transport::Transport& via_;
   const uint8_t opcode_base_;  // IBA 9.2.1: the transport bits of every opcode sent
   const bool acknowledged_;
+  bool selective_ = false;
   Path path_;
   std::unique_ptr<LossRecovery> recovery_;
   Requester requester_;

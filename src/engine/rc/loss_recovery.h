@@ -5,15 +5,17 @@
 // by the clock, as RetransmitTimer decides how long to wait. One object per
 // connection, chosen when the connection is made (make_loss_recovery).
 //
-// Go-back-N (IBA 9.7.4.1.3, 9.7.5.2) is the first implementation and the only
-// one every IBA peer understands. Selective repeat (resend only what was lost)
-// and a congestion window plug in here, without changes to the roles: the
-// requester resends exactly the range `on_loss` answers and sends within
-// `window_space`.
+// Go-back-N (IBA 9.7.4.1.3, 9.7.5.2) is the one every IBA peer understands;
+// selective repeat (selective_repeat.h) resends only what was lost, between two
+// softrdma ends that agreed on it (docs/decisions/selective-repeat.md). The
+// requester rewinds to `Resend::from`, steps over what `stays_sent` keeps, and
+// sends within `window_space`.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <span>
 
 #include "engine/clock.h"
 #include "wire/psn.h"
@@ -27,10 +29,10 @@ enum class LossCause : uint8_t {
   kTimeout,  // the retransmission timer expired (IBA 9.7.6.1.3)
 };
 
-// What to resend: PSNs [from, to) of what was sent, in order, then new work.
+// Where the resend starts: the requester walks what was sent from `from` on,
+// resending each PSN that stays_sent() does not keep, then new work.
 struct Resend {
   uint32_t from = 0;
-  uint32_t to = 0;
   // Its first packet goes twice (docs/decisions/retransmission.md "Resuming").
   bool repeat_first = false;
 };
@@ -55,40 +57,81 @@ class LossRecovery {
   virtual Resend on_loss(uint32_t psn, uint32_t high, LossCause cause, Nanos now) = 0;
   // Everything before `una` is acknowledged.
   virtual void on_acknowledged(uint32_t una, Nanos now) = 0;
+  // Whether `psn`, sent before (below the first PSN never sent), is stepped over
+  // by the resend the last loss began.
+  virtual bool stays_sent(uint32_t psn) const = 0;
+  // `psn` went again; `high` is the first PSN never sent.
+  virtual void on_resent(uint32_t /*psn*/, uint32_t /*high*/) {}
+  // Selective repeat: a selective acknowledgement (wire/sack.h) says the responder
+  // holds the PSNs marked in `bitmap` after `first_missing`; everything before
+  // `una` is acknowledged. The first PSN to resend now, if any.
+  virtual std::optional<uint32_t> on_sack(uint32_t /*una*/, uint32_t /*first_missing*/,
+                                          std::span<const uint8_t> /*bitmap*/,
+                                          uint32_t /*high*/) {
+    return std::nullopt;
+  }
+  // Selective repeat: nothing was heard for a probe interval (a tail loss no later
+  // packet reveals, or a lost SACK): the PSN to send again as a probe, if any.
+  virtual std::optional<uint32_t> on_probe(uint32_t /*una*/, uint32_t /*high*/) {
+    return std::nullopt;
+  }
+  // Whether the two ends agreed on selective repeat (this is SelectiveRepeat).
+  bool selective() const { return selective_; }
 
  protected:
-  explicit LossRecovery(uint32_t window) : window_(window) {}
+  LossRecovery(uint32_t window, bool selective) : window_(window), selective_(selective) {}
   uint32_t window_;  // packets that may be unacknowledged now (at least 1)
+  const bool selective_;
 };
 
-// Go-back-N with a fixed window of `max_window` packets. After a timeout it
-// resumes with kResumeWindow packets, the window growing by what each ACK
-// acknowledges, as TCP restarts after an RTO (docs/decisions/retransmission.md).
-class GoBackN final : public LossRecovery {
+// After a timeout both policies resume with kResumeWindow packets, the window
+// growing by what each ACK acknowledges, as TCP restarts after an RTO
+// (docs/decisions/retransmission.md "Resuming").
+class ResumeWindow {
  public:
   // Packets a gentle restart resends before the first ACK comes back: two, each
   // asking for an ACK, so that one lost packet or ACK does not waste the retry.
-  static constexpr uint32_t kResumeWindow = 2;
+  static constexpr uint32_t kPackets = 2;
 
-  explicit GoBackN(uint32_t max_window) : LossRecovery(max_window), max_window_(max_window) {}
-
-  void reset(uint32_t /*psn*/) override { set_resume_window(0); }
-  Resend on_loss(uint32_t psn, uint32_t high, LossCause cause, Nanos now) override;
-  void on_acknowledged(uint32_t una, Nanos now) override;
-
- private:
-  // The configured window, or a gentle restart's smaller one (0: none).
-  void set_resume_window(uint32_t packets) {
-    resume_window_ = packets;
-    window_ = packets != 0 && packets < max_window_ ? packets : max_window_;
+  explicit ResumeWindow(uint32_t max_window) : max_window_(max_window) {}
+  // The window in force after a timeout at `una`.
+  uint32_t restart(uint32_t una);
+  // The window in force once everything before `una` is acknowledged.
+  uint32_t grow(uint32_t una);
+  uint32_t cancel() {
+    packets_ = 0;
+    return max_window_;
   }
 
+ private:
   const uint32_t max_window_;
-  uint32_t resume_window_ = 0;  // after a timeout: the window while it grows; 0: none
-  uint32_t resume_una_ = 0;     // the oldest unacknowledged PSN it last grew at
+  uint32_t packets_ = 0;  // the window while it grows; 0: none
+  uint32_t una_ = 0;      // the oldest unacknowledged PSN it last grew at
 };
 
-// The loss recovery a new RC connection runs.
-std::unique_ptr<LossRecovery> make_loss_recovery(uint32_t max_window);
+// Go-back-N with a fixed window of `max_window` packets: a loss resends
+// everything sent from its PSN.
+class GoBackN final : public LossRecovery {
+ public:
+  static constexpr uint32_t kResumeWindow = ResumeWindow::kPackets;
+
+  explicit GoBackN(uint32_t max_window) : LossRecovery(max_window, false), resume_(max_window) {}
+
+  void reset(uint32_t psn) override {
+    window_ = resume_.cancel();
+    resend_to_ = psn;
+  }
+  Resend on_loss(uint32_t psn, uint32_t high, LossCause cause, Nanos now) override;
+  void on_acknowledged(uint32_t una, Nanos now) override;
+  bool stays_sent(uint32_t psn) const override { return !wire::psn_before(psn, resend_to_); }
+
+ private:
+  ResumeWindow resume_;
+  uint32_t resend_to_ = 0;  // the last loss resends up to here: everything sent then
+};
+
+// The loss recovery a new RC connection runs: selective repeat when its two ends
+// agreed on it, else go-back-N.
+std::unique_ptr<LossRecovery> make_loss_recovery(uint32_t max_window, bool selective);
 
 }  // namespace softrdma::engine::rc

@@ -33,7 +33,6 @@ uint32_t Requester::rd_atomic_outstanding() const {
 void Requester::reset(uint32_t sq_psn) {
   next_psn_ = sq_psn & kPsnMask;
   high_psn_ = next_psn_;
-  resend_to_ = next_psn_;
   send_index_ = conn_.qp().sq().head();
   paused_until_ = 0;
   repeat_first_ = false;
@@ -160,6 +159,7 @@ void Requester::count_send(uint32_t psn, uint32_t psns) {
   if (psn_before(psn, high_psn_)) {
     bump(conn_.qp().ctx().counters.retransmitted_packets);
     bump(conn_.qp().counters().retransmitted_packets);
+    conn_.recovery().on_resent(psn, high_psn_);
   } else if (conn_.acknowledged()) {
     conn_.completer().on_first_send(psn);
   }
@@ -336,10 +336,14 @@ void Requester::repeat_if_first_of_retry(PacketView packet) {
   bump(conn_.qp().counters().retransmitted_packets);
 }
 
+bool Requester::recovery_keeps(uint32_t psn) const {
+  return conn_.recovery().stays_sent(psn);
+}
+
 // The WQE holding `psn` resends from there; every later WQE that was (partly)
 // sent resends whole, keeping the PSNs it was given, except what the loss
 // recovery leaves sent (stays_sent).
-void Requester::on_loss(uint32_t psn, LossCause cause, Nanos now) {
+bool Requester::rewind(uint32_t psn) {
   Ring<SendWqe>& sq = conn_.qp().sq();
   for (uint32_t i = sq.head(); i != sq.tail(); ++i) {
     SendWqe& w = sq.at(i);
@@ -353,11 +357,19 @@ void Requester::on_loss(uint32_t psn, LossCause cause, Nanos now) {
       sq.at(j).state = SendState::kSending;
     }
     send_index_ = i;
-    const Resend resend = conn_.recovery().on_loss(psn, high_psn_, cause, now);
-    resend_to_ = resend.to;
-    repeat_first_ = resend.repeat_first;
-    return;
+    return true;
   }
+  return false;
+}
+
+void Requester::on_loss(uint32_t psn, LossCause cause, Nanos now) {
+  if (!rewind(psn)) return;
+  const Resend resend = conn_.recovery().on_loss(psn, high_psn_, cause, now);
+  repeat_first_ = resend.repeat_first;
+}
+
+void Requester::resend_from(uint32_t psn) {
+  if (rewind(psn)) bump(conn_.qp().ctx().counters.sack_resends);
 }
 
 void Requester::on_progress(uint32_t una, Nanos now) { conn_.recovery().on_acknowledged(una, now); }

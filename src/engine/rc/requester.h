@@ -33,6 +33,9 @@ class Requester {
   // A loss at `psn`, which lies in an outstanding WQE: resend what the loss
   // recovery answers (go-back-N: everything from `psn`, IBA 9.7.4.1.3).
   void on_loss(uint32_t psn, LossCause cause, Nanos now);
+  // Selective repeat decided what is lost (a SACK): walk again from `psn`, sending
+  // what the loss recovery marked and stepping over the rest.
+  void resend_from(uint32_t psn);
   // The completer saw everything before `una` acknowledged.
   void on_progress(uint32_t una, Nanos now);
   // Hold all sending until `until` (after an RNR NAK, IBA 9.7.5.2.8).
@@ -69,11 +72,16 @@ class Requester {
   bool send_packets(SendWqe& wqe);
   wire::PacketView emit_request(const SendWqe& wqe, uint8_t opcode, size_t len, uint32_t psn);
   uint32_t window_space(uint32_t psn) const;
-  // `psn` was sent before and the last loss asked not to resend it (selective
-  // repeat; never under go-back-N): it is stepped over.
+  // `psn` was sent before and the loss recovery does not resend it (under
+  // go-back-N: what was sent after the last loss; under selective repeat: all
+  // but what was lost): it is stepped over.
   bool stays_sent(uint32_t psn) const {
-    return !wire::psn_before(psn, resend_to_) && wire::psn_before(psn, high_psn_);
+    return wire::psn_before(psn, high_psn_) && recovery_keeps(psn);
   }
+  bool recovery_keeps(uint32_t psn) const;
+  // Moves the WQE holding `psn` back to it, and every later one sent to its start;
+  // false when no WQE holds it.
+  bool rewind(uint32_t psn);
   // The first packet of a retry: its second copy (IBA 9.7.5.1.2: a duplicate).
   void repeat_if_first_of_retry(wire::PacketView packet);
   bool send_data_packet(SendWqe& wqe);
@@ -95,7 +103,6 @@ class Requester {
   uint32_t send_index_ = 0;   // SQ index of the WQE being sent
   uint32_t high_psn_ = 0;     // first PSN never sent: below it, a send is a resend
   Nanos paused_until_ = 0;
-  uint32_t resend_to_ = 0;      // the last loss's resend ends here (Resend::to)
   bool repeat_first_ = false;   // a retry's first packet is yet to go: send it twice
   uint32_t burst_left_ = 0;  // UC: packets this run may still send
 };

@@ -20,8 +20,11 @@ namespace softrdma::engine::rc {
 
 using namespace wire;
 
-void Responder::reset(uint32_t rq_psn, uint32_t max_dest_rd_atomic) {
+void Responder::reset(uint32_t rq_psn, uint32_t max_dest_rd_atomic, bool selective) {
   epsn_ = rq_psn & kPsnMask;
+  selective_ = selective;
+  sack_pending_ = false;
+  reorder_.clear();
   msn_ = 0;
   nak_outstanding_ = false;
   ack_pending_ = false;
@@ -60,6 +63,8 @@ void Responder::on_request(PacketView p, Nanos now) {
   const int32_t ahead = psn_diff(p.psn(), epsn_);
   if (ahead < 0) return on_duplicate(p, now);
   if (ahead > 0) {
+    // Selective repeat: held until the gap fills (responder_selective.cc).
+    if (selective_) return hold_out_of_order(p, uint32_t(ahead));
     // IBA 9.7.5.1.3: a gap. NAK once, then drop silently until epsn arrives.
     if (!nak_outstanding_) {
       nak_outstanding_ = true;
@@ -69,22 +74,30 @@ void Responder::on_request(PacketView p, Nanos now) {
     return;
   }
   nak_outstanding_ = false;
+  if (execute_in_order(p, now) && reorder_.count() > 0) execute_held(now);
+}
+
+bool Responder::execute_in_order(PacketView p, Nanos now) {
   nak_psn_ = p.psn();
   const Verdict verdict = execute(p);
   switch (verdict) {
     case Verdict::kDone:
       // READ and ATOMIC are answered by their responses, which acknowledge them.
       if (p.ack_req() && !p.info().any(kOpReadRequest | kOpAtomic)) ack_pending_ = true;
-      return;
+      return true;
     case Verdict::kRnr:
       // IBA 9.7.5.1.4: no receive WQE. The requester retries after min_rnr_timer;
-      // until then later packets are dropped without another NAK.
+      // until then later packets are dropped without another NAK (and what was
+      // held is dropped: the requester resends everything from this PSN).
       nak_outstanding_ = true;
+      reorder_.clear();
       bump(conn_.qp().ctx().counters.rnr_naks_sent);
       send_ack(syndrome::rnr_nak(conn_.qp().attr().min_rnr_timer), p.psn());
-      return;
+      return false;
     default:
+      reorder_.clear();
       fail(verdict, nak_psn_, now);
+      return false;
   }
 }
 
@@ -408,7 +421,9 @@ void Responder::on_duplicate(PacketView p, Nanos /*now*/) {
 
 void Responder::on_burst_end() {
   // Responses still queued go first; produce() sends the ACK once they are out.
-  if (!ack_pending_ || responses_count_ > 0) return;
+  if (responses_count_ > 0) return;
+  if (sack_pending_) return send_sack();  // it acknowledges as the ACK would
+  if (!ack_pending_) return;
   ack_pending_ = false;
   send_ack(syndrome::ack(), psn_add(epsn_, -1));
   if (ack_twice_) conn_.tx().repeat_last();

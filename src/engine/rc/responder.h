@@ -11,6 +11,7 @@
 
 #include "engine/access_check.h"
 #include "engine/clock.h"
+#include "engine/rc/reorder_buffer.h"
 #include "wire/packet.h"
 
 namespace softrdma::engine::rc {
@@ -29,7 +30,8 @@ class Responder {
   void on_request(wire::PacketView packet, Nanos now);
   // End of a receive burst: one ACK covers every request that asked for one.
   void on_burst_end();
-  void reset(uint32_t rq_psn, uint32_t max_dest_rd_atomic);
+  // `selective`: the two ends agreed on selective repeat (selective_repeat.h).
+  void reset(uint32_t rq_psn, uint32_t max_dest_rd_atomic, bool selective);
   // max_dest_rd_atomic changed (SQD->SQD): the replay cache follows, keeping results.
   void resize_atomic_results(uint32_t max_dest_rd_atomic);
   uint32_t expected_psn() const { return epsn_; }
@@ -48,6 +50,14 @@ class Responder {
   // message that cannot complete is dropped whole and silently.
   void on_unacknowledged_request(wire::PacketView p, Nanos now);
   void abandon_message();
+  // A request at the expected PSN; false when it was refused (RNR NAK, error).
+  bool execute_in_order(wire::PacketView p, Nanos now);
+  // Selective repeat (responder_selective.cc): a request `ahead` PSNs beyond the
+  // expected one is held; held requests run once the gap before them fills; a
+  // SACK says what is held.
+  void hold_out_of_order(wire::PacketView p, uint32_t ahead);
+  void execute_held(Nanos now);
+  void send_sack();
   Verdict execute(wire::PacketView p);
   Verdict check_sequence_and_length(wire::PacketView p) const;
   Verdict do_send(wire::PacketView p);
@@ -101,6 +111,9 @@ class Responder {
   bool nak_outstanding_ = false;  // one NAK per sequence error (IBA 9.7.5.1.3)
   bool ack_pending_ = false;
   bool ack_twice_ = false;  // the pending ACK answers a duplicate: send it twice
+  bool selective_ = false;     // selective repeat agreed: hold what comes after a gap
+  bool sack_pending_ = false;  // something was held (or held again): SACK at burst end
+  ReorderBuffer reorder_;
   enum class Message : uint8_t { kNone, kSend, kWrite } message_ = Message::kNone;
   uint64_t recv_offset_ = 0;   // SEND: bytes placed into the receive WQE
   uint64_t write_va_ = 0;      // WRITE: next address

@@ -35,6 +35,7 @@ class RoceFamily final : public ProtocolFamily {
       .rnr_nak = true,
       .xrc = true,
       .tag_matching = true,
+      .selective_repeat = true,
   };
 
   // `primary`: the transport the device's GIDs come from and multicast uses.

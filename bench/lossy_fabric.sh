@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Goodput under random loss between two softrdma hosts (issue 28; docs/decisions/
+# selective-repeat.md; the figures in docs/performance.md "Loss").
+#
+# Two "hosts" (network namespaces) joined by a veth pair with offloads off (every
+# packet its own frame), RoCE MTU 1024. perftest over rdma_cm (-R) for each of
+# WRITE, READ and SEND, for each wire:
+#   roce-sr   RoCEv2, selective repeat (agreed through the CM's ECE, the default)
+#   roce-gbn  RoCEv2, IBA's go-back-N (SOFTRDMA_SELECTIVE_REPEAT=off)
+#   iwarp     iWARP over TCP (SOFTRDMA_WIRE=iwarp)
+# at each loss rate: iptables drops that share of the data direction's packets
+# at the receiving host (the server for WRITE and SEND, the client for READ),
+# packets of 1000 bytes and more only (data; not ACKs, TCP ACKs or CM MADs), the
+# same rule for both wires. Each figure is the median of RUNS runs of DURATION
+# seconds; each row is also given relative to its own lossless figure.
+#
+#   bench/lossy_fabric.sh [BUILD_DIR] [DURATION] [RUNS] [LOSSES...]
+#   (defaults: build 10 3 0 0.01 0.05). Needs root (ip netns, iptables).
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${1:-$here/build}
+duration=${2:-10}
+runs=${3:-3}
+shift $(($# < 3 ? $# : 3))
+losses=("$@")
+[[ ${#losses[@]} -eq 0 ]] && losses=(0 0.01 0.05)
+tool=$build/tools/softrdma
+gate=$build/tests/conformance/libconnect_gate.so
+[[ -x $tool && -f $gate ]] || { echo "build $build first (softrdma, connect_gate)" >&2; exit 2; }
+
+a=lfa$$ b=lfb$$
+source "$here/tests/conformance/host_pair.sh" 10.213.28
+ip netns exec "$a" ethtool -K "v$a" tso off gso off gro off >/dev/null 2>&1 || true
+ip netns exec "$b" ethtool -K "v$b" tso off gso off gro off >/dev/null 2>&1 || true
+server_addr=10.213.28.1
+
+wire_env() {
+  case $1 in
+    roce-sr) echo "SOFTRDMA_WIRE=roce" ;;
+    roce-gbn) echo "SOFTRDMA_WIRE=roce SOFTRDMA_SELECTIVE_REPEAT=off" ;;
+    iwarp) echo "SOFTRDMA_WIRE=iwarp" ;;
+  esac
+}
+
+# set_loss HOST WIRE P: HOST drops a share P of the data packets it receives.
+set_loss() {
+  ip netns exec "$1" iptables -F INPUT
+  [[ $3 == 0 ]] && return
+  local proto=(-p udp --dport 4791)
+  [[ $2 == iwarp ]] && proto=(-p tcp)
+  ip netns exec "$1" iptables -A INPUT "${proto[@]}" -m length --length 1000:65535 \
+    -m statistic --mode random --probability "$3" -j DROP
+}
+
+# one_run WIRE TEST PORT: the client's average MB/s, or "fail".
+one_run() {
+  local wire=$1 test=$2 port=$3
+  local -a env_words
+  read -r -a env_words <<< "$(wire_env "$wire")"
+  local args=(-R -D "$duration" -s 65536 -m 1024 -p "$port")
+  ip netns exec "$a" env -u SOFTRDMA_ADDR "${env_words[@]}" \
+    timeout $((duration + 40)) "$tool" run -- "$test" "${args[@]}" > "$out/server" 2>&1 &
+  local server=$!
+  local watch=(CONNECT_GATE_UNIX_NAME="softrdma-rdmacm/106/$port/")
+  [[ $wire == iwarp ]] && watch=(CONNECT_GATE_TCP_PORT="$port")
+  # perftest -R connects twice; the gate holds the client's second connect until
+  # the server listens again (tests/peer-vm/connect_gate.c).
+  ip netns exec "$b" env -u SOFTRDMA_ADDR "${env_words[@]}" "${watch[@]}" \
+    CONNECT_GATE_NET_DIR="/proc/$server/net" \
+    timeout $((duration + 40)) "$tool" run -- \
+    sh -c 'LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD }$0" exec "$@"' "$gate" \
+    "$test" "${args[@]}" "$server_addr" > "$out/client" 2>&1 || true
+  wait "$server" || true
+  awk '$1 == 65536 { print $4; found = 1 } END { if (!found) print "fail" }' "$out/client"
+}
+
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR ? v[int((NR + 1) / 2)] : "fail") }'; }
+
+echo "# lossy_fabric: $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg), ${duration} s x ${runs} runs, MTU 1024, 64 KiB messages"
+printf '| test | wire |'; for p in "${losses[@]}"; do printf ' %s %% |' "$(awk "BEGIN { print $p * 100 }")"; done; echo
+printf '|---|---|'; for _ in "${losses[@]}"; do printf -- '---|'; done; echo
+port=18000
+for test in ib_write_bw ib_read_bw ib_send_bw; do
+  receiver=$a
+  [[ $test == ib_read_bw ]] && receiver=$b
+  for wire in roce-sr roce-gbn iwarp; do
+    row="| ${test#ib_} | $wire |"
+    base=""
+    for p in "${losses[@]}"; do
+      set_loss "$receiver" "$wire" "$p"
+      figures=()
+      for ((r = 0; r < runs; ++r)); do
+        port=$((port + 1))
+        figures+=("$(one_run "$wire" "$test" "$port")")
+      done
+      set_loss "$receiver" "$wire" 0
+      m=$(median "${figures[@]}")
+      if [[ -z $base ]]; then
+        base=$m
+        row+=" $m MB/s |"
+      elif [[ $m == fail || $base == fail ]]; then
+        row+=" $m |"
+      else
+        row+=" $m MB/s ($(awk "BEGIN { printf \"%.2f\", $m / $base }")x) |"
+      fi
+    done
+    echo "$row"
+  done
+done

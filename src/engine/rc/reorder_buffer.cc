@@ -1,0 +1,51 @@
+#include "engine/rc/reorder_buffer.h"
+
+#include "wire/psn.h"
+#include "wire/sack.h"
+
+namespace softrdma::engine::rc {
+
+ReorderBuffer::Slot& ReorderBuffer::slot(uint32_t psn) {
+  if (slots_.empty()) slots_.resize(kSlots);
+  return slots_[psn % kSlots];
+}
+
+bool ReorderBuffer::hold(uint32_t psn, std::span<const uint8_t> packet) {
+  Slot& s = slot(psn);
+  if (s.used && s.psn == psn) return false;
+  if (!s.used) ++count_;
+  s.psn = psn;
+  s.used = true;
+  s.bytes.assign(packet.begin(), packet.end());
+  return true;
+}
+
+std::span<uint8_t> ReorderBuffer::held(uint32_t psn) {
+  if (count_ == 0) return {};
+  Slot& s = slot(psn);
+  if (!s.used || s.psn != psn) return {};
+  return s.bytes;
+}
+
+void ReorderBuffer::release(uint32_t psn) {
+  if (count_ == 0) return;
+  Slot& s = slot(psn);
+  if (!s.used || s.psn != psn) return;
+  s.used = false;
+  --count_;
+}
+
+void ReorderBuffer::clear() {
+  for (Slot& s : slots_) s.used = false;
+  count_ = 0;
+}
+
+void ReorderBuffer::describe(uint32_t first_missing, std::span<uint8_t> bitmap) const {
+  for (const Slot& s : slots_) {
+    if (!s.used) continue;
+    const int32_t i = wire::psn_diff(s.psn, first_missing) - 1;
+    if (i >= 0 && i < int32_t(bitmap.size() * 8)) wire::sack_mark(bitmap, uint32_t(i));
+  }
+}
+
+}  // namespace softrdma::engine::rc

@@ -1,0 +1,41 @@
+// What an RC responder on a selective-repeat connection holds beyond a gap
+// (docs/decisions/selective-repeat.md): copies of request packets that arrived
+// after a lost one, executed in PSN order once the gap fills. The requests keep
+// IBA's order of execution (9.5) and every check the in-order path makes; only
+// what waits is copied, and only while a gap is open.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace softrdma::engine::rc {
+
+class ReorderBuffer {
+ public:
+  // Slots by PSN modulo this: a power of two above the PSNs one SACK describes.
+  static constexpr uint32_t kSlots = 256;
+
+  // Holds a copy of `packet`, whose PSN is `psn`; false when it is held already.
+  bool hold(uint32_t psn, std::span<const uint8_t> packet);
+  // The copy held for `psn`, empty when none.
+  std::span<uint8_t> held(uint32_t psn);
+  void release(uint32_t psn);
+  void clear();
+  uint32_t count() const { return count_; }
+  // Marks in `bitmap` (wire/sack.h) the PSNs held after `first_missing`.
+  void describe(uint32_t first_missing, std::span<uint8_t> bitmap) const;
+
+ private:
+  struct Slot {
+    uint32_t psn = 0;
+    bool used = false;
+    std::vector<uint8_t> bytes;  // kept allocated: a lossy connection reuses it
+  };
+  Slot& slot(uint32_t psn);
+
+  std::vector<Slot> slots_;  // allocated at the first packet held
+  uint32_t count_ = 0;
+};
+
+}  // namespace softrdma::engine::rc

@@ -1,0 +1,27 @@
+// The payload of softrdma's selective acknowledgement (op::kRcSack; its meaning and
+// why it exists: docs/decisions/selective-repeat.md). The BTH PSN is the last PSN
+// received in order, as an ACK's (IBA 9.7.5.1.6), so the first missing one is the
+// next; the AETH is an ACK's (syndrome, MSN). The payload is a bitmap of the
+// kSackSpan PSNs after the first missing one: bit i (byte i / 8, bit i % 8, least
+// significant first) set when PSN first_missing + 1 + i has been received and is
+// held, waiting for the gap before it to fill.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace softrdma::wire {
+
+inline constexpr size_t kSackBitmapBytes = 16;
+inline constexpr uint32_t kSackSpan = kSackBitmapBytes * 8;
+
+inline void sack_mark(std::span<uint8_t> bitmap, uint32_t i) {
+  bitmap[i / 8] = uint8_t(bitmap[i / 8] | (1u << (i % 8)));
+}
+
+inline bool sack_marked(std::span<const uint8_t> bitmap, uint32_t i) {
+  return i < bitmap.size() * 8 && (bitmap[i / 8] >> (i % 8)) & 1u;
+}
+
+}  // namespace softrdma::wire
