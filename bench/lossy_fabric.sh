@@ -16,6 +16,7 @@
 #
 #   bench/lossy_fabric.sh [BUILD_DIR] [DURATION] [RUNS] [LOSSES...]
 #   (defaults: build 10 3 0 0.01 0.05). Needs root (ip netns, iptables).
+#   LOSSY_TESTS / LOSSY_WIRES narrow the rows (default: all three of each).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${1:-$here/build}
@@ -71,6 +72,10 @@ one_run() {
     sh -c 'LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD }$0" exec "$@"' "$gate" \
     "$test" "${args[@]}" "$server_addr" > "$out/client" 2>&1 || true
   wait "$server" || true
+  if ! grep -q '^ 65536 ' "$out/client"; then
+    { echo "== $wire $test port $port: no result; client and server said:"
+      tail -4 "$out/client"; tail -4 "$out/server"; } >&2
+  fi
   awk '$1 == 65536 { print $4; found = 1 } END { if (!found) print "fail" }' "$out/client"
 }
 
@@ -80,10 +85,12 @@ echo "# lossy_fabric: $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg),
 printf '| test | wire |'; for p in "${losses[@]}"; do printf ' %s %% |' "$(awk "BEGIN { print $p * 100 }")"; done; echo
 printf '|---|---|'; for _ in "${losses[@]}"; do printf -- '---|'; done; echo
 port=18000
-for test in ib_write_bw ib_read_bw ib_send_bw; do
+read -r -a tests <<< "${LOSSY_TESTS:-ib_write_bw ib_read_bw ib_send_bw}"
+read -r -a wires <<< "${LOSSY_WIRES:-roce-sr roce-gbn iwarp}"
+for test in "${tests[@]}"; do
   receiver=$a
   [[ $test == ib_read_bw ]] && receiver=$b
-  for wire in roce-sr roce-gbn iwarp; do
+  for wire in "${wires[@]}"; do
     row="| ${test#ib_} | $wire |"
     base=""
     for p in "${losses[@]}"; do

@@ -74,6 +74,7 @@ namespace softrdma::engine {
   X(sacks_received)                                                          \
   X(sack_resends)           /* resends begun because a SACK showed packets lost */ \
   X(tail_probes)            /* selective repeat: a PSN resent alone after a quiet probe interval */ \
+  X(read_gaps_asked)        /* READ responses missing behind held ones: asked for again, alone */ \
   X(reorder_held)           /* requests held beyond a gap until it filled */ \
   X(reorder_dropped)        /* beyond what one SACK describes: dropped */ \
   X(sacks_refused)          /* a SACK on a connection without selective repeat, or malformed */

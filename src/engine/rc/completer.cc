@@ -24,6 +24,8 @@ void Completer::reset(uint32_t sq_psn, Nanos /*now*/) {
   probe_deadline_ = kNever;
   probes_ = 0;
   read_rerequested_ = false;
+  responses_held_.clear();
+  rerequested_valid_.fill(false);
   rto_.reset();
 }
 
@@ -63,9 +65,13 @@ Nanos Completer::probe_interval() const {
 
 void Completer::on_probe_timer(Nanos now) {
   probe_deadline_ = kNever;
+  rerequested_valid_.fill(false);  // a gap asked for in vain may be asked again
   if (!sending_state() || !outstanding()) return;
+  // A READ waiting for responses: the probe asks for what it lacks, alone.
+  const bool asked = repair_read_gaps(true);
   const std::optional<uint32_t> psn =
-      conn_.recovery().on_probe(una_psn_, conn_.requester().high_psn());
+      asked ? std::nullopt : conn_.recovery().on_probe(una_psn_, conn_.requester().high_psn());
+  if (asked) bump(conn_.qp().ctx().counters.tail_probes);
   if (psn) {
     bump(conn_.qp().ctx().counters.tail_probes);
     conn_.requester().resend_from(*psn);
@@ -118,10 +124,14 @@ void Completer::on_response(PacketView packet, Nanos now) {
   }
   if (info.is(kOpAck)) {
     on_ack(packet, now);
-  } else if (info.is(kOpReadResponse)) {
-    on_read_response(packet, now);
-  } else if (info.is(kOpAtomicAck)) {
-    on_atomic_ack(packet, now);
+  } else if (info.any(kOpReadResponse | kOpAtomicAck)) {
+    if (hold_response(packet, now)) return;
+    if (info.is(kOpReadResponse)) {
+      on_read_response(packet, now);
+    } else {
+      on_atomic_ack(packet, now);
+    }
+    if (responses_held_.count() > 0) run_held_responses(now);
   } else if (info.is(kOpSack)) {
     on_sack(packet, now);
   }
@@ -188,7 +198,11 @@ bool Completer::acknowledge_through(uint32_t psn, Nanos now) {
     progressed = true;
   }
   if (progressed) progress_made(now);
-  if (lost_response && !read_rerequested_) retry(una_psn_, now);
+  if (lost_response && responses_held_.count() > 0) {
+    repair_read_gaps();  // selective repeat: what is missing is asked for
+  } else if (lost_response && !read_rerequested_) {
+    retry(una_psn_, now);
+  }
   return !lost_response;
 }
 
@@ -276,7 +290,13 @@ void Completer::on_read_response(PacketView packet, Nanos now) {
 // form too. Both are the same bytes at the same PSNs, so both are taken.
 bool Completer::response_in_place(const SendWqe& w, PacketView packet) const {
   const uint32_t i = w.read_packets_received;
-  if (i < w.read_chunk_begin || i >= w.next_packet) return false;  // not asked for now
+  if (i >= w.next_packet) return false;  // not asked for yet
+  const bool acked = !packet.info().has(Header::kAeth) ||
+                     syndrome::type(uint8_t(packet.get(aeth::kSyndrome))) == syndrome::kAck;
+  // Selective repeat asks again for parts of a request (completer_selective.cc):
+  // its answers begin anywhere; the PSN says where the bytes go.
+  if (conn_.recovery().selective()) return acked;
+  if (i < w.read_chunk_begin) return false;  // not asked for now
   const uint8_t opcode = uint8_t(packet.get(bth::kOpcode)) & 0x1f;
   const auto in_request = [&](uint32_t begin, uint32_t end) {
     return opcode == message_operation(MessageKind::kReadResponse, i - begin, end - begin);
@@ -284,9 +304,7 @@ bool Completer::response_in_place(const SendWqe& w, PacketView packet) const {
   const bool in_sequence = in_request(w.read_chunk_begin, w.next_packet) ||
                            (w.read_range_begin < w.read_chunk_begin &&
                             in_request(w.read_range_begin, w.read_requested));
-  if (!in_sequence) return false;
-  return !packet.info().has(Header::kAeth) ||
-         syndrome::type(uint8_t(packet.get(aeth::kSyndrome))) == syndrome::kAck;
+  return in_sequence && acked;
 }
 
 void Completer::on_atomic_ack(PacketView packet, Nanos now) {

@@ -5,11 +5,13 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <span>
 
 #include "engine/clock.h"
+#include "engine/rc/reorder_buffer.h"
 #include "engine/rc/retransmit_timer.h"
 #include "engine/wqe.h"
 #include "wire/packet.h"
@@ -50,6 +52,15 @@ class Completer {
   void on_read_response(wire::PacketView packet, Nanos now);
   void on_atomic_ack(wire::PacketView packet, Nanos now);
   void on_sack(wire::PacketView packet, Nanos now);
+  // Selective repeat (completer_selective.cc): a READ response or ATOMIC ACK beyond
+  // the one awaited is held, not dropped; what fills the gap runs the held ones in
+  // PSN order; a gap with responses held after it is asked for again at once, and
+  // only the PSNs missing.
+  std::optional<uint32_t> awaited_response() const;
+  bool hold_response(wire::PacketView packet, Nanos now);
+  void run_held_responses(Nanos now);
+  // True when it asked for something.
+  bool repair_read_gaps(bool probe = false);
   void on_nak(uint8_t syndrome, uint32_t psn, Nanos now);
   bool response_in_place(const SendWqe& w, wire::PacketView packet) const;
   bool place(const SendWqe& w, uint64_t offset, std::span<const uint8_t> data);
@@ -84,6 +95,11 @@ class Completer {
   // the same gap again must not retry again (one retry per gap, until progress or
   // the next timeout).
   bool read_rerequested_ = false;
+  ReorderBuffer responses_held_;
+  // READ response PSNs asked for again since the last probe (by PSN modulo the
+  // buffer's slots): asked once per probe interval, the probe asks for the rest.
+  std::array<uint32_t, ReorderBuffer::kSlots> rerequested_{};
+  std::array<bool, ReorderBuffer::kSlots> rerequested_valid_{};
 };
 
 }  // namespace softrdma::engine::rc

@@ -368,6 +368,22 @@ void Requester::on_loss(uint32_t psn, LossCause cause, Nanos now) {
   repeat_first_ = resend.repeat_first;
 }
 
+// One READ request for a part of what was asked (IBA 9.7.4.1.4), counted as a
+// resend; the WQE's own progress (next_packet, read_requested) is unchanged.
+void Requester::rerequest_read(const SendWqe& wqe, uint32_t from, uint32_t count) {
+  const uint32_t mtu = conn_.path().mtu;
+  const uint64_t offset = uint64_t(from) * mtu;
+  if (offset >= wqe.length && wqe.length != 0) return;
+  const uint64_t len = std::min<uint64_t>(uint64_t(count) * mtu, wqe.length - offset);
+  const uint32_t psn = psn_add(wqe.first_psn, int32_t(from));
+  PacketView p = emit_request(wqe, conn_.opcode(op::kReadRequest), 0, psn);
+  p.set(bth::kAckReq, 1);
+  p.set(reth::kVa, wqe.remote_addr + offset);
+  p.set(reth::kRkey, wqe.rkey);
+  p.set(reth::kDmaLength, len);
+  count_send(psn, count);
+}
+
 void Requester::resend_from(uint32_t psn) {
   if (rewind(psn)) bump(conn_.qp().ctx().counters.sack_resends);
 }

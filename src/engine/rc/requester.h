@@ -36,6 +36,9 @@ class Requester {
   // Selective repeat decided what is lost (a SACK): walk again from `psn`, sending
   // what the loss recovery marked and stepping over the rest.
   void resend_from(uint32_t psn);
+  // Selective repeat: asks again for responses [from, from + count) of the READ
+  // `wqe` (its packet indices), all within what it asked for already.
+  void rerequest_read(const SendWqe& wqe, uint32_t from, uint32_t count);
   // The completer saw everything before `una` acknowledged.
   void on_progress(uint32_t una, Nanos now);
   // Hold all sending until `until` (after an RNR NAK, IBA 9.7.5.2.8).

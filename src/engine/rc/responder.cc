@@ -33,9 +33,16 @@ void Responder::reset(uint32_t rq_psn, uint32_t max_dest_rd_atomic, bool selecti
   recv_offset_ = 0;
   atomic_results_.assign(std::max<uint32_t>(1, max_dest_rd_atomic), AtomicResult{});
   atomic_next_ = 0;
-  responses_.assign(2 * std::max<uint32_t>(1, max_dest_rd_atomic) + 2, Response{});
+  responses_.assign(response_slots(max_dest_rd_atomic), Response{});
   responses_head_ = 0;
   responses_count_ = 0;
+}
+
+// The responses ring (responder.h); selective repeat asks for each missing part
+// of a READ alone (completer_selective.cc): room for that many more answers.
+size_t Responder::response_slots(uint32_t max_dest_rd_atomic) const {
+  constexpr size_t kSelectiveParts = 32;
+  return 2 * std::max<uint32_t>(1, max_dest_rd_atomic) + 2 + (selective_ ? kSelectiveParts : 0);
 }
 
 void Responder::resize_atomic_results(uint32_t max_dest_rd_atomic) {
@@ -49,7 +56,7 @@ void Responder::resize_atomic_results(uint32_t max_dest_rd_atomic) {
   atomic_results_ = std::move(kept);
   atomic_next_ = 0;
   if (responses_count_ == 0) {
-    responses_.assign(2 * size + 2, Response{});
+    responses_.assign(response_slots(uint32_t(size)), Response{});
     responses_head_ = 0;
   }
 }
@@ -381,6 +388,13 @@ void Responder::on_duplicate(PacketView p, Nanos /*now*/) {
     const uint32_t len = uint32_t(p.get(reth::kDmaLength));
     // Only a range that stays behind epsn: a duplicate may not reach new PSNs.
     if (psn_diff(epsn_, p.psn()) < int32_t(packets_for(len, conn_.path().mtu))) return;
+    // Selective repeat asks for missing parts alone (completer_selective.cc): what
+    // is queued after them is still wanted, and a lost answer is asked again.
+    if (selective_) {
+      queue_response(Response{.psn = p.psn(), .msn = msn_, .va = va, .rkey = rkey, .len = len},
+                     true);
+      return;
+    }
     drop_responses_from(p.psn());
     Response r;
     r.psn = p.psn();

@@ -88,6 +88,7 @@ class Responder {
     bool repeat_first = false;      // READ asked again: its first response goes twice
   };
   bool queue_response(const Response& r, bool duplicate = false);
+  size_t response_slots(uint32_t max_dest_rd_atomic) const;
   void drop_responses_from(uint32_t psn);
   // Produces up to `budget` packets of `r`; returns how many, or nullopt when the
   // memory faulted (unmapped): nak_psn_ then names the response that failed.

@@ -35,8 +35,12 @@ bool Responder::queue_response(const Response& r, bool duplicate) {
   }
   responses_[(responses_head_ + responses_count_) % responses_.size()] = r;
   ++responses_count_;
-  ack_pending_ = false;  // the responses acknowledge everything before them
-  ack_twice_ = false;
+  // The responses acknowledge everything before them; not a part of a READ that
+  // selective repeat asked for again (behind what the pending ACK covers).
+  if (!duplicate || !selective_) {
+    ack_pending_ = false;
+    ack_twice_ = false;
+  }
   conn_.qp().want_tx();
   return true;
 }
