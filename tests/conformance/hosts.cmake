@@ -30,6 +30,16 @@ foreach(wire roce iwarp)
   set_tests_properties(conformance.fabric.shared_address_${wire} PROPERTIES TIMEOUT 240
                        LABELS conformance)
 endforeach()
+# Issue 28: two hosts losing 5 % of their data packets; the traffic node checks
+# every byte of every RC operation across them, with selective repeat (agreed
+# through ECE without the rdma_cm) and with go-back-N.
+foreach(mode sr gbn)
+  add_test(NAME conformance.fabric.lossy_${mode}
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/lossy_fabric.sh $<TARGET_FILE:softrdma>
+            $<TARGET_FILE:softrdma-traffic-node> ${SOFTRDMA_CONFORMANCE_PORT_BASE} ${mode})
+  set_tests_properties(conformance.fabric.lossy_${mode} PROPERTIES TIMEOUT 240
+                       LABELS conformance)
+endforeach()
 # Two MPI jobs on the test bed (Debian's Open MPI 4.1.4, scripts/install-deps.sh):
 # 2 ranks of mpi_check.c on each of two hosts, every rank at its host's one
 # address; over UCX rc_verbs, and over libfabric's verbs provider (OFI MTL).

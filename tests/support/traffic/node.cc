@@ -245,6 +245,9 @@ bool Side::exchange(std::string& error) {
   for (const QpSlot& s : qps_) {
     e.u32(s.qp->qp_num).u32(s.psn);
     put_memory(e, describe_region(s.landing));
+    ibv_ece offer{};
+    if (ibv_query_ece(s.qp, &offer) != 0) offer = ibv_ece{};  // EOPNOTSUPP: none
+    e.u32(offer.vendor_id).u32(offer.options);
   }
   oob_->send(MsgType::kHello, e);
   std::optional<Frame> f = oob_->wait_frame(kSetupTimeoutMs);
@@ -265,6 +268,10 @@ bool Side::exchange(std::string& error) {
     peer_.qpn.push_back(d.u32());
     peer_.psn.push_back(d.u32());
     peer_.landing.push_back(get_memory(d));
+    ibv_ece offer{};
+    offer.vendor_id = d.u32();
+    offer.options = d.u32();
+    peer_.ece.push_back(offer);
   }
   if (!d.ok() || magic != kHelloMagic || role != peer_of(config_.role) || n != config_.qps) {
     error = "bad hello from the peer (wrong role or QP count?)";
@@ -288,6 +295,12 @@ bool Side::connect_qp(QpSlot& s, uint32_t q, std::string& error) {
   ah.grh.sgid_index = fabric_->gid_index();
   ah.grh.hop_limit = 64;
   ah.port_num = 1;
+  // The peer's ECE offer; one this device does not understand is refused (EINVAL)
+  // and the QP stays as IBA has it.
+  if ((t == Transport::kRc || t == Transport::kSrq) && peer_.ece[q].vendor_id != 0) {
+    ibv_ece offer = peer_.ece[q];
+    ibv_set_ece(s.qp, &offer);
+  }
   if (t != Transport::kUd) {
     a.path_mtu = mtu_enum(config_.mtu);
     a.dest_qp_num = peer_.qpn[q];

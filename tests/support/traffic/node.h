@@ -62,6 +62,10 @@ struct PeerInfo {
   RemoteMemory atomics;
   std::vector<uint32_t> qpn, psn;
   std::vector<RemoteMemory> landing;
+  // Each QP's ECE offer (ibv_query_ece(3); vendor 0: none), which this side's QP
+  // takes before RTR (ibv_set_ece(3)): how an application that connects without
+  // the rdma_cm agrees on vendor options such as softrdma's selective repeat.
+  std::vector<ibv_ece> ece;
 };
 
 class Side {

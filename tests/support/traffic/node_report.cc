@@ -75,6 +75,13 @@ void Side::report_final() {
       (unsigned long long)v.bytes_compared, (unsigned long long)v.crc_matches,
       (unsigned long long)v.atomics, (unsigned long long)v.sent, (unsigned long long)v.received,
       (unsigned long long)v.lost);
+  // By hand (no launcher to read the report): the engine's counters that moved,
+  // so a run across a lossy fabric shows how it recovered (tests/conformance/
+  // lossy_fabric.sh reads them).
+  std::string moved;
+  for (const auto& [name, value] : r.totals)
+    if (value != 0) moved += " " + name + "=" + std::to_string(value);
+  if (!moved.empty()) std::printf("[%s] engine counters:%s\n", role.c_str(), moved.c_str());
 }
 
 }  // namespace softrdma::traffic

@@ -181,10 +181,13 @@ int OobChannel::listen_and_accept(uint16_t port, int timeout_ms, std::string& er
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  // Every address: the client may be on another host (two network namespaces in
+  // tests/conformance/lossy_fabric.sh); the channel carries no secret, and the
+  // first peer to connect is the one served.
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
   int fd = -1;
   if (bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(ls, 1) != 0) {
-    error = errno_text(("listen on 127.0.0.1:" + std::to_string(port)).c_str());
+    error = errno_text(("listen on port " + std::to_string(port)).c_str());
   } else {
     pollfd p{ls, POLLIN, 0};
     if (poll(&p, 1, timeout_ms) == 1) fd = accept4(ls, nullptr, nullptr, SOCK_CLOEXEC);

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Issue 28: two softrdma hosts (network namespaces on a veth pair, offloads off:
+# every packet its own frame) whose data packets are dropped at random, 5 % of
+# those of 1000 bytes and more each host receives (iptables in each host's INPUT:
+# the sender's own OUTPUT would fail its sendto). The traffic node
+# (tests/support/traffic) runs every RC operation across it, checks every byte
+# and completion, and prints the engine counters that moved.
+#   sr:  selective repeat, agreed through ECE as an application without the
+#        rdma_cm agrees on it (the node exchanges ibv_query_ece offers and takes
+#        the peer's with ibv_set_ece; docs/decisions/selective-repeat.md): both
+#        sides must have sent and received SACKs, and resent about what was lost;
+#   gbn: SOFTRDMA_SELECTIVE_REPEAT=off, IBA's go-back-N: no SACK anywhere.
+# Needs root (ip netns, iptables).
+#   lossy_fabric.sh SOFTRDMA_TOOL TRAFFIC_NODE PORT_BASE sr|gbn
+set -euo pipefail
+tool=$1
+node=$2
+port=$(($3 + 28))
+mode=$4
+a="lf${mode}${3}a"
+b="lf${mode}${3}b"
+subnet=10.213.30
+source "$(dirname "${BASH_SOURCE[0]}")/host_pair.sh" "$subnet"
+for ns in "$a" "$b"; do
+  ip netns exec "$ns" ethtool -K "v$ns" tso off gso off gro off > /dev/null 2>&1 || true
+  ip netns exec "$ns" iptables -A INPUT -p udp --dport 4791 -m length --length 1000:65535 \
+    -m statistic --mode random --probability 0.05 -j DROP
+done
+mode_env=()
+[[ $mode == gbn ]] && mode_env=(SOFTRDMA_SELECTIVE_REPEAT=off)
+scale=0.2
+[[ $mode == gbn ]] && scale=0.05  # go-back-N at 5 % loss is slow: fewer bytes
+run_node() {  # run_node HOST ROLE ARGS...: the node under `softrdma run`, nothing else set
+  local host=$1
+  shift
+  ip netns exec "$host" env -u SOFTRDMA_ADDR -u SOFTRDMA_SHARE_ADDRESS "${mode_env[@]}" \
+    timeout 150 "$tool" run -- "$node" --mode=test --mtu=1024 --scale="$scale" \
+    --softrdma="$tool" "$@"
+}
+run_node "$a" --role=server --listen="$port" > "$out/server" 2>&1 &
+server=$!
+# The client connects once the server listens (its out-of-band TCP channel).
+for ((i = 0; i < 600; ++i)); do
+  ip netns exec "$a" ss -ltn "sport = :$port" | grep -q LISTEN && break
+  kill -0 "$server" 2> /dev/null || break
+  sleep 0.05
+done
+client_status=0
+run_node "$b" --role=client --connect="$subnet.1:$port" > "$out/client" 2>&1 || client_status=$?
+server_status=0
+wait "$server" || server_status=$?
+cat "$out/server" "$out/client"
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+[[ $server_status == 0 && $client_status == 0 ]] || fail "server exited $server_status, client $client_status"
+for role in server client; do
+  grep -q "^\[$role\] errors 0; verified [1-9]" "$out/$role" || fail "$role: errors, or nothing verified"
+done
+# counter ROLE NAME: its value in the node's "engine counters" line (0 if absent).
+counter() {
+  sed -n "s/^\[$1\] engine counters:.* $2=\([0-9]*\).*/\1/p" "$out/$1" | head -1 | grep . || echo 0
+}
+for role in server client; do
+  sent=$(counter "$role" sacks_sent)
+  received=$(counter "$role" sacks_received)
+  resent=$(counter "$role" retransmitted_packets)
+  tx=$(counter "$role" tx_packets)
+  echo "$role: tx_packets $tx, retransmitted_packets $resent, sacks_sent $sent, sacks_received $received"
+  if [[ $mode == sr ]]; then
+    ((sent > 0 && received > 0)) || fail "$role: no SACK sent or received"
+    # 5 % of the data packets are lost: what is resent stays near that, where
+    # go-back-N resends whole windows.
+    ((resent * 100 < tx * 15)) || fail "$role: resent $resent of $tx packets"
+  else
+    ((sent == 0 && received == 0)) || fail "$role: a SACK under go-back-N"
+  fi
+done
+echo PASS
