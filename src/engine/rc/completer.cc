@@ -25,7 +25,6 @@ void Completer::reset(uint32_t sq_psn, Nanos /*now*/) {
   probes_ = 0;
   read_rerequested_ = false;
   responses_held_.clear();
-  rerequested_valid_.fill(false);
   rto_.reset();
 }
 
@@ -65,7 +64,7 @@ Nanos Completer::probe_interval() const {
 
 void Completer::on_probe_timer(Nanos now) {
   probe_deadline_ = kNever;
-  rerequested_valid_.fill(false);  // a gap asked for in vain may be asked again
+  responses_held_.forget_asked();  // a gap asked for in vain may be asked again
   if (!sending_state() || !outstanding()) return;
   // A READ waiting for responses: the probe asks for what it lacks, alone.
   const bool asked = repair_read_gaps(true);

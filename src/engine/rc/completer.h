@@ -5,7 +5,6 @@
 #pragma once
 
 #include <algorithm>
-#include <array>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -95,11 +94,9 @@ class Completer {
   // the same gap again must not retry again (one retry per gap, until progress or
   // the next timeout).
   bool read_rerequested_ = false;
+  // Responses held beyond a gap, and the PSNs asked for again since the last
+  // probe (asked once per probe interval; the probe asks for the rest).
   ReorderBuffer responses_held_;
-  // READ response PSNs asked for again since the last probe (by PSN modulo the
-  // buffer's slots): asked once per probe interval, the probe asks for the rest.
-  std::array<uint32_t, ReorderBuffer::kSlots> rerequested_{};
-  std::array<bool, ReorderBuffer::kSlots> rerequested_valid_{};
 };
 
 }  // namespace softrdma::engine::rc

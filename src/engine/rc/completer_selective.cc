@@ -86,8 +86,7 @@ bool Completer::repair_read_gaps(bool probe) {
   Ring<SendWqe>& sq = conn_.qp().sq();
   for (uint32_t at = 0; at < end;) {
     const uint32_t psn = psn_add(*awaited, int32_t(at));
-    if (sack_marked(held, at) || (rerequested_valid_[psn % ReorderBuffer::kSlots] &&
-                                  rerequested_[psn % ReorderBuffer::kSlots] == psn)) {
+    if (sack_marked(held, at) || responses_held_.asked(psn)) {
       ++at;
       continue;
     }
@@ -108,11 +107,7 @@ bool Completer::repair_read_gaps(bool probe) {
     while (from + count < read->read_requested && at + count < end &&
            !sack_marked(held, at + count))
       ++count;
-    for (uint32_t k = 0; k < count; ++k) {
-      const uint32_t p = psn_add(psn, int32_t(k));
-      rerequested_[p % ReorderBuffer::kSlots] = p;
-      rerequested_valid_[p % ReorderBuffer::kSlots] = true;
-    }
+    for (uint32_t k = 0; k < count; ++k) responses_held_.mark_asked(psn_add(psn, int32_t(k)));
     bump(conn_.qp().ctx().counters.read_gaps_asked);
     conn_.requester().rerequest_read(*read, from, count);
     asked = true;

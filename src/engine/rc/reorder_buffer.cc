@@ -36,8 +36,24 @@ void ReorderBuffer::release(uint32_t psn) {
 }
 
 void ReorderBuffer::clear() {
-  for (Slot& s : slots_) s.used = false;
+  for (Slot& s : slots_) s.used = s.asked = false;
   count_ = 0;
+}
+
+void ReorderBuffer::mark_asked(uint32_t psn) {
+  Slot& s = slot(psn);
+  s.asked = true;
+  s.asked_psn = psn;
+}
+
+bool ReorderBuffer::asked(uint32_t psn) const {
+  if (slots_.empty()) return false;
+  const Slot& s = slots_[psn % kSlots];
+  return s.asked && s.asked_psn == psn;
+}
+
+void ReorderBuffer::forget_asked() {
+  for (Slot& s : slots_) s.asked = false;
 }
 
 void ReorderBuffer::describe(uint32_t first_missing, std::span<uint8_t> bitmap) const {

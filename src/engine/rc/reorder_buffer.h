@@ -25,11 +25,18 @@ class ReorderBuffer {
   uint32_t count() const { return count_; }
   // Marks in `bitmap` (wire/sack.h) the PSNs held after `first_missing`.
   void describe(uint32_t first_missing, std::span<uint8_t> bitmap) const;
+  // The completer's note of READ response PSNs asked for again
+  // (completer_selective.cc), kept here so that a QP that never lost any pays nothing.
+  void mark_asked(uint32_t psn);
+  bool asked(uint32_t psn) const;
+  void forget_asked();
 
  private:
   struct Slot {
     uint32_t psn = 0;
     bool used = false;
+    bool asked = false;
+    uint32_t asked_psn = 0;
     std::vector<uint8_t> bytes;  // kept allocated: a lossy connection reuses it
   };
   Slot& slot(uint32_t psn);
