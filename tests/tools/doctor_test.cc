@@ -243,8 +243,13 @@ TEST(Doctor, NothingSetNamesTheHostsAddress) {
                         " (SOFTRDMA_ADDR unset)"),
             std::string::npos)
       << run.out;
+  // Free, or already served by this user's processes (a test of the suite running
+  // beside this one may hold a device on the host's address): either way it can
+  // be shared, in the doctor's two wordings.
   if (f.verdict == "ok") {
-    EXPECT_NE(f.text.find("can be shared"), std::string::npos) << run.out;
+    EXPECT_TRUE(f.text.find("can be shared") != std::string::npos ||
+                f.text.find("shared by") != std::string::npos)
+        << run.out;
   }
 }
 
