@@ -152,18 +152,26 @@ void destroy_cqs(CmId& id) {
   id.ibv.send_cq_channel = id.ibv.recv_cq_channel = nullptr;
 }
 
-// ECE (docs/decisions/selective-repeat.md), as rdma-core's librdmacm does it: the
-// QP's offer is what the REQ or REP carries; a QP made for a REQ that carried one
-// takes it (ibv_set_ece keeps what both understand), and its REP answers that.
-// A device without ECE (iWARP) leaves it empty; an offer it does not understand
-// (another vendor's) is ignored.
+// ECE (docs/decisions/selective-repeat.md): the active side's REQ carries its
+// QP's offer, as rdma-core's librdmacm does; the QP the passive side makes for a
+// REQ that carried softrdma's offer takes it (ibv_set_ece keeps what both
+// understand), and its REP carries that answer. A REP answers nothing else:
+// rdma-core's librdmacm hands any REP's vendor ID to ibv_set_ece, whose default
+// for providers without ECE (rxe's) returns EOPNOTSUPP without setting errno, and
+// then reads errno: a stale ECONNREFUSED (perftest -R's first connect leaves one)
+// ends the connection. Interop found it (rxe clients of a softrdma server:
+// RDMA_CM_EVENT_CONNECT_ERROR). A device without ECE (iWARP) offers nothing.
 void init_ece(CmId& id, ibv_qp* qp) {
   ibv_ece ece{};
   if (ibv_query_ece(qp, &ece) != 0) return;
-  id.local_ece = ece;
-  if (id.remote_ece.vendor_id == 0) return;
-  ece = id.remote_ece;
-  if (ibv_set_ece(qp, &ece) == 0 && ibv_query_ece(qp, &ece) == 0) id.local_ece = ece;
+  if (id.conn.state != CmState::kReqReceived) {
+    id.local_ece = ece;  // the active side: its offer
+    return;
+  }
+  id.local_ece = ibv_ece{};
+  if (id.remote_ece.vendor_id != ece.vendor_id) return;
+  ibv_ece offered = id.remote_ece;
+  if (ibv_set_ece(qp, &offered) == 0 && ibv_query_ece(qp, &ece) == 0) id.local_ece = ece;
 }
 
 int create_qp(CmId& id, ibv_qp_init_attr_ex& attr) {
