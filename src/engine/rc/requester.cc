@@ -289,11 +289,7 @@ bool Requester::send_read_request(SendWqe& wqe) {
     const uint32_t chunk = again ? end - wqe.next_packet : std::min(space, end - wqe.next_packet);
     const uint64_t offset = uint64_t(wqe.next_packet) * mtu;
     const uint64_t len = std::min<uint64_t>(uint64_t(chunk) * mtu, wqe.length - offset);
-    PacketView p = emit_request(wqe, conn_.opcode(op::kReadRequest), 0, psn);
-    p.set(bth::kAckReq, 1);
-    p.set(reth::kVa, wqe.remote_addr + offset);
-    p.set(reth::kRkey, wqe.rkey);
-    p.set(reth::kDmaLength, len);
+    PacketView p = emit_read_request(wqe, psn, offset, len);
     count_send(psn, chunk);
     repeat_if_first_of_retry(p);
     if (wqe.next_packet >= wqe.read_requested) wqe.read_range_begin = wqe.next_packet;
@@ -376,12 +372,19 @@ void Requester::rerequest_read(const SendWqe& wqe, uint32_t from, uint32_t count
   if (offset >= wqe.length && wqe.length != 0) return;
   const uint64_t len = std::min<uint64_t>(uint64_t(count) * mtu, wqe.length - offset);
   const uint32_t psn = psn_add(wqe.first_psn, int32_t(from));
+  emit_read_request(wqe, psn, offset, len);
+  count_send(psn, count);
+}
+
+// IBA 9.7.4.1.4: a READ request for `len` bytes from `offset` of the WQE's range.
+PacketView Requester::emit_read_request(const SendWqe& wqe, uint32_t psn, uint64_t offset,
+                                        uint64_t len) {
   PacketView p = emit_request(wqe, conn_.opcode(op::kReadRequest), 0, psn);
   p.set(bth::kAckReq, 1);
   p.set(reth::kVa, wqe.remote_addr + offset);
   p.set(reth::kRkey, wqe.rkey);
   p.set(reth::kDmaLength, len);
-  count_send(psn, count);
+  return p;
 }
 
 void Requester::resend_from(uint32_t psn) {

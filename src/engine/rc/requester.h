@@ -74,6 +74,8 @@ class Requester {
   void count_send(uint32_t psn, uint32_t psns);
   bool send_packets(SendWqe& wqe);
   wire::PacketView emit_request(const SendWqe& wqe, uint8_t opcode, size_t len, uint32_t psn);
+  wire::PacketView emit_read_request(const SendWqe& wqe, uint32_t psn, uint64_t offset,
+                                     uint64_t len);
   uint32_t window_space(uint32_t psn) const;
   // `psn` was sent before and the loss recovery does not resend it (under
   // go-back-N: what was sent after the last loss; under selective repeat: all
