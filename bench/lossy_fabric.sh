@@ -59,16 +59,17 @@ one_run() {
   local -a env_words
   read -r -a env_words <<< "$(wire_env "$wire")"
   local args=(-R -D "$duration" -s 65536 -m 1024 -p "$port")
-  ip netns exec "$a" env -u SOFTRDMA_ADDR "${env_words[@]}" \
-    timeout $((duration + 40)) "$tool" run -- "$test" "${args[@]}" > "$out/server" 2>&1 &
-  local server=$!
-  local watch=(CONNECT_GATE_UNIX_NAME="softrdma-rdmacm/106/$port/")
-  [[ $wire == iwarp ]] && watch=(CONNECT_GATE_TCP_PORT="$port")
-  # perftest -R connects twice; the gate holds the client's second connect until
-  # the server listens again (tests/peer-vm/connect_gate.c).
-  ip netns exec "$b" env -u SOFTRDMA_ADDR "${env_words[@]}" "${watch[@]}" \
-    CONNECT_GATE_NET_DIR="/proc/$server/net" \
+  # perftest -R connects twice; the gate (tests/peer-vm/connect_gate.c) marks each
+  # rdma_listen of the server and holds the client's N-th connect until the N-th.
+  local mark
+  mark=$(mktemp -u "$out/listen.XXXXXX")  # new for each run
+  ip netns exec "$a" env -u SOFTRDMA_ADDR "${env_words[@]}" CONNECT_GATE_MARK="$mark" \
     timeout $((duration + 40)) "$tool" run -- \
+    sh -c 'LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD }$0" exec "$@"' "$gate" \
+    "$test" "${args[@]}" > "$out/server" 2>&1 &
+  local server=$!
+  ip netns exec "$b" env -u SOFTRDMA_ADDR "${env_words[@]}" PEERVM_CONNECT_GATE="$mark" \
+    PEERVM_CONNECT_GATE_SECONDS=30 timeout $((duration + 40)) "$tool" run -- \
     sh -c 'LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD }$0" exec "$@"' "$gate" \
     "$test" "${args[@]}" "$server_addr" > "$out/client" 2>&1 || true
   wait "$server" || true

@@ -9,8 +9,8 @@
 # connection's (by the Communication ID it names). Needs root (ip netns).
 #   shared_address_cm.sh SOFTRDMA_TOOL TAG CONNECT_GATE_SO
 # perftest -R connects twice, the second time at once while its server is still
-# between its two listens; the gate (tests/peer-vm/connect_gate.c) holds that
-# connect until the server has reserved its port again, as it does for the VM.
+# between its two listens; the gate (tests/peer-vm/connect_gate.c), preloaded in
+# both, holds that connect until the server's second rdma_listen has returned.
 set -euo pipefail
 tool=$1
 tag=$2
@@ -30,30 +30,32 @@ cases=(
   "ib_send_bw|ib_send_bw -R -p 7425 -n 200 -s 4096|ib_send_bw -R -p 7425 -n 200 -s 4096 $server_addr|4096 +200 "
 )
 declare -A server client
+# preload VARIABLE=VALUE: the words that preload the gate with that setting,
+# after whatever `softrdma run` preloads (the ASan runtime in a sanitizer build).
+preload() {
+  gated=(env "$1" sh -c 'LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD }$0" exec "$@"' "$gate")
+}
+# Every server marks each rdma_listen that returned: $out/listen.NAME.N.
 for entry in "${cases[@]}"; do
   IFS='|' read -r name server_command _ _ <<< "$entry"
+  preload CONNECT_GATE_MARK="$out/listen.$name"
   # shellcheck disable=SC2086  # the commands are words
-  "${on_a[@]}" $server_command > "$out/server.$name" 2>&1 &
+  "${on_a[@]}" "${gated[@]}" $server_command > "$out/server.$name" 2>&1 &
   server[$name]=$!
 done
-# Each server has reserved its port (softrdma's librdmacm binds an abstract socket
-# named after it, rdmacm/address.h; rdma_listen follows at once in each program).
-# (udaddy's port is its fixed 7174: its -p is a port space.)
-for port in 7421 7422 7423 7174 7425; do
-  for _ in $(seq 1500); do
-    ip netns exec "$a" ss -xlH | grep -q "softrdma-rdmacm/[0-9a-f]*/$port/" && break
+for entry in "${cases[@]}"; do  # until each server listens (or has ended)
+  IFS='|' read -r name _ _ _ <<< "$entry"
+  for _ in $(seq 3000); do
+    [[ -e $out/listen.$name.1 ]] && break
+    kill -0 "${server[$name]}" 2>/dev/null || break
     sleep 0.02
   done
 done
 for entry in "${cases[@]}"; do
   IFS='|' read -r name _ client_command _ <<< "$entry"
   gated=()
-  if [[ $name == ib_send_bw ]]; then
-    # After whatever `softrdma run` preloads (the ASan runtime in a sanitizer build).
-    gated=(env CONNECT_GATE_UNIX_NAME=softrdma-rdmacm/106/7425/
-           CONNECT_GATE_NET_DIR=/proc/${server[$name]}/net
-           sh -c 'LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD }$0" exec "$@"' "$gate")
-  fi
+  # perftest -R's second connect waits for the server's second listen.
+  [[ $name == ib_send_bw ]] && preload PEERVM_CONNECT_GATE="$out/listen.$name"
   # shellcheck disable=SC2086
   "${on_b[@]}" "${gated[@]}" $client_command > "$out/client.$name" 2>&1 &
   client[$name]=$!

@@ -13,8 +13,9 @@
 # "data transfers complete") and every process must exit 0. Needs root.
 #   shared_address_fabric.sh SOFTRDMA_TOOL TAG CONNECT_GATE_SO roce|iwarp
 # perftest -R connects twice, the second time at once while its server is still
-# between its two listens: the gate (tests/peer-vm/connect_gate.c) holds that
-# connect until the server listens again, read from the server's namespace.
+# between its two listens: the gate (tests/peer-vm/connect_gate.c), preloaded in
+# every server, marks each rdma_listen that returned, and holds a -R client's
+# N-th connect until its server's N-th mark.
 set -euo pipefail
 tool=$1
 tag=$2
@@ -59,40 +60,39 @@ client_command() {  # the client of case NAME whose server runs SERVER_COMMAND
     *) echo "$2 $server_addr" ;;
   esac
 }
+# preload VARIABLE=VALUE: `gated`, the words that preload the gate with that
+# setting, after whatever `softrdma run` preloads (the ASan runtime in a sanitizer
+# build).
+preload() {
+  gated=(env "$1" sh -c 'LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD }$0" exec "$@"' "$gate")
+}
 declare -A server client
 for entry in "${cases[@]}"; do
   IFS='|' read -r name _ _ server_command _ <<< "$entry"
+  preload CONNECT_GATE_MARK="$out/listen.$name"
   # shellcheck disable=SC2086  # the commands are words
-  on "$server_host" $server_command > "$out/server.$name" 2>&1 &
+  on "$server_host" "${gated[@]}" $server_command > "$out/server.$name" 2>&1 &
   server[$name]=$!
 done
-listening() {  # PORT: whether the server host listens there (TCP, or softrdma's rdma_cm)
-  ip netns exec "$server_host" ss -ltnH "sport = :$1" | grep -q . ||
-    ip netns exec "$server_host" ss -xlH | grep -q "softrdma-rdmacm/[0-9a-f]*/$1/"
+listening() {  # NAME PORT: whether that server listens (perftest's TCP, or rdma_listen)
+  [[ -e $out/listen.$1.1 ]] || ip netns exec "$server_host" ss -ltnH "sport = :$2" | grep -q .
 }
 for entry in "${cases[@]}"; do  # until each server listens for its client
   IFS='|' read -r name _ port _ _ <<< "$entry"
   for _ in $(seq 1500); do
-    listening "$port" && break
+    listening "$name" "$port" && break
     kill -0 "${server[$name]}" 2>/dev/null || break
     sleep 0.02
   done
 done
-net_dir=/proc/${server[bw3]}/net
 # One more process on the host while its five servers hold the address (before
 # issue 27's defaults it failed: "UDP port 4791 ... already held").
 devinfo_status=0
 on "$server_host" ibv_devinfo -v > "$out/devinfo" 2>&1 || devinfo_status=$?
 for entry in "${cases[@]}"; do
-  IFS='|' read -r name host port server_command _ <<< "$entry"
+  IFS='|' read -r name host _ server_command _ <<< "$entry"
   gated=()
-  if [[ $server_command == *" -R "* ]]; then
-    # After whatever `softrdma run` preloads (the ASan runtime in a sanitizer build).
-    if [[ $wire == iwarp ]]; then watch=(CONNECT_GATE_TCP_PORT=$port)
-    else watch=(CONNECT_GATE_UNIX_NAME=softrdma-rdmacm/106/$port/); fi
-    gated=(env "${watch[@]}" CONNECT_GATE_NET_DIR="$net_dir"
-           sh -c 'LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD }$0" exec "$@"' "$gate")
-  fi
+  [[ $server_command == *" -R "* ]] && preload PEERVM_CONNECT_GATE="$out/listen.$name"
   # shellcheck disable=SC2046  # the command is words
   on "$host" "${gated[@]}" $(client_command "$name" "$server_command") > "$out/client.$name" 2>&1 &
   client[$name]=$!

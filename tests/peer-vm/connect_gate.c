@@ -24,12 +24,14 @@
  * A server in another network namespace: CONNECT_GATE_NET_DIR (below) is read
  * for its TCP tables too.
  *
- * A softrdma server over RoCE in another network namespace (tests/conformance/
- * shared_address_cm.sh): CONNECT_GATE_UNIX_NAME=softrdma-rdmacm/106/P/ and
- * CONNECT_GATE_NET_DIR=/proc/<a pid of that namespace>/net. softrdma's librdmacm
- * reserves a port by a listening abstract Unix socket of that name (src/rdmacm/
- * address.h) and lets it go with its id, so the same "new since call N - 1" rule
- * holds, read from that namespace's unix table. With no variable set the calls
+ * A softrdma server on this host or in another network namespace (tests/
+ * conformance/shared_address_cm.sh, shared_address_fabric.sh, bench/lossy_fabric.
+ * sh): the same library preloaded in the server with CONNECT_GATE_MARK=PREFIX
+ * creates PREFIX.N when its N-th rdma_listen() has returned, and the client waits
+ * for it with PEERVM_CONNECT_GATE=PREFIX as above. The mark is the event itself:
+ * a listener seen by its port's reservation (bound at rdma_bind_addr) could still
+ * be a moment from rdma_listen on a loaded machine, and a REQ in that moment is
+ * refused, reason 8 (a CI failure, ASan build). With no variable set the calls
  * only pass through.
  *
  *   cc -shared -fPIC -o connect_gate.so connect_gate.c -ldl   (scripts/interop.py)
@@ -76,43 +78,20 @@ static int tcp_listeners(const char *net_dir, unsigned port, unsigned long *out,
   return n;
 }
 
-/* Listening Unix sockets whose name holds `name`, by inode, from `net_dir`/unix. */
-static int unix_listeners(const char *net_dir, const char *name, unsigned long *out, int room) {
-  char table[4096];
-  snprintf(table, sizeof table, "%s/unix", net_dir);
-  FILE *f = fopen(table, "r");
-  if (!f) return 0;
-  int n = 0;
-  char line[512];
-  if (!fgets(line, sizeof line, f)) line[0] = 0; /* the header */
-  while (fgets(line, sizeof line, f) && n < room) {
-    unsigned long flags = 0, inode = 0;
-    char path[256] = "";
-    /* Num RefCount Protocol Flags Type St Inode Path; flag 0x10000: listening */
-    if (sscanf(line, "%*s %*s %*s %lx %*s %*s %lu %255s", &flags, &inode, path) == 3 &&
-        (flags & 0x10000) != 0 && strstr(path, name) != NULL)
-      out[n++] = inode;
-  }
-  fclose(f);
-  return n;
-}
-
 static int contains(const unsigned long *set, int n, unsigned long v) {
   for (int i = 0; i < n; ++i)
     if (set[i] == v) return 1;
   return 0;
 }
 
-/* The listeners the gate watches: TCP ones on a port, or Unix ones by name. */
+/* The listeners the gate watches: TCP ones on a port of a namespace. */
 struct watched {
   unsigned tcp_port;
-  const char *unix_name;
   const char *net_dir;
 };
 
 static int listeners(const struct watched *w, unsigned long *out, int room) {
-  return w->unix_name ? unix_listeners(w->net_dir, w->unix_name, out, room)
-                      : tcp_listeners(w->net_dir, w->tcp_port, out, room);
+  return tcp_listeners(w->net_dir, w->tcp_port, out, room);
 }
 
 /* Call N >= 2 waits for a listener that call N - 1 did not see. */
@@ -159,17 +138,35 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param) {
   }
   const char *gate = getenv("PEERVM_CONNECT_GATE");
   const char *tcp_port = getenv("CONNECT_GATE_TCP_PORT");
-  const char *unix_name = getenv("CONNECT_GATE_UNIX_NAME");
   const char *net_dir = getenv("CONNECT_GATE_NET_DIR");
   int number = __atomic_add_fetch(&connect_calls, 1, __ATOMIC_RELAXED);
   if (gate && *gate) wait_for_listener(gate, number);
-  if (unix_name && *unix_name) {
-    const struct watched w = {0, unix_name, net_dir && *net_dir ? net_dir : "/proc/net"};
-    wait_for_new_listener(&w, number);
-  } else if (tcp_port && *tcp_port) {
-    const struct watched w = {(unsigned)atoi(tcp_port), NULL,
-                              net_dir && *net_dir ? net_dir : "/proc/net"};
+  if (tcp_port && *tcp_port) {
+    const struct watched w = {(unsigned)atoi(tcp_port), net_dir && *net_dir ? net_dir : "/proc/net"};
     wait_for_new_listener(&w, number);
   }
   return real_connect(id, conn_param);
+}
+
+typedef int (*listen_fn)(struct rdma_cm_id *, int);
+static int listen_calls;
+
+/* The server's side (CONNECT_GATE_MARK): PREFIX.N once the N-th listen succeeded. */
+int rdma_listen(struct rdma_cm_id *id, int backlog) {
+  static listen_fn real_listen;
+  if (!real_listen) real_listen = (listen_fn)dlsym(RTLD_NEXT, "rdma_listen");
+  if (!real_listen) {
+    fprintf(stderr, "connect_gate: no rdma_listen after this library\n");
+    return -1;
+  }
+  const int result = real_listen(id, backlog);
+  const char *mark = getenv("CONNECT_GATE_MARK");
+  if (result == 0 && mark && *mark) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s.%d", mark, __atomic_add_fetch(&listen_calls, 1, __ATOMIC_RELAXED));
+    FILE *f = fopen(path, "w");
+    if (f) fclose(f);
+    else fprintf(stderr, "connect_gate: cannot create %s\n", path);
+  }
+  return result;
 }
