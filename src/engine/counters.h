@@ -77,7 +77,10 @@ namespace softrdma::engine {
   X(read_gaps_asked)        /* READ responses missing behind held ones: asked for again, alone */ \
   X(reorder_held)           /* requests held beyond a gap until it filled */ \
   X(reorder_dropped)        /* beyond what one SACK describes: dropped */ \
-  X(sacks_refused)          /* a SACK on a connection without selective repeat, or malformed */
+  X(sacks_refused)          /* a SACK on a connection without selective repeat, or malformed */ \
+  X(ce_marked_received)     /* packets that arrived marked ECN CE (a queue on the way was full) */ \
+  X(cnps_sent)              /* CNPs answering them (at most one per QP per 50 us) */ \
+  X(cnps_received)          /* CNPs from peers: the QP's rate was cut (DCQCN) */
 
 struct EngineCounters {
 #define SOFTRDMA_DECLARE_COUNTER(name) std::atomic<uint64_t> name{0};

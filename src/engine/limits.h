@@ -80,6 +80,12 @@ enum class SelectiveRepeatMode : uint8_t { kNegotiated, kAlways, kOff };
 struct DeviceConfig {
   std::string name = "softrdma0";
   SelectiveRepeatMode selective_repeat = SelectiveRepeatMode::kNegotiated;
+  // Congestion control of RoCEv2 connections (docs/decisions/congestion-control.md):
+  // CE-marked packets are answered with CNPs, and CNPs cut the QP's rate (DCQCN),
+  // which a pacer holds it to. Off: neither (the transport then sends Not-ECT).
+  bool congestion_control = true;
+  // DCQCN's line rate, where a connection starts and recovers to, bytes per ns.
+  double line_rate_bytes_per_ns = 5.0;  // 40 Gbit/s
   DeviceLimits limits;
   // Requester window: at most this many unacknowledged packets per QP. IBA leaves
   // pacing to the implementation; a socket buffer is finite, and go-back-N pays for

@@ -12,6 +12,7 @@ namespace softrdma::runtime {
 namespace {
 
 constexpr uint32_t kMaxIdleProbeMs = 3'600'000;  // an hour
+constexpr uint32_t kMaxLineRateGbps = 1'000'000;  // 1 Pbit/s: any link of this century
 constexpr uint32_t kMaxSharedPagesMb = 65536;        // 64 GiB
 
 const char* env(const char* name) {
@@ -129,6 +130,20 @@ std::optional<Settings> Settings::from_environment(std::string& error) {
       return std::nullopt;
     }
   }
+  if (const char* v = env("SOFTRDMA_CONGESTION")) {
+    const std::string mode(v);
+    if (mode != "dcqcn" && mode != "off") {
+      error = "SOFTRDMA_CONGESTION must be \"dcqcn\" or \"off\", not \"" + mode + "\"";
+      return std::nullopt;
+    }
+    s.congestion_control = mode == "dcqcn";
+  }
+  if (const char* v = env("SOFTRDMA_LINE_RATE_GBPS");
+      v != nullptr && (!parse_up_to(v, kMaxLineRateGbps, s.line_rate_gbps) || s.line_rate_gbps == 0)) {
+    error = "SOFTRDMA_LINE_RATE_GBPS must be a number of Gbit/s from 1 to " +
+            std::to_string(kMaxLineRateGbps) + ", not \"" + v + "\"";
+    return std::nullopt;
+  }
   if (const char* v = env("SOFTRDMA_IDLE_PROBE_MS");
       v != nullptr && !parse_up_to(v, kMaxIdleProbeMs, s.idle_probe_ms)) {
     error = "SOFTRDMA_IDLE_PROBE_MS must be a number of milliseconds from 0 (off) to " +
@@ -179,6 +194,10 @@ std::vector<std::pair<std::string, std::string>> Settings::describe() const {
        : selective_repeat == engine::SelectiveRepeatMode::kOff
            ? "off (go-back-N only)"
            : "negotiated (RC connections whose peer agreed through ECE)"},
+      {"SOFTRDMA_CONGESTION", congestion_control
+                                  ? "dcqcn (ECN-capable; CE marks answered by CNPs, CNPs cut the rate)"
+                                  : "off (Not-ECT; no CNPs, no pacing)"},
+      {"SOFTRDMA_LINE_RATE_GBPS", std::to_string(line_rate_gbps)},
       {"SOFTRDMA_IDLE_PROBE_MS", idle_probe_ms == 0 ? "0 (off)" : std::to_string(idle_probe_ms)},
       {"SOFTRDMA_SHARED_PAGES_MB",
        shared_pages_mb == 0 ? "0 (off)" : std::to_string(shared_pages_mb)},

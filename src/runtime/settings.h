@@ -65,6 +65,12 @@ struct Settings {
   // softrdma), "off" (IBA's go-back-N only; ECE offers nothing).
   // docs/decisions/selective-repeat.md.
   engine::SelectiveRepeatMode selective_repeat = engine::SelectiveRepeatMode::kNegotiated;
+  // SOFTRDMA_CONGESTION: "dcqcn" (default: RoCEv2 packets leave ECN-capable, CE
+  // marks are answered with CNPs, CNPs cut the QP's rate) or "off".
+  // docs/decisions/congestion-control.md.
+  bool congestion_control = true;
+  // SOFTRDMA_LINE_RATE_GBPS: where DCQCN starts a connection and recovers it to.
+  uint32_t line_rate_gbps = 40;
   // SOFTRDMA_IDLE_PROBE_MS: an RC QP that has nothing outstanding and has heard
   // nothing from its peer for this many milliseconds probes it, so that a killed
   // peer is noticed (docs/decisions/retransmission.md); 0: never. 0..3600000.

@@ -75,6 +75,10 @@ struct RxPacket {
   // so a capture can write a header the ICRC checks against.
   uint16_t ipv4_id = 0;
   bool ipv4_df = true;
+  // The IP header's ECN field said Congestion Experienced (RFC 3168: CE, 0b11): a
+  // queue on the way marked it instead of dropping it (RoCEv2 Annex A17.9.1: the
+  // receiver answers with a CNP; docs/decisions/congestion-control.md).
+  bool congestion_experienced = false;
 };
 
 // Why the transport discarded something, counted (DESIGN.md §7).
@@ -87,6 +91,7 @@ struct TransportCounters {
   uint64_t rx_bad_icrc = 0;       // dropped: ICRC mismatch
   uint64_t rx_truncated = 0;      // dropped: shorter than BTH + ICRC, or larger than a buffer
   uint64_t rx_ipv4_id_solved = 0; // ICRC matched only after solving for the IPv4 ID
+  uint64_t rx_ce_marked = 0;      // arrived with ECN Congestion Experienced
   uint64_t tx_port_fallback = 0;  // sent from the transport's own port, not src_port
   uint64_t rx_buffer_bytes = 0;   // effective socket receive buffer (a gauge)
   uint64_t tx_gso_sends = 0;      // sends of several segments (UDP_SEGMENT)

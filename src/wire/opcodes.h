@@ -4,6 +4,7 @@
 // if-chains elsewhere (STYLE.md).
 #pragma once
 
+#include <cstddef>
 #include <array>
 #include <cstdint>
 #include <string_view>
@@ -71,6 +72,7 @@ enum OpFlag : uint32_t {
   kOpConsumesRecv = 1u << 22,  // the responder takes a receive WQE at its last packet
   kOpAtomicWrite = 1u << 23,   // RDMA ATOMIC WRITE (IBA 1.5, 9.4.6): 8 bytes stored at once
   kOpSack = 1u << 24,          // softrdma's selective acknowledgement (kRcSack below)
+  kOpCnp = 1u << 25,           // RoCEv2 Congestion Notification Packet (op::kCnp)
 };
 inline constexpr uint32_t kOpOnly = kOpFirst | kOpLast;
 
@@ -132,6 +134,13 @@ inline constexpr uint8_t kUdSendOnlyImm = kUd | kSendOnlyImm;
 // order), then a bitmap of the PSNs received beyond the first missing one
 // (wire/sack.h).
 inline constexpr uint8_t kRcSack = 0xc1;
+// RoCEv2 Annex A17.9.3: the Congestion Notification Packet, in the CNP transport
+// (0x80): a BTH (DestQP: the QP whose packets arrived marked CE; BECN set; PSN 0)
+// and 16 reserved bytes, sent by the receiver of CE-marked packets to their sender,
+// which slows down (DCQCN, docs/decisions/congestion-control.md). It belongs to no
+// IBA transport: any QP type may receive it.
+inline constexpr uint8_t kCnp = 0x81;
+inline constexpr size_t kCnpReservedBytes = 16;
 }  // namespace op
 
 namespace detail {
@@ -289,6 +298,12 @@ constexpr std::array<OpcodeInfo, 256> make_opcode_table() {
   sack.offset[size_t(Header::kAeth)] = uint8_t(kBthBytes);
   sack.header_bytes = uint8_t(kBthBytes + kHeaderBytes[size_t(Header::kAeth)]);
   table[op::kRcSack] = sack;
+  OpcodeInfo cnp{};
+  cnp.name = "CNP";
+  cnp.headers = header_bit(Header::kBth);
+  cnp.flags = kOpCnp | kOpPayload;  // its reserved bytes are its payload
+  cnp.header_bytes = uint8_t(kBthBytes);
+  table[op::kCnp] = cnp;
   return table;
 }
 

@@ -32,8 +32,9 @@ foreach(wire roce iwarp)
 endforeach()
 # Issue 28: two hosts losing 5 % of their data packets; the traffic node checks
 # every byte of every RC operation across them, with selective repeat (agreed
-# through ECE without the rdma_cm) and with go-back-N.
-foreach(mode sr gbn)
+# through ECE without the rdma_cm) and with go-back-N; and two hosts whose
+# queues mark 5 % CE instead, answered by CNPs (congestion control).
+foreach(mode sr gbn ecn)
   add_test(NAME conformance.fabric.lossy_${mode}
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/lossy_fabric.sh $<TARGET_FILE:softrdma>
             $<TARGET_FILE:softrdma-traffic-node> ${SOFTRDMA_CONFORMANCE_PORT_BASE} ${mode})

@@ -10,8 +10,13 @@
 #        the peer's with ibv_set_ece; docs/decisions/selective-repeat.md): both
 #        sides must have sent and received SACKs, and resent about what was lost;
 #   gbn: SOFTRDMA_SELECTIVE_REPEAT=off, IBA's go-back-N: no SACK anywhere.
+#   ecn: nothing dropped; instead 5 % of those packets arrive marked ECN CE (the
+#        iptables ECN target in each host's PREROUTING, as a congested switch
+#        marks an ECN-capable packet): each host must have received marked
+#        packets (so softrdma sends ECT(0)), answered them with CNPs, and
+#        received the other's CNPs (docs/decisions/congestion-control.md).
 # Needs root (ip netns, iptables).
-#   lossy_fabric.sh SOFTRDMA_TOOL TRAFFIC_NODE PORT_BASE sr|gbn
+#   lossy_fabric.sh SOFTRDMA_TOOL TRAFFIC_NODE PORT_BASE sr|gbn|ecn
 set -euo pipefail
 tool=$1
 node=$2
@@ -23,8 +28,16 @@ subnet=10.213.30
 source "$(dirname "${BASH_SOURCE[0]}")/host_pair.sh" "$subnet"
 for ns in "$a" "$b"; do
   ip netns exec "$ns" ethtool -K "v$ns" tso off gso off gro off > /dev/null 2>&1 || true
-  ip netns exec "$ns" iptables -A INPUT -p udp --dport 4791 -m length --length 1000:65535 \
-    -m statistic --mode random --probability 0.05 -j DROP
+  if [[ $mode == ecn ]]; then
+    # --ecn-ip-ect 3 writes CE into the ECN field of what is ECN-capable or not:
+    # the test checks the sender's ECT(0) through the receiver's count instead.
+    ip netns exec "$ns" iptables -t mangle -A PREROUTING -p udp --dport 4791 \
+      -m length --length 1000:65535 -m tos --tos 0x02/0x03 \
+      -m statistic --mode random --probability 0.05 -j ECN --ecn-ip-ect 3
+  else
+    ip netns exec "$ns" iptables -A INPUT -p udp --dport 4791 -m length --length 1000:65535 \
+      -m statistic --mode random --probability 0.05 -j DROP
+  fi
 done
 mode_env=()
 [[ $mode == gbn ]] && mode_env=(SOFTRDMA_SELECTIVE_REPEAT=off)
@@ -68,7 +81,15 @@ for role in server client; do
   resent=$(counter "$role" retransmitted_packets)
   tx=$(counter "$role" tx_packets)
   echo "$role: tx_packets $tx, retransmitted_packets $resent, sacks_sent $sent, sacks_received $received"
-  if [[ $mode == sr ]]; then
+  if [[ $mode == ecn ]]; then
+    marked=$(counter "$role" ce_marked_received)
+    cnps_sent=$(counter "$role" cnps_sent)
+    cnps_received=$(counter "$role" cnps_received)
+    echo "$role: ce_marked_received $marked, cnps_sent $cnps_sent, cnps_received $cnps_received"
+    ((marked > 0)) || fail "$role: no packet arrived marked CE (were they sent ECT(0)?)"
+    ((cnps_sent > 0 && cnps_sent <= marked)) || fail "$role: $cnps_sent CNPs for $marked marks"
+    ((cnps_received > 0)) || fail "$role: no CNP received"
+  elif [[ $mode == sr ]]; then
     ((sent > 0 && received > 0)) || fail "$role: no SACK sent or received"
     # 5 % of the data packets are lost: what is resent stays near that, where
     # go-back-N resends whole windows.

@@ -27,7 +27,9 @@ void RcRoleTest::open(const RoleOptions& options) {
   TearDown();
   options_ = options;
   transport_ = net_.attach(qp_gid_);
-  device_ = std::make_unique<Device>(DeviceConfig{}, *transport_, roce::RoceFamily::maker(), clock_);
+  DeviceConfig config;
+  config.line_rate_bytes_per_ns = options.line_rate_bytes_per_ns;
+  device_ = std::make_unique<Device>(config, *transport_, roce::RoceFamily::maker(), clock_);
   int err = 0;
   pd_ = device_->alloc_pd(err);
   scq_ = device_->create_cq(256, err);
@@ -88,8 +90,8 @@ std::vector<FakePacket> RcRoleTest::run() {
   return from_qp;
 }
 
-std::vector<FakePacket> RcRoleTest::deliver(PeerPacket packet) {
-  net_.inject(peer_gid_, qp_gid_, packet.take());
+std::vector<FakePacket> RcRoleTest::deliver(PeerPacket packet, bool marked) {
+  net_.inject(peer_gid_, qp_gid_, packet.take(), 0xC000, marked);
   return run();
 }
 

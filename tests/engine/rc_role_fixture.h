@@ -27,6 +27,7 @@ struct RoleOptions {
   uint8_t min_rnr_timer = 1;  // what this QP's responder asks for (10 us)
   uint32_t sq_psn = 100;      // the QP's first request PSN
   uint32_t rq_psn = 5000;     // the first request PSN it expects from the peer
+  double line_rate_bytes_per_ns = 5.0;  // DCQCN's line rate (DeviceConfig)
 };
 
 // A packet from the peer, laid out by wire::build_packet; set its fields through
@@ -54,8 +55,9 @@ class RcRoleTest : public ::testing::Test {
 
   // Runs the device until it has nothing left to do; what the QP sent meanwhile.
   std::vector<transport::fake::FakePacket> run();
-  // Delivers `packet` to the QP as the peer's, then run().
-  std::vector<transport::fake::FakePacket> deliver(PeerPacket packet);
+  // Delivers `packet` to the QP as the peer's, then run(); `marked`: it arrives
+  // with ECN Congestion Experienced set.
+  std::vector<transport::fake::FakePacket> deliver(PeerPacket packet, bool marked = false);
   // Moves the clock on by `ns` in steps of `step`, running the device after each;
   // what the QP sent meanwhile.
   std::vector<transport::fake::FakePacket> advance(Nanos ns, Nanos step = 10'000);

@@ -17,7 +17,8 @@ class SettingsTest : public ::testing::Test {
                                            "SOFTRDMA_PCAP",   "SOFTRDMA_FAULTS",
                                            "SOFTRDMA_PROGRESS", "SOFTRDMA_WINDOW",
                                            "SOFTRDMA_SYSFS_VIEW", "SOFTRDMA_SHARE_ADDRESS",
-                                           "SOFTRDMA_WIRE", "SOFTRDMA_SELECTIVE_REPEAT"};
+                                           "SOFTRDMA_WIRE", "SOFTRDMA_SELECTIVE_REPEAT",
+                                           "SOFTRDMA_CONGESTION", "SOFTRDMA_LINE_RATE_GBPS"};
   void SetUp() override { clear(); }
   void TearDown() override { clear(); }
   static void clear() {
@@ -58,6 +59,26 @@ TEST_F(SettingsTest, SelectiveRepeatTakesItsThreeValues) {
   }
 }
 
+// SOFTRDMA_CONGESTION and SOFTRDMA_LINE_RATE_GBPS (docs/decisions/
+// congestion-control.md): DCQCN at 40 Gbit/s unless told otherwise.
+TEST_F(SettingsTest, CongestionControlIsDcqcnUnlessTurnedOff) {
+  std::string error;
+  auto s = Settings::from_environment(error);
+  ASSERT_TRUE(s.has_value()) << error;
+  EXPECT_TRUE(s->congestion_control);
+  EXPECT_EQ(s->line_rate_gbps, 40u);
+  setenv("SOFTRDMA_CONGESTION", "off", 1);
+  setenv("SOFTRDMA_LINE_RATE_GBPS", "100", 1);
+  s = Settings::from_environment(error);
+  ASSERT_TRUE(s.has_value()) << error;
+  EXPECT_FALSE(s->congestion_control);
+  EXPECT_EQ(s->line_rate_gbps, 100u);
+  setenv("SOFTRDMA_CONGESTION", "dcqcn", 1);
+  s = Settings::from_environment(error);
+  ASSERT_TRUE(s.has_value()) << error;
+  EXPECT_TRUE(s->congestion_control);
+}
+
 // Each variable lands in its field; describe() shows the values in force.
 TEST_F(SettingsTest, EveryVariableIsRead) {
   setenv("SOFTRDMA_DEVICE", "rnic7", 1);
@@ -90,7 +111,8 @@ TEST_F(SettingsTest, MalformedValuesAreRefusedByName) {
       {"SOFTRDMA_PROGRESS", "sometimes"}, {"SOFTRDMA_WINDOW", "0"},
       {"SOFTRDMA_WINDOW", "4097"},        {"SOFTRDMA_WINDOW", "12x"},
       {"SOFTRDMA_SYSFS_VIEW", "yes"},     {"SOFTRDMA_SHARE_ADDRESS", "2"},
-      {"SOFTRDMA_SELECTIVE_REPEAT", "on"},
+      {"SOFTRDMA_SELECTIVE_REPEAT", "on"}, {"SOFTRDMA_CONGESTION", "dctcp"},
+      {"SOFTRDMA_LINE_RATE_GBPS", "0"},   {"SOFTRDMA_LINE_RATE_GBPS", "1000001"},
       {"SOFTRDMA_DEVICE", "a-name-that-is-far-too-long-for-a-verbs-device-name-of-64-bytes-xx"}};
   for (const auto& [name, value] : bad) {
     clear();

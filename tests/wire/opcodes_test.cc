@@ -15,9 +15,15 @@ namespace {
 TEST(OpcodesTest, ExactlyTheRcUcUdXrcOpcodesAreValid) {
   // RC: 24 operations (IBA 1.5's ATOMIC WRITE among them), UC: 12 (no READ,
   // ATOMIC, ACK, INVALIDATE), UD: 2 SENDs, XRC: RC's 24; and softrdma's own SACK
-  // in the manufacturer-specific range (docs/decisions/selective-repeat.md).
-  EXPECT_EQ(testing::valid_opcodes().size(), 24u + 12u + 2u + 24u + 1u);
+  // in the manufacturer-specific range (docs/decisions/selective-repeat.md); and
+  // RoCEv2's CNP (Annex A17.9.3), a BTH and 16 reserved bytes.
+  EXPECT_EQ(testing::valid_opcodes().size(), 24u + 12u + 2u + 24u + 1u + 1u);
   EXPECT_EQ(kOpcodes[0xc1].name, "SOFTRDMA_SACK");
+  EXPECT_EQ(kOpcodes[0x81].name, "CNP");
+  EXPECT_EQ(kOpcodes[0x81].header_bytes, kBthBytes);
+  EXPECT_EQ(kOpcodes[0x81].headers, header_bit(Header::kBth));
+  EXPECT_FALSE(kOpcodes[0x80].valid());
+  EXPECT_FALSE(kOpcodes[0x82].valid());
   EXPECT_FALSE(kOpcodes[0xc0].valid());
   EXPECT_EQ(kOpcodes[0x1d].name, "RC_ATOMIC_WRITE");
   EXPECT_FALSE(kOpcodes[0x1c].valid());  // FLUSH: not offered
@@ -36,6 +42,7 @@ TEST(OpcodesTest, NamesAreUniqueAndCarryTheTransport) {
     EXPECT_TRUE(names.insert(name).second) << name;
     const uint8_t transport = opcode & 0xe0;
     const char* prefix = opcode >= 0xc0         ? "SOFTRDMA_"  // IBA: manufacturer specific
+                         : opcode == op::kCnp   ? "CNP"
                          : transport == op::kRc ? "RC_"
                          : transport == op::kUc ? "UC_"
                          : transport == op::kUd ? "UD_"
@@ -84,6 +91,7 @@ TEST(OpcodesTest, HeadersAgreeWithMeaning) {
   for (uint8_t opcode : testing::valid_opcodes()) {
     const OpcodeInfo& i = kOpcodes[opcode];
     SCOPED_TRACE(std::string(i.name));
+    if (i.any(kOpCnp)) continue;  // neither request nor response: its shape is checked above
     EXPECT_EQ(i.has(Header::kImmDt), i.any(kOpImmediate));
     EXPECT_EQ(i.has(Header::kIeth), i.any(kOpInvalidate));
     EXPECT_EQ(i.has(Header::kAtomicEth), i.any(kOpAtomic));

@@ -111,7 +111,7 @@ TEST(ParseTest, RejectsOpcodesOutsideTheTable) {
     EXPECT_EQ(e == ParseError::kBadOpcode, !kOpcodes[opcode].valid()) << opcode;
     rejected += e == ParseError::kBadOpcode ? 1 : 0;
   }
-  EXPECT_EQ(rejected, 256 - 63);  // RC 24, UC 12, UD 2, XRC 24 (IBA Table 39), SACK
+  EXPECT_EQ(rejected, 256 - 64);  // RC 24, UC 12, UD 2, XRC 24 (IBA Table 39), SACK, CNP
 }
 
 TEST(ParseTest, RejectsTransportVersionOtherThanZero) {

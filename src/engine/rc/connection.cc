@@ -10,6 +10,14 @@
 
 namespace softrdma::engine::rc {
 
+namespace {
+DcqcnParams dcqcn_params(const DeviceConfig& config) {
+  DcqcnParams p;
+  p.line_rate = config.line_rate_bytes_per_ns;
+  return p;
+}
+}  // namespace
+
 RcConnection::RcConnection(Qp& qp, roce::TxBatch& tx, transport::Transport& via)
     : qp_(qp),
       tx_(tx),
@@ -20,7 +28,8 @@ RcConnection::RcConnection(Qp& qp, roce::TxBatch& tx, transport::Transport& via)
       requester_(*this),
       completer_(*this),
       responder_(*this),
-      liveness_(*this) {}
+      liveness_(*this),
+      rate_(dcqcn_params(qp.ctx().config)) {}
 
 wire::PacketView RcConnection::emit(uint8_t opcode, size_t payload_len, uint32_t psn) {
   bump(qp_.counters().tx_packets);
@@ -32,6 +41,11 @@ void RcConnection::on_packet(wire::PacketView packet, const transport::RxPacket&
   // IBA 9.6.1.1 / A17.4: only the connected peer's packets are this QP's.
   if (from.src != path_.dst) {
     bump(qp_.ctx().counters.rx_wrong_source);
+    return;
+  }
+  if (from.congestion_experienced) on_congestion_experienced(now);
+  if (packet.info().is(wire::kOpCnp)) {
+    on_cnp(now);
     return;
   }
   if (packet.info().is(wire::kOpResponse)) {
@@ -58,7 +72,7 @@ Nanos RcConnection::deadline() const {
   Nanos d = completer_.deadline();
   const Nanos pause = requester_.paused_until();
   if (pause != 0 && pause < d) d = pause;
-  return std::min(d, liveness_.deadline());
+  return std::min({d, liveness_.deadline(), rate_.resume_at()});
 }
 
 void RcConnection::on_timer(Nanos now) {
@@ -66,6 +80,11 @@ void RcConnection::on_timer(Nanos now) {
   if (pause != 0 && now >= pause) {
     requester_.pause_until(0);
     requester_.run(now);
+  }
+  if (now >= rate_.resume_at()) {
+    // The pacer holds a packet's worth again: both senders go on.
+    requester_.run(now);
+    qp_.want_tx();
   }
   completer_.on_timer(now);
   liveness_.on_timer(now);
@@ -103,6 +122,7 @@ void RcConnection::on_state_change(ibv_qp_state from, ibv_qp_state to, Nanos now
     recovery_ = make_loss_recovery(qp_.ctx().config.max_unacked_packets, selective_);
     responder_.reset(qp_.attr().rq_psn, qp_.attr().max_dest_rd_atomic, selective_);
   }
+  if (to == IBV_QPS_RTR && from != IBV_QPS_RTR) rate_.reset(now);
   if (to == IBV_QPS_RTS && from == IBV_QPS_RTR) {
     requester_.reset(qp_.attr().sq_psn);
     completer_.reset(qp_.attr().sq_psn, now);
@@ -126,6 +146,27 @@ bool RcConnection::agreed_selective_repeat() const {
     case SelectiveRepeatMode::kNegotiated: break;
   }
   return qp_.ece_agreed(kEceSelectiveRepeat);
+}
+
+void RcConnection::arm_pacer_timer() {
+  if (rate_.held()) qp_.arm_timer(rate_.resume_at());
+}
+
+// RoCEv2 Annex A17.9.2: a CNP names this QP as the sender of packets that met a
+// congested queue; DCQCN's reaction point cuts the rate.
+void RcConnection::on_cnp(Nanos now) {
+  bump(qp_.ctx().counters.cnps_received);
+  if (qp_.ctx().config.congestion_control) rate_.on_cnp(now);
+}
+
+// A17.9.1: the notification point answers CE marks with a CNP to the sending QP
+// (this connection's peer), at most one per DCQCN interval.
+void RcConnection::on_congestion_experienced(Nanos now) {
+  bump(qp_.ctx().counters.ce_marked_received);
+  if (!qp_.ctx().config.congestion_control || !rate_.cnp_due(now)) return;
+  wire::PacketView cnp = emit(wire::op::kCnp, wire::op::kCnpReservedBytes, 0);
+  cnp.set(wire::bth::kBecn, 1);
+  bump(qp_.ctx().counters.cnps_sent);
 }
 
 void RcConnection::fail(Nanos now, std::optional<ibv_event_type> event) {

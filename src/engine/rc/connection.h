@@ -16,6 +16,7 @@
 #include "engine/rc/liveness.h"
 #include "engine/rc/loss_recovery.h"
 #include "engine/rc/path.h"
+#include "engine/rc/rate_control.h"
 #include "engine/rc/requester.h"
 #include "engine/rc/responder.h"
 
@@ -51,6 +52,11 @@ class RcConnection final : public roce::RoceProtocol {
   // What is resent after a loss, and the window (loss_recovery.h).
   LossRecovery& recovery() { return *recovery_; }
   const Liveness& liveness() const { return liveness_; }
+  // The rate this connection may send data at (rate_control.h; DCQCN).
+  RateControl& rate() { return rate_; }
+  const RateControl& rate() const { return rate_; }
+  // After a sender stopped: when the pacer held it, its timer resumes it.
+  void arm_pacer_timer();
   // What the same-host executor counts for this connection (host/executor.h).
   host::HostRetries& host_retries() { return host_retries_; }
 
@@ -68,6 +74,10 @@ class RcConnection final : public roce::RoceProtocol {
  private:
   void load_path();
   bool agreed_selective_repeat() const;
+  // Congestion control (rate_control.h): a CNP from the peer, a CE-marked packet
+  // from it.
+  void on_cnp(Nanos now);
+  void on_congestion_experienced(Nanos now);
 
   Qp& qp_;
   roce::TxBatch& tx_;
@@ -81,6 +91,7 @@ class RcConnection final : public roce::RoceProtocol {
   Completer completer_;
   Responder responder_;
   Liveness liveness_;
+  RateControl rate_;
   host::HostRetries host_retries_;
 };
 

@@ -48,6 +48,8 @@ bool Requester::run(Nanos now) {
   // other QPs' work (Device::want_tx), so one large message neither holds the
   // engine nor floods the peer's socket buffer in one go.
   burst_left_ = qp.ctx().config.max_unacked_packets;
+  run_now_ = now;
+  pace_left_ = conn_.rate().packets_allowed(now, packet_bytes());
   Ring<SendWqe>& sq = qp.sq();
   // The completer may have popped WQEs a rewind had pointed us back to (a late
   // RNR NAK): never walk from before the head.
@@ -67,6 +69,7 @@ bool Requester::run(Nanos now) {
   }
   if (!flush_host(now)) return false;
   conn_.completer().on_sent(now);
+  if (pace_left_ != UINT32_MAX) conn_.arm_pacer_timer();
   const bool more = !conn_.acknowledged() && burst_left_ == 0 && send_index_ != sq.tail() &&
                     qp.state() == IBV_QPS_RTS;
   if (more) qp.want_tx();
@@ -149,13 +152,20 @@ bool Requester::start_on_wire(SendWqe& wqe) {
 // Packets from `psn` on that may go now: the loss recovery's window (UC: the
 // turn's burst, nothing acknowledges).
 uint32_t Requester::window_space(uint32_t psn) const {
-  if (!conn_.acknowledged()) return burst_left_;
-  return conn_.recovery().window_space(psn, conn_.completer().una_psn());
+  if (!conn_.acknowledged()) return std::min(burst_left_, pace_left_);
+  return std::min(pace_left_, conn_.recovery().window_space(psn, conn_.completer().una_psn()));
 }
+
+// A full data packet on the wire, headers included, as the pacer counts it.
+uint32_t Requester::packet_bytes() const { return conn_.path().mtu + kPacedHeaderBytes; }
 
 // `psns`: how many PSNs the packet stands for (a READ request: its responses).
 void Requester::count_send(uint32_t psn, uint32_t psns) {
   if (burst_left_ > 0) --burst_left_;
+  if (pace_left_ != UINT32_MAX) {
+    if (pace_left_ > 0) --pace_left_;
+    conn_.rate().on_sent(packet_bytes(), run_now_);
+  }
   if (psn_before(psn, high_psn_)) {
     bump(conn_.qp().ctx().counters.retransmitted_packets);
     bump(conn_.qp().counters().retransmitted_packets);

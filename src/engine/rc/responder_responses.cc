@@ -63,10 +63,17 @@ void Responder::produce_all() {
 
 bool Responder::produce(uint32_t budget, Nanos now) {
   if (!ready_to_receive(conn_.qp().state())) responses_count_ = 0;
+  // READ responses are this side's data: the pacer's (rate_control.h); a held
+  // connection goes on from its timer (RcConnection::on_timer).
+  RateControl& rate = conn_.rate();
+  const uint32_t packet_bytes = conn_.path().mtu + kPacedHeaderBytes;
+  const bool paced = responses_count_ > 0 && rate.paced();
+  if (paced) budget = std::min(budget, rate.packets_allowed(now, packet_bytes));
   while (responses_count_ > 0 && budget > 0) {
     Response& r = responses_[responses_head_];
     if (r.is_read) {
       const std::optional<uint32_t> produced = send_read_packets(r, budget);
+      if (paced && produced) rate.on_sent(uint64_t(*produced) * packet_bytes, now);
       if (!produced) {
         // The responses before it went out; the NAK names the first one missing,
         // the one the requester awaits (an older PSN would read as a stale ACK).
@@ -83,7 +90,12 @@ bool Responder::produce(uint32_t budget, Nanos now) {
     responses_head_ = uint32_t((responses_head_ + 1) % responses_.size());
     --responses_count_;
   }
-  if (responses_count_ > 0) return true;
+  // Held by the pacer: its timer resumes the responses, not another turn at once.
+  if (responses_count_ > 0) {
+    if (!paced || !rate.held()) return true;
+    conn_.arm_pacer_timer();
+    return false;
+  }
   // ACKs of later requests waited for the responses (PSN order, IBA 9.7.5.1.6).
   on_burst_end();
   return false;

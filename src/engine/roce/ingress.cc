@@ -62,7 +62,9 @@ void RoceFamily::dispatch(const transport::RxPacket& rx, Nanos now) {
   }
   Qp& qp = *found;
   // IBA 9.6.1.1: the opcode's transport must be the QP's, and the P_Key must match.
-  if (!packet.info().is(transport_flag_of(qp.type()))) {
+  // A CNP (A17.9.3) belongs to no transport: a connected QP's rate answers it.
+  const bool cnp = packet.info().is(wire::kOpCnp);
+  if (cnp ? qp.type() == IBV_QPT_UD : !packet.info().is(transport_flag_of(qp.type()))) {
     bump(counters.rx_wrong_transport);
     return;
   }

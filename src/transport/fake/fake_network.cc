@@ -34,6 +34,7 @@ std::string_view to_string(Fate fate) {
     case Fate::kHeld: return "held";
     case Fate::kDuplicated: return "duplicated";
     case Fate::kUndeliverable: return "undeliverable";
+    case Fate::kMarked: return "marked CE";
   }
   return "?";
 }
@@ -118,6 +119,9 @@ void FakeNetwork::drop(PacketMatcher matcher, size_t count) {
 void FakeNetwork::duplicate(PacketMatcher matcher, size_t count) {
   add_rule(std::move(matcher), Fate::kDuplicated, count);
 }
+void FakeNetwork::mark(PacketMatcher matcher, size_t count) {
+  add_rule(std::move(matcher), Fate::kMarked, count);
+}
 void FakeNetwork::hold(PacketMatcher matcher, size_t count) {
   add_rule(std::move(matcher), Fate::kHeld, count);
 }
@@ -182,11 +186,13 @@ size_t FakeNetwork::sent_count() const {
 }
 
 void FakeNetwork::inject(const Gid& src, const Gid& dst, std::vector<uint8_t> bytes,
-                         uint16_t src_port) {
+                         uint16_t src_port, bool congestion_experienced) {
   assert(bytes.size() >= kMinRoceBytes);
   wire::write_icrc(fake_ip_udp(src, dst, src_port), bytes);
   std::lock_guard lock(mutex_);
-  send_locked(FakePacket{std::move(bytes), src, dst, src_port});
+  FakePacket packet{std::move(bytes), src, dst, src_port};
+  packet.congestion_experienced = congestion_experienced;
+  send_locked(std::move(packet));
 }
 
 FakeNetwork::Stats FakeNetwork::stats() const {
@@ -228,6 +234,11 @@ void FakeNetwork::send_locked(FakePacket packet) {
       break;
     case Fate::kUndeliverable:
       ++stats_.undeliverable;
+      break;
+    case Fate::kMarked:
+      ++stats_.marked;
+      packet.congestion_experienced = true;
+      deliver_locked(std::move(packet));
       break;
   }
 }
@@ -322,7 +333,8 @@ size_t FakeTransport::rx_burst(std::span<RxPacket> packets) {
   }
   for (size_t i = 0; i < last_burst_.size(); ++i) {
     FakePacket& p = last_burst_[i];
-    packets[i] = RxPacket{.bytes = p.bytes, .src = p.src, .dst = p.dst, .src_port = p.src_port};
+    packets[i] = RxPacket{.bytes = p.bytes, .src = p.src, .dst = p.dst, .src_port = p.src_port,
+                          .congestion_experienced = p.congestion_experienced};
     ++counters_.rx_packets;
     counters_.rx_bytes += p.bytes.size();
   }

@@ -33,7 +33,9 @@
 namespace softrdma::transport::fake {
 
 // What the network did with a packet.
-enum class Fate : uint8_t { kDelivered, kDropped, kHeld, kDuplicated, kUndeliverable };
+// kMarked: delivered with ECN Congestion Experienced set, as a congested queue
+// marks an ECN-capable packet (RxPacket::congestion_experienced).
+enum class Fate : uint8_t { kDelivered, kDropped, kHeld, kDuplicated, kUndeliverable, kMarked };
 std::string_view to_string(Fate fate);
 
 // One packet on the fake network; owns its bytes (whole UDP payload, ICRC included).
@@ -44,6 +46,7 @@ struct FakePacket {
   uint16_t src_port = 0;
   uint64_t sequence = 0;  // order in which the network saw it sent, from 0
   Fate fate = Fate::kDelivered;
+  bool congestion_experienced = false;  // arrives marked CE
 
   // BTH fields (IBA 9.2). Every packet on the network holds at least BTH + ICRC.
   uint8_t opcode() const { return bytes[0]; }
@@ -96,6 +99,7 @@ class FakeNetwork {
   void drop(PacketMatcher matcher, size_t count = 1);
   void duplicate(PacketMatcher matcher, size_t count = 1);  // delivered twice
   void hold(PacketMatcher matcher, size_t count = kEvery);  // kept until released
+  void mark(PacketMatcher matcher, size_t count = 1);       // delivered marked CE
   void clear_rules();
 
   // Held packets, in the order they were held.
@@ -114,10 +118,11 @@ class FakeNetwork {
   // Delivers `bytes` to `dst` as if `src` had sent it from `src_port`; the ICRC is
   // written here (the last four bytes are overwritten). Logged like a sent packet.
   void inject(const Gid& src, const Gid& dst, std::vector<uint8_t> bytes,
-              uint16_t src_port = 0xC000);
+              uint16_t src_port = 0xC000, bool congestion_experienced = false);
 
   struct Stats {
-    uint64_t sent = 0, delivered = 0, dropped = 0, held = 0, duplicated = 0, undeliverable = 0;
+    uint64_t sent = 0, delivered = 0, dropped = 0, held = 0, duplicated = 0, undeliverable = 0,
+             marked = 0;
   };
   Stats stats() const;
 

@@ -148,20 +148,21 @@ std::string Handover::name_of(uint32_t slot) const {
 }
 
 HandoverHeader Handover::header_for(const Gid& source, uint16_t source_port,
-                                   const Gid& destination, size_t length) const {
+                                   const Gid& destination, size_t length, bool ce) const {
   return HandoverHeader{.magic = kHandoverMagic,
                         .version = kHandoverVersion,
                         .source_port = source_port,
-                        .from_slot = slot_,
+                        .from_slot = uint16_t(slot_),
+                        .flags = uint16_t(ce ? kHandoverCongestionExperienced : 0),
                         .length = uint32_t(length),
                         .source = source,
                         .destination = destination};
 }
 
 bool Handover::send(uint32_t to_slot, const Gid& source, uint16_t source_port,
-                    const Gid& destination, std::span<const uint8_t> packet) {
+                    const Gid& destination, std::span<const uint8_t> packet, bool ce) {
   if (packet.size() > kHandoverMaxPacket) return send_failed(EMSGSIZE);
-  HandoverHeader header = header_for(source, source_port, destination, packet.size());
+  HandoverHeader header = header_for(source, source_port, destination, packet.size(), ce);
   // A lone record needs no padding: the datagram ends with it.
   iovec iov[2] = {{&header, sizeof header}, {const_cast<uint8_t*>(packet.data()), packet.size()}};
   if (const int error = send_datagram(to_slot, iov, 2)) return send_failed(error);
@@ -172,11 +173,12 @@ bool Handover::send(uint32_t to_slot, const Gid& source, uint16_t source_port,
 }
 
 bool Handover::queue(uint32_t to_slot, const Gid& source, uint16_t source_port,
-                     const Gid& destination, std::span<const uint8_t> packet) {
+                     const Gid& destination, std::span<const uint8_t> packet, bool ce) {
   if (packet.size() > kHandoverMaxPacket) return send_failed(EMSGSIZE);
   if (queued_.size() == kMaxQueued) send_queued();
   queued_.push_back(Queued{to_slot, uint32_t(queued_.size()),
-                           header_for(source, source_port, destination, packet.size()), packet});
+                           header_for(source, source_port, destination, packet.size(), ce),
+                           packet});
   return true;
 }
 
@@ -378,6 +380,7 @@ bool Handover::next_record(Received& out) {
   out.source_port = header.source_port;
   out.destination = header.destination;
   out.from_slot = header.from_slot;
+  out.congestion_experienced = (header.flags & kHandoverCongestionExperienced) != 0;
   out.packet = std::span<uint8_t>(bytes + ring.offset + sizeof header, header.length);
   ring.offset += padded(sizeof header + header.length);
   if (ring.offset >= length) {

@@ -39,14 +39,17 @@ struct HandoverHeader {
   uint32_t magic = 0;
   uint16_t version = 0;
   uint16_t source_port = 0;  // the UDP source port the packet came from
-  uint32_t from_slot = 0;    // the sender's slot (for diagnosis only)
+  uint16_t from_slot = 0;    // the sender's slot (for diagnosis only)
+  uint16_t flags = 0;        // kHandoverCongestionExperienced
   uint32_t length = 0;       // bytes of the packet after this header
   Gid source{};              // the packet's IP source, as the UDP socket showed it
   Gid destination{};         // the local address it was sent to (IP_PKTINFO)
 };
 static_assert(sizeof(HandoverHeader) == 48);
 inline constexpr uint32_t kHandoverMagic = 0x4f485253;  // "SRHO" read little-endian
-inline constexpr uint16_t kHandoverVersion = 2;         // 2: several records a datagram
+// 2: several records a datagram; 3: flags (the ECN mark the packet arrived with).
+inline constexpr uint16_t kHandoverVersion = 3;
+inline constexpr uint16_t kHandoverCongestionExperienced = 1;  // RxPacket's CE
 
 // The largest packet handed over: an MTU-4096 RoCEv2 packet with every header
 // (BTH ... ICRC, IBA 9.2–9.9) and a CM MAD are far below it. UDP_GRO datagrams
@@ -81,6 +84,7 @@ class Handover {
     uint16_t source_port = 0;
     Gid destination{};
     uint32_t from_slot = 0;
+    bool congestion_experienced = false;
     std::span<uint8_t> packet;
   };
 
@@ -107,14 +111,15 @@ class Handover {
 
   // Hands `packet` to `to_slot`'s process. Never blocks: false (counted) when that
   // slot has no socket, its queue is full, or the packet is too large. Any thread.
+  // `ce`: the packet arrived marked CE (RxPacket::congestion_experienced).
   bool send(uint32_t to_slot, const Gid& source, uint16_t source_port, const Gid& destination,
-            std::span<const uint8_t> packet);
+            std::span<const uint8_t> packet, bool ce = false);
   // A burst: queue() keeps each packet (its bytes must stay valid until flush());
   // flush() hands each slot its packets in as few datagrams as fit, in the order
   // queued. The receiving thread only, one at a time. queue() is false (counted)
   // for a packet too large; a full queue is flushed first.
   bool queue(uint32_t to_slot, const Gid& source, uint16_t source_port, const Gid& destination,
-             std::span<const uint8_t> packet);
+             std::span<const uint8_t> packet, bool ce = false);
   struct Flushed {
     size_t sent = 0;    // packets handed over
     size_t failed = 0;  // packets dropped (counted by why: no owner, full, error)
@@ -148,7 +153,7 @@ class Handover {
   // The address of `slot`'s socket; its length.
   socklen_t address_of(uint32_t slot, sockaddr_un& address) const;
   HandoverHeader header_for(const Gid& source, uint16_t source_port, const Gid& destination,
-                            size_t length) const;
+                            size_t length, bool ce) const;
   // One datagram of `count` iovecs to `slot`'s socket, with our credentials: 0 or errno.
   int send_datagram(uint32_t to_slot, iovec* iov, size_t count);
   // Sends what is queued, each slot's together, into flushed_.

@@ -27,6 +27,7 @@ namespace softrdma::transport {
   X(rx_gro_datagrams)  /* datagrams that held several packets (UDP_GRO) */             \
   X(rx_gro_segments)   /* packets those held */                                        \
   X(rx_buffer_bytes)   /* gauge: the effective socket receive buffer */                \
+  X(rx_ce_marked)      /* ECN Congestion Experienced in the IP header (RFC 3168) */    \
   /* A shared address (docs/decisions/host-rnic.md): */                                \
   X(rx_handed_over)    /* another process's QPN block: handed over to it */            \
   X(rx_no_owner)       /* dropped: no member takes it, or its queue is full */         \

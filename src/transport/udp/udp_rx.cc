@@ -17,9 +17,12 @@ namespace {
 
 constexpr size_t kMinRoceBytes = wire::kBthBytes + wire::kIcrcBytes;
 
+constexpr unsigned kEcnMask = 0x3, kEcnCe = 0x3;  // RFC 3168 §5: the TOS byte's low bits
+
 // From the control messages: the local address a datagram was sent to
-// (IP_PKTINFO / IPV6_PKTINFO) and the segment size of a coalesced one (UDP_GRO).
-void read_control(msghdr& header, wire::Gid& dst, size_t& segment) {
+// (IP_PKTINFO / IPV6_PKTINFO), the segment size of a coalesced one (UDP_GRO) and
+// whether it arrived marked CE (IP_TOS / IPV6_TCLASS).
+void read_control(msghdr& header, wire::Gid& dst, size_t& segment, bool& ce) {
   for (cmsghdr* c = CMSG_FIRSTHDR(&header); c != nullptr; c = CMSG_NXTHDR(&header, c)) {
     if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
       in_pktinfo info;
@@ -29,6 +32,14 @@ void read_control(msghdr& header, wire::Gid& dst, size_t& segment) {
       in6_pktinfo info;
       std::memcpy(&info, CMSG_DATA(c), sizeof info);
       std::memcpy(dst.data(), info.ipi6_addr.s6_addr, dst.size());
+    } else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS) {
+      uint8_t tos = 0;  // one byte (ip_cmsg_recv_tos)
+      std::memcpy(&tos, CMSG_DATA(c), sizeof tos);
+      ce = (tos & kEcnMask) == kEcnCe;
+    } else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS) {
+      int tclass = 0;
+      std::memcpy(&tclass, CMSG_DATA(c), sizeof tclass);
+      ce = (unsigned(tclass) & kEcnMask) == kEcnCe;
     } else if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
       int size = 0;
       std::memcpy(&size, CMSG_DATA(c), sizeof size);
@@ -115,7 +126,8 @@ bool UdpTransport::open_datagram() {
   }
   ring.dst = local_gid_;
   ring.segment = length;
-  read_control(h, ring.dst, ring.segment);
+  ring.congestion_experienced = false;
+  read_control(h, ring.dst, ring.segment, ring.congestion_experienced);
   if (ring.segment < length) {
     counters_.rx_gro_datagrams.fetch_add(1, std::memory_order_relaxed);
     counters_.rx_gro_segments.fetch_add((length + ring.segment - 1) / ring.segment,
@@ -129,7 +141,7 @@ bool UdpTransport::open_datagram() {
 size_t UdpTransport::collect_received(std::span<RxPacket> packets) {
   RxRing& ring = *rx_;
   size_t n = 0;
-  uint64_t bytes = 0, truncated = 0, bad_icrc = 0, solved = 0;
+  uint64_t bytes = 0, truncated = 0, bad_icrc = 0, solved = 0, marked = 0;
   while (n < packets.size() && ring.next < ring.received) {
     const size_t length = ring.msgs[ring.next].msg_len;
     if (ring.offset == 0 && !open_datagram()) {
@@ -143,6 +155,7 @@ size_t UdpTransport::collect_received(std::span<RxPacket> packets) {
     out.src = ring.src;
     out.dst = ring.dst;
     out.src_port = ring.src_port;
+    out.congestion_experienced = ring.congestion_experienced;
     ring.offset += take;
     if (ring.offset >= length || take == 0) {
       ++ring.next;
@@ -164,6 +177,7 @@ size_t UdpTransport::collect_received(std::span<RxPacket> packets) {
       continue;
     }
     solved += out.ipv4_id != 0 || !out.ipv4_df;
+    marked += out.congestion_experienced;
     bytes += take;
     ++n;
   }
@@ -173,6 +187,7 @@ size_t UdpTransport::collect_received(std::span<RxPacket> packets) {
   if (truncated) counters_.rx_truncated.fetch_add(truncated, std::memory_order_relaxed);
   if (bad_icrc) counters_.rx_bad_icrc.fetch_add(bad_icrc, std::memory_order_relaxed);
   if (solved) counters_.rx_ipv4_id_solved.fetch_add(solved, std::memory_order_relaxed);
+  if (marked) counters_.rx_ce_marked.fetch_add(marked, std::memory_order_relaxed);
   return n;
 }
 

@@ -13,7 +13,8 @@ namespace softrdma::transport {
 
 // Room for an IP_PKTINFO / IPV6_PKTINFO and a UDP_GRO control message.
 struct alignas(cmsghdr) ControlBuffer {
-  uint8_t bytes[CMSG_SPACE(sizeof(in6_pktinfo)) + CMSG_SPACE(sizeof(int))];
+  // IP_PKTINFO/IPV6_PKTINFO, UDP_GRO, IP_TOS/IPV6_TCLASS.
+  uint8_t bytes[CMSG_SPACE(sizeof(in6_pktinfo)) + 2 * CMSG_SPACE(sizeof(int))];
 };
 
 // A datagram may be up to this long: with UDP_GRO the kernel hands over a run of
@@ -41,6 +42,10 @@ struct UdpTransport::RxRing {
   Gid src{}, dst{};
   uint16_t src_port = 0;
   size_t segment = 0;  // bytes per segment (UDP_GRO), or the whole datagram
+  // ECN CE: GRO coalesces only datagrams whose IP headers match but for length and
+  // checksum (the kernel's inet_gro_receive flushes on a TOS change), so one mark
+  // holds for every segment.
+  bool congestion_experienced = false;
 };
 
 }  // namespace softrdma::transport

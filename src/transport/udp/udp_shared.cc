@@ -84,7 +84,8 @@ bool UdpTransport::hand_over_if_not_mine(const RxPacket& packet) {
   // Queued: the burst's packets for one owner leave in one datagram when
   // collect_received is done with the burst (flush_handovers).
   if (to != 0 && shared.handover != nullptr &&
-      shared.handover->queue(to, packet.src, packet.src_port, packet.dst, packet.bytes)) {
+      shared.handover->queue(to, packet.src, packet.src_port, packet.dst, packet.bytes,
+                             packet.congestion_experienced)) {
     handovers_queued_ = true;
   } else {
     counters_.rx_no_owner.fetch_add(1, std::memory_order_relaxed);
@@ -112,6 +113,7 @@ size_t UdpTransport::collect_handed_over(std::span<RxPacket> packets) {
     out.src = got[i].source;
     out.dst = got[i].destination;
     out.src_port = got[i].source_port;
+    out.congestion_experienced = got[i].congestion_experienced;
     // As if from the socket (udp_rx.cc): the sender checked nothing.
     if (out.bytes.size() < wire::kBthBytes + wire::kIcrcBytes || !check_received_icrc(out)) {
       ++bad;

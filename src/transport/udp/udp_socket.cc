@@ -225,6 +225,18 @@ void set_send_buffer(int fd, int bytes) {
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
 }
 
+void set_ecn_capable(int fd, bool ipv6) {
+  int ect0 = 0x2;  // RFC 3168 §5: ECT(0); DSCP 0
+  if (ipv6) setsockopt(fd, IPPROTO_IPV6, IPV6_TCLASS, &ect0, sizeof ect0);
+  else setsockopt(fd, IPPROTO_IP, IP_TOS, &ect0, sizeof ect0);
+}
+
+void report_ecn(int fd, bool ipv6) {
+  int on = 1;
+  if (ipv6) setsockopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, &on, sizeof on);
+  else setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &on, sizeof on);
+}
+
 void enable_packet_info(int fd, bool ipv6) {
   int on = 1;
   if (ipv6) {

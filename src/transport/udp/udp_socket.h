@@ -79,6 +79,13 @@ int open_group_socket(const Gid& group, uint16_t port, uint32_t ifindex);
 int set_receive_buffer(int fd, int bytes);
 void set_send_buffer(int fd, int bytes);
 
+// ECN (RFC 3168; RoCEv2 Annex A17.9): packets leave ECN-capable, ECT(0), so that a
+// congested queue marks them CE instead of dropping them; and each datagram's ECN
+// field is read on receipt (IP_RECVTOS / IPV6_RECVTCLASS). The ICRC does not cover
+// the field (A17.8: the IP TOS / traffic class is masked), so marks never break it.
+void set_ecn_capable(int fd, bool ipv6);
+void report_ecn(int fd, bool ipv6);
+
 // Asks for the local address of each datagram (IP_PKTINFO / IPV6_RECVPKTINFO).
 void enable_packet_info(int fd, bool ipv6);
 

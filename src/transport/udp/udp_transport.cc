@@ -128,6 +128,10 @@ UdpTransport::UdpTransport(const UdpConfig& config, int fd, Gid gid)
   counters_.rx_buffer_bytes.store(uint64_t(rcvbuf_bytes_), std::memory_order_relaxed);
   udp::set_send_buffer(fd, config.sndbuf_bytes);
   udp::enable_packet_info(fd, ipv6_);
+  if (config.ecn) {
+    udp::set_ecn_capable(fd, ipv6_);
+    udp::report_ecn(fd, ipv6_);
+  }
   if (ipv6_) udp::accept_zero_udp_checksum(fd);
   // docs/decisions/gso-gro.md: a run of segments of one flow arrives as one datagram.
   gro_ = udp::enable_gro(fd);
@@ -194,6 +198,10 @@ void UdpTransport::serve_link_local() {
   udp::set_receive_buffer(fd, config_.rcvbuf_bytes);
   udp::set_send_buffer(fd, config_.sndbuf_bytes);
   udp::enable_packet_info(fd, true);
+  if (config_.ecn) {
+    udp::set_ecn_capable(fd, true);
+    udp::report_ecn(fd, true);
+  }
   udp::accept_zero_udp_checksum(fd);
   udp::enable_gro(fd);
   udp::set_multicast_interface(fd, true, ifindex);
@@ -274,6 +282,7 @@ int UdpTransport::open_source_port_socket(uint16_t src_port) {
       int small = 4096;
       setsockopt(candidate, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
       udp::set_send_buffer(candidate, config_.sndbuf_bytes);
+      if (config_.ecn) udp::set_ecn_capable(candidate, ipv6_);
       udp::set_multicast_interface(candidate, ipv6_, multicast_ifindex_);
       owned_port_fds_.push_back(candidate);
       fd = candidate;
@@ -297,6 +306,7 @@ TransportCounters UdpTransport::counters() const {
   c.rx_bad_icrc = get(counters_.rx_bad_icrc);
   c.rx_truncated = get(counters_.rx_truncated);
   c.rx_ipv4_id_solved = get(counters_.rx_ipv4_id_solved);
+  c.rx_ce_marked = get(counters_.rx_ce_marked);
   c.tx_gso_sends = get(counters_.tx_gso_sends);
   c.tx_gso_segments = get(counters_.tx_gso_segments);
   c.rx_gro_datagrams = get(counters_.rx_gro_datagrams);

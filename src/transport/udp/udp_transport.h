@@ -65,6 +65,10 @@ struct UdpConfig {
   UdpCounters* counters = nullptr;
   // Set: `address` is shared (it must be given); it must outlive the transport.
   const SharedAddress* shared = nullptr;
+  // Packets leave ECN-capable (ECT(0)) and arrive with their CE mark read
+  // (udp_socket.h set_ecn_capable; docs/decisions/congestion-control.md). Off: the
+  // ECN field is left 0 (Not-ECT) and not read.
+  bool ecn = true;
 };
 
 // 4096 bytes of payload (largest path MTU) + every header RoCEv2 may carry, rounded.

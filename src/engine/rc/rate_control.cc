@@ -1,0 +1,152 @@
+#include "engine/rc/rate_control.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace softrdma::engine::rc {
+
+namespace {
+// Periods applied one by one at most; beyond, a connection idle that long has
+// recovered anyway (each period raises the rate at least R_AI).
+constexpr uint32_t kMaxCatchUp = 4096;
+}  // namespace
+
+void Dcqcn::reset(Nanos now) {
+  current_ = p_.line_rate;
+  target_ = p_.line_rate;
+  alpha_ = 1.0;  // DCQCN §4: alpha starts at 1, the first CNP halves the rate
+  alpha_due_ = now + p_.alpha_period;
+  increase_due_ = now + p_.increase_period;
+  bytes_since_ = 0;
+  timer_events_ = 0;
+  byte_events_ = 0;
+}
+
+void Dcqcn::on_cnp(Nanos now) {
+  advance(now);
+  target_ = current_;
+  current_ = std::max(p_.min_rate, current_ * (1 - alpha_ / 2));
+  alpha_ = (1 - p_.g) * alpha_ + p_.g;
+  // The increase stages start again from this cut.
+  timer_events_ = 0;
+  byte_events_ = 0;
+  bytes_since_ = 0;
+  increase_due_ = now + p_.increase_period;
+  alpha_due_ = now + p_.alpha_period;
+}
+
+void Dcqcn::on_sent(uint64_t bytes, Nanos now) {
+  if (!limited()) return;
+  bytes_since_ += bytes;
+  while (bytes_since_ >= p_.increase_bytes && limited()) {
+    bytes_since_ -= p_.increase_bytes;
+    ++byte_events_;
+    increase_event();
+  }
+  (void)now;
+}
+
+void Dcqcn::advance(Nanos now) {
+  if (!limited()) {
+    // Nothing to recover: the timers start with the next cut.
+    alpha_due_ = now + p_.alpha_period;
+    increase_due_ = now + p_.increase_period;
+    return;
+  }
+  if (now >= alpha_due_) {
+    const Nanos periods = (now - alpha_due_) / p_.alpha_period + 1;
+    alpha_ *= std::pow(1 - p_.g, double(periods));
+    alpha_due_ += periods * p_.alpha_period;
+  }
+  for (uint32_t i = 0; now >= increase_due_ && limited(); ++i) {
+    if (i == kMaxCatchUp) {
+      current_ = target_ = p_.line_rate;
+      break;
+    }
+    ++timer_events_;
+    increase_event();
+    increase_due_ += p_.increase_period;
+  }
+  if (!limited()) increase_due_ = now + p_.increase_period;
+}
+
+// DCQCN §4: fast recovery toward the target for F events, then additive increase
+// of the target, then hyper increase once both counters passed F.
+void Dcqcn::increase_event() {
+  const uint32_t most = std::max(timer_events_, byte_events_);
+  const uint32_t least = std::min(timer_events_, byte_events_);
+  if (most >= p_.fast_recovery_steps) {
+    if (least > p_.fast_recovery_steps)
+      target_ += p_.hyper_increase * double(least - p_.fast_recovery_steps);
+    else
+      target_ += p_.additive_increase;
+  }
+  target_ = std::min(target_, p_.line_rate);
+  current_ = (target_ + current_) / 2;
+  // Within 1 % of the line: the line (no pacing) rather than approaching it forever.
+  if (current_ >= 0.99 * p_.line_rate) current_ = target_ = p_.line_rate;
+}
+
+void Pacer::reset(Nanos now, uint64_t burst_bytes) {
+  burst_ = int64_t(burst_bytes);
+  tokens_ = burst_;
+  last_ = now;
+}
+
+void Pacer::refill(Nanos now, double rate) {
+  if (now <= last_) return;
+  const double earned = double(now - last_) * rate;
+  tokens_ = int64_t(std::min<double>(double(burst_), double(tokens_) + earned));
+  last_ = now;
+}
+
+Nanos Pacer::next_send(double rate) const {
+  if (tokens_ > 0) return last_;
+  return last_ + Nanos(std::ceil(double(1 - tokens_) / rate));
+}
+
+void RateControl::reset(Nanos now) {
+  dcqcn_.reset(now);
+  pacer_.reset(now, dcqcn_.params().burst_bytes);
+  held_ = false;
+  sent_cnp_ = false;
+  last_cnp_sent_ = 0;
+}
+
+uint32_t RateControl::packets_allowed(Nanos now, uint32_t packet_bytes) {
+  if (!dcqcn_.limited()) {
+    held_ = false;
+    return UINT32_MAX;
+  }
+  dcqcn_.advance(now);
+  if (!dcqcn_.limited()) {
+    held_ = false;
+    return UINT32_MAX;
+  }
+  pacer_.refill(now, dcqcn_.rate());
+  const uint64_t bytes = pacer_.tokens();
+  held_ = bytes == 0;
+  return bytes == 0 ? 0 : uint32_t(std::min<uint64_t>(UINT32_MAX - 1, (bytes + packet_bytes - 1) / packet_bytes));
+}
+
+void RateControl::on_sent(uint64_t bytes, Nanos now) {
+  if (!dcqcn_.limited()) return;
+  pacer_.on_sent(bytes);
+  dcqcn_.on_sent(bytes, now);
+  held_ = !pacer_.may_send();
+}
+
+void RateControl::on_cnp(Nanos now) {
+  const bool was_paced = dcqcn_.limited();
+  dcqcn_.on_cnp(now);
+  if (!was_paced) pacer_.reset(now, dcqcn_.params().burst_bytes);
+}
+
+bool RateControl::cnp_due(Nanos now) {
+  if (sent_cnp_ && now - last_cnp_sent_ < dcqcn_.params().cnp_interval) return false;
+  sent_cnp_ = true;
+  last_cnp_sent_ = now;
+  return true;
+}
+
+}  // namespace softrdma::engine::rc

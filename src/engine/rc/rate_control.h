@@ -1,0 +1,123 @@
+// Congestion control of an RC/UC connection's sending (docs/decisions/
+// congestion-control.md): DCQCN's reaction point (Zhu et al., "Congestion Control
+// for Large-Scale RDMA Deployments", SIGCOMM 2015, §4) sets a rate from the CNPs
+// the peer sends when our packets arrive marked CE (RoCEv2 Annex A17.9), and a
+// pacer holds the connection's data packets (requests and READ responses) to it.
+// Until the first CNP the rate is the line rate and nothing is paced: a connection
+// that never meets congestion pays one branch per turn.
+//
+// The notification point is here too: a connection that receives CE-marked
+// packets answers with at most one CNP per `cnp_interval` (DCQCN's N, 50 us), as
+// RoCE NICs do.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/clock.h"
+
+namespace softrdma::engine::rc {
+
+// Rates are bytes per nanosecond (1.0 = 8 Gbit/s).
+struct DcqcnParams {
+  double line_rate = 5.0;                // R_max: 40 Gbit/s, where a connection starts
+  double min_rate = 0.00125;             // 10 Mbit/s: never paced below this
+  double additive_increase = 0.005;      // R_AI: 40 Mbit/s per increase step
+  double hyper_increase = 0.0125;        // R_HAI: 100 Mbit/s per hyper step
+  double g = 1.0 / 256;                  // the weight of a CNP in alpha
+  Nanos alpha_period = 55'000;           // K: alpha decays once per this without a CNP
+  Nanos increase_period = 55'000;        // T: a rate increase event per this
+  uint64_t increase_bytes = 10u << 20;   // B: and one per this many bytes sent
+  uint32_t fast_recovery_steps = 5;      // F: steps of fast recovery before increases
+  Nanos cnp_interval = 50'000;           // N: a notification point's CNPs per flow
+  // The pacer's bucket: what may leave back to back after an idle time (a software
+  // RNIC's turns are coarse: a bucket smaller than a turn's worth would throttle
+  // below the rate).
+  uint64_t burst_bytes = 64u << 10;
+};
+
+// DCQCN's reaction point: the current rate RC and target rate RT, alpha, and the
+// two counters of rate increase events. Timers are kept lazily: advance(now)
+// applies every period that has passed since the last call.
+class Dcqcn {
+ public:
+  explicit Dcqcn(const DcqcnParams& params = {}) : p_(params) { reset(0); }
+  void reset(Nanos now);
+
+  // A CNP arrived (DCQCN §4 "RP algorithm": cut, remember the target, alpha up).
+  void on_cnp(Nanos now);
+  // `bytes` left paced (the byte counter's increase events).
+  void on_sent(uint64_t bytes, Nanos now);
+  // Applies the alpha and increase timers that fired since the last call.
+  void advance(Nanos now);
+
+  double rate() const { return current_; }
+  double target() const { return target_; }
+  double alpha() const { return alpha_; }
+  // Below the line rate: the pacer holds the connection to rate().
+  bool limited() const { return current_ < p_.line_rate; }
+  const DcqcnParams& params() const { return p_; }
+
+ private:
+  void increase_event();
+
+  DcqcnParams p_;
+  double current_ = 0;  // RC
+  double target_ = 0;   // RT
+  double alpha_ = 1.0;
+  Nanos alpha_due_ = 0;      // next alpha decay
+  Nanos increase_due_ = 0;   // next timer increase event
+  uint64_t bytes_since_ = 0; // toward the next byte-counter event
+  uint32_t timer_events_ = 0;
+  uint32_t byte_events_ = 0;
+};
+
+// A token bucket in bytes at the reaction point's rate.
+class Pacer {
+ public:
+  void reset(Nanos now, uint64_t burst_bytes);
+  // Bytes that may leave now at `rate` (bytes/ns): the bucket refilled since the last call.
+  void refill(Nanos now, double rate);
+  bool may_send() const { return tokens_ > 0; }
+  uint64_t tokens() const { return tokens_ > 0 ? uint64_t(tokens_) : 0; }
+  void on_sent(uint64_t bytes) { tokens_ -= int64_t(bytes); }
+  // When the bucket holds a packet's worth again at `rate`.
+  Nanos next_send(double rate) const;
+
+ private:
+  int64_t tokens_ = 0;  // may go below 0: a packet larger than what was left
+  int64_t burst_ = 0;
+  Nanos last_ = 0;
+};
+
+// A connection's congestion control: the reaction point and its pacer, and the
+// notification point's CNP limit.
+class RateControl {
+ public:
+  explicit RateControl(const DcqcnParams& params = {}) : dcqcn_(params) {}
+  void reset(Nanos now);
+
+  // Sending (the requester's data packets, the responder's READ responses).
+  bool paced() const { return dcqcn_.limited(); }
+  // Packets of `packet_bytes` that may leave now (UINT32_MAX: not paced), after
+  // refreshing the timers and the bucket; 0 holds the sender until resume_at().
+  uint32_t packets_allowed(Nanos now, uint32_t packet_bytes);
+  void on_sent(uint64_t bytes, Nanos now);
+  // When a sender held by the pacer may go again (kNever when not held).
+  Nanos resume_at() const { return held_ ? pacer_.next_send(dcqcn_.rate()) : kNever; }
+  bool held() const { return held_; }
+  void on_cnp(Nanos now);
+
+  // Receiving a CE-marked packet: true when a CNP is due (at most one per interval).
+  bool cnp_due(Nanos now);
+
+  const Dcqcn& dcqcn() const { return dcqcn_; }
+
+ private:
+  Dcqcn dcqcn_;
+  Pacer pacer_;
+  bool held_ = false;       // a sender found the bucket empty
+  Nanos last_cnp_sent_ = 0;
+  bool sent_cnp_ = false;
+};
+
+}  // namespace softrdma::engine::rc

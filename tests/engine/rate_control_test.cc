@@ -1,0 +1,115 @@
+// DCQCN's reaction point and the pacer (src/engine/rc/rate_control.h), as policy:
+// CNPs and time in, rates and permissions out.
+#include "engine/rc/rate_control.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace softrdma::engine::rc {
+namespace {
+
+constexpr double kLine = 5.0;  // bytes per ns
+
+TEST(DcqcnTest, TheFirstCnpHalvesTheLineRateAndLaterOnesCutByAlpha) {
+  Dcqcn d;
+  d.reset(0);
+  EXPECT_FALSE(d.limited());
+  d.on_cnp(1'000);
+  EXPECT_TRUE(d.limited());
+  EXPECT_DOUBLE_EQ(d.rate(), kLine / 2);  // alpha starts at 1
+  EXPECT_DOUBLE_EQ(d.target(), kLine);
+  EXPECT_DOUBLE_EQ(d.alpha(), 1.0);
+  // Alpha decays once per period without a CNP; the next cut takes alpha / 2.
+  d.advance(1'000 + 20 * 55'000);
+  const double alpha = d.alpha();
+  EXPECT_NEAR(alpha, std::pow(1 - 1.0 / 256, 20), 1e-12);
+  const double before = d.rate();
+  d.on_cnp(1'000 + 20 * 55'000);
+  EXPECT_DOUBLE_EQ(d.rate(), before * (1 - alpha / 2));
+  EXPECT_DOUBLE_EQ(d.alpha(), (1 - 1.0 / 256) * alpha + 1.0 / 256);
+}
+
+TEST(DcqcnTest, WithoutCnpsTheRateRecoversFastThenAdditivelyToTheLine) {
+  DcqcnParams p;
+  Dcqcn d(p);
+  d.reset(0);
+  d.on_cnp(0);
+  const double cut = d.rate();
+  // Fast recovery: each timer period halves the distance to the target.
+  d.advance(p.increase_period);
+  EXPECT_DOUBLE_EQ(d.rate(), (kLine + cut) / 2);
+  d.advance(2 * p.increase_period);
+  EXPECT_DOUBLE_EQ(d.rate(), (kLine + (kLine + cut) / 2) / 2);
+  // Within 1 % of the line it is the line again, and unpaced.
+  d.advance(20 * p.increase_period);
+  EXPECT_FALSE(d.limited());
+  EXPECT_DOUBLE_EQ(d.rate(), kLine);
+}
+
+TEST(DcqcnTest, RepeatedCnpsDriveTheRateDownToItsFloorAndNoFurther) {
+  DcqcnParams p;
+  Dcqcn d(p);
+  d.reset(0);
+  Nanos now = 0;
+  for (int i = 0; i < 100; ++i, now += p.cnp_interval) d.on_cnp(now);
+  EXPECT_DOUBLE_EQ(d.rate(), p.min_rate);
+  EXPECT_GT(d.alpha(), 0.5);
+}
+
+TEST(DcqcnTest, AfterFastRecoveryTheTargetGrowsByTheAdditiveStep) {
+  DcqcnParams p;
+  p.line_rate = 100.0;  // far above: recovery does not reach it
+  Dcqcn d(p);
+  d.reset(0);
+  d.on_cnp(0);  // 50 B/ns, target 100
+  d.on_cnp(p.cnp_interval);
+  const double target = d.target();
+  const Nanos cut_at = p.cnp_interval;
+  d.advance(cut_at + Nanos(p.fast_recovery_steps) * p.increase_period);
+  EXPECT_DOUBLE_EQ(d.target(), target + p.additive_increase);  // the F-th event adds
+}
+
+TEST(DcqcnTest, TheByteCounterRaisesTheRateToo) {
+  DcqcnParams p;
+  Dcqcn d(p);
+  d.reset(0);
+  d.on_cnp(0);
+  const double cut = d.rate();
+  d.on_sent(p.increase_bytes, 1);  // no time passed: the bytes alone
+  EXPECT_DOUBLE_EQ(d.rate(), (kLine + cut) / 2);
+}
+
+TEST(RateControlTest, UnpacedUntilACnpThenABurstThenPacketsAtTheRate) {
+  DcqcnParams p;
+  p.line_rate = 0.125;  // rates a double holds exactly
+  p.burst_bytes = 10'000;
+  RateControl r(p);
+  r.reset(0);
+  EXPECT_EQ(r.packets_allowed(0, 1'000), UINT32_MAX);
+  EXPECT_EQ(r.resume_at(), kNever);
+  r.on_cnp(0);  // 0.0625 B/ns
+  ASSERT_TRUE(r.paced());
+  EXPECT_EQ(r.packets_allowed(0, 1'000), 10u);  // the bucket
+  r.on_sent(10'000, 0);
+  EXPECT_EQ(r.packets_allowed(0, 1'000), 0u);
+  ASSERT_TRUE(r.held());
+  // One byte is enough to send the next packet (the bucket may go below zero): 16 ns.
+  EXPECT_EQ(r.resume_at(), 16);
+  EXPECT_EQ(r.packets_allowed(10'000, 1'000), 1u);  // 625 bytes earned: one packet
+  r.on_sent(1'000, 10'000);
+  EXPECT_EQ(r.packets_allowed(10'000, 1'000), 0u);
+  EXPECT_EQ(r.resume_at(), 10'000 + 6'016);  // 376 bytes at 0.0625 B/ns
+}
+
+TEST(RateControlTest, AtMostOneCnpPerIntervalPerConnection) {
+  RateControl r;
+  r.reset(0);
+  EXPECT_TRUE(r.cnp_due(1'000));
+  EXPECT_FALSE(r.cnp_due(1'001));
+  EXPECT_FALSE(r.cnp_due(50'999));
+  EXPECT_TRUE(r.cnp_due(51'000));
+}
+
+}  // namespace
+}  // namespace softrdma::engine::rc
