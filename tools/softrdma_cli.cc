@@ -213,12 +213,16 @@ void print_processes(int removed_by_open) {
     std::printf("process %d  device %s  %s  softrdma %s\n", r.pid, r.device.c_str(),
                 r.address.c_str(), r.version.c_str());
     for (const auto& q : r.qps) {
+      // The rate DCQCN holds the QP to (docs/decisions/congestion-control.md).
+      const std::string rate =
+          q.rate_mbps == 0 ? "line" : std::to_string(q.rate_mbps) + "Mb/s";
       std::printf("  qp %u  type %s  state %s  dest_qp %u  peer %s  path %s  tx %llu  rx %llu  "
-                  "retx %llu  host_ops %llu\n",
+                  "retx %llu  host_ops %llu  rate %s  cnps %llu\n",
                   q.qpn, qp_type_name(q.type), qp_state_name(q.state), q.dest_qpn,
                   gid_text(to_gid(q.peer)).c_str(), qp_path_name(q), (unsigned long long)q.tx_packets,
                   (unsigned long long)q.rx_packets, (unsigned long long)q.retransmitted_packets,
-                  (unsigned long long)q.host_operations);
+                  (unsigned long long)q.host_operations, rate.c_str(),
+                  (unsigned long long)q.cnps_received);
     }
     for (const auto& [name, value] : r.counters)
       if (value != 0) std::printf("  engine.%-26s %llu\n", name.c_str(), (unsigned long long)value);

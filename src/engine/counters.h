@@ -106,6 +106,10 @@ struct QpCounters {
   std::atomic<uint64_t> retransmitted_packets{0};
   // WRITE/READ/ATOMICs executed on a same-host peer's memory (no packet).
   std::atomic<uint64_t> host_operations{0};
+  // Congestion control (rc/rate_control.h): CNPs that cut this QP's rate, and the
+  // rate its pacer holds it to, in Mbit/s (a gauge; 0: unpaced, the line rate).
+  std::atomic<uint64_t> cnps_received{0};
+  std::atomic<uint64_t> rate_mbps{0};
 };
 
 inline void bump(std::atomic<uint64_t>& c, uint64_t by = 1) {

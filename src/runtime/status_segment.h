@@ -138,6 +138,8 @@ struct StatusReport {
     uint64_t tx_packets, rx_packets, retransmitted_packets;
     uint8_t path = 0;
     uint64_t host_operations = 0;
+    uint64_t cnps_received = 0;
+    uint64_t rate_mbps = 0;  // 0: unpaced
   };
   std::vector<Qp> qps;
 };

@@ -61,6 +61,8 @@ TEST_F(RcCongestionTest, AfterACnpTheRequesterSendsABurstThenPacesAtTheCutRate) 
 
   EXPECT_EQ(deliver(PeerPacket(op::kCnp, qp_->qpn(), 0, op::kCnpReservedBytes)).size(), 0u);
   EXPECT_EQ(counters().cnps_received.load(), 1u);
+  EXPECT_EQ(qp_->counters().cnps_received.load(), 1u);
+  EXPECT_EQ(qp_->counters().rate_mbps.load(), 500u);  // `softrdma status` shows it
   // 64 packets: the bucket's 64 KiB lets 61 go (1084 bytes each on the wire) ...
   ASSERT_EQ(post_send(0, 64 * 1024, 2), 0);
   const size_t burst = run().size();
@@ -70,6 +72,27 @@ TEST_F(RcCongestionTest, AfterACnpTheRequesterSendsABurstThenPacesAtTheCutRate) 
   EXPECT_EQ(advance(60'000, 1'000).size(), 3u);
   EXPECT_EQ(deliver(ack(132 + 63)).size(), 0u);
   EXPECT_EQ(poll(scq_).size(), 2u);
+  // Without further CNPs the rate recovers to the line: unpaced again.
+  advance(2'000'000, 100'000);
+  ASSERT_EQ(post_send(0, 64 * 1024, 3), 0);
+  EXPECT_EQ(run().size(), 64u);
+  EXPECT_EQ(qp_->counters().rate_mbps.load(), 0u);
+}
+
+TEST_F(RcCongestionTest, AfterACnpReadResponsesArePacedToo) {
+  RoleOptions options;
+  options.line_rate_bytes_per_ns = 0.125;
+  open(options);
+  deliver(PeerPacket(op::kCnp, qp_->qpn(), 0, op::kCnpReservedBytes));
+  // A 64-packet READ: the responder's bucket lets 61 responses go, the pacer's
+  // timer the rest.
+  const std::vector<FakePacket> burst = deliver(read_request(5000, 0, 64 * 1024));
+  EXPECT_EQ(burst.size(), 61u);
+  EXPECT_EQ(burst.back().psn(), 5060u);
+  const std::vector<FakePacket> rest = advance(200'000, 1'000);
+  ASSERT_EQ(rest.size(), 3u);
+  EXPECT_EQ(rest.back().opcode(), op::kRcReadResponseLast);
+  EXPECT_EQ(rest.back().psn(), 5063u);
 }
 
 TEST_F(RcCongestionTest, ACnpForAnotherQpOrFromAStrangerChangesNothing) {

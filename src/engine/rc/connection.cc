@@ -149,6 +149,7 @@ bool RcConnection::agreed_selective_repeat() const {
 }
 
 void RcConnection::arm_pacer_timer() {
+  publish_rate();  // the timers raised it meanwhile, maybe back to the line
   if (rate_.held()) qp_.arm_timer(rate_.resume_at());
 }
 
@@ -156,7 +157,16 @@ void RcConnection::arm_pacer_timer() {
 // congested queue; DCQCN's reaction point cuts the rate.
 void RcConnection::on_cnp(Nanos now) {
   bump(qp_.ctx().counters.cnps_received);
-  if (qp_.ctx().config.congestion_control) rate_.on_cnp(now);
+  bump(qp_.counters().cnps_received);
+  if (!qp_.ctx().config.congestion_control) return;
+  rate_.on_cnp(now);
+  publish_rate();
+}
+
+// The QP's row in `softrdma status`: the paced rate, 0 when unpaced.
+void RcConnection::publish_rate() {
+  const uint64_t mbps = rate_.paced() ? uint64_t(rate_.dcqcn().rate() * 8'000) : 0;
+  qp_.counters().rate_mbps.store(mbps, std::memory_order_relaxed);
 }
 
 // A17.9.1: the notification point answers CE marks with a CNP to the sending QP

@@ -57,6 +57,7 @@ class RcConnection final : public roce::RoceProtocol {
   const RateControl& rate() const { return rate_; }
   // After a sender stopped: when the pacer held it, its timer resumes it.
   void arm_pacer_timer();
+  void publish_rate();
   // What the same-host executor counts for this connection (host/executor.h).
   host::HostRetries& host_retries() { return host_retries_; }
 

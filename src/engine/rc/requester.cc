@@ -49,6 +49,7 @@ bool Requester::run(Nanos now) {
   // engine nor floods the peer's socket buffer in one go.
   burst_left_ = qp.ctx().config.max_unacked_packets;
   run_now_ = now;
+  const bool paced = conn_.rate().paced();
   pace_left_ = conn_.rate().packets_allowed(now, packet_bytes());
   Ring<SendWqe>& sq = qp.sq();
   // The completer may have popped WQEs a rewind had pointed us back to (a late
@@ -69,7 +70,7 @@ bool Requester::run(Nanos now) {
   }
   if (!flush_host(now)) return false;
   conn_.completer().on_sent(now);
-  if (pace_left_ != UINT32_MAX) conn_.arm_pacer_timer();
+  if (paced) conn_.arm_pacer_timer();
   const bool more = !conn_.acknowledged() && burst_left_ == 0 && send_index_ != sq.tail() &&
                     qp.state() == IBV_QPS_RTS;
   if (more) qp.want_tx();

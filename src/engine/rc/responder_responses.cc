@@ -91,11 +91,8 @@ bool Responder::produce(uint32_t budget, Nanos now) {
     --responses_count_;
   }
   // Held by the pacer: its timer resumes the responses, not another turn at once.
-  if (responses_count_ > 0) {
-    if (!paced || !rate.held()) return true;
-    conn_.arm_pacer_timer();
-    return false;
-  }
+  if (paced) conn_.arm_pacer_timer();
+  if (responses_count_ > 0) return !paced || !rate.held();
   // ACKs of later requests waited for the responses (PSN order, IBA 9.7.5.1.6).
   on_burst_end();
   return false;
