@@ -40,6 +40,7 @@ packages=(
   iproute2 procps
   gdb                                 # run_client.py: a backtrace of a client that died of a signal (its core)
   iptables                            # scripts/interop.py: TCP loss for the iWARP cases (statistic match)
+  libnetfilter-queue-dev              # tests/support/fabric_switch: the test bed's ECN-marking bottleneck (NFQUEUE)
   # Interop (tests/peer-vm/, docs/decisions/peer-vm.md): the kernel's rxe and siw in a QEMU guest
   qemu-system-x86                     # the guest, under TCG emulation (no usable KVM on the CI machines)
   busybox-static                      # the guest's shell and applets: its initramfs holds no libc of its own

@@ -41,6 +41,14 @@ foreach(mode sr gbn ecn)
   set_tests_properties(conformance.fabric.lossy_${mode} PROPERTIES TIMEOUT 240
                        LABELS conformance)
 endforeach()
+# Issue 28: incast of three senders into one receiver through a shallow-buffered,
+# ECN-marking bottleneck (softrdma-fabric-switch on NFQUEUE): every byte checked,
+# CNPs received by every sender.
+add_test(NAME conformance.fabric.incast
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/incast_fabric.sh $<TARGET_FILE:softrdma>
+          $<TARGET_FILE:softrdma-traffic-node> $<TARGET_FILE:softrdma-fabric-switch>
+          ${SOFTRDMA_CONFORMANCE_PORT_BASE})
+set_tests_properties(conformance.fabric.incast PROPERTIES TIMEOUT 240 LABELS conformance)
 # Two MPI jobs on the test bed (Debian's Open MPI 4.1.4, scripts/install-deps.sh):
 # 2 ranks of mpi_check.c on each of two hosts, every rank at its host's one
 # address; over UCX rc_verbs, and over libfabric's verbs provider (OFI MTL).

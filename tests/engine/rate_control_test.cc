@@ -12,7 +12,8 @@ namespace {
 constexpr double kLine = 5.0;  // bytes per ns
 
 TEST(DcqcnTest, TheFirstCnpHalvesTheLineRateAndLaterOnesCutByAlpha) {
-  Dcqcn d;
+  const DcqcnParams p;
+  Dcqcn d(p);
   d.reset(0);
   EXPECT_FALSE(d.limited());
   d.on_cnp(1'000);
@@ -21,11 +22,11 @@ TEST(DcqcnTest, TheFirstCnpHalvesTheLineRateAndLaterOnesCutByAlpha) {
   EXPECT_DOUBLE_EQ(d.target(), kLine);
   EXPECT_DOUBLE_EQ(d.alpha(), 1.0);
   // Alpha decays once per period without a CNP; the next cut takes alpha / 2.
-  d.advance(1'000 + 20 * 55'000);
+  d.advance(1'000 + 20 * p.alpha_period);
   const double alpha = d.alpha();
   EXPECT_NEAR(alpha, std::pow(1 - 1.0 / 256, 20), 1e-12);
   const double before = d.rate();
-  d.on_cnp(1'000 + 20 * 55'000);
+  d.on_cnp(1'000 + 20 * p.alpha_period);
   EXPECT_DOUBLE_EQ(d.rate(), before * (1 - alpha / 2));
   EXPECT_DOUBLE_EQ(d.alpha(), (1 - 1.0 / 256) * alpha + 1.0 / 256);
 }
@@ -100,6 +101,20 @@ TEST(RateControlTest, UnpacedUntilACnpThenABurstThenPacketsAtTheRate) {
   r.on_sent(1'000, 10'000);
   EXPECT_EQ(r.packets_allowed(10'000, 1'000), 0u);
   EXPECT_EQ(r.resume_at(), 10'000 + 6'016);  // 376 bytes at 0.0625 B/ns
+}
+
+TEST(RateControlTest, AnIdleSlowQpSavesOnlyWhatItsRateEarnsInTheBurstTime) {
+  DcqcnParams p;
+  p.line_rate = 0.125;
+  p.increase_period = p.alpha_period = 1'000'000'000;  // no recovery within the test
+  RateControl r(p);
+  r.reset(0);
+  r.on_cnp(0);  // 0.0625 B/ns; the bucket starts full (64 KiB)
+  EXPECT_EQ(r.packets_allowed(0, 1'000), 66u);
+  r.on_sent(66'000, 0);
+  // Idle for 10 ms: 625 000 bytes earned, but a 0.0625 B/ns QP keeps only 500 us'
+  // worth, 31 250 bytes: a slow QP's burst stays small beside a shallow buffer.
+  EXPECT_EQ(r.packets_allowed(10'000'000, 1'000), 32u);
 }
 
 TEST(RateControlTest, AtMostOneCnpPerIntervalPerConnection) {

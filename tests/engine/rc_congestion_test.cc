@@ -68,12 +68,12 @@ TEST_F(RcCongestionTest, AfterACnpTheRequesterSendsABurstThenPacesAtTheCutRate) 
   const size_t burst = run().size();
   EXPECT_EQ(burst, 61u);
   // ... and the rest leave one per 1084 B / 0.0625 B/ns = 17.3 us, from the pacer's
-  // timer: 3 more within 60 us.
+  // timer: 3 more within 60 us (before DCQCN's first increase, at 300 us).
   EXPECT_EQ(advance(60'000, 1'000).size(), 3u);
   EXPECT_EQ(deliver(ack(132 + 63)).size(), 0u);
   EXPECT_EQ(poll(scq_).size(), 2u);
   // Without further CNPs the rate recovers to the line: unpaced again.
-  advance(2'000'000, 100'000);
+  advance(3'000'000, 100'000);
   ASSERT_EQ(post_send(0, 64 * 1024, 3), 0);
   EXPECT_EQ(run().size(), 64u);
   EXPECT_EQ(qp_->counters().rate_mbps.load(), 0u);

@@ -87,8 +87,9 @@ void Dcqcn::increase_event() {
   if (current_ >= 0.99 * p_.line_rate) current_ = target_ = p_.line_rate;
 }
 
-void Pacer::reset(Nanos now, uint64_t burst_bytes) {
+void Pacer::reset(Nanos now, uint64_t burst_bytes, Nanos burst_time) {
   burst_ = int64_t(burst_bytes);
+  burst_time_ = burst_time;
   tokens_ = burst_;
   last_ = now;
 }
@@ -96,7 +97,8 @@ void Pacer::reset(Nanos now, uint64_t burst_bytes) {
 void Pacer::refill(Nanos now, double rate) {
   if (now <= last_) return;
   const double earned = double(now - last_) * rate;
-  tokens_ = int64_t(std::min<double>(double(burst_), double(tokens_) + earned));
+  const double cap = std::clamp(rate * double(burst_time_), double(kMinBurstBytes), double(burst_));
+  tokens_ = std::max(tokens_, int64_t(std::min<double>(cap, double(tokens_) + earned)));
   last_ = now;
 }
 
@@ -107,7 +109,7 @@ Nanos Pacer::next_send(double rate) const {
 
 void RateControl::reset(Nanos now) {
   dcqcn_.reset(now);
-  pacer_.reset(now, dcqcn_.params().burst_bytes);
+  pacer_.reset(now, dcqcn_.params().burst_bytes, dcqcn_.params().burst_time);
   held_ = false;
   sent_cnp_ = false;
   last_cnp_sent_ = 0;
@@ -139,7 +141,7 @@ void RateControl::on_sent(uint64_t bytes, Nanos now) {
 void RateControl::on_cnp(Nanos now) {
   const bool was_paced = dcqcn_.limited();
   dcqcn_.on_cnp(now);
-  if (!was_paced) pacer_.reset(now, dcqcn_.params().burst_bytes);
+  if (!was_paced) pacer_.reset(now, dcqcn_.params().burst_bytes, dcqcn_.params().burst_time);
 }
 
 bool RateControl::cnp_due(Nanos now) {

@@ -24,8 +24,8 @@ struct DcqcnParams {
   double additive_increase = 0.005;      // R_AI: 40 Mbit/s per increase step
   double hyper_increase = 0.0125;        // R_HAI: 100 Mbit/s per hyper step
   double g = 1.0 / 256;                  // the weight of a CNP in alpha
-  Nanos alpha_period = 55'000;           // K: alpha decays once per this without a CNP
-  Nanos increase_period = 55'000;        // T: a rate increase event per this
+  Nanos alpha_period = 300'000;          // K: alpha decays once per this without a CNP
+  Nanos increase_period = 300'000;       // T: a rate increase event per this
   uint64_t increase_bytes = 10u << 20;   // B: and one per this many bytes sent
   uint32_t fast_recovery_steps = 5;      // F: steps of fast recovery before increases
   Nanos cnp_interval = 50'000;           // N: a notification point's CNPs per flow
@@ -33,7 +33,11 @@ struct DcqcnParams {
   // RNIC's turns are coarse: a bucket smaller than a turn's worth would throttle
   // below the rate).
   uint64_t burst_bytes = 64u << 10;
+  // ... but at most what the rate earns in this long (at least kMinBurstBytes): a
+  // slow QP's burst must not fill a shallow switch buffer by itself.
+  Nanos burst_time = 500'000;
 };
+inline constexpr uint64_t kMinBurstBytes = 4096;
 
 // DCQCN's reaction point: the current rate RC and target rate RT, alpha, and the
 // two counters of rate increase events. Timers are kept lazily: advance(now)
@@ -74,7 +78,7 @@ class Dcqcn {
 // A token bucket in bytes at the reaction point's rate.
 class Pacer {
  public:
-  void reset(Nanos now, uint64_t burst_bytes);
+  void reset(Nanos now, uint64_t burst_bytes, Nanos burst_time);
   // Bytes that may leave now at `rate` (bytes/ns): the bucket refilled since the last call.
   void refill(Nanos now, double rate);
   bool may_send() const { return tokens_ > 0; }
@@ -86,6 +90,7 @@ class Pacer {
  private:
   int64_t tokens_ = 0;  // may go below 0: a packet larger than what was left
   int64_t burst_ = 0;
+  Nanos burst_time_ = 0;
   Nanos last_ = 0;
 };
 

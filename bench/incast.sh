@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Incast through a shallow-buffered bottleneck (issue 28; docs/decisions/
+# congestion-control.md, fabric-switch.md): SENDERS hosts each run one
+# `ib_write_bw` flow (64 KiB messages, RoCE MTU 1024, DURATION s) into one
+# receiver host whose port on the router is a softrdma-fabric-switch of RATE
+# Mbit/s, BUFFER KiB, marking ECN-capable packets CE above MARK KiB. Each case
+# runs with DCQCN (SOFTRDMA_CONGESTION=dcqcn, the default) and without (off),
+# side by side; printed per run: total goodput and its share of the link, Jain's
+# fairness index over the flows, what the switch dropped and marked. Needs root.
+#   bench/incast.sh [BUILD] [DURATION] [RUNS] [SENDERS...]
+#   env: RATE=1000 BUFFER=128 MARK=32 MODES="dcqcn off"
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+build=${1:-$here/../build}
+duration=${2:-10}
+runs=${3:-1}
+shift $(($# < 3 ? $# : 3))
+counts=("$@")
+((${#counts[@]})) || counts=(3 6)
+rate=${RATE:-1000}
+buffer=${BUFFER:-128}
+mark=${MARK:-32}
+read -r -a modes <<< "${MODES:-dcqcn off}"
+tool=$build/tools/softrdma
+fabric_switch=$build/tests/support/softrdma-fabric-switch
+[[ -x $tool && -x $fabric_switch ]] || { echo "build $build first (softrdma, softrdma-fabric-switch)" >&2; exit 2; }
+echo "# incast: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), link $rate Mbit/s," \
+  "buffer $buffer KiB, mark above $mark KiB, $duration s per run"
+printf "%-8s %-6s %4s %10s %7s %7s %9s %9s %9s\n" senders mode run "MB/s" "link" "jain" \
+  "dropped%" "marked%" "flows"
+for n in "${counts[@]}"; do
+  for mode in "${modes[@]}"; do
+    for ((run = 1; run <= runs; ++run)); do
+      (
+        fabric_prefix=ic fabric_switch=$fabric_switch
+        source "$here/../tests/conformance/fabric_router.sh" 10.213.50 "$n"
+        start_switch --rate-mbit "$rate" --buffer-kb "$buffer" --mark-kb "$mark"
+        on() {  # on HOST COMMAND...
+          local host=$1
+          shift
+          ip netns exec "$host" env -u SOFTRDMA_ADDR SOFTRDMA_CONGESTION="$mode" \
+            SOFTRDMA_SELECTIVE_REPEAT=always \
+            timeout $((duration + 60)) "$tool" run -- "$@"
+        }
+        args=(-D "$duration" -s 65536 -m 1024 -F)
+        pids=()
+        for ((i = 1; i <= n; ++i)); do
+          on "$receiver" ib_write_bw "${args[@]}" -p $((18500 + i)) > "$out/server$i" 2>&1 &
+          pids+=($!)
+        done
+        for ((i = 1; i <= n; ++i)); do  # until each server listens
+          for _ in $(seq 500); do
+            ip netns exec "$receiver" ss -ltnH "sport = :$((18500 + i))" | grep -q . && break
+            sleep 0.02
+          done
+        done
+        for ((i = 1; i <= n; ++i)); do
+          on "${senders[$((i - 1))]}" ib_write_bw "${args[@]}" -p $((18500 + i)) "${addr[$receiver]}" \
+            > "$out/client$i" 2>&1 &
+          pids+=($!)
+        done
+        for pid in "${pids[@]}"; do wait "$pid" || true; done
+        stats=$(switch_stats)
+        flows=()
+        for ((i = 1; i <= n; ++i)); do
+          flows+=("$(awk '$1 == 65536 { print $4; found = 1 } END { if (!found) print 0 }' "$out/client$i")")
+        done
+        python3 - "$rate" "$n" "$mode" "$run" "$stats" "${flows[@]}" <<'PY'
+import sys
+rate, n, mode, run, stats = float(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5].split()
+flows = [float(x) for x in sys.argv[6:]]
+s = dict(zip(stats[1::2], stats[2::2]))
+total = sum(flows)
+jain = total * total / (len(flows) * sum(x * x for x in flows)) if total else 0
+arrived = int(s.get("arrived", 0)) or 1
+print("%-8s %-6s %4s %10.1f %6.2fx %7.3f %9.2f %9.2f  %s" % (
+    n, mode, run, total, total * 8 / rate, jain, 100.0 * int(s.get("dropped", 0)) / arrived,
+    100.0 * int(s.get("marked", 0)) / arrived, " ".join("%.0f" % f for f in flows)))
+PY
+      )
+    done
+  done
+done
