@@ -6,7 +6,10 @@
 # Mbit/s, BUFFER KiB, marking ECN-capable packets CE above MARK KiB. Each case
 # runs with DCQCN (SOFTRDMA_CONGESTION=dcqcn, the default) and without (off),
 # side by side; printed per run: total goodput and its share of the link, Jain's
-# fairness index over the flows, what the switch dropped and marked. Needs root.
+# fairness index over the flows, what the switch dropped and marked, and the
+# latency a small message meets meanwhile: one more sender host runs
+# `ib_write_lat` (64 B, 2000 iterations) to the receiver while the flows run
+# (typical and 99th percentile, µs; the idle row is the same with no flow). Needs root.
 #   bench/incast.sh [BUILD] [DURATION] [RUNS] [SENDERS...]
 #   env: RATE=1000 BUFFER=128 MARK=32 MODES="dcqcn off"
 set -euo pipefail
@@ -26,14 +29,15 @@ fabric_switch=$build/tests/support/softrdma-fabric-switch
 [[ -x $tool && -x $fabric_switch ]] || { echo "build $build first (softrdma, softrdma-fabric-switch)" >&2; exit 2; }
 echo "# incast: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), link $rate Mbit/s," \
   "buffer $buffer KiB, mark above $mark KiB, $duration s per run"
-printf "%-8s %-6s %4s %10s %7s %7s %9s %9s %9s\n" senders mode run "MB/s" "link" "jain" \
-  "dropped%" "marked%" "flows"
+printf "%-8s %-6s %4s %10s %7s %7s %9s %9s %9s %9s  %s\n" senders mode run "MB/s" "link" "jain" \
+  "dropped%" "marked%" "lat_us" "lat99_us" "flows"
 for n in "${counts[@]}"; do
   for mode in "${modes[@]}"; do
     for ((run = 1; run <= runs; ++run)); do
       (
         fabric_prefix=ic fabric_switch=$fabric_switch
-        source "$here/../tests/conformance/fabric_router.sh" 10.213.50 "$n"
+        # One host more than the flows: the latency probe's.
+        source "$here/../tests/conformance/fabric_router.sh" 10.213.50 $((n + 1))
         start_switch --rate-mbit "$rate" --buffer-kb "$buffer" --mark-kb "$mark"
         on() {  # on HOST COMMAND...
           local host=$1
@@ -54,28 +58,42 @@ for n in "${counts[@]}"; do
             sleep 0.02
           done
         done
+        on "$receiver" ib_write_lat -s 64 -n 2000 -F -p 18599 > "$out/lat_server" 2>&1 &
+        pids+=($!)
         for ((i = 1; i <= n; ++i)); do
           on "${senders[$((i - 1))]}" ib_write_bw "${args[@]}" -p $((18500 + i)) "${addr[$receiver]}" \
             > "$out/client$i" 2>&1 &
           pids+=($!)
         done
+        # The probe starts once the flows have had a second to fill the queue.
+        sleep 1
+        for _ in $(seq 500); do
+          ip netns exec "$receiver" ss -ltnH "sport = :18599" | grep -q . && break
+          sleep 0.02
+        done
+        on "${senders[$n]}" ib_write_lat -s 64 -n 2000 -F -p 18599 "${addr[$receiver]}" \
+          > "$out/lat_client" 2>&1 || true
         for pid in "${pids[@]}"; do wait "$pid" || true; done
         stats=$(switch_stats)
         flows=()
         for ((i = 1; i <= n; ++i)); do
           flows+=("$(awk '$1 == 65536 { print $4; found = 1 } END { if (!found) print 0 }' "$out/client$i")")
         done
-        python3 - "$rate" "$n" "$mode" "$run" "$stats" "${flows[@]}" <<'PY'
+        # ib_write_lat's row: bytes iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%
+        latency=$(awk '$1 == 64 { print $5, $8; found = 1 } END { if (!found) print "- -" }' "$out/lat_client")
+        python3 - "$rate" "$n" "$mode" "$run" "$stats" "$latency" "${flows[@]}" <<'PY'
 import sys
 rate, n, mode, run, stats = float(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5].split()
-flows = [float(x) for x in sys.argv[6:]]
+latency = sys.argv[6].split()
+flows = [float(x) for x in sys.argv[7:]]
 s = dict(zip(stats[1::2], stats[2::2]))
 total = sum(flows)
 jain = total * total / (len(flows) * sum(x * x for x in flows)) if total else 0
 arrived = int(s.get("arrived", 0)) or 1
-print("%-8s %-6s %4s %10.1f %6.2fx %7.3f %9.2f %9.2f  %s" % (
+print("%-8s %-6s %4s %10.1f %6.2fx %7.3f %9.2f %9.2f %9s %9s  %s" % (
     n, mode, run, total, total * 8 / rate, jain, 100.0 * int(s.get("dropped", 0)) / arrived,
-    100.0 * int(s.get("marked", 0)) / arrived, " ".join("%.0f" % f for f in flows)))
+    100.0 * int(s.get("marked", 0)) / arrived, latency[0], latency[1],
+    " ".join("%.0f" % f for f in flows)))
 PY
       )
     done
