@@ -20,7 +20,8 @@ size_t CaptureTransport::tx_burst_with_errors(std::span<TxPacket> packets,
     // What the kernel sends for softrdma's unconnected DF sockets: ID 0, or the
     // segment's index in a GSO send (TxPacket::ipv4_id).
     const wire::IpUdpInfo info{.src = p.src, .dst = p.dst, .src_port = p.src_port,
-                               .dst_port = port, .ipv4_id = p.ipv4_id, .ipv4_df = true};
+                               .dst_port = port, .ipv4_id = p.ipv4_id, .ipv4_df = true,
+                               .tos = inner_->tx_tos()};
     const BitError* error = nullptr;
     for (const BitError& e : errors)
       if (e.packet == i) error = &e;
@@ -34,8 +35,10 @@ size_t CaptureTransport::rx_burst(std::span<RxPacket> packets) {
   const uint16_t port = inner_->udp_port();
   for (size_t i = 0; i < received; ++i) {
     const RxPacket& p = packets[i];
+    // Of a received packet's ECN field only a CE mark is known (RxPacket).
     const wire::IpUdpInfo info{.src = p.src, .dst = p.dst, .src_port = p.src_port,
-                               .dst_port = port, .ipv4_id = p.ipv4_id, .ipv4_df = p.ipv4_df};
+                               .dst_port = port, .ipv4_id = p.ipv4_id, .ipv4_df = p.ipv4_df,
+                               .tos = uint8_t(p.congestion_experienced ? 0x03 : 0x00)};
     writer_->write_roce(info, p.bytes);
   }
   return received;

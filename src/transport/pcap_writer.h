@@ -78,6 +78,7 @@ class CaptureTransport final : public Transport {
   TransportCounters counters() const override { return inner_->counters(); }
   std::string describe() const override;
   uint16_t udp_port() const override { return inner_->udp_port(); }
+  uint8_t tx_tos() const override { return inner_->tx_tos(); }
   int join_group(const Gid& group) override { return inner_->join_group(group); }
   int leave_group(const Gid& group) override { return inner_->leave_group(group); }
 

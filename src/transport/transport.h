@@ -136,6 +136,11 @@ class Transport {
   // Human-readable address, e.g. "127.0.27.3:4791".
   virtual std::string describe() const = 0;
 
+  // The IP TOS / traffic class its packets leave with: the ECN field's ECT(0) when
+  // the transport sends ECN-capable (docs/decisions/congestion-control.md); a
+  // capture writes it into the headers it rebuilds.
+  virtual uint8_t tx_tos() const { return 0; }
+
   // The UDP port RoCEv2 packets are sent to and received on (IANA 4791; a test or a
   // user may configure another). The ICRC covers it.
   virtual uint16_t udp_port() const { return wire::kRoceUdpPort; }

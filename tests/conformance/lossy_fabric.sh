@@ -14,7 +14,10 @@
 #        iptables ECN target in each host's PREROUTING, as a congested switch
 #        marks an ECN-capable packet): each host must have received marked
 #        packets (so softrdma sends ECT(0)), answered them with CNPs, and
-#        received the other's CNPs (docs/decisions/congestion-control.md).
+#        received the other's CNPs (docs/decisions/congestion-control.md); the
+#        client's capture (SOFTRDMA_PCAP) must decode in tshark, every ICRC good
+#        (scripts/check_capture.sh), with CNPs (BTH opcode 129) both ways, its
+#        packets ECT(0) and marked ones CE.
 # Needs root (ip netns, iptables).
 #   lossy_fabric.sh SOFTRDMA_TOOL TRAFFIC_NODE PORT_BASE sr|gbn|ecn
 set -euo pipefail
@@ -46,7 +49,9 @@ scale=0.2
 run_node() {  # run_node HOST ROLE ARGS...: the node under `softrdma run`, nothing else set
   local host=$1
   shift
-  ip netns exec "$host" env -u SOFTRDMA_ADDR -u SOFTRDMA_SHARE_ADDRESS "${mode_env[@]}" \
+  local capture=()
+  [[ $mode == ecn && $1 == --role=client ]] && capture=(SOFTRDMA_PCAP="$out/client.pcap")
+  ip netns exec "$host" env -u SOFTRDMA_ADDR -u SOFTRDMA_SHARE_ADDRESS "${mode_env[@]}" "${capture[@]}" \
     timeout 150 "$tool" run -- "$node" --mode=test --mtu=1024 --scale="$scale" \
     --softrdma="$tool" "$@"
 }
@@ -98,4 +103,26 @@ for role in server client; do
     ((sent == 0 && received == 0)) || fail "$role: a SACK under go-back-N"
   fi
 done
+if [[ $mode == ecn ]]; then
+  sh "$(dirname "${BASH_SOURCE[0]}")/../../scripts/check_capture.sh" "$out/client.pcap" 1000 ||
+    fail "the client's capture does not decode, or an ICRC is bad"
+  # count FILTER: the capture's packets tshark matches.
+  count() { tshark -r "$out/client.pcap" -Y "$1" -T fields -e frame.number 2> /dev/null | wc -l; }
+  client_addr=$subnet.2
+  cnps_out=$(count "infiniband.bth.opcode == 129 && ip.src == $client_addr")
+  cnps_in=$(count "infiniband.bth.opcode == 129 && ip.dst == $client_addr")
+  ect_out=$(count "udp.dstport == 4791 && ip.src == $client_addr && ip.dsfield.ecn == 2")
+  not_ect_out=$(count "udp.dstport == 4791 && ip.src == $client_addr && ip.dsfield.ecn != 2")
+  ce_in=$(count "udp.dstport == 4791 && ip.dst == $client_addr && ip.dsfield.ecn == 3")
+  echo "capture: CNPs sent $cnps_out, received $cnps_in; ECT(0) sent $ect_out, other $not_ect_out; CE received $ce_in"
+  ((cnps_out > 0 && cnps_in > 0)) || fail "tshark found no CNP in one direction"
+  # The wire shows at least what the client's engine counted (its counters are
+  # read before the node's last exchanges, which the capture holds too).
+  ((cnps_out >= $(counter client cnps_sent) && cnps_in >= $(counter client cnps_received))) ||
+    fail "the capture holds fewer CNPs than the client counted"
+  ((ce_in >= $(counter client ce_marked_received))) ||
+    fail "the capture holds fewer CE marks than the client counted"
+  ((ect_out > 0 && not_ect_out == 0)) || fail "not every packet left ECT(0)"
+  ((ce_in > 0)) || fail "no received packet shows CE"
+fi
 echo PASS
