@@ -14,19 +14,9 @@
 #   env: RATE=1000 BUFFER=128 MARK=32 MODES="dcqcn off"
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-build=${1:-$here/../build}
-duration=${2:-10}
-runs=${3:-1}
-shift $(($# < 3 ? $# : 3))
-counts=("$@")
+source "$here/fabric_bench.sh" 1000 "$@"
+counts=("${rest[@]}")
 ((${#counts[@]})) || counts=(3 6)
-rate=${RATE:-1000}
-buffer=${BUFFER:-128}
-mark=${MARK:-32}
-read -r -a modes <<< "${MODES:-dcqcn off}"
-tool=$build/tools/softrdma
-fabric_switch=$build/tests/support/softrdma-fabric-switch
-[[ -x $tool && -x $fabric_switch ]] || { echo "build $build first (softrdma, softrdma-fabric-switch)" >&2; exit 2; }
 echo "# incast: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), link $rate Mbit/s," \
   "buffer $buffer KiB, mark above $mark KiB, $duration s per run"
 printf "%-8s %-6s %4s %10s %7s %7s %9s %9s %9s %9s  %s\n" senders mode run "MB/s" "link" "jain" \
@@ -39,13 +29,6 @@ for n in "${counts[@]}"; do
         # One host more than the flows: the latency probe's.
         source "$here/../tests/conformance/fabric_router.sh" 10.213.50 $((n + 1))
         start_switch --rate-mbit "$rate" --buffer-kb "$buffer" --mark-kb "$mark"
-        on() {  # on HOST COMMAND...
-          local host=$1
-          shift
-          ip netns exec "$host" env -u SOFTRDMA_ADDR SOFTRDMA_CONGESTION="$mode" \
-            SOFTRDMA_SELECTIVE_REPEAT=always \
-            timeout $((duration + 60)) "$tool" run -- "$@"
-        }
         args=(-D "$duration" -s 65536 -m 1024 -F)
         pids=()
         for ((i = 1; i <= n; ++i)); do

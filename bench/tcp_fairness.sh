@@ -11,16 +11,7 @@
 #   env: RATE=400 BUFFER=128 MARK=32 MODES="dcqcn off"
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-build=${1:-$here/../build}
-duration=${2:-10}
-runs=${3:-1}
-rate=${RATE:-400}
-buffer=${BUFFER:-128}
-mark=${MARK:-32}
-read -r -a modes <<< "${MODES:-dcqcn off}"
-tool=$build/tools/softrdma
-fabric_switch=$build/tests/support/softrdma-fabric-switch
-[[ -x $tool && -x $fabric_switch ]] || { echo "build $build first (softrdma, softrdma-fabric-switch)" >&2; exit 2; }
+source "$here/fabric_bench.sh" 400 "$@"
 echo "# softrdma beside TCP: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), link $rate Mbit/s," \
   "buffer $buffer KiB, mark above $mark KiB, $duration s per run"
 printf "%-6s %4s %12s %10s %8s %9s %9s\n" mode run "softrdma MB/s" "TCP MB/s" "share" "dropped%" "marked%"
@@ -30,12 +21,6 @@ for mode in "${modes[@]}"; do
       fabric_prefix=tf fabric_switch=$fabric_switch
       source "$here/../tests/conformance/fabric_router.sh" 10.213.52 2
       start_switch --rate-mbit "$rate" --buffer-kb "$buffer" --mark-kb "$mark"
-      on() {
-        local host=$1
-        shift
-        ip netns exec "$host" env -u SOFTRDMA_ADDR SOFTRDMA_CONGESTION="$mode" \
-          SOFTRDMA_SELECTIVE_REPEAT=always timeout $((duration + 60)) "$tool" run -- "$@"
-      }
       ip netns exec "${senders[1]}" sysctl -qw net.ipv4.tcp_ecn=1
       args=(-D "$duration" -s 65536 -m 1024 -F -p 18700)
       on "$receiver" ib_write_bw "${args[@]}" > "$out/server" 2>&1 &

@@ -77,7 +77,7 @@ TEST(DcqcnTest, TheByteCounterRaisesTheRateToo) {
   d.reset(0);
   d.on_cnp(0);
   const double cut = d.rate();
-  d.on_sent(p.increase_bytes, 1);  // no time passed: the bytes alone
+  d.on_sent(p.increase_bytes);  // no time passed: the bytes alone
   EXPECT_DOUBLE_EQ(d.rate(), (kLine + cut) / 2);
 }
 
@@ -92,13 +92,13 @@ TEST(RateControlTest, UnpacedUntilACnpThenABurstThenPacketsAtTheRate) {
   r.on_cnp(0);  // 0.0625 B/ns
   ASSERT_TRUE(r.paced());
   EXPECT_EQ(r.packets_allowed(0, 1'000), 10u);  // the bucket
-  r.on_sent(10'000, 0);
+  r.on_sent(10'000);
   EXPECT_EQ(r.packets_allowed(0, 1'000), 0u);
   ASSERT_TRUE(r.held());
   // One byte is enough to send the next packet (the bucket may go below zero): 16 ns.
   EXPECT_EQ(r.resume_at(), 16);
   EXPECT_EQ(r.packets_allowed(10'000, 1'000), 1u);  // 625 bytes earned: one packet
-  r.on_sent(1'000, 10'000);
+  r.on_sent(1'000);
   EXPECT_EQ(r.packets_allowed(10'000, 1'000), 0u);
   EXPECT_EQ(r.resume_at(), 10'000 + 6'016);  // 376 bytes at 0.0625 B/ns
 }
@@ -111,7 +111,7 @@ TEST(RateControlTest, AnIdleSlowQpSavesOnlyWhatItsRateEarnsInTheBurstTime) {
   r.reset(0);
   r.on_cnp(0);  // 0.0625 B/ns; the bucket starts full (64 KiB)
   EXPECT_EQ(r.packets_allowed(0, 1'000), 66u);
-  r.on_sent(66'000, 0);
+  r.on_sent(66'000);
   // Idle for 10 ms: 625 000 bytes earned, but a 0.0625 B/ns QP keeps only 500 us'
   // worth, 31 250 bytes: a slow QP's burst stays small beside a shallow buffer.
   EXPECT_EQ(r.packets_allowed(10'000'000, 1'000), 32u);

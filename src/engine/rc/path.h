@@ -40,6 +40,10 @@ inline wire::PacketView emit(roce::TxBatch& tx, const Path& path, uint8_t opcode
   return p;
 }
 
+// A full data packet on the wire as the pacer counts it (rate_control.h): the
+// payload and IPv4 + UDP + BTH + RETH + ICRC.
+constexpr uint32_t paced_packet_bytes(const Path& path) { return path.mtu + 20 + 8 + 12 + 16 + 4; }
+
 // Packets (PSNs) a message of `length` bytes takes at this MTU; an empty message
 // is still one packet (IBA 9.7.4.1.1).
 constexpr uint32_t packets_for(uint64_t length, uint32_t mtu) {

@@ -35,7 +35,7 @@ void Dcqcn::on_cnp(Nanos now) {
   alpha_due_ = now + p_.alpha_period;
 }
 
-void Dcqcn::on_sent(uint64_t bytes, Nanos now) {
+void Dcqcn::on_sent(uint64_t bytes) {
   if (!limited()) return;
   bytes_since_ += bytes;
   while (bytes_since_ >= p_.increase_bytes && limited()) {
@@ -43,7 +43,6 @@ void Dcqcn::on_sent(uint64_t bytes, Nanos now) {
     ++byte_events_;
     increase_event();
   }
-  (void)now;
 }
 
 void Dcqcn::advance(Nanos now) {
@@ -131,10 +130,10 @@ uint32_t RateControl::packets_allowed(Nanos now, uint32_t packet_bytes) {
   return bytes == 0 ? 0 : uint32_t(std::min<uint64_t>(UINT32_MAX - 1, (bytes + packet_bytes - 1) / packet_bytes));
 }
 
-void RateControl::on_sent(uint64_t bytes, Nanos now) {
+void RateControl::on_sent(uint64_t bytes) {
   if (!dcqcn_.limited()) return;
   pacer_.on_sent(bytes);
-  dcqcn_.on_sent(bytes, now);
+  dcqcn_.on_sent(bytes);
   held_ = !pacer_.may_send();
 }
 

@@ -50,7 +50,7 @@ class Dcqcn {
   // A CNP arrived (DCQCN §4 "RP algorithm": cut, remember the target, alpha up).
   void on_cnp(Nanos now);
   // `bytes` left paced (the byte counter's increase events).
-  void on_sent(uint64_t bytes, Nanos now);
+  void on_sent(uint64_t bytes);
   // Applies the alpha and increase timers that fired since the last call.
   void advance(Nanos now);
 
@@ -106,7 +106,7 @@ class RateControl {
   // Packets of `packet_bytes` that may leave now (UINT32_MAX: not paced), after
   // refreshing the timers and the bucket; 0 holds the sender until resume_at().
   uint32_t packets_allowed(Nanos now, uint32_t packet_bytes);
-  void on_sent(uint64_t bytes, Nanos now);
+  void on_sent(uint64_t bytes);
   // When a sender held by the pacer may go again (kNever when not held).
   Nanos resume_at() const { return held_ ? pacer_.next_send(dcqcn_.rate()) : kNever; }
   bool held() const { return held_; }

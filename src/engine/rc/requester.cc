@@ -48,9 +48,8 @@ bool Requester::run(Nanos now) {
   // other QPs' work (Device::want_tx), so one large message neither holds the
   // engine nor floods the peer's socket buffer in one go.
   burst_left_ = qp.ctx().config.max_unacked_packets;
-  run_now_ = now;
   const bool paced = conn_.rate().paced();
-  pace_left_ = conn_.rate().packets_allowed(now, packet_bytes());
+  pace_left_ = conn_.rate().packets_allowed(now, paced_packet_bytes(conn_.path()));
   Ring<SendWqe>& sq = qp.sq();
   // The completer may have popped WQEs a rewind had pointed us back to (a late
   // RNR NAK): never walk from before the head.
@@ -157,15 +156,12 @@ uint32_t Requester::window_space(uint32_t psn) const {
   return std::min(pace_left_, conn_.recovery().window_space(psn, conn_.completer().una_psn()));
 }
 
-// A full data packet on the wire, headers included, as the pacer counts it.
-uint32_t Requester::packet_bytes() const { return conn_.path().mtu + kPacedHeaderBytes; }
-
 // `psns`: how many PSNs the packet stands for (a READ request: its responses).
 void Requester::count_send(uint32_t psn, uint32_t psns) {
   if (burst_left_ > 0) --burst_left_;
   if (pace_left_ != UINT32_MAX) {
     if (pace_left_ > 0) --pace_left_;
-    conn_.rate().on_sent(packet_bytes(), run_now_);
+    conn_.rate().on_sent(paced_packet_bytes(conn_.path()));
   }
   if (psn_before(psn, high_psn_)) {
     bump(conn_.qp().ctx().counters.retransmitted_packets);

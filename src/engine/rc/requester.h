@@ -20,9 +20,6 @@ namespace softrdma::engine::rc {
 
 class RcConnection;
 
-// What a paced packet counts beyond its payload: IPv4 + UDP + BTH + RETH + ICRC.
-inline constexpr uint32_t kPacedHeaderBytes = 20 + 8 + 12 + 16 + 4;
-
 // Work queue indices grow forever mod 2^32: compare them as a ring.
 inline bool psn_index_before(uint32_t a, uint32_t b) { return int32_t(a - b) < 0; }
 
@@ -80,7 +77,6 @@ class Requester {
   wire::PacketView emit_read_request(const SendWqe& wqe, uint32_t psn, uint64_t offset,
                                      uint64_t len);
   uint32_t window_space(uint32_t psn) const;
-  uint32_t packet_bytes() const;
   // `psn` was sent before and the loss recovery does not resend it (under
   // go-back-N: what was sent after the last loss; under selective repeat: all
   // but what was lost): it is stepped over.
@@ -116,7 +112,6 @@ class Requester {
   uint32_t burst_left_ = 0;  // UC: packets this run may still send
   // Data packets the pacer lets this run send (rate_control.h); UINT32_MAX: unpaced.
   uint32_t pace_left_ = UINT32_MAX;
-  Nanos run_now_ = 0;
 };
 
 }  // namespace softrdma::engine::rc

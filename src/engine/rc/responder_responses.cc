@@ -66,14 +66,14 @@ bool Responder::produce(uint32_t budget, Nanos now) {
   // READ responses are this side's data: the pacer's (rate_control.h); a held
   // connection goes on from its timer (RcConnection::on_timer).
   RateControl& rate = conn_.rate();
-  const uint32_t packet_bytes = conn_.path().mtu + kPacedHeaderBytes;
+  const uint32_t packet_bytes = paced_packet_bytes(conn_.path());
   const bool paced = responses_count_ > 0 && rate.paced();
   if (paced) budget = std::min(budget, rate.packets_allowed(now, packet_bytes));
   while (responses_count_ > 0 && budget > 0) {
     Response& r = responses_[responses_head_];
     if (r.is_read) {
       const std::optional<uint32_t> produced = send_read_packets(r, budget);
-      if (paced && produced) rate.on_sent(uint64_t(*produced) * packet_bytes, now);
+      if (paced && produced) rate.on_sent(uint64_t(*produced) * packet_bytes);
       if (!produced) {
         // The responses before it went out; the NAK names the first one missing,
         // the one the requester awaits (an older PSN would read as a stale ACK).
