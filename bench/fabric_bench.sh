@@ -4,7 +4,7 @@
 # duration, runs, rate, buffer, mark, modes, tool, fabric_switch; leaves the
 # arguments after the first three in `rest`.
 #   source fabric_bench.sh DEFAULT_RATE [BUILD] [DURATION] [RUNS] [MORE...]
-#   env: RATE BUFFER=128 MARK=32 MODES="dcqcn off"
+#   env: RATE BUFFER=128 MARK=32 MODES="dcqcn+delay dcqcn delay off"
 bench_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 default_rate=$1
 shift
@@ -16,7 +16,7 @@ rest=("$@")
 rate=${RATE:-$default_rate}
 buffer=${BUFFER:-128}
 mark=${MARK:-32}
-read -r -a modes <<< "${MODES:-dcqcn off}"
+read -r -a modes <<< "${MODES:-dcqcn+delay dcqcn delay off}"
 tool=$build/tools/softrdma
 fabric_switch=$build/tests/support/softrdma-fabric-switch
 [[ -x $tool && -x $fabric_switch ]] || { echo "build $build first (softrdma, softrdma-fabric-switch)" >&2; exit 2; }

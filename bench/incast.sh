@@ -4,14 +4,16 @@
 # `ib_write_bw` flow (64 KiB messages, RoCE MTU 1024, DURATION s) into one
 # receiver host whose port on the router is a softrdma-fabric-switch of RATE
 # Mbit/s, BUFFER KiB, marking ECN-capable packets CE above MARK KiB. Each case
-# runs with DCQCN (SOFTRDMA_CONGESTION=dcqcn, the default) and without (off),
-# side by side; printed per run: total goodput and its share of the link, Jain's
-# fairness index over the flows, what the switch dropped and marked, and the
-# latency a small message meets meanwhile: one more sender host runs
-# `ib_write_lat` (64 B, 2000 iterations) to the receiver while the flows run
-# (typical and 99th percentile, µs; the idle row is the same with no flow). Needs root.
+# runs with each SOFTRDMA_CONGESTION of MODES side by side (the default: DCQCN
+# and the delay control together, each alone, and none; "delay" sends Not-ECT,
+# so the switch marks nothing: the delay control alone); printed per run: total
+# goodput and its share of the link, Jain's fairness index over the flows, what
+# the switch dropped and marked, and the latency a small message meets
+# meanwhile: one more sender host runs `ib_send_lat` (8 B, 2000 iterations) to
+# the receiver while the flows run (typical and 99th percentile, µs; SENDERS 0
+# gives the idle row). Needs root.
 #   bench/incast.sh [BUILD] [DURATION] [RUNS] [SENDERS...]
-#   env: RATE=1000 BUFFER=128 MARK=32 MODES="dcqcn off"
+#   env: RATE=1000 BUFFER=128 MARK=32 MODES="dcqcn+delay dcqcn delay off"
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/fabric_bench.sh" 1000 "$@"
@@ -19,7 +21,7 @@ counts=("${rest[@]}")
 ((${#counts[@]})) || counts=(3 6)
 echo "# incast: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), link $rate Mbit/s," \
   "buffer $buffer KiB, mark above $mark KiB, $duration s per run"
-printf "%-8s %-6s %4s %10s %7s %7s %9s %9s %9s %9s  %s\n" senders mode run "MB/s" "link" "jain" \
+printf "%-8s %-11s %4s %10s %7s %7s %9s %9s %9s %9s  %s\n" senders mode run "MB/s" "link" "jain" \
   "dropped%" "marked%" "lat_us" "lat99_us" "flows"
 for n in "${counts[@]}"; do
   for mode in "${modes[@]}"; do
@@ -41,7 +43,7 @@ for n in "${counts[@]}"; do
             sleep 0.02
           done
         done
-        on "$receiver" ib_write_lat -s 64 -n 2000 -F -p 18599 > "$out/lat_server" 2>&1 &
+        on "$receiver" ib_send_lat -s 8 -n 2000 -F -p 18599 > "$out/lat_server" 2>&1 &
         pids+=($!)
         for ((i = 1; i <= n; ++i)); do
           on "${senders[$((i - 1))]}" ib_write_bw "${args[@]}" -p $((18500 + i)) "${addr[$receiver]}" \
@@ -54,7 +56,7 @@ for n in "${counts[@]}"; do
           ip netns exec "$receiver" ss -ltnH "sport = :18599" | grep -q . && break
           sleep 0.02
         done
-        on "${senders[$n]}" ib_write_lat -s 64 -n 2000 -F -p 18599 "${addr[$receiver]}" \
+        on "${senders[$n]}" ib_send_lat -s 8 -n 2000 -F -p 18599 "${addr[$receiver]}" \
           > "$out/lat_client" 2>&1 || true
         for pid in "${pids[@]}"; do wait "$pid" || true; done
         stats=$(switch_stats)
@@ -62,8 +64,8 @@ for n in "${counts[@]}"; do
         for ((i = 1; i <= n; ++i)); do
           flows+=("$(awk '$1 == 65536 { print $4; found = 1 } END { if (!found) print 0 }' "$out/client$i")")
         done
-        # ib_write_lat's row: bytes iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%
-        latency=$(awk '$1 == 64 { print $5, $8; found = 1 } END { if (!found) print "- -" }' "$out/lat_client")
+        # ib_send_lat's row: bytes iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%
+        latency=$(awk '$1 == 8 { print $5, $8; found = 1 } END { if (!found) print "- -" }' "$out/lat_client")
         python3 - "$rate" "$n" "$mode" "$run" "$stats" "$latency" "${flows[@]}" <<'PY'
 import sys
 rate, n, mode, run, stats = float(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5].split()
@@ -73,7 +75,7 @@ s = dict(zip(stats[1::2], stats[2::2]))
 total = sum(flows)
 jain = total * total / (len(flows) * sum(x * x for x in flows)) if total else 0
 arrived = int(s.get("arrived", 0)) or 1
-print("%-8s %-6s %4s %10.1f %6.2fx %7.3f %9.2f %9.2f %9s %9s  %s" % (
+print("%-8s %-11s %4s %10.1f %6.2fx %7.3f %9.2f %9.2f %9s %9s  %s" % (
     n, mode, run, total, total * 8 / rate, jain, 100.0 * int(s.get("dropped", 0)) / arrived,
     100.0 * int(s.get("marked", 0)) / arrived, latency[0], latency[1],
     " ".join("%.0f" % f for f in flows)))

@@ -8,7 +8,7 @@
 # KiB, DURATION s; with DCQCN and without. Printed: each flow's MB/s, softrdma's
 # share of the two, what the switch dropped and marked. Needs root.
 #   bench/tcp_fairness.sh [BUILD] [DURATION] [RUNS]
-#   env: RATE=400 BUFFER=128 MARK=32 MODES="dcqcn off"
+#   env: RATE=400 BUFFER=128 MARK=32 MODES="dcqcn+delay dcqcn delay off"
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/fabric_bench.sh" 400 "$@"

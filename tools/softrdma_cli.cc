@@ -214,14 +214,18 @@ void print_processes(int removed_by_open) {
                 r.address.c_str(), r.version.c_str());
     for (const auto& q : r.qps) {
       // The rate DCQCN holds the QP to (docs/decisions/congestion-control.md).
+      // and the window the delay control allows (delay_control.h).
       const std::string rate =
           q.rate_mbps == 0 ? "line" : std::to_string(q.rate_mbps) + "Mb/s";
+      char window[32] = "-";
+      if (q.window_hundredths != 0)
+        std::snprintf(window, sizeof window, "%.2f", double(q.window_hundredths) / 100);
       std::printf("  qp %u  type %s  state %s  dest_qp %u  peer %s  path %s  tx %llu  rx %llu  "
-                  "retx %llu  host_ops %llu  rate %s  cnps %llu\n",
+                  "retx %llu  host_ops %llu  rate %s  window %s  cnps %llu\n",
                   q.qpn, qp_type_name(q.type), qp_state_name(q.state), q.dest_qpn,
                   gid_text(to_gid(q.peer)).c_str(), qp_path_name(q), (unsigned long long)q.tx_packets,
                   (unsigned long long)q.rx_packets, (unsigned long long)q.retransmitted_packets,
-                  (unsigned long long)q.host_operations, rate.c_str(),
+                  (unsigned long long)q.host_operations, rate.c_str(), window,
                   (unsigned long long)q.cnps_received);
     }
     for (const auto& [name, value] : r.counters)

@@ -110,6 +110,9 @@ struct QpCounters {
   // rate its pacer holds it to, in Mbit/s (a gauge; 0: unpaced, the line rate).
   std::atomic<uint64_t> cnps_received{0};
   std::atomic<uint64_t> rate_mbps{0};
+  // The delay control's window (rc/delay_control.h) in hundredths of a packet (a
+  // gauge; 0: not measured yet, or the control is off).
+  std::atomic<uint64_t> window_hundredths{0};
 };
 
 inline void bump(std::atomic<uint64_t>& c, uint64_t by = 1) {

@@ -80,10 +80,14 @@ enum class SelectiveRepeatMode : uint8_t { kNegotiated, kAlways, kOff };
 struct DeviceConfig {
   std::string name = "softrdma0";
   SelectiveRepeatMode selective_repeat = SelectiveRepeatMode::kNegotiated;
-  // Congestion control of RoCEv2 connections (docs/decisions/congestion-control.md):
-  // CE-marked packets are answered with CNPs, and CNPs cut the QP's rate (DCQCN),
+  // Congestion control of RoCEv2 connections (docs/decisions/congestion-control.md).
+  // DCQCN: CE-marked packets are answered with CNPs, and CNPs cut the QP's rate,
   // which a pacer holds it to. Off: neither (the transport then sends Not-ECT).
-  bool congestion_control = true;
+  bool dcqcn = true;
+  // Swift: the round trip an RC requester measures bounds its window.
+  bool delay_control = true;
+  // Swift's queueing delay allowed above the base round trip.
+  int64_t target_queueing_ns = 200'000;
   // DCQCN's line rate, where a connection starts and recovers to, bytes per ns.
   double line_rate_bytes_per_ns = 5.0;  // 40 Gbit/s
   DeviceLimits limits;

@@ -34,7 +34,7 @@ std::unique_ptr<transport::Transport> open_transport(const Settings& s, std::str
                                                      transport::UdpTransport*& udp_out) {
   transport::UdpConfig udp;
   udp.address = s.address;
-  udp.ecn = s.congestion_control;
+  udp.ecn = s.dcqcn;
   if (shared != nullptr) udp.shared = &shared->hooks();
   // Issue 14 defect 5: the transport counts its drops where `softrdma status` reads.
   if (status != nullptr) udp.counters = status->transport_counters();
@@ -111,7 +111,9 @@ std::unique_ptr<OpenDevice> OpenDevice::open(const Settings& settings, std::stri
   config.host = node->host_.get();
   config.max_unacked_packets = settings.max_unacked_packets;
   config.selective_repeat = settings.selective_repeat;
-  config.congestion_control = settings.congestion_control;
+  config.dcqcn = settings.dcqcn;
+  config.delay_control = settings.delay_control;
+  config.target_queueing_ns = int64_t(settings.target_delay_us) * 1'000;
   config.line_rate_bytes_per_ns = double(settings.line_rate_gbps) / 8;
   config.idle_probe_interval_ns = int64_t(settings.idle_probe_ms) * 1'000'000;
   config.shared_pages_max_bytes = uint64_t(settings.shared_pages_mb) << 20;

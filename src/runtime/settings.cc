@@ -13,6 +13,7 @@ namespace {
 
 constexpr uint32_t kMaxIdleProbeMs = 3'600'000;  // an hour
 constexpr uint32_t kMaxLineRateGbps = 1'000'000;  // 1 Pbit/s: any link of this century
+constexpr uint32_t kMaxTargetDelayUs = 1'000'000;  // a second: beyond any queue worth keeping
 constexpr uint32_t kMaxSharedPagesMb = 65536;        // 64 GiB
 
 const char* env(const char* name) {
@@ -132,11 +133,19 @@ std::optional<Settings> Settings::from_environment(std::string& error) {
   }
   if (const char* v = env("SOFTRDMA_CONGESTION")) {
     const std::string mode(v);
-    if (mode != "dcqcn" && mode != "off") {
-      error = "SOFTRDMA_CONGESTION must be \"dcqcn\" or \"off\", not \"" + mode + "\"";
+    if (mode != "dcqcn+delay" && mode != "dcqcn" && mode != "delay" && mode != "off") {
+      error = "SOFTRDMA_CONGESTION must be \"dcqcn+delay\", \"dcqcn\", \"delay\" or \"off\", not \"" +
+              mode + "\"";
       return std::nullopt;
     }
-    s.congestion_control = mode == "dcqcn";
+    s.dcqcn = mode.starts_with("dcqcn");
+    s.delay_control = mode.ends_with("delay");
+  }
+  if (const char* v = env("SOFTRDMA_TARGET_DELAY_US");
+      v != nullptr && (!parse_up_to(v, kMaxTargetDelayUs, s.target_delay_us) || s.target_delay_us == 0)) {
+    error = "SOFTRDMA_TARGET_DELAY_US must be a number of microseconds from 1 to " +
+            std::to_string(kMaxTargetDelayUs) + ", not \"" + v + "\"";
+    return std::nullopt;
   }
   if (const char* v = env("SOFTRDMA_LINE_RATE_GBPS");
       v != nullptr && (!parse_up_to(v, kMaxLineRateGbps, s.line_rate_gbps) || s.line_rate_gbps == 0)) {
@@ -175,6 +184,14 @@ std::string Settings::describe_address() const {
   return address;
 }
 
+std::string Settings::congestion_description() const {
+  if (dcqcn && delay_control)
+    return "dcqcn+delay (ECN-capable, CNPs cut the rate; the round trip bounds the window)";
+  if (dcqcn) return "dcqcn (ECN-capable; CE marks answered by CNPs, CNPs cut the rate)";
+  if (delay_control) return "delay (Not-ECT, no CNPs; the round trip bounds the window)";
+  return "off (Not-ECT; no CNPs, no pacing, the fixed window)";
+}
+
 std::vector<std::pair<std::string, std::string>> Settings::describe() const {
   return {
       {"SOFTRDMA_DEVICE", device_name},
@@ -194,9 +211,8 @@ std::vector<std::pair<std::string, std::string>> Settings::describe() const {
        : selective_repeat == engine::SelectiveRepeatMode::kOff
            ? "off (go-back-N only)"
            : "negotiated (RC connections whose peer agreed through ECE)"},
-      {"SOFTRDMA_CONGESTION", congestion_control
-                                  ? "dcqcn (ECN-capable; CE marks answered by CNPs, CNPs cut the rate)"
-                                  : "off (Not-ECT; no CNPs, no pacing)"},
+      {"SOFTRDMA_CONGESTION", congestion_description()},
+      {"SOFTRDMA_TARGET_DELAY_US", std::to_string(target_delay_us)},
       {"SOFTRDMA_LINE_RATE_GBPS", std::to_string(line_rate_gbps)},
       {"SOFTRDMA_IDLE_PROBE_MS", idle_probe_ms == 0 ? "0 (off)" : std::to_string(idle_probe_ms)},
       {"SOFTRDMA_SHARED_PAGES_MB",

@@ -65,10 +65,15 @@ struct Settings {
   // softrdma), "off" (IBA's go-back-N only; ECE offers nothing).
   // docs/decisions/selective-repeat.md.
   engine::SelectiveRepeatMode selective_repeat = engine::SelectiveRepeatMode::kNegotiated;
-  // SOFTRDMA_CONGESTION: "dcqcn" (default: RoCEv2 packets leave ECN-capable, CE
-  // marks are answered with CNPs, CNPs cut the QP's rate) or "off".
-  // docs/decisions/congestion-control.md.
-  bool congestion_control = true;
+  // SOFTRDMA_CONGESTION: "dcqcn+delay" (default), "dcqcn", "delay" or "off".
+  // DCQCN: RoCEv2 packets leave ECN-capable, CE marks are answered with CNPs, CNPs
+  // cut the QP's rate. Delay (Swift): an RC requester's measured round trip bounds
+  // its window. docs/decisions/congestion-control.md.
+  bool dcqcn = true;
+  bool delay_control = true;
+  // SOFTRDMA_TARGET_DELAY_US: the queueing delay the delay control allows above the
+  // base round trip (1..1000000).
+  uint32_t target_delay_us = 200;
   // SOFTRDMA_LINE_RATE_GBPS: where DCQCN starts a connection and recovers it to.
   uint32_t line_rate_gbps = 40;
   // SOFTRDMA_IDLE_PROBE_MS: an RC QP that has nothing outstanding and has heard
@@ -92,6 +97,7 @@ struct Settings {
   static std::string host_address();
   // SOFTRDMA_ADDR's value in force, said for `softrdma status` and the doctor.
   std::string describe_address() const;
+  std::string congestion_description() const;
   // (variable, value in force) for `softrdma status`.
   std::vector<std::pair<std::string, std::string>> describe() const;
 };

@@ -33,7 +33,7 @@ struct RawRow {
   uint32_t qpn, dest_qpn;
   uint8_t type, state, path, reserved[5], peer[16];
   uint64_t tx_packets, rx_packets, retransmitted_packets, host_operations;
-  uint64_t cnps_received, rate_mbps;
+  uint64_t cnps_received, rate_mbps, window_hundredths;
 };
 static_assert(sizeof(RawRow) == sizeof(StatusQpRow));
 static_assert(offsetof(RawRow, tx_packets) == offsetof(StatusQpRow, counters));
@@ -71,7 +71,8 @@ void read_rows(int fd, const struct stat& st, uint32_t rows_in_use, StatusReport
       if (r.qpn == 0) continue;
       StatusReport::Qp q{r.qpn, r.dest_qpn, r.type, r.state, {},
                          r.tx_packets, r.rx_packets, r.retransmitted_packets, r.path,
-                         r.host_operations, r.cnps_received, r.rate_mbps};
+                         r.host_operations, r.cnps_received, r.rate_mbps,
+                         r.window_hundredths};
       std::memcpy(q.peer, r.peer, sizeof q.peer);
       out.qps.push_back(q);
     }

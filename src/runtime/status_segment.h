@@ -140,6 +140,7 @@ struct StatusReport {
     uint64_t host_operations = 0;
     uint64_t cnps_received = 0;
     uint64_t rate_mbps = 0;  // 0: unpaced
+    uint64_t window_hundredths = 0;  // 0: no delay control measured
   };
   std::vector<Qp> qps;
 };

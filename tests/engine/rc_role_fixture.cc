@@ -29,6 +29,7 @@ void RcRoleTest::open(const RoleOptions& options) {
   transport_ = net_.attach(qp_gid_);
   DeviceConfig config;
   config.line_rate_bytes_per_ns = options.line_rate_bytes_per_ns;
+  config.delay_control = options.delay_control;
   device_ = std::make_unique<Device>(config, *transport_, roce::RoceFamily::maker(), clock_);
   int err = 0;
   pd_ = device_->alloc_pd(err);

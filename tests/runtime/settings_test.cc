@@ -18,7 +18,8 @@ class SettingsTest : public ::testing::Test {
                                            "SOFTRDMA_PROGRESS", "SOFTRDMA_WINDOW",
                                            "SOFTRDMA_SYSFS_VIEW", "SOFTRDMA_SHARE_ADDRESS",
                                            "SOFTRDMA_WIRE", "SOFTRDMA_SELECTIVE_REPEAT",
-                                           "SOFTRDMA_CONGESTION", "SOFTRDMA_LINE_RATE_GBPS"};
+                                           "SOFTRDMA_CONGESTION", "SOFTRDMA_LINE_RATE_GBPS",
+                                           "SOFTRDMA_TARGET_DELAY_US"};
   void SetUp() override { clear(); }
   void TearDown() override { clear(); }
   static void clear() {
@@ -59,24 +60,35 @@ TEST_F(SettingsTest, SelectiveRepeatTakesItsThreeValues) {
   }
 }
 
-// SOFTRDMA_CONGESTION and SOFTRDMA_LINE_RATE_GBPS (docs/decisions/
-// congestion-control.md): DCQCN at 40 Gbit/s unless told otherwise.
-TEST_F(SettingsTest, CongestionControlIsDcqcnUnlessTurnedOff) {
+// SOFTRDMA_CONGESTION, SOFTRDMA_TARGET_DELAY_US and SOFTRDMA_LINE_RATE_GBPS
+// (docs/decisions/congestion-control.md): DCQCN and the delay control, 200 us
+// above the base round trip, 40 Gbit/s, unless told otherwise.
+TEST_F(SettingsTest, CongestionControlIsDcqcnAndDelayUnlessTurnedOff) {
   std::string error;
   auto s = Settings::from_environment(error);
   ASSERT_TRUE(s.has_value()) << error;
-  EXPECT_TRUE(s->congestion_control);
+  EXPECT_TRUE(s->dcqcn);
+  EXPECT_TRUE(s->delay_control);
+  EXPECT_EQ(s->target_delay_us, 200u);
   EXPECT_EQ(s->line_rate_gbps, 40u);
   setenv("SOFTRDMA_CONGESTION", "off", 1);
   setenv("SOFTRDMA_LINE_RATE_GBPS", "100", 1);
+  setenv("SOFTRDMA_TARGET_DELAY_US", "50", 1);
   s = Settings::from_environment(error);
   ASSERT_TRUE(s.has_value()) << error;
-  EXPECT_FALSE(s->congestion_control);
+  EXPECT_FALSE(s->dcqcn);
+  EXPECT_FALSE(s->delay_control);
   EXPECT_EQ(s->line_rate_gbps, 100u);
-  setenv("SOFTRDMA_CONGESTION", "dcqcn", 1);
-  s = Settings::from_environment(error);
-  ASSERT_TRUE(s.has_value()) << error;
-  EXPECT_TRUE(s->congestion_control);
+  EXPECT_EQ(s->target_delay_us, 50u);
+  const std::pair<const char*, std::pair<bool, bool>> modes[] = {
+      {"dcqcn", {true, false}}, {"delay", {false, true}}, {"dcqcn+delay", {true, true}}};
+  for (const auto& [mode, on] : modes) {
+    setenv("SOFTRDMA_CONGESTION", mode, 1);
+    s = Settings::from_environment(error);
+    ASSERT_TRUE(s.has_value()) << error;
+    EXPECT_EQ(s->dcqcn, on.first) << mode;
+    EXPECT_EQ(s->delay_control, on.second) << mode;
+  }
 }
 
 // Each variable lands in its field; describe() shows the values in force.
@@ -113,6 +125,8 @@ TEST_F(SettingsTest, MalformedValuesAreRefusedByName) {
       {"SOFTRDMA_SYSFS_VIEW", "yes"},     {"SOFTRDMA_SHARE_ADDRESS", "2"},
       {"SOFTRDMA_SELECTIVE_REPEAT", "on"}, {"SOFTRDMA_CONGESTION", "dctcp"},
       {"SOFTRDMA_LINE_RATE_GBPS", "0"},   {"SOFTRDMA_LINE_RATE_GBPS", "1000001"},
+      {"SOFTRDMA_CONGESTION", "delay+dcqcn"}, {"SOFTRDMA_TARGET_DELAY_US", "0"},
+      {"SOFTRDMA_TARGET_DELAY_US", "1000001"},
       {"SOFTRDMA_DEVICE", "a-name-that-is-far-too-long-for-a-verbs-device-name-of-64-bytes-xx"}};
   for (const auto& [name, value] : bad) {
     clear();

@@ -353,6 +353,8 @@ void Completer::progress_made(Nanos now) {
   read_rerequested_ = false;
   probes_ = 0;
   rto_.on_acknowledged(una_psn_, now);
+  conn_.rate().on_acknowledged(una_psn_, now);  // the delay control's sample
+  conn_.publish_rate();
   deadline_ = kNever;
   probe_deadline_ = kNever;
   if (outstanding()) restart_timer(now);
@@ -398,6 +400,7 @@ void Completer::on_timer(Nanos now) {
   if (!outstanding()) return;
   bump(conn_.qp().ctx().counters.retransmit_timeouts);
   rto_.on_timeout();  // the retry's timer waits twice as long (RFC 6298 5.5)
+  conn_.rate().on_timeout(now);
   retry(una_psn_, now, Cause::kTimeout);
 }
 

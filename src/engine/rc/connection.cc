@@ -16,6 +16,14 @@ DcqcnParams dcqcn_params(const DeviceConfig& config) {
   p.line_rate = config.line_rate_bytes_per_ns;
   return p;
 }
+
+SwiftParams swift_params(const DeviceConfig& config) {
+  SwiftParams p;
+  p.max_window = config.max_unacked_packets;
+  p.target_queueing = config.target_queueing_ns;
+  p.flow_scaling_range = config.target_queueing_ns;
+  return p;
+}
 }  // namespace
 
 RcConnection::RcConnection(Qp& qp, roce::TxBatch& tx, transport::Transport& via)
@@ -29,7 +37,8 @@ RcConnection::RcConnection(Qp& qp, roce::TxBatch& tx, transport::Transport& via)
       completer_(*this),
       responder_(*this),
       liveness_(*this),
-      rate_(dcqcn_params(qp.ctx().config)) {}
+      rate_(dcqcn_params(qp.ctx().config), swift_params(qp.ctx().config),
+            {.dcqcn = qp.ctx().config.dcqcn, .delay = qp.ctx().config.delay_control}) {}
 
 wire::PacketView RcConnection::emit(uint8_t opcode, size_t payload_len, uint32_t psn) {
   bump(qp_.counters().tx_packets);
@@ -158,22 +167,28 @@ void RcConnection::arm_pacer_timer() {
 void RcConnection::on_cnp(Nanos now) {
   bump(qp_.ctx().counters.cnps_received);
   bump(qp_.counters().cnps_received);
-  if (!qp_.ctx().config.congestion_control) return;
+  if (!qp_.ctx().config.dcqcn) return;
   rate_.on_cnp(now);
   publish_rate();
 }
 
-// The QP's row in `softrdma status`: the paced rate, 0 when unpaced.
+// The QP's row in `softrdma status`: DCQCN's rate (0 at the line) and the
+// delay control's window (0 before its first sample).
 void RcConnection::publish_rate() {
-  const uint64_t mbps = rate_.paced() ? uint64_t(rate_.dcqcn().rate() * 8'000) : 0;
+  const uint64_t mbps = rate_.dcqcn().limited() ? uint64_t(rate_.dcqcn().rate() * 8'000) : 0;
   qp_.counters().rate_mbps.store(mbps, std::memory_order_relaxed);
+  const Swift& swift = rate_.swift();
+  const uint64_t window = rate_.controls().delay && swift.measured()
+                              ? std::max<uint64_t>(1, uint64_t(swift.window() * 100))
+                              : 0;
+  qp_.counters().window_hundredths.store(window, std::memory_order_relaxed);
 }
 
 // A17.9.1: the notification point answers CE marks with a CNP to the sending QP
 // (this connection's peer), at most one per DCQCN interval.
 void RcConnection::on_congestion_experienced(Nanos now) {
   bump(qp_.ctx().counters.ce_marked_received);
-  if (!qp_.ctx().config.congestion_control || !rate_.cnp_due(now)) return;
+  if (!qp_.ctx().config.dcqcn || !rate_.cnp_due(now)) return;
   wire::PacketView cnp = emit(wire::op::kCnp, wire::op::kCnpReservedBytes, 0);
   cnp.set(wire::bth::kBecn, 1);
   bump(qp_.ctx().counters.cnps_sent);

@@ -37,6 +37,14 @@ struct Resend {
   bool repeat_first = false;
 };
 
+// Packets from `psn` that a window of `window` packets counted from `una` (the
+// oldest unacknowledged) lets go: a resend below the window's edge still goes.
+inline uint32_t space_in_window(uint32_t window, uint32_t psn, uint32_t una) {
+  const int32_t in_flight = wire::psn_diff(psn, una);
+  if (in_flight <= 0) return window;
+  return uint32_t(in_flight) >= window ? 0 : window - uint32_t(in_flight);
+}
+
 class LossRecovery {
  public:
   virtual ~LossRecovery() = default;
@@ -45,11 +53,7 @@ class LossRecovery {
   // Packets from `psn` that may go now, `una` being the oldest unacknowledged: the
   // window counts PSNs from una. Asked per packet, so it reads data the policy
   // keeps current (window_) rather than calling it.
-  uint32_t window_space(uint32_t psn, uint32_t una) const {
-    const int32_t in_flight = wire::psn_diff(psn, una);
-    if (in_flight <= 0) return window_;
-    return in_flight >= int32_t(window_) ? 0 : window_ - uint32_t(in_flight);
-  }
+  uint32_t window_space(uint32_t psn, uint32_t una) const { return space_in_window(window_, psn, una); }
   // The window in force (the requester asks for an ACK at least twice per window).
   uint32_t window() const { return window_; }
   // A loss at `psn` (for a timeout: the oldest unacknowledged PSN); `high` is the

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "wire/psn.h"
+
 namespace softrdma::engine::rc {
 
 namespace {
@@ -108,19 +110,24 @@ Nanos Pacer::next_send(double rate) const {
 
 void RateControl::reset(Nanos now) {
   dcqcn_.reset(now);
+  swift_.reset();
+  stamps_.clear();
+  started_ = false;
   pacer_.reset(now, dcqcn_.params().burst_bytes, dcqcn_.params().burst_time);
   held_ = false;
+  delay_next_ = 0;
+  delay_held_ = false;
   sent_cnp_ = false;
   last_cnp_sent_ = 0;
 }
 
 uint32_t RateControl::packets_allowed(Nanos now, uint32_t packet_bytes) {
-  if (!dcqcn_.limited()) {
+  if (!paced()) {
     held_ = false;
     return UINT32_MAX;
   }
   dcqcn_.advance(now);
-  if (!dcqcn_.limited()) {
+  if (!paced()) {
     held_ = false;
     return UINT32_MAX;
   }
@@ -131,16 +138,62 @@ uint32_t RateControl::packets_allowed(Nanos now, uint32_t packet_bytes) {
 }
 
 void RateControl::on_sent(uint64_t bytes) {
-  if (!dcqcn_.limited()) return;
+  if (!paced()) return;
   pacer_.on_sent(bytes);
   dcqcn_.on_sent(bytes);
   held_ = !pacer_.may_send();
 }
 
+uint32_t RateControl::delay_packets_allowed(Nanos now) {
+  delay_held_ = false;
+  if (!delay_paced()) return UINT32_MAX;
+  delay_held_ = now < delay_next_;
+  return delay_held_ ? 0 : 1;
+}
+
+void RateControl::on_delay_paced_send(Nanos now) {
+  if (!delay_paced()) return;
+  delay_next_ = now + swift_.pacing_interval();
+  delay_held_ = true;
+}
+
+Nanos RateControl::resume_at() const {
+  const Nanos bucket = held_ ? pacer_.next_send(dcqcn_.rate()) : kNever;
+  return std::min(bucket, delay_held_ ? delay_next_ : kNever);
+}
+
 void RateControl::on_cnp(Nanos now) {
-  const bool was_paced = dcqcn_.limited();
+  const bool was_paced = paced();
   dcqcn_.on_cnp(now);
   if (!was_paced) pacer_.reset(now, dcqcn_.params().burst_bytes, dcqcn_.params().burst_time);
+}
+
+void RateControl::on_first_send(uint32_t psn, uint32_t psns, Nanos now) {
+  if (!on_.delay) return;
+  if (!started_) {
+    started_ = true;
+    acked_to_ = psn;  // acknowledgements count from the first PSN sent
+  }
+  stamps_.stamp(psn, psns, now);
+}
+
+void RateControl::on_acknowledged(uint32_t una, Nanos now) {
+  if (!on_.delay) return;
+  if (!started_) return;
+  const int32_t acked = wire::psn_diff(una, acked_to_);
+  if (acked <= 0) return;
+  std::optional<Nanos> rtt;
+  if (const std::optional<Nanos> sent = stamps_.newest_if_all_sent_once(acked_to_, una))
+    rtt = now - *sent;
+  swift_.on_ack(uint32_t(acked), rtt, now);
+  acked_to_ = una;
+}
+
+void RateControl::on_timeout(Nanos now) {
+  if (!on_.delay) return;
+  swift_.on_timeout(now);
+  // Karn's rule: whatever was sent before the timeout times no round trip.
+  stamps_.clear();
 }
 
 bool RateControl::cnp_due(Nanos now) {

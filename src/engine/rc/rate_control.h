@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "engine/clock.h"
+#include "engine/rc/delay_control.h"
 
 namespace softrdma::engine::rc {
 
@@ -94,33 +95,71 @@ class Pacer {
   Nanos last_ = 0;
 };
 
-// A connection's congestion control: the reaction point and its pacer, and the
-// notification point's CNP limit.
+// Which controls a connection runs (DeviceConfig: SOFTRDMA_CONGESTION).
+struct CongestionControls {
+  bool dcqcn = true;  // CNPs cut the rate (and CE marks are answered with CNPs)
+  bool delay = true;  // Swift: the RTT bounds the window (delay_control.h)
+};
+
+// A connection's congestion control: DCQCN's reaction point, Swift's window and
+// the pacer both feed, and the notification point's CNP limit.
 class RateControl {
  public:
-  explicit RateControl(const DcqcnParams& params = {}) : dcqcn_(params) {}
+  explicit RateControl(const DcqcnParams& dcqcn = {}, const SwiftParams& swift = {},
+                       CongestionControls on = {})
+      : dcqcn_(dcqcn), swift_(swift), on_(on) {}
   void reset(Nanos now);
 
-  // Sending (the requester's data packets, the responder's READ responses).
+  // DCQCN's pacing of this side's data (the requester's packets, the responder's
+  // READ responses): the bucket at DCQCN's rate.
   bool paced() const { return dcqcn_.limited(); }
   // Packets of `packet_bytes` that may leave now (UINT32_MAX: not paced), after
   // refreshing the timers and the bucket; 0 holds the sender until resume_at().
   uint32_t packets_allowed(Nanos now, uint32_t packet_bytes);
   void on_sent(uint64_t bytes);
-  // When a sender held by the pacer may go again (kNever when not held).
-  Nanos resume_at() const { return held_ ? pacer_.next_send(dcqcn_.rate()) : kNever; }
-  bool held() const { return held_; }
+  // The delay control's pacing of the requester alone, while its window is below
+  // one packet: one packet per RTT / window (Swift §3.1). The responder's READ
+  // responses are the peer requester's window's to limit.
+  bool delay_paced() const { return on_.delay && swift_.pacing(); }
+  // 1 when the next packet may go now, 0 (held) until resume_at(); UINT32_MAX
+  // when not delay-paced.
+  uint32_t delay_packets_allowed(Nanos now);
+  void on_delay_paced_send(Nanos now);
+  // When a sender held by a pacer may go again (kNever when not held).
+  Nanos resume_at() const;
+  bool held() const { return held_ || delay_held_; }
   void on_cnp(Nanos now);
+
+  // The delay control's view of the requester: packets that may be in flight
+  // (UINT32_MAX when it is off), first sends, resends, acknowledgements, timeouts.
+  uint32_t window() const { return on_.delay ? swift_.packets_in_flight() : UINT32_MAX; }
+  // `psns` PSNs from `psn` left for the first time (a READ request: its responses').
+  void on_first_send(uint32_t psn, uint32_t psns, Nanos now);
+  void on_resent(uint32_t psn) {
+    if (on_.delay) stamps_.forget(psn);
+  }
+  // Everything before `una` is acknowledged.
+  void on_acknowledged(uint32_t una, Nanos now);
+  void on_timeout(Nanos now);
 
   // Receiving a CE-marked packet: true when a CNP is due (at most one per interval).
   bool cnp_due(Nanos now);
 
   const Dcqcn& dcqcn() const { return dcqcn_; }
+  const Swift& swift() const { return swift_; }
+  const CongestionControls& controls() const { return on_; }
 
  private:
   Dcqcn dcqcn_;
+  Swift swift_;
+  const CongestionControls on_;
   Pacer pacer_;
+  SendStamps stamps_;
+  uint32_t acked_to_ = 0;   // una at the last acknowledgement
+  bool started_ = false;    // a first send set acked_to_
   bool held_ = false;       // a sender found the bucket empty
+  Nanos delay_next_ = 0;    // when the delay-paced requester may send again
+  bool delay_held_ = false;
   Nanos last_cnp_sent_ = 0;
   bool sent_cnp_ = false;
 };

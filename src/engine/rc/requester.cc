@@ -48,8 +48,11 @@ bool Requester::run(Nanos now) {
   // other QPs' work (Device::want_tx), so one large message neither holds the
   // engine nor floods the peer's socket buffer in one go.
   burst_left_ = qp.ctx().config.max_unacked_packets;
-  const bool paced = conn_.rate().paced();
-  pace_left_ = conn_.rate().packets_allowed(now, paced_packet_bytes(conn_.path()));
+  run_now_ = now;
+  RateControl& rate = conn_.rate();
+  const bool paced = rate.paced() || rate.delay_paced();
+  pace_left_ = std::min(rate.packets_allowed(now, paced_packet_bytes(conn_.path())),
+                        rate.delay_packets_allowed(now));
   Ring<SendWqe>& sq = qp.sq();
   // The completer may have popped WQEs a rewind had pointed us back to (a late
   // RNR NAK): never walk from before the head.
@@ -149,11 +152,14 @@ bool Requester::start_on_wire(SendWqe& wqe) {
   return true;
 }
 
-// Packets from `psn` on that may go now: the loss recovery's window (UC: the
-// turn's burst, nothing acknowledges).
+// Packets from `psn` on that may go now: the loss recovery's window and the delay
+// control's (rate_control.h), both from una (UC: the turn's burst, nothing
+// acknowledges), within what the pacer allows.
 uint32_t Requester::window_space(uint32_t psn) const {
   if (!conn_.acknowledged()) return std::min(burst_left_, pace_left_);
-  return std::min(pace_left_, conn_.recovery().window_space(psn, conn_.completer().una_psn()));
+  const uint32_t una = conn_.completer().una_psn();
+  return std::min({pace_left_, conn_.recovery().window_space(psn, una),
+                   space_in_window(conn_.rate().window(), psn, una)});
 }
 
 // `psns`: how many PSNs the packet stands for (a READ request: its responses).
@@ -162,13 +168,16 @@ void Requester::count_send(uint32_t psn, uint32_t psns) {
   if (pace_left_ != UINT32_MAX) {
     if (pace_left_ > 0) --pace_left_;
     conn_.rate().on_sent(paced_packet_bytes(conn_.path()));
+    conn_.rate().on_delay_paced_send(run_now_);
   }
   if (psn_before(psn, high_psn_)) {
     bump(conn_.qp().ctx().counters.retransmitted_packets);
     bump(conn_.qp().counters().retransmitted_packets);
     conn_.recovery().on_resent(psn, high_psn_);
+    conn_.rate().on_resent(psn);
   } else if (conn_.acknowledged()) {
     conn_.completer().on_first_send(psn);
+    conn_.rate().on_first_send(psn, psns, run_now_);
   }
   const uint32_t end = psn_add(psn, psns);
   if (psn_before(high_psn_, end)) high_psn_ = end;
@@ -246,7 +255,8 @@ bool Requester::send_data_packet(SendWqe& wqe) {
   // IBA 9.7.5.1.4: AckReq at least twice per window, or a window smaller than the
   // interval would wait for the ACK timer (a gentle restart's: every packet).
   const uint32_t interval =
-      std::max<uint32_t>(1, std::min(config.ack_request_interval, conn_.recovery().window() / 2));
+      std::max<uint32_t>(1, std::min({config.ack_request_interval, conn_.recovery().window() / 2,
+                                      conn_.rate().window() / 2}));
   const bool last = info.is(kOpLast);
   // UC asks for no ACK (IBA 9.8: AckReq is 0; so do Soft-RoCE's UC captures).
   p.set(bth::kAckReq, conn_.acknowledged() && (last || (index + 1) % interval == 0));

@@ -112,6 +112,7 @@ class Requester {
   uint32_t burst_left_ = 0;  // UC: packets this run may still send
   // Data packets the pacer lets this run send (rate_control.h); UINT32_MAX: unpaced.
   uint32_t pace_left_ = UINT32_MAX;
+  Nanos run_now_ = 0;  // the time of this run: when its first sends left
 };
 
 }  // namespace softrdma::engine::rc

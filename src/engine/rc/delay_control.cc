@@ -1,0 +1,94 @@
+#include "engine/rc/delay_control.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "wire/psn.h"
+
+namespace softrdma::engine::rc {
+
+Swift::Swift(const SwiftParams& params) : p_(params) {
+  // Swift §3.4: the scaling is range at flow_scaling_min_window and 0 at
+  // flow_scaling_max_window, linear in 1/sqrt(window) between.
+  const double span = 1 / std::sqrt(p_.flow_scaling_min_window) -
+                      1 / std::sqrt(p_.flow_scaling_max_window);
+  fs_alpha_ = double(p_.flow_scaling_range) / span;
+  fs_beta_ = -fs_alpha_ / std::sqrt(p_.flow_scaling_max_window);
+  reset();
+}
+
+void Swift::reset() {
+  window_ = p_.max_window;  // a new connection starts at the loss recovery's window
+  base_rtt_ = 0;
+  rtt_ = 0;
+  last_decrease_ = 0;
+  rtt_at_decrease_ = 0;
+  decreased_ = false;
+}
+
+Nanos Swift::target() const {
+  const double scaling = std::clamp(fs_alpha_ / std::sqrt(window_) + fs_beta_, 0.0,
+                                    double(p_.flow_scaling_range));
+  return base_rtt_ + p_.target_queueing + Nanos(scaling);
+}
+
+// Swift §3.1 (its Algorithm 1, "On receiving ACK").
+void Swift::on_ack(uint32_t acked, std::optional<Nanos> rtt, Nanos now) {
+  if (rtt) {
+    rtt_ = std::max<Nanos>(1, *rtt);
+    if (base_rtt_ == 0 || rtt_ < base_rtt_) base_rtt_ = rtt_;
+  }
+  if (base_rtt_ == 0 || acked == 0) return;  // nothing timed yet: nothing to compare
+  const Nanos target_delay = target();
+  if (rtt_ < target_delay) {
+    // Additive increase of additive_increase per window's worth of ACKs.
+    const double step = p_.additive_increase * double(acked);
+    window_ += window_ >= 1 ? step / window_ : step;
+  } else if (rtt && may_decrease(now)) {
+    // Only a fresh sample decreases: an old one was already acted on.
+    const double excess = double(rtt_ - target_delay) / double(rtt_);
+    decrease(std::max(1 - p_.beta * excess, 1 - p_.max_decrease), now);
+  }
+  clamp();
+}
+
+void Swift::on_timeout(Nanos now) {
+  if (window_ <= 1 || !may_decrease(now)) return;
+  decrease(1 - p_.max_decrease, now);
+  window_ = std::max(window_, 1.0);
+  clamp();
+}
+
+Nanos Swift::pacing_interval() const {
+  const Nanos rtt = rtt_ != 0 ? rtt_ : base_rtt_;
+  return Nanos(double(rtt) / window_);
+}
+
+void Swift::decrease(double factor, Nanos now) {
+  window_ *= factor;
+  last_decrease_ = now;
+  rtt_at_decrease_ = rtt_;
+  decreased_ = true;
+}
+
+void Swift::clamp() { window_ = std::clamp(window_, p_.min_window, p_.max_window); }
+
+void SendStamps::stamp(uint32_t psn, uint32_t count, Nanos now) {
+  for (uint32_t i = 0; i < std::min(count, kSlots); ++i) {
+    const uint32_t p = wire::psn_add(psn, i);
+    slots_[p % kSlots] = {p, now};
+  }
+}
+
+std::optional<Nanos> SendStamps::newest_if_all_sent_once(uint32_t from, uint32_t to) const {
+  const int32_t count = wire::psn_diff(to, from);
+  if (count <= 0 || count > int32_t(kSlots)) return std::nullopt;
+  for (int32_t i = 0; i < count; ++i) {
+    const uint32_t psn = wire::psn_add(from, i);
+    const Slot& s = slots_[psn % kSlots];
+    if (s.psn != psn || s.sent == kUnstamped) return std::nullopt;
+  }
+  return slots_[wire::psn_add(to, -1) % kSlots].sent;
+}
+
+}  // namespace softrdma::engine::rc

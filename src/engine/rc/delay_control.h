@@ -1,0 +1,126 @@
+// Sender-side, delay-based congestion control of an RC connection (docs/decisions/
+// congestion-control.md, "Delay"): Swift (Kumar et al., "Swift: Delay is Simple and
+// Effective for Congestion Control in the Datacenter", SIGCOMM 2020, §3).
+//
+// DCQCN needs a peer that answers CE marks with CNPs and a fabric that marks; Linux
+// rxe sends no CNPs and most networks do not mark. Swift needs neither: the sender
+// times its own packets' acknowledgements and keeps the round trip near a target
+// by a congestion window (packets in flight):
+//   - below the target, additive increase: `additive_increase` packets per RTT;
+//   - above it, multiplicative decrease in proportion to the excess, at most
+//     `max_decrease` and at most once per RTT;
+//   - below one packet, the window becomes a pacing interval (RTT / window).
+// Loss by itself is not congestion (issue 28: random loss must not collapse the
+// rate): only a retransmission timeout cuts the window, once per RTT, and never
+// below one packet (pacing is for the queueing the delay shows).
+//
+// The target is the path's base RTT (the least measured on this connection: a
+// software path's fixed delay is not known in advance as a NIC fabric's is) plus
+// `target_queueing`, plus Swift's flow-based scaling: a smaller window gets a
+// larger target (α/√window + β, within [0, flow_scaling_range]), so that many flows
+// through one queue converge to fair shares instead of all cutting at once.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+
+#include "engine/clock.h"
+
+namespace softrdma::engine::rc {
+
+struct SwiftParams {
+  double additive_increase = 1.0;     // packets per RTT
+  double beta = 0.8;                  // decrease per unit of relative excess delay
+  double max_decrease = 0.5;          // Swift's max_mdf: never below half per cut
+  // Packets: one per 10 RTTs at the least. Swift's 0.001 serves thousands of flows
+  // into one port at microsecond RTTs; a software path's RTT sample can be a
+  // scheduler's milliseconds, and RTT / window is how long the next packet waits.
+  double min_window = 0.1;
+  double max_window = 64;             // packets: the loss recovery's window
+  Nanos target_queueing = 200'000;    // queueing delay allowed above the base RTT
+  Nanos flow_scaling_range = 200'000; // the most flow scaling adds to the target
+  double flow_scaling_min_window = 0.1;   // a window this small gets all of the range
+  double flow_scaling_max_window = 100;   // ... this large, none of it
+};
+
+class Swift {
+ public:
+  explicit Swift(const SwiftParams& params = {});
+  void reset();
+
+  // An acknowledgement released `acked` packets; `rtt`, when timed, is the round
+  // trip of the newest of them.
+  void on_ack(uint32_t acked, std::optional<Nanos> rtt, Nanos now);
+  // The retransmission timer expired: the path is in trouble beyond a random loss.
+  void on_timeout(Nanos now);
+
+  double window() const { return window_; }
+  // Packets that may be unacknowledged: the window, at least one.
+  uint32_t packets_in_flight() const { return window_ < 1 ? 1 : uint32_t(window_); }
+  // Below one packet per RTT the sender is paced instead.
+  bool pacing() const { return window_ < 1; }
+  // While pacing, the time between two packets: RTT / window (Swift §3.1).
+  Nanos pacing_interval() const;
+  // The delay the window aims for (the base RTT + the queueing target + scaling).
+  Nanos target() const;
+  bool measured() const { return base_rtt_ != 0; }
+  Nanos base_rtt() const { return base_rtt_; }
+  Nanos last_rtt() const { return rtt_; }
+  const SwiftParams& params() const { return p_; }
+
+ private:
+  // Once per RTT: the round trip measured when the last cut was made, so that
+  // the cut's effect is seen before the next (a larger sample since must not hold
+  // off the next cut by itself).
+  bool may_decrease(Nanos now) const {
+    return !decreased_ || now - last_decrease_ >= rtt_at_decrease_;
+  }
+  void decrease(double factor, Nanos now);
+  void clamp();
+
+  SwiftParams p_;
+  double fs_alpha_ = 0;  // flow scaling: target += fs_alpha_ / sqrt(window) + fs_beta_
+  double fs_beta_ = 0;
+  double window_ = 0;
+  Nanos base_rtt_ = 0;  // the least RTT measured; 0: none yet
+  Nanos rtt_ = 0;       // the latest
+  Nanos last_decrease_ = 0;
+  Nanos rtt_at_decrease_ = 0;
+  bool decreased_ = false;
+};
+
+// When each PSN sent for the first time left, so that an acknowledgement can be
+// timed by the newest packet it acknowledges (the one that asked for it: its RTT
+// is path delay and queueing, not the wait for a coalesced ACK). A ring indexed by
+// PSN, each slot tagged with its PSN.
+//
+// Karn's rule, extended to the whole acknowledgement: an ACK that covers a PSN
+// resent (or not stamped: overwritten a ring later, cleared by a timeout) times
+// nothing, because a cumulative ACK held back by a hole measures how long the hole
+// took to repair, not the path: random loss must not read as queueing.
+class SendStamps {
+ public:
+  static constexpr uint32_t kSlots = 256;
+
+  // PSNs [psn, psn + count) left at `now` (a READ request stands for its responses).
+  void stamp(uint32_t psn, uint32_t count, Nanos now);
+  void forget(uint32_t psn) {
+    Slot& s = slots_[psn % kSlots];
+    if (s.psn == psn) s.sent = kUnstamped;
+  }
+  void clear() { slots_.fill({}); }
+  // The send time of the PSN before `to` when every PSN of [from, to) was stamped
+  // (sent once); none otherwise, or when the range exceeds the ring.
+  std::optional<Nanos> newest_if_all_sent_once(uint32_t from, uint32_t to) const;
+
+ private:
+  static constexpr Nanos kUnstamped = -1;
+  struct Slot {
+    uint32_t psn = 0;
+    Nanos sent = kUnstamped;
+  };
+  std::array<Slot, kSlots> slots_{};
+};
+
+}  // namespace softrdma::engine::rc
