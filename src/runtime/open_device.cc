@@ -123,7 +123,12 @@ std::unique_ptr<OpenDevice> OpenDevice::open(const Settings& settings, std::stri
     // hands over; the transport only holds the address and GID table.
     transport::tcp::CloseTiming timing;
     timing.exit_waits = settings.progress_thread;  // the loop sends held FINs at exit
-    node->streams_ = transport::tcp::TcpStreams::open(node->transport_->local_gid(), error, timing);
+    // SOFTRDMA_IDLE_PROBE_MS is the idle spell before a silent peer is probed, for
+    // a stream (TCP keepalive, whole seconds) as for a RoCE QP; 0: never.
+    transport::tcp::PeerLiveness liveness;
+    liveness.idle_s = int((settings.idle_probe_ms + 999) / 1000);
+    node->streams_ = transport::tcp::TcpStreams::open(node->transport_->local_gid(), error,
+                                                      timing, liveness);
     if (!node->streams_) return nullptr;
     family = engine::iwarp::IwarpFamily::maker(*node->streams_);
   }

@@ -62,8 +62,29 @@ void TcpStreams::reset_if_abandoned(int fd, bool on) {
   ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &option, sizeof option);
 }
 
+// MPA (RFC 5044) has no liveness of its own: a connection ends as its TCP stream
+// does, and TCP left alone never notices a peer that went silent while the
+// connection was idle: a FIN lost just before the peer's host stopped (a VM
+// powered off under 2 % loss) left rping's server waiting for DISCONNECTED for ever. An RNIC's TCP probes an idle
+// connection (Chelsio's iw_cxgb4 asks its offloaded connections for KEEP_ALIVE),
+// and softrdma's RoCE QPs probe an idle peer (engine/rc/liveness.h): iWARP's
+// streams do it with the kernel's keepalive, and bound unacknowledged bytes the
+// same, so a dead peer ends the stream (kClosed, ETIMEDOUT) and the QP is lost.
+void TcpStreams::watch_peer(int fd) const {
+  if (liveness_.idle_s <= 0) return;
+  const int on = 1, idle = liveness_.idle_s, probes = std::max(liveness_.probes, 1);
+  const unsigned bound_ms = unsigned(liveness_.bound_ms());
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &idle, sizeof idle);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
+  // tcp(7): with keepalive on, TCP_USER_TIMEOUT also decides when unanswered
+  // probes end the connection, as it decides for unacknowledged bytes.
+  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &bound_ms, sizeof bound_ms);
+}
+
 std::unique_ptr<TcpStreams> TcpStreams::open(const Gid& address, std::string& why,
-                                             CloseTiming timing) {
+                                             CloseTiming timing, PeerLiveness liveness) {
   const int epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
   if (epoll_fd < 0) {
     why = std::string("epoll_create1: ") + std::strerror(errno);
@@ -79,7 +100,8 @@ std::unique_ptr<TcpStreams> TcpStreams::open(const Gid& address, std::string& wh
     ::close(epoll_fd);
     return nullptr;
   }
-  return std::unique_ptr<TcpStreams>(new TcpStreams(address, epoll_fd, timer_fd, timing));
+  return std::unique_ptr<TcpStreams>(
+      new TcpStreams(address, epoll_fd, timer_fd, timing, liveness));
 }
 
 // Streams still open close at once; those closing gracefully get to finish.
@@ -136,6 +158,7 @@ StreamId TcpStreams::add(int fd, bool connecting, const Gid& peer, uint16_t peer
     return kNoStream;
   }
   reset_if_abandoned(fd, true);
+  watch_peer(fd);
   connections_[id] = Connection{fd, connecting, peer, peer_port};
   return id;
 }

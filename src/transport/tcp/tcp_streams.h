@@ -24,11 +24,26 @@ struct CloseTiming {
   bool exit_waits = false;
 };
 
+// How a connection notices a peer that went away without a word: its host
+// powered off or cut off, its FIN or RST lost on the way (tcp_streams.cc,
+// watch_peer). After `idle_s` seconds of silence TCP keepalive probes the peer
+// every `idle_s`; a peer silent for bound_ms() — probes unanswered, or bytes
+// unacknowledged (TCP_USER_TIMEOUT) — ends the stream: kClosed, ETIMEDOUT.
+// `idle_s` 0: the kernel's defaults (no keepalive; unacknowledged bytes are
+// retransmitted for about 15 minutes, tcp_retries2), a dead idle peer never noticed.
+struct PeerLiveness {
+  int idle_s = 1;
+  // As an RC QP's retry budget: retry_cnt 7 and the first try (IBA 9.7.6.1.3).
+  int probes = 8;
+  constexpr int bound_ms() const { return (1 + probes) * idle_s * 1000; }
+};
+
 class TcpStreams final : public StreamTransport {
  public:
   // Serves `address` (an IPv4-mapped or IPv6 GID); null and why when epoll fails.
   static std::unique_ptr<TcpStreams> open(const Gid& address, std::string& why,
-                                          CloseTiming timing = {});
+                                          CloseTiming timing = {},
+                                          PeerLiveness liveness = {});
   ~TcpStreams() override;
   TcpStreams(const TcpStreams&) = delete;
   TcpStreams& operator=(const TcpStreams&) = delete;
@@ -62,9 +77,13 @@ class TcpStreams final : public StreamTransport {
   };
   void watch(StreamId id, const Connection& c);
   StreamEvent writable(StreamId id, Connection& c);
-  TcpStreams(const Gid& address, int epoll_fd, int timer_fd, CloseTiming timing)
-      : address_(address), epoll_fd_(epoll_fd), timer_fd_(timer_fd), timing_(timing) {}
+  TcpStreams(const Gid& address, int epoll_fd, int timer_fd, CloseTiming timing,
+             PeerLiveness liveness)
+      : address_(address), epoll_fd_(epoll_fd), timer_fd_(timer_fd), timing_(timing),
+        liveness_(liveness) {}
   StreamId add(int fd, bool connecting, const Gid& peer, uint16_t peer_port);
+  // Keepalive and TCP_USER_TIMEOUT on a stream's socket, as liveness_ says.
+  void watch_peer(int fd) const;
   // SO_LINGER 0 on a live stream's socket, so that it resets when the process
   // dies; off when the stream is closed (tcp_streams.cc).
   static void reset_if_abandoned(int fd, bool on);
@@ -97,6 +116,7 @@ class TcpStreams final : public StreamTransport {
   int epoll_fd_;
   int timer_fd_;  // timerfd, in epoll_fd_: the earliest Closing::due()
   CloseTiming timing_;
+  PeerLiveness liveness_;
   std::map<uint16_t, int> listeners_;         // port -> fd
   std::map<StreamId, Connection> connections_;
   std::map<int, Closing> closing_;  // by fd
