@@ -53,7 +53,9 @@ class LossRecovery {
   // Packets from `psn` that may go now, `una` being the oldest unacknowledged: the
   // window counts PSNs from una. Asked per packet, so it reads data the policy
   // keeps current (window_) rather than calling it.
-  uint32_t window_space(uint32_t psn, uint32_t una) const { return space_in_window(window_, psn, una); }
+  uint32_t window_space(uint32_t psn, uint32_t una) const {
+    return space_in_window(window_, psn, una);
+  }
   // The window in force (the requester asks for an ACK at least twice per window).
   uint32_t window() const { return window_; }
   // A loss at `psn` (for a timeout: the oldest unacknowledged PSN); `high` is the

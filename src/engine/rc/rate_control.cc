@@ -134,7 +134,9 @@ uint32_t RateControl::packets_allowed(Nanos now, uint32_t packet_bytes) {
   pacer_.refill(now, dcqcn_.rate());
   const uint64_t bytes = pacer_.tokens();
   held_ = bytes == 0;
-  return bytes == 0 ? 0 : uint32_t(std::min<uint64_t>(UINT32_MAX - 1, (bytes + packet_bytes - 1) / packet_bytes));
+  return bytes == 0 ? 0
+                    : uint32_t(std::min<uint64_t>(UINT32_MAX - 1,
+                                                  (bytes + packet_bytes - 1) / packet_bytes));
 }
 
 void RateControl::on_sent(uint64_t bytes) {
