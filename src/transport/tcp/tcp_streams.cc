@@ -66,8 +66,9 @@ void TcpStreams::reset_if_abandoned(int fd, bool on) {
 // does, and TCP left alone never notices a peer that went silent while the
 // connection was idle: a FIN lost just before the peer's host stopped (a VM
 // powered off under 2 % loss) left rping's server waiting for DISCONNECTED for
-// ever. An RNIC's TCP probes an idle connection (Chelsio's iw_cxgb4 asks its offloaded connections for KEEP_ALIVE),
-// and softrdma's RoCE QPs probe an idle peer (engine/rc/liveness.h): iWARP's
+// ever. An RNIC's TCP probes an idle connection (Chelsio's iw_cxgb4 asks its
+// offloaded connections for KEEP_ALIVE), and softrdma's RoCE QPs probe an idle
+// peer (engine/rc/liveness.h): iWARP's
 // streams do it with the kernel's keepalive, and bound unacknowledged bytes the
 // same, so a dead peer ends the stream (kClosed, ETIMEDOUT) and the QP is lost.
 void TcpStreams::watch_peer(int fd) const {
