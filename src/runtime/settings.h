@@ -72,8 +72,9 @@ struct Settings {
   bool dcqcn = true;
   bool delay_control = true;
   // SOFTRDMA_TARGET_DELAY_US: the queueing delay the delay control allows above the
-  // base round trip (1..1000000).
-  uint32_t target_delay_us = 200;
+  // base round trip (1..1000000; docs/decisions/congestion-control.md "Tuning the
+  // delay": a software path's round trips jitter by hundreds of microseconds).
+  uint32_t target_delay_us = 500;
   // SOFTRDMA_LINE_RATE_GBPS: where DCQCN starts a connection and recovers it to.
   uint32_t line_rate_gbps = 40;
   // SOFTRDMA_IDLE_PROBE_MS: an RC QP that has nothing outstanding and has heard

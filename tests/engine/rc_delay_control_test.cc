@@ -1,6 +1,7 @@
 // The delay-based congestion control of an RC requester, as a role (rc_role_fixture.h):
 // the round trip of its own packets' ACKs bounds how many it keeps in flight
-// (Swift; delay_control.h). The default target: the base RTT + 200 us.
+// (Swift; delay_control.h). The role's target: the base RTT + 200 us (RoleOptions),
+// plus up to 400 us of flow scaling.
 #include <gtest/gtest.h>
 
 #include "engine/rc_role_fixture.h"

@@ -30,6 +30,7 @@ void RcRoleTest::open(const RoleOptions& options) {
   DeviceConfig config;
   config.line_rate_bytes_per_ns = options.line_rate_bytes_per_ns;
   config.delay_control = options.delay_control;
+  config.target_queueing_ns = options.target_queueing;
   device_ = std::make_unique<Device>(config, *transport_, roce::RoceFamily::maker(), clock_);
   int err = 0;
   pd_ = device_->alloc_pd(err);

@@ -29,6 +29,7 @@ struct RoleOptions {
   uint32_t rq_psn = 5000;     // the first request PSN it expects from the peer
   double line_rate_bytes_per_ns = 5.0;  // DCQCN's line rate (DeviceConfig)
   bool delay_control = true;            // Swift (DeviceConfig)
+  Nanos target_queueing = 200'000;      // ... and its target above the base RTT
 };
 
 // A packet from the peer, laid out by wire::build_packet; set its fields through

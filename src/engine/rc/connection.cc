@@ -21,7 +21,10 @@ SwiftParams swift_params(const DeviceConfig& config) {
   SwiftParams p;
   p.max_window = config.max_unacked_packets;
   p.target_queueing = config.target_queueing_ns;
-  p.flow_scaling_range = config.target_queueing_ns;
+  // Twice the target (Swift's fs_range is a multiple of its base target): with
+  // the target alone, six flows into one port settled at Jain 0.88 (congestion-
+  // control.md, "Tuning the delay").
+  p.flow_scaling_range = 2 * config.target_queueing_ns;
   return p;
 }
 }  // namespace
