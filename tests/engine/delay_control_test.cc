@@ -16,6 +16,7 @@ SwiftParams params() {
   p.max_window = 64;
   p.target_queueing = 200 * kUs;
   p.flow_scaling_range = 200 * kUs;
+  p.rounds_to_compete = 1000;  // the delay alone (competing: its own test)
   return p;
 }
 
@@ -92,6 +93,57 @@ TEST(SwiftTest, ATimeoutHalvesTheWindowOncePerRttButNeverBelowOnePacket) {
   for (int i = 0; i < 10; ++i) swift.on_timeout(now += 200 * kUs);
   EXPECT_DOUBLE_EQ(swift.window(), 1);
   EXPECT_FALSE(swift.pacing());
+}
+
+// Copa's competitive mode: a loss-based flow keeps the queue above the target
+// however far this window falls.
+TEST(SwiftTest, AtTheFloorWithTheQueueStillHighTheWindowCompetesAsTcpDoes) {
+  SwiftParams p = params();
+  p.rounds_to_compete = 4;
+  p.compete_rounds = 10;
+  Swift swift(p);
+  Nanos now = 0;
+  swift.on_ack(1, 100 * kUs, now);
+  const Nanos high = 3'000 * kUs;  // a full buffer's round trip, far above the target
+  while (swift.window() > 1) swift.on_ack(1, high, now += high);
+  // Four more cuts at one packet or below with the delay still high: it competes.
+  for (int i = 0; i < 3; ++i) swift.on_ack(1, high, now += high);
+  EXPECT_FALSE(swift.competing());
+  const double floor_window = swift.window();
+  swift.on_ack(1, high, now += high);
+  ASSERT_TRUE(swift.competing());
+  EXPECT_DOUBLE_EQ(swift.window(), floor_window);  // the fourth is not a cut
+  // Competing: one packet per window acknowledged, whatever the delay ...
+  swift.on_ack(1, high, now += high / 4);
+  EXPECT_DOUBLE_EQ(swift.window(), floor_window + 1);
+  for (int i = 0; i < 8; ++i) swift.on_ack(uint32_t(swift.window()), high, now += high / 4);
+  const double grown = swift.window();
+  EXPECT_GT(grown, 4);
+  // ... and half on a loss, once per round trip (a NAK, a SACK's gap).
+  swift.on_loss(now);
+  EXPECT_DOUBLE_EQ(swift.window(), grown / 2);
+  swift.on_loss(now + high / 2);
+  EXPECT_DOUBLE_EQ(swift.window(), grown / 2);
+  // A round trip below the target: the other flow is gone, the delay rules again.
+  swift.on_ack(1, 200 * kUs, now += 200 * kUs);
+  EXPECT_FALSE(swift.competing());
+  swift.on_loss(now += high);
+  EXPECT_NEAR(swift.window(), grown / 2 + 1 / (grown / 2), 1e-9);  // no cut
+}
+
+TEST(SwiftTest, CompetingEndsAfterItsRoundTripsToTryTheDelayAgain) {
+  SwiftParams p = params();
+  p.rounds_to_compete = 1;
+  p.compete_rounds = 10;
+  Swift swift(p);
+  Nanos now = 0;
+  swift.on_ack(1, 100 * kUs, now);
+  const Nanos high = 3'000 * kUs;
+  while (!swift.competing()) swift.on_ack(1, high, now += high);
+  swift.on_ack(1, high, now += 9 * high);
+  EXPECT_TRUE(swift.competing());
+  swift.on_ack(1, high, now += 2 * high);  // ten round trips since it began
+  EXPECT_FALSE(swift.competing());
 }
 
 TEST(SwiftTest, TheWindowStaysBetweenItsBounds) {

@@ -28,18 +28,13 @@
 
 #include <gtest/gtest.h>
 
+#include "transport/fake/fake_network.h"
 #include "transport/tcp/tcp_streams.h"
 
 namespace softrdma::transport::tcp {
 namespace {
 
-Gid loopback(uint8_t last) {
-  Gid g{};
-  g[10] = g[11] = 0xff;
-  g[12] = 127;
-  g[15] = last;
-  return g;
-}
+Gid loopback(uint8_t last) { return fake::ipv4_gid(127, 0, 0, last); }
 
 // Sets the loopback interface of `control`'s namespace up or down; 0 or an errno.
 int set_loopback(int control, bool up) {

@@ -24,17 +24,12 @@
 
 #include "support/eventually.h"
 #include "support/loopback_listener.h"
+#include "transport/fake/fake_network.h"
 
 namespace softrdma::transport::tcp {
 namespace {
 
-Gid loopback(uint8_t last) {
-  Gid g{};
-  g[10] = g[11] = 0xff;
-  g[12] = 127;
-  g[15] = last;
-  return g;
-}
+Gid loopback(uint8_t last) { return fake::ipv4_gid(127, 0, 0, last); }
 
 // Waits (rx_fd, at most ~10 s: a liveness guard, not a timing assertion) until
 // `streams` reports an event of `kind`, and returns it; kClosed with error -1 if

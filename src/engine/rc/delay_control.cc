@@ -24,6 +24,9 @@ void Swift::reset() {
   last_decrease_ = 0;
   rtt_at_decrease_ = 0;
   decreased_ = false;
+  rounds_at_floor_ = 0;
+  competing_ = false;
+  compete_until_ = 0;
 }
 
 Nanos Swift::target() const {
@@ -39,16 +42,44 @@ void Swift::on_ack(uint32_t acked, std::optional<Nanos> rtt, Nanos now) {
     if (base_rtt_ == 0 || rtt_ < base_rtt_) base_rtt_ = rtt_;
   }
   if (base_rtt_ == 0 || acked == 0) return;  // nothing timed yet: nothing to compare
-  const Nanos target_delay = target();
-  if (rtt_ < target_delay) {
-    // Additive increase of additive_increase per window's worth of ACKs.
-    const double step = p_.additive_increase * double(acked);
-    window_ += window_ >= 1 ? step / window_ : step;
-  } else if (rtt && may_decrease(now)) {
-    // Only a fresh sample decreases: an old one was already acted on.
-    const double excess = double(rtt_ - target_delay) / double(rtt_);
-    decrease(std::max(1 - p_.beta * excess, 1 - p_.max_decrease), now);
+  if (competing_ && now >= compete_until_) competing_ = false;  // try the delay again
+  if (rtt_ < target()) {
+    competing_ = false;
+    rounds_at_floor_ = 0;
+    increase(acked);
+  } else if (competing_) {
+    increase(acked);  // Copa's competitive mode: as TCP, whatever the delay
+  } else if (rtt) {
+    above_target(now);  // only a fresh sample cuts: an old one was acted on
   }
+  clamp();
+}
+
+// Additive increase of additive_increase per window's worth of ACKs.
+void Swift::increase(uint32_t acked) {
+  const double step = p_.additive_increase * double(acked);
+  window_ += window_ >= 1 ? step / window_ : step;
+}
+
+// Swift's multiplicative decrease by the excess, once per RTT; a cut at one packet
+// or below with the delay still above the target counts toward competing.
+void Swift::above_target(Nanos now) {
+  if (!may_decrease(now)) return;
+  rounds_at_floor_ = window_ <= 1 ? rounds_at_floor_ + 1 : 0;
+  if (rounds_at_floor_ >= p_.rounds_to_compete) {
+    competing_ = true;
+    rounds_at_floor_ = 0;
+    compete_until_ = now + Nanos(p_.compete_rounds) * rtt_;
+    return;
+  }
+  const double excess = double(rtt_ - target()) / double(rtt_);
+  decrease(std::max(1 - p_.beta * excess, 1 - p_.max_decrease), now);
+}
+
+void Swift::on_loss(Nanos now) {
+  if (!competing_ || !may_decrease(now)) return;
+  decrease(1 - p_.max_decrease, now);  // Reno: half, once per round trip
+  window_ = std::max(window_, 1.0);
   clamp();
 }
 

@@ -14,6 +14,16 @@
 // rate): only a retransmission timeout cuts the window, once per RTT, and never
 // below one packet (pacing is for the queueing the delay shows).
 //
+// Beside a loss-based flow (TCP keeps a shallow buffer full) the round trip
+// never comes down to the target and a delay-based window yields everything. As
+// Copa (Arun and Balakrishnan, NSDI 2018, §2.2 "competitive mode") does, the
+// window then competes: when it has sat at one packet or below for
+// `rounds_to_compete` cuts with the round trip still above the target, the
+// queue is not this flow's to drain; until the round trip falls below the target
+// again (the other flow left), or `compete_rounds` round trips have passed (then
+// it tries the delay again), the window grows by one packet per round trip
+// whatever the delay and halves on a loss, once per round trip, as TCP Reno does.
+//
 // The target is the path's base RTT (the least measured on this connection: a
 // software path's fixed delay is not known in advance as a NIC fabric's is) plus
 // `target_queueing`, plus Swift's flow-based scaling: a smaller window gets a
@@ -42,6 +52,8 @@ struct SwiftParams {
   Nanos flow_scaling_range = 1'000'000; // the most flow scaling adds to the target
   double flow_scaling_min_window = 0.1;   // a window this small gets all of the range
   double flow_scaling_max_window = 100;   // ... this large, none of it
+  uint32_t rounds_to_compete = 4;  // cuts at the floor before competing
+  uint32_t compete_rounds = 64;    // round trips of competing before trying the delay
 };
 
 class Swift {
@@ -54,6 +66,10 @@ class Swift {
   void on_ack(uint32_t acked, std::optional<Nanos> rtt, Nanos now);
   // The retransmission timer expired: the path is in trouble beyond a random loss.
   void on_timeout(Nanos now);
+  // A loss was found (a NAK, a SACK's gap): a cut only while competing.
+  void on_loss(Nanos now);
+  // Competing with a loss-based flow (see above).
+  bool competing() const { return competing_; }
 
   double window() const { return window_; }
   // Packets that may be unacknowledged: the window, at least one.
@@ -78,6 +94,8 @@ class Swift {
   }
   void decrease(double factor, Nanos now);
   void clamp();
+  void above_target(Nanos now);
+  void increase(uint32_t acked);
 
   SwiftParams p_;
   double fs_alpha_ = 0;  // flow scaling: target += fs_alpha_ / sqrt(window) + fs_beta_
@@ -88,6 +106,9 @@ class Swift {
   Nanos last_decrease_ = 0;
   Nanos rtt_at_decrease_ = 0;
   bool decreased_ = false;
+  uint32_t rounds_at_floor_ = 0;  // cuts in a row made at one packet or below
+  bool competing_ = false;
+  Nanos compete_until_ = 0;
 };
 
 // When each PSN sent for the first time left, so that an acknowledgement can be

@@ -141,6 +141,10 @@ class RateControl {
   // Everything before `una` is acknowledged.
   void on_acknowledged(uint32_t una, Nanos now);
   void on_timeout(Nanos now);
+  // A loss found by a NAK or a SACK (not a timeout).
+  void on_loss(Nanos now) {
+    if (on_.delay) swift_.on_loss(now);
+  }
 
   // Receiving a CE-marked packet: true when a CNP is due (at most one per interval).
   bool cnp_due(Nanos now);
