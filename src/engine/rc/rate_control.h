@@ -128,6 +128,8 @@ class RateControl {
   // When a sender held by a pacer may go again (kNever when not held).
   Nanos resume_at() const;
   bool held() const { return held_ || delay_held_; }
+  // Held by DCQCN's bucket (what the responder's READ responses draw from).
+  bool bucket_held() const { return held_; }
   void on_cnp(Nanos now);
 
   // The delay control's view of the requester: packets that may be in flight

@@ -92,7 +92,7 @@ bool Responder::produce(uint32_t budget, Nanos now) {
   }
   // Held by the pacer: its timer resumes the responses, not another turn at once.
   if (paced) conn_.arm_pacer_timer();
-  if (responses_count_ > 0) return !paced || !rate.held();
+  if (responses_count_ > 0) return !paced || !rate.bucket_held();
   // ACKs of later requests waited for the responses (PSN order, IBA 9.7.5.1.6).
   on_burst_end();
   return false;
