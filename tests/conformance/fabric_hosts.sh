@@ -20,14 +20,9 @@ fabric_remove_namespaces  # left by a run that was killed
 ip netns add "$switch"
 ip -n "$switch" link add br0 type bridge
 ip -n "$switch" link set br0 up
+source "$(dirname "${BASH_SOURCE[0]}")/fabric_bridge.sh"
 for ((i = 1; i <= $2; ++i)); do
   host="${fabric_prefix}h$i"
-  ip netns add "$host"
-  # The veth pair is made in the switch (short names: IFNAMSIZ), one end moved.
-  ip -n "$switch" link add "p$i" type veth peer name eth0 netns "$host"
-  ip -n "$switch" link set "p$i" master br0 up
-  ip -n "$host" addr add "${addr[$host]}/24" dev eth0
-  ip -n "$host" link set lo up
-  ip -n "$host" link set eth0 up
+  fabric_bridge_host "$switch" "p$i" "$host" "${addr[$host]}/24"
 done
 export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"

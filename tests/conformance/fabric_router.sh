@@ -37,14 +37,10 @@ ip -n "$router" link set br0 up
 quiet_link() {  # NS DEV: no offloads, so that each packet is a frame of its own
   ip netns exec "$1" ethtool -K "$2" tso off gso off gro off > /dev/null 2>&1 || true
 }
+source "$(dirname "${BASH_SOURCE[0]}")/fabric_bridge.sh"
 for ((i = 1; i <= $2; ++i)); do
   host="${fabric_prefix}s$i"
-  ip netns add "$host"
-  ip -n "$router" link add "p$i" type veth peer name eth0 netns "$host"
-  ip -n "$router" link set "p$i" master br0 up
-  ip -n "$host" addr add "${addr[$host]}/24" dev eth0
-  ip -n "$host" link set lo up
-  ip -n "$host" link set eth0 up
+  fabric_bridge_host "$router" "p$i" "$host" "${addr[$host]}/24"
   ip -n "$host" route add "$subnet_rx.0/24" via "$subnet_tx.254"
   quiet_link "$host" eth0
   quiet_link "$router" "p$i"

@@ -170,7 +170,7 @@ void RcConnection::arm_pacer_timer() {
 void RcConnection::on_cnp(Nanos now) {
   bump(qp_.ctx().counters.cnps_received);
   bump(qp_.counters().cnps_received);
-  if (!qp_.ctx().config.dcqcn) return;
+  if (!rate_.controls().dcqcn) return;
   rate_.on_cnp(now);
   publish_rate();
 }
@@ -191,7 +191,7 @@ void RcConnection::publish_rate() {
 // (this connection's peer), at most one per DCQCN interval.
 void RcConnection::on_congestion_experienced(Nanos now) {
   bump(qp_.ctx().counters.ce_marked_received);
-  if (!qp_.ctx().config.dcqcn || !rate_.cnp_due(now)) return;
+  if (!rate_.controls().dcqcn || !rate_.cnp_due(now)) return;
   wire::PacketView cnp = emit(wire::op::kCnp, wire::op::kCnpReservedBytes, 0);
   cnp.set(wire::bth::kBecn, 1);
   bump(qp_.ctx().counters.cnps_sent);

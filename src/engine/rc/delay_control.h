@@ -82,7 +82,6 @@ class Swift {
   Nanos target() const;
   bool measured() const { return base_rtt_ != 0; }
   Nanos base_rtt() const { return base_rtt_; }
-  Nanos last_rtt() const { return rtt_; }
   const SwiftParams& params() const { return p_; }
 
  private:
