@@ -38,7 +38,7 @@ size_t CaptureTransport::rx_burst(std::span<RxPacket> packets) {
     // Of a received packet's ECN field only a CE mark is known (RxPacket).
     const wire::IpUdpInfo info{.src = p.src, .dst = p.dst, .src_port = p.src_port,
                                .dst_port = port, .ipv4_id = p.ipv4_id, .ipv4_df = p.ipv4_df,
-                               .tos = uint8_t(p.congestion_experienced ? 0x03 : 0x00)};
+                               .tos = p.congestion_experienced ? wire::kEcnCe : uint8_t(0)};
     writer_->write_roce(info, p.bytes);
   }
   return received;

@@ -27,6 +27,12 @@ inline constexpr uint32_t kMulticastQpn = 0xffffff;
 
 // Everything of the IP and UDP headers that the ICRC covers and a receiving socket
 // may or may not reveal.
+// The ECN field, the TOS / traffic class byte's low two bits (RFC 3168 §5):
+// softrdma's RoCEv2 packets leave ECT(0) (congestion-control.md); a switch marks CE.
+inline constexpr uint8_t kEcnMask = 0x3;
+inline constexpr uint8_t kEcnEct0 = 0x2;
+inline constexpr uint8_t kEcnCe = 0x3;
+
 struct IpUdpInfo {
   Gid src{};
   Gid dst{};

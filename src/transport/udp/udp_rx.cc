@@ -17,8 +17,6 @@ namespace {
 
 constexpr size_t kMinRoceBytes = wire::kBthBytes + wire::kIcrcBytes;
 
-constexpr unsigned kEcnMask = 0x3, kEcnCe = 0x3;  // RFC 3168 §5: the TOS byte's low bits
-
 // From the control messages: the local address a datagram was sent to
 // (IP_PKTINFO / IPV6_PKTINFO), the segment size of a coalesced one (UDP_GRO) and
 // whether it arrived marked CE (IP_TOS / IPV6_TCLASS).
@@ -35,11 +33,11 @@ void read_control(msghdr& header, wire::Gid& dst, size_t& segment, bool& ce) {
     } else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS) {
       uint8_t tos = 0;  // one byte (ip_cmsg_recv_tos)
       std::memcpy(&tos, CMSG_DATA(c), sizeof tos);
-      ce = (tos & kEcnMask) == kEcnCe;
+      ce = (tos & wire::kEcnMask) == wire::kEcnCe;
     } else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS) {
       int tclass = 0;
       std::memcpy(&tclass, CMSG_DATA(c), sizeof tclass);
-      ce = (unsigned(tclass) & kEcnMask) == kEcnCe;
+      ce = (unsigned(tclass) & wire::kEcnMask) == wire::kEcnCe;
     } else if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
       int size = 0;
       std::memcpy(&size, CMSG_DATA(c), sizeof size);

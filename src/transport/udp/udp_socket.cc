@@ -226,7 +226,7 @@ void set_send_buffer(int fd, int bytes) {
 }
 
 void set_ecn_capable(int fd, bool ipv6) {
-  int ect0 = 0x2;  // RFC 3168 §5: ECT(0); DSCP 0
+  int ect0 = wire::kEcnEct0;  // DSCP 0
   if (ipv6) setsockopt(fd, IPPROTO_IPV6, IPV6_TCLASS, &ect0, sizeof ect0);
   else setsockopt(fd, IPPROTO_IP, IP_TOS, &ect0, sizeof ect0);
 }

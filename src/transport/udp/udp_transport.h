@@ -111,7 +111,7 @@ class UdpTransport final : public Transport {
   bool refresh_addresses() override;
   TransportCounters counters() const override;
   std::string describe() const override;
-  uint8_t tx_tos() const override { return config_.ecn ? 0x02 : 0x00; }
+  uint8_t tx_tos() const override { return config_.ecn ? wire::kEcnEct0 : 0; }
   uint16_t udp_port() const override { return port_; }
   // docs/decisions/multicast.md: a socket bound to the group, a member on the
   // interface of the local address. EOPNOTSUPP for a group of the other IP family
