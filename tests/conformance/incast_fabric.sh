@@ -16,10 +16,12 @@ port=$(($4 + 40))
 fabric_prefix="in${4}"
 source "$(dirname "${BASH_SOURCE[0]}")/fabric_router.sh" 10.213.70 3
 start_switch --rate-mbit 400 --buffer-kb 128 --mark-kb 32
-run_node() {  # run_node HOST ROLE ARGS...: the node under `softrdma run`, nothing else set
+# DCQCN alone: this test checks the marks-to-CNPs loop, and the delay control (on
+# by default) keeps the queue short enough that a flow may see no mark at all.
+run_node() {  # run_node HOST ROLE ARGS...: the node under `softrdma run`
   local host=$1
   shift
-  ip netns exec "$host" env -u SOFTRDMA_ADDR -u SOFTRDMA_SHARE_ADDRESS \
+  ip netns exec "$host" env -u SOFTRDMA_ADDR -u SOFTRDMA_SHARE_ADDRESS SOFTRDMA_CONGESTION=dcqcn \
     timeout 150 "$tool" run -- "$node" --mode=test --mtu=1024 --scale=0.1 \
     --softrdma="$tool" "$@"
 }
