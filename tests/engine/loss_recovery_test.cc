@@ -156,6 +156,18 @@ TEST(SelectiveRepeat, TimeoutsResendWhatIsNotHeldAndNaksOnePsn) {
   EXPECT_EQ(fresh.window(), kWindow);
 }
 
+// The window never exceeds what one SACK describes, whatever the setting asks
+// (after a timeout too: it grows back to that, not to the setting).
+TEST(SelectiveRepeat, TheWindowIsHeldToOneSacksSpan) {
+  SelectiveRepeat sr(4096);
+  sr.reset(0);
+  EXPECT_EQ(sr.window(), wire::kSackSpan);
+  sr.on_loss(0, 100, LossCause::kTimeout, 0);
+  for (uint32_t una = 1; una < 2000; una += 16) sr.on_acknowledged(una, 0);
+  EXPECT_EQ(sr.window(), wire::kSackSpan);
+  EXPECT_EQ(SelectiveRepeat(32).window(), 32u) << "a smaller setting stands";
+}
+
 // A SACK naming PSNs never sent is a broken or hostile peer's: nothing is taken
 // from beyond what was sent.
 TEST(SelectiveRepeat, ASackBeyondWhatWasSentMarksNothingThere) {

@@ -12,8 +12,7 @@ using wire::psn_before;
 using wire::psn_diff;
 
 SelectiveRepeat::SelectiveRepeat(uint32_t max_window)
-    : LossRecovery(std::min(max_window, kScoreboard), true),
-      resume_(std::min(max_window, kScoreboard)) {}
+    : LossRecovery(std::min(max_window, kMaxWindow), true), resume_(std::min(max_window, kMaxWindow)) {}
 
 void SelectiveRepeat::reset(uint32_t psn) {
   window_ = resume_.cancel();

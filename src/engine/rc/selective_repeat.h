@@ -21,15 +21,23 @@
 #include <cstdint>
 
 #include "engine/rc/loss_recovery.h"
+#include "wire/sack.h"
 
 namespace softrdma::engine::rc {
 
 class SelectiveRepeat final : public LossRecovery {
  public:
   static constexpr uint32_t kReorderThreshold = 3;
-  // PSNs the scoreboard covers from the oldest unacknowledged one: the window
-  // (at most wire::kSackSpan + 1 can be described by one SACK) fits.
+  // The largest window: every PSN in flight lies within one SACK's span of the
+  // responder's expected PSN (the oldest unacknowledged at most), so the
+  // responder can hold whatever arrives beyond a gap. A larger window had the
+  // responder drop what lay beyond the span, and as no SACK could ever show that
+  // tail held after a gap, each of its PSNs waited for a tail probe: at 5 % loss
+  // and a window of 160, 0.5 MB/s where 128 moved 745 MB/s.
+  static constexpr uint32_t kMaxWindow = wire::kSackSpan;
+  // PSNs the scoreboard covers from the oldest unacknowledged one: the window fits.
   static constexpr uint32_t kScoreboard = 256;
+  static_assert(kScoreboard >= kMaxWindow);
 
   explicit SelectiveRepeat(uint32_t max_window);
 
