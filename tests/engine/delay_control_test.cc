@@ -119,16 +119,20 @@ TEST(SwiftTest, AtTheFloorWithTheQueueStillHighTheWindowCompetesAsTcpDoes) {
   for (int i = 0; i < 8; ++i) swift.on_ack(uint32_t(swift.window()), high, now += high / 4);
   const double grown = swift.window();
   EXPECT_GT(grown, 4);
-  // ... and half on a loss, once per round trip (a NAK, a SACK's gap).
-  swift.on_loss(now);
-  EXPECT_DOUBLE_EQ(swift.window(), grown / 2);
-  swift.on_loss(now + high / 2);
+  // ... and half on a loss (a NAK, a SACK's gap, a CNP; RateControl makes it
+  // once per window of data).
+  swift.on_competing_loss(now);
   EXPECT_DOUBLE_EQ(swift.window(), grown / 2);
   // A round trip below the target: the other flow is gone, the delay rules again.
   swift.on_ack(1, 200 * kUs, now += 200 * kUs);
   EXPECT_FALSE(swift.competing());
-  swift.on_loss(now += high);
-  EXPECT_NEAR(swift.window(), grown / 2 + 1 / (grown / 2), 1e-9);  // no cut
+  const double after = swift.window();
+  EXPECT_NEAR(after, grown / 2 + 1 / (grown / 2), 1e-9);
+  swift.on_competing_loss(now += high);
+  EXPECT_DOUBLE_EQ(swift.window(), after) << "no cut when not competing";
+  // The other flow is back: the next competition starts where this one ended.
+  while (!swift.competing()) swift.on_ack(1, high, now += high);
+  EXPECT_DOUBLE_EQ(swift.window(), grown / 2);
 }
 
 TEST(SwiftTest, CompetingEndsAfterItsRoundTripsToTryTheDelayAgain) {

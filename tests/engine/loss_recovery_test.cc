@@ -23,17 +23,17 @@ TEST(GoBackN, TheWindowCountsFromTheOldestUnacknowledgedPsn) {
   GoBackN gbn(kWindow);
   gbn.reset(100);
   EXPECT_EQ(gbn.window(), kWindow);
-  EXPECT_EQ(gbn.window_space(100, 100), kWindow) << "nothing in flight";
-  EXPECT_EQ(gbn.window_space(110, 100), kWindow - 10);
-  EXPECT_EQ(gbn.window_space(164, 100), 0u) << "a full window waits for an ACK";
-  EXPECT_EQ(gbn.window_space(99, 100), kWindow) << "a resend behind una is never held";
+  EXPECT_EQ(gbn.window_space(100, 100, 100), kWindow) << "nothing in flight";
+  EXPECT_EQ(gbn.window_space(110, 100, 110), kWindow - 10);
+  EXPECT_EQ(gbn.window_space(164, 100, 164), 0u) << "a full window waits for an ACK";
+  EXPECT_EQ(gbn.window_space(99, 100, 164), kWindow) << "a resend behind una is never held";
 }
 
 // Across the 24-bit PSN wrap the arithmetic is modular (IBA 9.7.1).
 TEST(GoBackN, TheWindowIsModuloThePsnSpace) {
   GoBackN gbn(kWindow);
   const uint32_t una = wire::kPsnMask - 4;  // five PSNs before the wrap
-  EXPECT_EQ(gbn.window_space(wire::psn_add(una, 20), una), kWindow - 20);
+  EXPECT_EQ(gbn.window_space(wire::psn_add(una, 20), una, wire::psn_add(una, 20)), kWindow - 20);
 }
 
 // A NAK or a response gap: everything sent from the PSN goes again, the first
@@ -62,7 +62,7 @@ TEST(GoBackN, ATimeoutRestartsWithTwoPacketsAndGrowsWithAcks) {
   gbn.reset(0);
   gbn.on_loss(10, 50, LossCause::kTimeout, 0);
   EXPECT_EQ(gbn.window(), GoBackN::kResumeWindow);
-  EXPECT_EQ(gbn.window_space(12, 10), 0u);
+  EXPECT_EQ(gbn.window_space(12, 10, 20), 0u);
   gbn.on_acknowledged(12, 0);  // two acknowledged: four may be in flight
   EXPECT_EQ(gbn.window(), 4u);
   gbn.on_acknowledged(11, 0);  // an old ACK changes nothing
@@ -154,6 +154,43 @@ TEST(SelectiveRepeat, TimeoutsResendWhatIsNotHeldAndNaksOnePsn) {
   EXPECT_FALSE(fresh.stays_sent(2));
   EXPECT_TRUE(fresh.stays_sent(3)) << "only the PSN named";
   EXPECT_EQ(fresh.window(), kWindow);
+}
+
+// What the responder holds and what was found lost are not in flight (TCP's
+// pipe): a hole being repaired does not stop the packets after it, up to the span
+// (what one SACK describes) from the oldest unacknowledged PSN.
+TEST(SelectiveRepeat, HeldAndLostPacketsAreNotInFlight) {
+  SelectiveRepeat sr(kWindow);
+  sr.reset(0);
+  EXPECT_EQ(sr.in_flight(kWindow, 0, kWindow), kWindow);
+  EXPECT_EQ(sr.window_space(kWindow, 0, kWindow), 0u) << "a full window";
+  // 0 lost, 1..63 held.
+  std::array<uint8_t, wire::kSackBitmapBytes> bitmap{};
+  for (uint32_t i = 0; i + 1 < kWindow; ++i) wire::sack_mark(bitmap, i);
+  ASSERT_EQ(sr.on_sack(0, 0, bitmap, kWindow), std::optional<uint32_t>(0));
+  EXPECT_EQ(sr.in_flight(kWindow, 0, kWindow), 0u) << "63 held, 1 lost";
+  sr.on_resent(0, kWindow);
+  EXPECT_EQ(sr.in_flight(kWindow, 0, kWindow), 1u) << "the resend is in flight";
+  EXPECT_EQ(sr.window_space(kWindow, 0, kWindow), kWindow - 1);
+  const uint32_t high = 2 * kWindow - 1;  // 63 more sent
+  EXPECT_EQ(sr.window_space(high, 0, high), 0u) << "the window again";
+  // All held but 0: the span stops what the window would let go.
+  for (uint32_t i = kWindow - 1; i + 1 < wire::kSackSpan; ++i) wire::sack_mark(bitmap, i);
+  EXPECT_EQ(sr.on_sack(0, 0, bitmap, wire::kSackSpan), std::optional<uint32_t>(0))
+      << "held what was sent after the resend: the resend was lost too";
+  EXPECT_EQ(sr.in_flight(wire::kSackSpan, 0, wire::kSackSpan), 0u);
+  EXPECT_EQ(sr.window_space(wire::kSackSpan, 0, wire::kSackSpan), 0u) << "the span";
+  sr.on_acknowledged(wire::kSackSpan, 0);
+  EXPECT_EQ(sr.in_flight(wire::kSackSpan, wire::kSackSpan, wire::kSackSpan), 0u);
+  EXPECT_EQ(sr.window_space(wire::kSackSpan, wire::kSackSpan, wire::kSackSpan), kWindow);
+}
+
+// Go-back-N counts every PSN from una to where it sends: a rewind resends the rest.
+TEST(GoBackN, EveryPsnFromUnaToTheNextIsInFlight) {
+  GoBackN gbn(kWindow);
+  gbn.reset(0);
+  EXPECT_EQ(gbn.in_flight(10, 0, 40), 10u);
+  EXPECT_EQ(gbn.in_flight(40, 0, 40), 40u);
 }
 
 // The window never exceeds what one SACK describes, whatever the setting asks

@@ -126,5 +126,44 @@ TEST(RateControlTest, AtMostOneCnpPerIntervalPerConnection) {
   EXPECT_TRUE(r.cnp_due(51'000));
 }
 
+// Beside a loss-based flow the delay control competes (delay_control.h); a CNP is
+// then answered as TCP answers an ECN echo: the window halves, once per window of
+// data (until everything sent before the cut is acknowledged), and DCQCN, whose
+// cut per CNP would hand the link to the other flow, stands at the line rate.
+TEST(RateControlTest, WhileCompetingCnpsAndLossesHalveTheWindowOncePerWindowOfData) {
+  SwiftParams sp;
+  sp.rounds_to_compete = 1;
+  sp.compete_rounds = 100'000;
+  RateControl r({}, sp);
+  r.reset(0);
+  constexpr Nanos kUs = 1'000, kFull = 3'000 * kUs;  // a full buffer's round trip
+  Nanos now = 0;
+  uint32_t psn = 0;
+  auto one_round = [&](Nanos rtt) {
+    r.on_first_send(psn, 1, now);
+    r.on_acknowledged(++psn, now += rtt);
+  };
+  one_round(100 * kUs);  // the base round trip
+  r.on_cnp(now);
+  ASSERT_TRUE(r.paced()) << "DCQCN's cut, before competing";
+  while (!r.swift().competing()) one_round(kFull);
+  EXPECT_FALSE(r.paced()) << "competing: DCQCN back at the line rate";
+  for (int i = 0; i < 300; ++i) one_round(kFull);
+  const double grown = r.swift().window();
+  ASSERT_GT(grown, 8);
+  r.on_first_send(psn, 10, now);  // ten more in flight
+  psn += 10;
+  r.on_cnp(now);
+  EXPECT_DOUBLE_EQ(r.swift().window(), grown / 2);
+  EXPECT_FALSE(r.paced()) << "the CNP cut the window, not DCQCN's rate";
+  r.on_loss(now + kFull);
+  r.on_cnp(now + kFull);
+  EXPECT_DOUBLE_EQ(r.swift().window(), grown / 2) << "the same window of data";
+  r.on_acknowledged(psn, now += kFull);  // all sent before the cut
+  const double next = r.swift().window();
+  r.on_loss(now);
+  EXPECT_DOUBLE_EQ(r.swift().window(), next / 2);
+}
+
 }  // namespace
 }  // namespace softrdma::engine::rc

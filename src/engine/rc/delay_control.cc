@@ -27,6 +27,7 @@ void Swift::reset() {
   rounds_at_floor_ = 0;
   competing_ = false;
   compete_until_ = 0;
+  compete_window_ = 0;
 }
 
 Nanos Swift::target() const {
@@ -42,9 +43,9 @@ void Swift::on_ack(uint32_t acked, std::optional<Nanos> rtt, Nanos now) {
     if (base_rtt_ == 0 || rtt_ < base_rtt_) base_rtt_ = rtt_;
   }
   if (base_rtt_ == 0 || acked == 0) return;  // nothing timed yet: nothing to compare
-  if (competing_ && now >= compete_until_) competing_ = false;  // try the delay again
+  if (competing_ && now >= compete_until_) stop_competing();  // try the delay again
   if (rtt_ < target()) {
-    competing_ = false;
+    if (competing_) stop_competing();
     rounds_at_floor_ = 0;
     increase(acked);
   } else if (competing_) {
@@ -70,15 +71,24 @@ void Swift::above_target(Nanos now) {
     competing_ = true;
     rounds_at_floor_ = 0;
     compete_until_ = now + Nanos(p_.compete_rounds) * rtt_;
+    // Back where the last competition left off: the other flow is still there
+    // (the delay is above the target at the floor), and growing again from one
+    // packet at one packet per round trip would give it the link for as many.
+    window_ = std::max(window_, compete_window_);
     return;
   }
   const double excess = double(rtt_ - target()) / double(rtt_);
   decrease(std::max(1 - p_.beta * excess, 1 - p_.max_decrease), now);
 }
 
-void Swift::on_loss(Nanos now) {
-  if (!competing_ || !may_decrease(now)) return;
-  decrease(1 - p_.max_decrease, now);  // Reno: half, once per round trip
+void Swift::stop_competing() {
+  competing_ = false;
+  compete_window_ = window_;
+}
+
+void Swift::on_competing_loss(Nanos now) {
+  if (!competing_) return;
+  decrease(1 - p_.max_decrease, now);  // Reno: half
   window_ = std::max(window_, 1.0);
   clamp();
 }

@@ -22,7 +22,9 @@
 // queue is not this flow's to drain; until the round trip falls below the target
 // again (the other flow left), or `compete_rounds` round trips have passed (then
 // it tries the delay again), the window grows by one packet per round trip
-// whatever the delay and halves on a loss, once per round trip, as TCP Reno does.
+// whatever the delay and halves on a loss or a CNP, once per round trip, as TCP
+// Reno with ECN does; a later competition starts from the window the last ended
+// with.
 //
 // The target is the path's base RTT (the least measured on this connection: a
 // software path's fixed delay is not known in advance as a NIC fabric's is) plus
@@ -66,8 +68,10 @@ class Swift {
   void on_ack(uint32_t acked, std::optional<Nanos> rtt, Nanos now);
   // The retransmission timer expired: the path is in trouble beyond a random loss.
   void on_timeout(Nanos now);
-  // A loss was found (a NAK, a SACK's gap): a cut only while competing.
-  void on_loss(Nanos now);
+  // A loss was found (a NAK, a SACK's gap), or a CNP came (ECN as TCP answers
+  // it, RFC 3168 §6.1.2): while competing, half the window, else nothing. The
+  // caller makes it at most one cut per window of data (RateControl).
+  void on_competing_loss(Nanos now);
   // Competing with a loss-based flow (see above).
   bool competing() const { return competing_; }
 
@@ -95,6 +99,7 @@ class Swift {
   void clamp();
   void above_target(Nanos now);
   void increase(uint32_t acked);
+  void stop_competing();
 
   SwiftParams p_;
   double fs_alpha_ = 0;  // flow scaling: target += fs_alpha_ / sqrt(window) + fs_beta_
@@ -108,6 +113,7 @@ class Swift {
   uint32_t rounds_at_floor_ = 0;  // cuts in a row made at one packet or below
   bool competing_ = false;
   Nanos compete_until_ = 0;
+  double compete_window_ = 0;  // the window when competing last ended
 };
 
 // When each PSN sent for the first time left, so that an acknowledgement can be

@@ -12,6 +12,7 @@
 // sends within `window_space`.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -37,12 +38,9 @@ struct Resend {
   bool repeat_first = false;
 };
 
-// Packets from `psn` that a window of `window` packets counted from `una` (the
-// oldest unacknowledged) lets go: a resend below the window's edge still goes.
-inline uint32_t space_in_window(uint32_t window, uint32_t psn, uint32_t una) {
-  const int32_t in_flight = wire::psn_diff(psn, una);
-  if (in_flight <= 0) return window;
-  return uint32_t(in_flight) >= window ? 0 : window - uint32_t(in_flight);
+// What a window of `window` packets lets go with `in_flight` packets in flight.
+inline uint32_t space_in_window(uint32_t window, uint32_t in_flight) {
+  return in_flight >= window ? 0 : window - in_flight;
 }
 
 class LossRecovery {
@@ -50,11 +48,25 @@ class LossRecovery {
   virtual ~LossRecovery() = default;
   // A fresh connection whose first PSN is `psn` (RTS, or back from Reset).
   virtual void reset(uint32_t psn) = 0;
-  // Packets from `psn` that may go now, `una` being the oldest unacknowledged: the
-  // window counts PSNs from una. Asked per packet, so it reads data the policy
-  // keeps current (window_) rather than calling it.
-  uint32_t window_space(uint32_t psn, uint32_t una) const {
-    return space_in_window(window_, psn, una);
+  // Packets in flight when the requester is about to send `psn`, `una` being the
+  // oldest unacknowledged PSN and `high` the first never sent. Go-back-N: every PSN
+  // from una to `psn` (a rewind resends the rest, so it is not in flight).
+  // Selective repeat: every PSN from una to `high` but those the responder holds
+  // and those found lost and not yet resent (TCP's "pipe", RFC 6675 §4): a hole
+  // being repaired does not stop the packets after it, up to the span.
+  uint32_t in_flight(uint32_t psn, uint32_t una, uint32_t high) const {
+    const int32_t from_una = wire::psn_diff(selective_ ? high : psn, una);
+    if (from_una <= 0) return 0;
+    if (!selective_) return uint32_t(from_una);
+    return uint32_t(from_una) - std::min(uint32_t(from_una), not_in_flight_);
+  }
+  // Packets from `psn` that may go now (see in_flight): within the window, and
+  // never further than the span from una. Asked per packet, so it reads data the
+  // policy keeps current rather than calling it.
+  uint32_t window_space(uint32_t psn, uint32_t una, uint32_t high) const {
+    const int32_t from_una = std::max<int32_t>(0, wire::psn_diff(psn, una));
+    const uint32_t span_left = space_in_window(span_, uint32_t(from_una));
+    return std::min(span_left, space_in_window(window_, in_flight(psn, una, high)));
   }
   // The window in force (the requester asks for an ACK at least twice per window).
   uint32_t window() const { return window_; }
@@ -85,9 +97,14 @@ class LossRecovery {
   bool selective() const { return selective_; }
 
  protected:
-  LossRecovery(uint32_t window, bool selective) : window_(window), selective_(selective) {}
-  uint32_t window_;  // packets that may be unacknowledged now (at least 1)
+  LossRecovery(uint32_t window, uint32_t span, bool selective)
+      : window_(window), span_(span), selective_(selective) {}
+  uint32_t window_;      // packets that may be in flight now (at least 1)
+  const uint32_t span_;  // PSNs from una that may be unacknowledged at all
   const bool selective_;
+  // Selective repeat: PSNs in [una, high) held by the responder or lost and not
+  // yet resent.
+  uint32_t not_in_flight_ = 0;
 };
 
 // After a timeout both policies resume with kResumeWindow packets, the window
@@ -121,7 +138,8 @@ class GoBackN final : public LossRecovery {
  public:
   static constexpr uint32_t kResumeWindow = ResumeWindow::kPackets;
 
-  explicit GoBackN(uint32_t max_window) : LossRecovery(max_window, false), resume_(max_window) {}
+  explicit GoBackN(uint32_t max_window)
+      : LossRecovery(max_window, max_window, false), resume_(max_window) {}
 
   void reset(uint32_t psn) override {
     window_ = resume_.cancel();

@@ -113,6 +113,7 @@ void RateControl::reset(Nanos now) {
   swift_.reset();
   stamps_.clear();
   started_ = false;
+  cut_made_ = false;
   pacer_.reset(now, dcqcn_.params().burst_bytes, dcqcn_.params().burst_time);
   held_ = false;
   delay_next_ = 0;
@@ -164,10 +165,26 @@ Nanos RateControl::resume_at() const {
   return std::min(bucket, delay_held_ ? delay_next_ : kNever);
 }
 
+// While the delay control competes with a loss-based flow, a CNP is answered as
+// TCP answers an ECN echo (at most one halving per round trip), not by DCQCN's cut
+// per CNP: the other flow's marks cut it once per round trip, and DCQCN's, many
+// times in one, would hand it the link.
 void RateControl::on_cnp(Nanos now) {
+  if (on_.delay && swift_.competing()) {
+    competing_cut(now);
+    return;
+  }
   const bool was_paced = paced();
   dcqcn_.on_cnp(now);
   if (!was_paced) pacer_.reset(now, dcqcn_.params().burst_bytes, dcqcn_.params().burst_time);
+}
+
+void RateControl::competing_cut(Nanos now) {
+  if (!on_.delay || !swift_.competing()) return;
+  if (cut_made_ && wire::psn_before(acked_to_, cut_until_)) return;
+  swift_.on_competing_loss(now);
+  cut_made_ = true;
+  cut_until_ = high_;
 }
 
 void RateControl::on_first_send(uint32_t psn, uint32_t psns, Nanos now) {
@@ -177,6 +194,7 @@ void RateControl::on_first_send(uint32_t psn, uint32_t psns, Nanos now) {
     acked_to_ = psn;  // acknowledgements count from the first PSN sent
   }
   stamps_.stamp(psn, psns, now);
+  high_ = wire::psn_add(psn, int32_t(psns));
 }
 
 void RateControl::on_acknowledged(uint32_t una, Nanos now) {
@@ -187,8 +205,11 @@ void RateControl::on_acknowledged(uint32_t una, Nanos now) {
   std::optional<Nanos> rtt;
   if (const std::optional<Nanos> sent = stamps_.newest_if_all_sent_once(acked_to_, una))
     rtt = now - *sent;
+  const bool was_competing = swift_.competing();
   swift_.on_ack(uint32_t(acked), rtt, now);
   acked_to_ = una;
+  // Competing begins: DCQCN's cuts, made before it, end with it (see on_cnp).
+  if (!was_competing && swift_.competing() && on_.dcqcn) dcqcn_.reset(now);
 }
 
 void RateControl::on_timeout(Nanos now) {

@@ -144,9 +144,7 @@ class RateControl {
   void on_acknowledged(uint32_t una, Nanos now);
   void on_timeout(Nanos now);
   // A loss found by a NAK or a SACK (not a timeout).
-  void on_loss(Nanos now) {
-    if (on_.delay) swift_.on_loss(now);
-  }
+  void on_loss(Nanos now) { competing_cut(now); }
 
   // Receiving a CE-marked packet: true when a CNP is due (at most one per interval).
   bool cnp_due(Nanos now);
@@ -156,6 +154,12 @@ class RateControl {
   const CongestionControls& controls() const { return on_; }
 
  private:
+  // While the delay control competes: a loss or a CNP halves its window, once per
+  // window of data (until everything sent before the cut is acknowledged: TCP's
+  // recovery and CWR, RFC 6675, RFC 3168 §6.1.2). A round trip in time would
+  // need a fresh sample, and Karn's rule leaves few on a path that drops.
+  void competing_cut(Nanos now);
+
   Dcqcn dcqcn_;
   Swift swift_;
   const CongestionControls on_;
@@ -163,6 +167,9 @@ class RateControl {
   SendStamps stamps_;
   uint32_t acked_to_ = 0;   // una at the last acknowledgement
   bool started_ = false;    // a first send set acked_to_
+  uint32_t high_ = 0;       // the first PSN never sent
+  uint32_t cut_until_ = 0;  // a competing cut waits until acked_to_ reaches this
+  bool cut_made_ = false;
   bool held_ = false;       // a sender found the bucket empty
   Nanos delay_next_ = 0;    // when the delay-paced requester may send again
   bool delay_held_ = false;

@@ -153,13 +153,15 @@ bool Requester::start_on_wire(SendWqe& wqe) {
 }
 
 // Packets from `psn` on that may go now: the loss recovery's window and the delay
-// control's (rate_control.h), both from una (UC: the turn's burst, nothing
-// acknowledges), within what the pacer allows.
+// control's (rate_control.h), both over the packets in flight as the loss
+// recovery counts them (UC: the turn's burst, nothing acknowledges), within what
+// the pacer allows.
 uint32_t Requester::window_space(uint32_t psn) const {
   if (!conn_.acknowledged()) return std::min(burst_left_, pace_left_);
   const uint32_t una = conn_.completer().una_psn();
-  return std::min({pace_left_, conn_.recovery().window_space(psn, una),
-                   space_in_window(conn_.rate().window(), psn, una)});
+  const LossRecovery& recovery = conn_.recovery();
+  return std::min({pace_left_, recovery.window_space(psn, una, high_psn_),
+                   space_in_window(conn_.rate().window(), recovery.in_flight(psn, una, high_psn_))});
 }
 
 // `psns`: how many PSNs the packet stands for (a READ request: its responses).

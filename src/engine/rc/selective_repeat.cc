@@ -12,12 +12,23 @@ using wire::psn_before;
 using wire::psn_diff;
 
 SelectiveRepeat::SelectiveRepeat(uint32_t max_window)
-    : LossRecovery(std::min(max_window, kMaxWindow), true), resume_(std::min(max_window, kMaxWindow)) {}
+    : LossRecovery(std::min(max_window, kMaxWindow), kMaxWindow, true),
+      resume_(std::min(max_window, kMaxWindow)) {}
 
 void SelectiveRepeat::reset(uint32_t psn) {
   window_ = resume_.cancel();
   base_ = psn;
   marks_.fill(0);
+  not_in_flight_ = 0;
+}
+
+// Every change of a PSN's marks goes through here: a PSN held or lost (to send)
+// is not in flight, and the count of those is kept as the marks change.
+void SelectiveRepeat::set_marks(uint32_t psn, uint8_t to) {
+  uint8_t& m = marks_[psn % kScoreboard];
+  const bool was_out = (m & (kHeld | kToSend)) != 0, is_out = (to & (kHeld | kToSend)) != 0;
+  if (was_out != is_out) not_in_flight_ = is_out ? not_in_flight_ + 1 : not_in_flight_ - 1;
+  m = to;
 }
 
 bool SelectiveRepeat::covered(uint32_t psn) const {
@@ -30,8 +41,9 @@ void SelectiveRepeat::advance(uint32_t una) {
   if (by <= 0) return;
   if (by >= int32_t(kScoreboard)) {
     marks_.fill(0);
+    not_in_flight_ = 0;
   } else {
-    for (uint32_t psn = base_; psn != una; psn = psn_add(psn, 1)) marks(psn) = 0;
+    for (uint32_t psn = base_; psn != una; psn = psn_add(psn, 1)) set_marks(psn, 0);
   }
   base_ = una;
 }
@@ -42,7 +54,7 @@ bool SelectiveRepeat::stays_sent(uint32_t psn) const {
 
 void SelectiveRepeat::on_resent(uint32_t psn, uint32_t high) {
   if (!covered(psn)) return;
-  marks(psn) = uint8_t((marks(psn) & ~kToSend) | kResent);
+  set_marks(psn, uint8_t((marks(psn) & ~kToSend) | kResent));
   resent_high_[psn % kScoreboard] = high;
 }
 
@@ -50,12 +62,12 @@ std::optional<uint32_t> SelectiveRepeat::mark_lost(uint32_t from, uint32_t to,
                                                    uint32_t highest_held) {
   std::optional<uint32_t> first;
   for (uint32_t psn = from; psn_before(psn, to) && covered(psn); psn = psn_add(psn, 1)) {
-    uint8_t& m = marks(psn);
+    const uint8_t m = marks(psn);
     if (m & (kHeld | kToSend)) continue;
     // Resent: lost again only when what was sent after the resend is held.
     const uint32_t after = (m & kResent) ? resent_high_[psn % kScoreboard] : psn_add(psn, 1);
     if (psn_diff(highest_held, after) + 1 < int32_t(kReorderThreshold)) continue;
-    m = uint8_t(m | kToSend);
+    set_marks(psn, uint8_t(m | kToSend));
     if (!first) first = psn;
   }
   return first;
@@ -70,7 +82,7 @@ std::optional<uint32_t> SelectiveRepeat::on_sack(uint32_t una, uint32_t first_mi
     if (!wire::sack_marked(bitmap, i)) continue;
     const uint32_t psn = psn_add(first_missing, int32_t(i + 1));
     if (!psn_before(psn, high) || !covered(psn)) break;  // never sent: a bad SACK
-    marks(psn) = uint8_t(marks(psn) | kHeld);
+    set_marks(psn, uint8_t(marks(psn) | kHeld));
     highest = psn;
   }
   if (!highest) return std::nullopt;
@@ -86,14 +98,14 @@ Resend SelectiveRepeat::on_loss(uint32_t psn, uint32_t high, LossCause cause, Na
   if (cause == LossCause::kTimeout) window_ = resume_.restart(psn);
   const uint32_t to = cause == LossCause::kNak ? psn_add(psn, 1) : high;
   for (uint32_t p = psn; psn_before(p, to) && covered(p); p = psn_add(p, 1)) {
-    uint8_t& m = marks(p);
-    if (cause == LossCause::kRnr) m = 0;
+    uint8_t m = cause == LossCause::kRnr ? uint8_t(0) : marks(p);
     if ((m & kHeld) == 0) m = uint8_t(m | kToSend);
+    set_marks(p, m);
   }
   // The oldest always goes: its answer (an ACK, a SACK, a response) is what the
   // requester lacks. All held is possible: the responder acknowledged them while a
   // READ before them still lacked a response, and that ACK completed nothing.
-  if (covered(psn)) marks(psn) = uint8_t(marks(psn) | kToSend);
+  if (covered(psn)) set_marks(psn, uint8_t(marks(psn) | kToSend));
   return Resend{.from = psn, .repeat_first = cause == LossCause::kTimeout};
 }
 
@@ -104,7 +116,7 @@ std::optional<uint32_t> SelectiveRepeat::on_probe(uint32_t una, uint32_t high) {
   uint32_t psn = una;
   while (psn_before(psn, high) && covered(psn) && (marks(psn) & kHeld)) psn = psn_add(psn, 1);
   if (!psn_before(psn, high) || !covered(psn)) psn = una;
-  marks(psn) = uint8_t(marks(psn) | kToSend);
+  set_marks(psn, uint8_t(marks(psn) | kToSend));
   return psn;
 }
 

@@ -60,8 +60,8 @@ class SelectiveRepeat final : public LossRecovery {
   void advance(uint32_t una);
   // Whether `psn` lies in [base_, base_ + kScoreboard).
   bool covered(uint32_t psn) const;
-  uint8_t& marks(uint32_t psn) { return marks_[psn % kScoreboard]; }
   uint8_t marks(uint32_t psn) const { return marks_[psn % kScoreboard]; }
+  void set_marks(uint32_t psn, uint8_t to);
   // Marks what is lost in [from, to) (see the header); the first such PSN.
   std::optional<uint32_t> mark_lost(uint32_t from, uint32_t to, uint32_t highest_held);
 
