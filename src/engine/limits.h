@@ -87,7 +87,7 @@ struct DeviceConfig {
   // Swift: the round trip an RC requester measures bounds its window.
   bool delay_control = true;
   // Swift's queueing delay allowed above the base round trip.
-  int64_t target_queueing_ns = 500'000;
+  int64_t target_queueing_ns = 750'000;
   // DCQCN's line rate, where a connection starts and recovers to, bytes per ns.
   double line_rate_bytes_per_ns = 5.0;  // 40 Gbit/s
   DeviceLimits limits;

@@ -74,7 +74,7 @@ struct Settings {
   // SOFTRDMA_TARGET_DELAY_US: the queueing delay the delay control allows above the
   // base round trip (1..1000000; docs/decisions/congestion-control.md "Tuning the
   // delay": a software path's round trips jitter by hundreds of microseconds).
-  uint32_t target_delay_us = 500;
+  uint32_t target_delay_us = 750;
   // SOFTRDMA_LINE_RATE_GBPS: where DCQCN starts a connection and recovers it to.
   uint32_t line_rate_gbps = 40;
   // SOFTRDMA_IDLE_PROBE_MS: an RC QP that has nothing outstanding and has heard

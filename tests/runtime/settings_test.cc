@@ -61,7 +61,7 @@ TEST_F(SettingsTest, SelectiveRepeatTakesItsThreeValues) {
 }
 
 // SOFTRDMA_CONGESTION, SOFTRDMA_TARGET_DELAY_US and SOFTRDMA_LINE_RATE_GBPS
-// (docs/decisions/congestion-control.md): DCQCN and the delay control, 500 us
+// (docs/decisions/congestion-control.md): DCQCN and the delay control, 750 us
 // above the base round trip, 40 Gbit/s, unless told otherwise.
 TEST_F(SettingsTest, CongestionControlIsDcqcnAndDelayUnlessTurnedOff) {
   std::string error;
@@ -69,7 +69,7 @@ TEST_F(SettingsTest, CongestionControlIsDcqcnAndDelayUnlessTurnedOff) {
   ASSERT_TRUE(s.has_value()) << error;
   EXPECT_TRUE(s->dcqcn);
   EXPECT_TRUE(s->delay_control);
-  EXPECT_EQ(s->target_delay_us, 500u);
+  EXPECT_EQ(s->target_delay_us, 750u);
   EXPECT_EQ(s->line_rate_gbps, 40u);
   setenv("SOFTRDMA_CONGESTION", "off", 1);
   setenv("SOFTRDMA_LINE_RATE_GBPS", "100", 1);

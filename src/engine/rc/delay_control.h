@@ -50,7 +50,7 @@ struct SwiftParams {
   // scheduler's milliseconds, and RTT / window is how long the next packet waits.
   double min_window = 0.1;
   double max_window = 64;             // packets: the loss recovery's window
-  Nanos target_queueing = 500'000;      // queueing delay allowed above the base RTT
+  Nanos target_queueing = 750'000;      // queueing delay allowed above the base RTT
   Nanos flow_scaling_range = 1'000'000; // the most flow scaling adds to the target
   double flow_scaling_min_window = 0.1;   // a window this small gets all of the range
   double flow_scaling_max_window = 100;   // ... this large, none of it
