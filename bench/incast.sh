@@ -63,6 +63,9 @@ for n in "${counts[@]}"; do
         flows=()
         for ((i = 1; i <= n; ++i)); do
           flows+=("$(awk '$1 == 65536 { print $4; found = 1 } END { if (!found) print 0 }' "$out/client$i")")
+          grep -q '^ 65536 ' "$out/client$i" ||
+            { echo "== flow $i ($mode, run $run): no result; client and server said:"
+              tail -n 6 "$out/client$i" "$out/server$i"; } >&2
         done
         # ib_send_lat's row: bytes iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%
         latency=$(awk '$1 == 8 { print $5, $8; found = 1 } END { if (!found) print "- -" }' "$out/lat_client")
