@@ -545,7 +545,9 @@ def main():
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("interop: needs root (network namespace, tap device, VM)")
-    workdir = Path(args.keep or tempfile.mkdtemp(prefix="softrdma-interop."))
+    # Absolute: `--keep build/interop` (scripts/test.sh) is relative, and a path
+    # handed to another directory's tool (the kernel's make, M=) must not be.
+    workdir = Path(args.keep or tempfile.mkdtemp(prefix="softrdma-interop.")).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     args.share = str(workdir / "share")
     os.makedirs(args.share, exist_ok=True)

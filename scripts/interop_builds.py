@@ -23,7 +23,7 @@ def build_siw_crc_module(share, workdir, peer_vm_cache, module_name):
     source = peer_vm_cache / "siw-src"
     cached = Path.home() / ".cache" / "softrdma-interop" / f"siw-crc-{kernel}.ko"
     if not cached.exists() or cached.stat().st_mtime < (source / "siw_main.c").stat().st_mtime:
-        tree = workdir / "siw-crc-src"
+        tree = (workdir / "siw-crc-src").resolve()  # make -C elsewhere: M= must be absolute
         shutil.rmtree(tree, ignore_errors=True)
         shutil.copytree(source, tree, ignore=shutil.ignore_patterns("*.o", "*.ko", ".*.cmd"))
         main_c = tree / "siw_main.c"
