@@ -517,12 +517,25 @@ def own_failure(case, ok, output):
     return f"the tool's own failure: \"{race.group(0)}\"" if race else None
 
 
+def capture_lost(why):
+    """A run whose only failures are its capture's, when tcpdump said it dropped
+    frames: the tool's own failure (the programs passed; what they sent could not
+    all be seen). Seen on one machine in one iWARP case in about half the runs,
+    with the build before and after a change alike."""
+    reasons = [r for r in why.split("; ") if r]
+    if not any(r.startswith("the capture is incomplete: tcpdump lost") for r in reasons):
+        return None
+    if all(r.startswith(("capture:", "the capture is incomplete")) for r in reasons):
+        return "the tool's own failure: tcpdump dropped frames"
+    return None
+
+
 def run_with_retries(case, direction, args, port, workdir, attempts=5):
     """A run that failed only as the tool or the harness fails (own_failure) is run
     again, at most `attempts` times in all; every other failure stands."""
     for attempt in range(1, attempts + 1):
         ok, tally, seconds, why, output = run_case(case, direction, args, port, workdir)
-        own = own_failure(case, ok, output)
+        own = own_failure(case, ok, output) or (None if ok else capture_lost(why))
         if own is None:
             break
         if attempt < attempts:
