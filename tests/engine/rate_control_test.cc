@@ -89,7 +89,7 @@ TEST(RateControlTest, UnpacedUntilACnpThenABurstThenPacketsAtTheRate) {
   r.reset(0);
   EXPECT_EQ(r.packets_allowed(0, 1'000), UINT32_MAX);
   EXPECT_EQ(r.resume_at(), kNever);
-  r.on_cnp(0);  // 0.0625 B/ns
+  r.on_cnp(0, 0);  // 0.0625 B/ns
   ASSERT_TRUE(r.paced());
   EXPECT_EQ(r.packets_allowed(0, 1'000), 10u);  // the bucket
   r.on_sent(10'000);
@@ -109,7 +109,7 @@ TEST(RateControlTest, AnIdleSlowQpSavesOnlyWhatItsRateEarnsInTheBurstTime) {
   p.increase_period = p.alpha_period = 1'000'000'000;  // no recovery within the test
   RateControl r(p);
   r.reset(0);
-  r.on_cnp(0);  // 0.0625 B/ns; the bucket starts full (64 KiB)
+  r.on_cnp(0, 0);  // 0.0625 B/ns; the bucket starts full (64 KiB)
   EXPECT_EQ(r.packets_allowed(0, 1'000), 66u);
   r.on_sent(66'000);
   // Idle for 10 ms: 625 000 bytes earned, but a 0.0625 B/ns QP keeps only 500 us'
@@ -144,7 +144,7 @@ TEST(RateControlTest, WhileCompetingCnpsAndLossesHalveTheWindowOncePerWindowOfDa
     r.on_acknowledged(++psn, now += rtt);
   };
   one_round(100 * kUs);  // the base round trip
-  r.on_cnp(now);
+  r.on_cnp(now, psn);
   ASSERT_TRUE(r.paced()) << "DCQCN's cut, before competing";
   while (!r.swift().competing()) one_round(kFull);
   EXPECT_FALSE(r.paced()) << "competing: DCQCN back at the line rate";
@@ -153,15 +153,15 @@ TEST(RateControlTest, WhileCompetingCnpsAndLossesHalveTheWindowOncePerWindowOfDa
   ASSERT_GT(grown, 8);
   r.on_first_send(psn, 10, now);  // ten more in flight
   psn += 10;
-  r.on_cnp(now);
+  r.on_cnp(now, psn);
   EXPECT_DOUBLE_EQ(r.swift().window(), grown / 2);
   EXPECT_FALSE(r.paced()) << "the CNP cut the window, not DCQCN's rate";
-  r.on_loss(now + kFull);
-  r.on_cnp(now + kFull);
+  r.on_loss(now + kFull, psn);
+  r.on_cnp(now + kFull, psn);
   EXPECT_DOUBLE_EQ(r.swift().window(), grown / 2) << "the same window of data";
   r.on_acknowledged(psn, now += kFull);  // all sent before the cut
   const double next = r.swift().window();
-  r.on_loss(now);
+  r.on_loss(now, psn);
   EXPECT_DOUBLE_EQ(r.swift().window(), next / 2);
 }
 

@@ -154,7 +154,7 @@ void Completer::on_sack(PacketView packet, Nanos now) {
   const std::optional<uint32_t> lost =
       recovery.on_sack(una_psn_, first_missing, packet.payload(), conn_.requester().high_psn());
   if (!lost) return;
-  conn_.rate().on_loss(now);
+  conn_.rate().on_loss(now, conn_.requester().high_psn());
   conn_.requester().resend_from(*lost);
   conn_.requester().run(now);
 }
@@ -375,7 +375,7 @@ void Completer::retry(uint32_t psn, Nanos now, Cause cause) {
   // one retry per gap until progress or the next timeout.
   read_rerequested_ = true;
   rto_.on_retry();  // Karn: what is resent times no round trip
-  if (cause != Cause::kTimeout) conn_.rate().on_loss(now);
+  if (cause != Cause::kTimeout) conn_.rate().on_loss(now, conn_.requester().high_psn());
   conn_.requester().on_loss(psn, cause == Cause::kTimeout ? LossCause::kTimeout : LossCause::kNak,
                            now);
   restart_timer(now);

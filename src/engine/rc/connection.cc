@@ -171,7 +171,7 @@ void RcConnection::on_cnp(Nanos now) {
   bump(qp_.ctx().counters.cnps_received);
   bump(qp_.counters().cnps_received);
   if (!rate_.controls().dcqcn) return;
-  rate_.on_cnp(now);
+  rate_.on_cnp(now, requester().high_psn());
   publish_rate();
 }
 

@@ -169,9 +169,9 @@ Nanos RateControl::resume_at() const {
 // TCP answers an ECN echo (at most one halving per round trip), not by DCQCN's cut
 // per CNP: the other flow's marks cut it once per round trip, and DCQCN's, many
 // times in one, would hand it the link.
-void RateControl::on_cnp(Nanos now) {
+void RateControl::on_cnp(Nanos now, uint32_t high) {
   if (on_.delay && swift_.competing()) {
-    competing_cut(now);
+    competing_cut(now, high);
     return;
   }
   const bool was_paced = paced();
@@ -179,12 +179,12 @@ void RateControl::on_cnp(Nanos now) {
   if (!was_paced) pacer_.reset(now, dcqcn_.params().burst_bytes, dcqcn_.params().burst_time);
 }
 
-void RateControl::competing_cut(Nanos now) {
+void RateControl::competing_cut(Nanos now, uint32_t high) {
   if (!on_.delay || !swift_.competing()) return;
   if (cut_made_ && wire::psn_before(acked_to_, cut_until_)) return;
   swift_.on_competing_loss(now);
   cut_made_ = true;
-  cut_until_ = high_;
+  cut_until_ = high;
 }
 
 void RateControl::on_first_send(uint32_t psn, uint32_t psns, Nanos now) {
@@ -194,7 +194,6 @@ void RateControl::on_first_send(uint32_t psn, uint32_t psns, Nanos now) {
     acked_to_ = psn;  // acknowledgements count from the first PSN sent
   }
   stamps_.stamp(psn, psns, now);
-  high_ = wire::psn_add(psn, int32_t(psns));
 }
 
 void RateControl::on_acknowledged(uint32_t una, Nanos now) {

@@ -130,7 +130,8 @@ class RateControl {
   bool held() const { return held_ || delay_held_; }
   // Held by DCQCN's bucket (what the responder's READ responses draw from).
   bool bucket_held() const { return held_; }
-  void on_cnp(Nanos now);
+  // A CNP; `high` is the first PSN never sent (a competing cut lasts until it).
+  void on_cnp(Nanos now, uint32_t high);
 
   // The delay control's view of the requester: packets that may be in flight
   // (UINT32_MAX when it is off), first sends, resends, acknowledgements, timeouts.
@@ -143,8 +144,8 @@ class RateControl {
   // Everything before `una` is acknowledged.
   void on_acknowledged(uint32_t una, Nanos now);
   void on_timeout(Nanos now);
-  // A loss found by a NAK or a SACK (not a timeout).
-  void on_loss(Nanos now) { competing_cut(now); }
+  // A loss found by a NAK or a SACK (not a timeout); `high` as for on_cnp.
+  void on_loss(Nanos now, uint32_t high) { competing_cut(now, high); }
 
   // Receiving a CE-marked packet: true when a CNP is due (at most one per interval).
   bool cnp_due(Nanos now);
@@ -158,7 +159,7 @@ class RateControl {
   // window of data (until everything sent before the cut is acknowledged: TCP's
   // recovery and CWR, RFC 6675, RFC 3168 §6.1.2). A round trip in time would
   // need a fresh sample, and Karn's rule leaves few on a path that drops.
-  void competing_cut(Nanos now);
+  void competing_cut(Nanos now, uint32_t high);
 
   Dcqcn dcqcn_;
   Swift swift_;
@@ -167,7 +168,6 @@ class RateControl {
   SendStamps stamps_;
   uint32_t acked_to_ = 0;   // una at the last acknowledgement
   bool started_ = false;    // a first send set acked_to_
-  uint32_t high_ = 0;       // the first PSN never sent
   uint32_t cut_until_ = 0;  // a competing cut waits until acked_to_ reaches this
   bool cut_made_ = false;
   bool held_ = false;       // a sender found the bucket empty
