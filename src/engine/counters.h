@@ -38,6 +38,7 @@ namespace softrdma::engine {
   X(error_naks_received)                                                     \
   X(duplicate_requests)                                                      \
   X(duplicate_reads)                                                         \
+  X(reads_split)                                                             \
   X(duplicate_atomics_replayed)                                              \
   X(responses_refused)                                                       \
   X(bad_read_responses)                                                      \

@@ -35,7 +35,7 @@ ip -n "$router" link add br0 type bridge
 ip -n "$router" addr add "$subnet_tx.254/24" dev br0
 ip -n "$router" link set br0 up
 quiet_link() {  # NS DEV: no offloads, so that each packet is a frame of its own
-  ip netns exec "$1" ethtool -K "$2" tso off gso off gro off > /dev/null 2>&1 || true
+  ip netns exec "$1" ethtool -K "$2" tso off gso off gro off tx-udp-segmentation off > /dev/null 2>&1 || true
 }
 source "$(dirname "${BASH_SOURCE[0]}")/fabric_bridge.sh"
 for ((i = 1; i <= $2; ++i)); do

@@ -25,6 +25,7 @@ void Completer::reset(uint32_t sq_psn, Nanos /*now*/) {
   probes_ = 0;
   read_rerequested_ = false;
   responses_held_.clear();
+  publish_held();
   rto_.reset();
 }
 
@@ -55,21 +56,38 @@ void Completer::restart_timer(Nanos now) {
 // Two smoothed round trips (RFC 8985 §7.2's PTO), at least kMinProbeNs: ACKs are
 // coalesced (AckReq every few packets) and a software peer's come when its
 // scheduler lets them. Doubles with each unanswered probe.
+// While READ responses are held behind gaps, what is awaited is the answers to
+// asks, due within answer_wait() (the responder sends them ahead of its queue).
 Nanos Completer::probe_interval() const {
   constexpr Nanos kMinProbeNs = 200'000;
   constexpr Nanos kUnmeasuredNs = 1'000'000;
-  const Nanos base = rto_.measured() ? std::max(kMinProbeNs, 2 * rto_.srtt()) : kUnmeasuredNs;
+  Nanos base = rto_.measured() ? std::max(kMinProbeNs, 2 * rto_.srtt()) : kUnmeasuredNs;
+  if (responses_held_.count() > 0) base = std::min(base, answer_wait());
   return base << std::min<uint32_t>(probes_, 16);
+}
+
+// RACK-TLP probes silence (RFC 8985 §7.2): a response or SACK held behind a gap
+// advances nothing, but says the peer is there and what is sent is arriving, so
+// the probe waits again. (A probe while a READ's responses still stream in asked
+// for all of them again: 125 k duplicates in 10 s at 5 % loss, 2026-11-30.)
+void Completer::peer_heard(Nanos now) {
+  if (probe_deadline_ == kNever) return;
+  probes_ = 0;
+  probe_deadline_ = std::min(deadline_, now + probe_interval());
 }
 
 void Completer::on_probe_timer(Nanos now) {
   probe_deadline_ = kNever;
-  responses_held_.forget_asked();  // a gap asked for in vain may be asked again
   if (!sending_state() || !outstanding()) return;
-  // A READ waiting for responses: the probe asks for what it lacks, alone.
-  const bool asked = repair_read_gaps(true);
+  // A READ waiting for responses: the probe asks for the gaps whose answers are
+  // overdue and for the tail nothing was heard of (completer_selective.cc), and
+  // nothing more while every answer may still come: resending the READ's
+  // request from the loss recovery's oldest PSN would ask for all of it again.
+  const bool reads_waiting = responses_held_.count() > 0 || last_response_asked();
+  const bool asked = reads_waiting && repair_read_gaps(true);
   const std::optional<uint32_t> psn =
-      asked ? std::nullopt : conn_.recovery().on_probe(una_psn_, conn_.requester().high_psn());
+      reads_waiting ? std::nullopt
+                    : conn_.recovery().on_probe(una_psn_, conn_.requester().high_psn());
   if (asked) bump(conn_.qp().ctx().counters.tail_probes);
   if (psn) {
     bump(conn_.qp().ctx().counters.tail_probes);
@@ -149,6 +167,7 @@ void Completer::on_sack(PacketView packet, Nanos now) {
     return;
   }
   bump(counters.sacks_received);
+  peer_heard(now);
   if (!acknowledge_through(packet.psn(), now) || sq_empty_or_unsent()) return;
   const uint32_t first_missing = psn_add(packet.psn(), 1);
   const std::optional<uint32_t> lost =

@@ -60,6 +60,9 @@ class Completer {
   void run_held_responses(Nanos now);
   // True when it asked for something.
   bool repair_read_gaps(bool probe = false);
+  uint32_t ask_read_part(uint32_t psn, uint32_t count);
+  std::optional<uint32_t> last_response_asked() const;
+  Nanos answer_wait() const;
   void on_nak(uint8_t syndrome, uint32_t psn, Nanos now);
   bool response_in_place(const SendWqe& w, wire::PacketView packet) const;
   bool place(const SendWqe& w, uint64_t offset, std::span<const uint8_t> data);
@@ -81,6 +84,8 @@ class Completer {
   // a few round trips long, backing off with each probe that is not answered.
   Nanos probe_interval() const;
   void on_probe_timer(Nanos now);
+  void peer_heard(Nanos now);
+  void publish_held();
 
   RcConnection& conn_;
   uint32_t una_psn_ = 0;

@@ -51,15 +51,20 @@ class LossRecovery {
   // Packets in flight when the requester is about to send `psn`, `una` being the
   // oldest unacknowledged PSN and `high` the first never sent. Go-back-N: every PSN
   // from una to `psn` (a rewind resends the rest, so it is not in flight).
-  // Selective repeat: every PSN from una to `high` but those the responder holds
-  // and those found lost and not yet resent (TCP's "pipe", RFC 6675 §4): a hole
-  // being repaired does not stop the packets after it, up to the span.
+  // Selective repeat: every PSN from una to `high` but those the responder holds,
+  // the READ responses the completer holds, and those found lost and not yet
+  // resent (TCP's "pipe", RFC 6675 §4): a hole being repaired does not stop the
+  // packets after it, up to the span.
   uint32_t in_flight(uint32_t psn, uint32_t una, uint32_t high) const {
     const int32_t from_una = wire::psn_diff(selective_ ? high : psn, una);
     if (from_una <= 0) return 0;
     if (!selective_) return uint32_t(from_una);
-    return uint32_t(from_una) - std::min(uint32_t(from_una), not_in_flight_);
+    return uint32_t(from_una) -
+           std::min(uint32_t(from_una), not_in_flight_ + responses_held_);
   }
+  // Selective repeat: the completer holds `count` READ responses or ATOMIC ACKs
+  // beyond a gap (completer_selective.cc); they have arrived.
+  void set_responses_held(uint32_t count) { responses_held_ = count; }
   // Packets from `psn` that may go now (see in_flight): within the window, and
   // never further than the span from una. Asked per packet, so it reads data the
   // policy keeps current rather than calling it.
@@ -105,6 +110,7 @@ class LossRecovery {
   // Selective repeat: PSNs in [una, high) held by the responder or lost and not
   // yet resent.
   uint32_t not_in_flight_ = 0;
+  uint32_t responses_held_ = 0;  // by the completer, within [una, high)
 };
 
 // After a timeout both policies resume with kResumeWindow packets, the window

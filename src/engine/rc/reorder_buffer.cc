@@ -40,20 +40,20 @@ void ReorderBuffer::clear() {
   count_ = 0;
 }
 
-void ReorderBuffer::mark_asked(uint32_t psn) {
+void ReorderBuffer::mark_asked(uint32_t psn, uint32_t next_request_psn, Nanos when) {
   Slot& s = slot(psn);
   s.asked = true;
   s.asked_psn = psn;
+  s.asked_before = next_request_psn;
+  s.asked_at = when;
 }
 
-bool ReorderBuffer::asked(uint32_t psn) const {
+bool ReorderBuffer::answer_pending(uint32_t psn, uint32_t newest_heard,
+                                   Nanos deadline_for_ask) const {
   if (slots_.empty()) return false;
   const Slot& s = slots_[psn % kSlots];
-  return s.asked && s.asked_psn == psn;
-}
-
-void ReorderBuffer::forget_asked() {
-  for (Slot& s : slots_) s.asked = false;
+  return s.asked && s.asked_psn == psn && wire::psn_before(newest_heard, s.asked_before) &&
+         s.asked_at > deadline_for_ask;
 }
 
 void ReorderBuffer::describe(uint32_t first_missing, std::span<uint8_t> bitmap) const {

@@ -9,6 +9,8 @@
 #include <span>
 #include <vector>
 
+#include "engine/clock.h"
+
 namespace softrdma::engine::rc {
 
 class ReorderBuffer {
@@ -27,9 +29,15 @@ class ReorderBuffer {
   void describe(uint32_t first_missing, std::span<uint8_t> bitmap) const;
   // The completer's note of READ response PSNs asked for again
   // (completer_selective.cc), kept here so that a QP that never lost any pays nothing.
-  void mark_asked(uint32_t psn);
-  bool asked(uint32_t psn) const;
-  void forget_asked();
+  // `next_request_psn`: the first PSN the requester had not sent when it asked
+  // at `when`. A response at or beyond it answers a later request, so the answer
+  // to this ask, which the responder sends first, was lost.
+  void mark_asked(uint32_t psn, uint32_t next_request_psn, Nanos when);
+  // Asked for, and the answer may still come: nothing from a later request has
+  // been heard (`newest_heard`, the newest response PSN held), and it was asked
+  // after `deadline_for_ask` (RACK's clock, RFC 8985 §6.2: an answer overdue by
+  // a round trip and a reordering allowance is lost).
+  bool answer_pending(uint32_t psn, uint32_t newest_heard, Nanos deadline_for_ask) const;
 
  private:
   struct Slot {
@@ -37,6 +45,8 @@ class ReorderBuffer {
     bool used = false;
     bool asked = false;
     uint32_t asked_psn = 0;
+    uint32_t asked_before = 0;  // the requester's next PSN when it was asked
+    Nanos asked_at = 0;
     std::vector<uint8_t> bytes;  // kept allocated: a lossy connection reuses it
   };
   Slot& slot(uint32_t psn);

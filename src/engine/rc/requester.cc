@@ -158,10 +158,20 @@ bool Requester::start_on_wire(SendWqe& wqe) {
 // the pacer allows.
 uint32_t Requester::window_space(uint32_t psn) const {
   if (!conn_.acknowledged()) return std::min(burst_left_, pace_left_);
+  return std::min(pace_left_, window_room(psn));
+}
+
+// RC: the room the two windows leave from `psn` on, the pacer aside.
+uint32_t Requester::window_room(uint32_t psn) const {
   const uint32_t una = conn_.completer().una_psn();
   const LossRecovery& recovery = conn_.recovery();
-  return std::min({pace_left_, recovery.window_space(psn, una, high_psn_),
-                   space_in_window(conn_.rate().window(), recovery.in_flight(psn, una, high_psn_))});
+  return std::min(recovery.window_space(psn, una, high_psn_),
+                  space_in_window(conn_.rate().window(), recovery.in_flight(psn, una, high_psn_)));
+}
+
+// The window in force: the loss recovery's or the delay control's, the smaller.
+uint32_t Requester::window() const {
+  return std::min(conn_.recovery().window(), uint32_t(conn_.rate().window()));
 }
 
 // `psns`: how many PSNs the packet stands for (a READ request: its responses).
@@ -288,8 +298,13 @@ bool Requester::send_data_packet(SendWqe& wqe) {
 bool Requester::send_read_request(SendWqe& wqe) {
   const uint32_t mtu = conn_.path().mtu;
   while (wqe.next_packet < wqe.npackets) {
-    // The previous chunk's responses come first.
-    if (wqe.next_packet != wqe.read_packets_received) return false;
+    // Go-back-N: the previous chunk's responses come first (the completer checks
+    // each response's opcode against the request it answers). Selective repeat
+    // places responses by PSN, whatever request they answer, so the next chunk
+    // goes as soon as the window has room, while a gap in the last is repaired:
+    // waiting for it stalled the pipe at each chunk whose gap's answer was lost.
+    if (!conn_.recovery().selective() && wqe.next_packet != wqe.read_packets_received)
+      return false;
     const uint32_t psn = psn_add(wqe.first_psn, wqe.next_packet);
     if (stays_sent(psn) && wqe.read_requested > wqe.next_packet) {
       wqe.next_packet = wqe.read_requested;  // its responses are on their way
@@ -305,6 +320,13 @@ bool Requester::send_read_request(SendWqe& wqe) {
     // leave a boundary the next one straddles. It is one request packet either way.
     const bool again = wqe.read_requested > wqe.next_packet;
     const uint32_t end = again ? wqe.read_requested : wqe.npackets;
+    // Selective repeat: a new chunk waits for room for half the window (or the
+    // rest of the READ), or each PSN the window freed would be a request of its
+    // own, one for the responder to execute per packet (the sender's silly
+    // window avoidance, RFC 1122 §4.2.3.4).
+    if (conn_.recovery().selective() && !again &&
+        window_room(psn) < std::min(end - wqe.next_packet, std::max(1u, window() / 2)))
+      return false;
     const uint32_t chunk = again ? end - wqe.next_packet : std::min(space, end - wqe.next_packet);
     const uint64_t offset = uint64_t(wqe.next_packet) * mtu;
     const uint64_t len = std::min<uint64_t>(uint64_t(chunk) * mtu, wqe.length - offset);

@@ -77,6 +77,8 @@ class Requester {
   wire::PacketView emit_read_request(const SendWqe& wqe, uint32_t psn, uint64_t offset,
                                      uint64_t len);
   uint32_t window_space(uint32_t psn) const;
+  uint32_t window_room(uint32_t psn) const;
+  uint32_t window() const;
   // `psn` was sent before and the loss recovery does not resend it (under
   // go-back-N: what was sent after the last loss; under selective repeat: all
   // but what was lost): it is stepped over.

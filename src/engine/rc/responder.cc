@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <optional>
@@ -375,9 +376,32 @@ void Responder::send_atomic_ack(const Response& response) {
   r.set(atomic_ack_eth::kOriginalData, response.original);
 }
 
+// Selective repeat: a READ request from `behind` PSNs before epsn reaching past
+// it (the requester asked again for a chunk's lost tail and the next chunk,
+// whose own request was lost): the part behind epsn is answered as a duplicate,
+// the rest executes as the request at epsn it stands for.
+void Responder::split_straddling_read(PacketView p, uint32_t behind, Nanos now) {
+  const uint64_t done = uint64_t(behind) * conn_.path().mtu;
+  const uint64_t va = p.get(reth::kVa);
+  const uint32_t rkey = uint32_t(p.get(reth::kRkey));
+  const uint32_t len = uint32_t(p.get(reth::kDmaLength));
+  bump(conn_.qp().ctx().counters.reads_split);
+  queue_response(Response{.psn = p.psn(), .msn = msn_, .va = va, .rkey = rkey,
+                          .len = uint32_t(done)},
+                 true);
+  std::array<uint8_t, 64> copy{};  // BTH, RETH and ICRC: 32 bytes
+  if (p.bytes().size() > copy.size()) return;
+  std::memcpy(copy.data(), p.bytes().data(), p.bytes().size());
+  PacketView rest(std::span<uint8_t>(copy.data(), p.bytes().size()));
+  rest.set(bth::kPsn, epsn_);
+  rest.set(reth::kVa, va + done);
+  rest.set(reth::kDmaLength, len - done);
+  on_request(rest, now);
+}
+
 // IBA 9.7.5.1.2: duplicates are answered, never executed twice (except READ, which
 // is idempotent and re-executed from its own PSN).
-void Responder::on_duplicate(PacketView p, Nanos /*now*/) {
+void Responder::on_duplicate(PacketView p, Nanos now) {
   EngineCounters& counters = conn_.qp().ctx().counters;
   bump(counters.duplicate_requests);
   const OpcodeInfo& info = p.info();
@@ -386,8 +410,14 @@ void Responder::on_duplicate(PacketView p, Nanos /*now*/) {
     const uint64_t va = p.get(reth::kVa);
     const uint32_t rkey = uint32_t(p.get(reth::kRkey));
     const uint32_t len = uint32_t(p.get(reth::kDmaLength));
-    // Only a range that stays behind epsn: a duplicate may not reach new PSNs.
-    if (psn_diff(epsn_, p.psn()) < int32_t(packets_for(len, conn_.path().mtu))) return;
+    const uint32_t behind = uint32_t(psn_diff(epsn_, p.psn()));
+    if (behind < packets_for(len, conn_.path().mtu)) {
+      // Go-back-N: only a range that stays behind epsn; a duplicate may not reach
+      // new PSNs. Selective repeat lets a READ's next chunk go before the last is
+      // whole, so a request lost there leaves epsn inside what a re-request asks.
+      if (selective_) split_straddling_read(p, behind, now);
+      return;
+    }
     // Selective repeat asks for missing parts alone (completer_selective.cc): what
     // is queued after them is still wanted, and a lost answer is asked again.
     if (selective_) {

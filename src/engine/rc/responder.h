@@ -70,6 +70,7 @@ class Responder {
   // SEND with Invalidate (responder_invalidate.cc): frees the window its IETH names.
   Verdict invalidate_for_send(wire::PacketView p);
   void on_duplicate(wire::PacketView p, Nanos now);
+  void split_straddling_read(wire::PacketView p, uint32_t behind, Nanos now);
   // A peer's request reached registered memory that is no longer mapped
   // (docs/decisions/memory-faults.md).
   [[gnu::cold]] Verdict unmapped();

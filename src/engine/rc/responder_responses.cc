@@ -33,7 +33,17 @@ bool Responder::queue_response(const Response& r, bool duplicate) {
     bump(conn_.qp().ctx().counters.responses_refused);
     return false;
   }
-  responses_[(responses_head_ + responses_count_) % responses_.size()] = r;
+  if (duplicate && selective_) {
+    // A part asked for again goes first, ahead of what is queued (a READ being
+    // sent included: it goes on from where it was): the requester holds every
+    // later response until this one fills its gap, so behind the queue it cost
+    // a whole pipe of waiting (docs/decisions/selective-repeat.md). A requester
+    // that agreed to selective repeat takes responses in any order.
+    responses_head_ = uint32_t((responses_head_ + responses_.size() - 1) % responses_.size());
+    responses_[responses_head_] = r;
+  } else {
+    responses_[(responses_head_ + responses_count_) % responses_.size()] = r;
+  }
   ++responses_count_;
   // The responses acknowledge everything before them; not a part of a READ that
   // selective repeat asked for again (behind what the pending ACK covers).
