@@ -98,15 +98,21 @@ for test in "${tests[@]}"; do
   for wire in "${wires[@]}"; do
     row="| ${test#ib_} | $wire |"
     base=""
-    for p in "${losses[@]}"; do
-      set_loss "$receiver" "$wire" "$p"
-      figures=()
-      for ((r = 0; r < runs; ++r)); do
+    # Round by round, every loss rate in each round: a ratio then compares runs
+    # of the same minutes (this 2-core machine's rates drift by ±20 % between
+    # minutes; all the lossless runs first made that drift part of the ratio).
+    declare -A figures=()
+    for ((r = 0; r < runs; ++r)); do
+      for p in "${losses[@]}"; do
+        set_loss "$receiver" "$wire" "$p"
         port=$((port + 1))
-        figures+=("$(one_run "$wire" "$test" "$port")")
+        figures[$p]+="$(one_run "$wire" "$test" "$port") "
       done
       set_loss "$receiver" "$wire" 0
-      m=$(median "${figures[@]}")
+    done
+    for p in "${losses[@]}"; do
+      read -r -a at_p <<< "${figures[$p]}"
+      m=$(median "${at_p[@]}")
       if [[ -z $base ]]; then
         base=$m
         row+=" $m MB/s |"
