@@ -86,7 +86,7 @@ void Completer::on_probe_timer(Nanos now) {
   // nothing more while every answer may still come: resending the READ's
   // request from the loss recovery's oldest PSN would ask for all of it again.
   const bool reads_waiting = responses_held_.count() > 0 || last_response_asked();
-  const bool asked = reads_waiting && repair_read_gaps(true);
+  const bool asked = reads_waiting && repair_read_gaps(now, true);
   const std::optional<uint32_t> psn =
       reads_waiting ? std::nullopt
                     : conn_.recovery().on_probe(una_psn_, conn_.requester().high_psn());
@@ -219,7 +219,7 @@ bool Completer::acknowledge_through(uint32_t psn, Nanos now) {
   }
   if (progressed) progress_made(now);
   if (lost_response && responses_held_.count() > 0) {
-    repair_read_gaps();  // selective repeat: what is missing is asked for
+    repair_read_gaps(now);  // selective repeat: what is missing is asked for
   } else if (lost_response && !read_rerequested_) {
     retry(una_psn_, now);
   }

@@ -59,8 +59,8 @@ class Completer {
   bool hold_response(wire::PacketView packet, Nanos now);
   void run_held_responses(Nanos now);
   // True when it asked for something.
-  bool repair_read_gaps(bool probe = false);
-  uint32_t ask_read_part(uint32_t psn, uint32_t count);
+  bool repair_read_gaps(Nanos now, bool probe = false);
+  uint32_t ask_read_part(uint32_t psn, uint32_t count, Nanos now);
   std::optional<uint32_t> last_response_asked() const;
   Nanos answer_wait() const;
   void on_nak(uint8_t syndrome, uint32_t psn, Nanos now);

@@ -44,7 +44,7 @@ bool Completer::hold_response(PacketView packet, Nanos now) {
   if (responses_held_.hold(packet.psn(), packet.bytes())) bump(counters.reorder_held);
   publish_held();
   peer_heard(now);
-  repair_read_gaps();
+  repair_read_gaps(now);
   conn_.requester().run(now);  // what is held left the pipe: the window may have room
   return true;
 }
@@ -91,7 +91,7 @@ void Completer::run_held_responses(Nanos now) {
 // tail, from the last response held to the last asked for: none of it came.
 // An ATOMIC's lost ACK, or a READ's whose request was lost, is the requester's
 // loss recovery's (a SACK, a probe): not asked here.
-bool Completer::repair_read_gaps(bool probe) {
+bool Completer::repair_read_gaps(Nanos now, bool probe) {
   std::optional<uint32_t> awaited = awaited_response();
   if (!awaited || (responses_held_.count() == 0 && !probe)) return false;
   // Bit i: PSN awaited + i is held (wire/sack.h's layout, from awaited - 1).
@@ -108,7 +108,7 @@ bool Completer::repair_read_gaps(bool probe) {
       end = std::max<int32_t>(int32_t(end), std::min(psn_diff(*tail, *awaited) + 1,
                                                      int32_t(kSackSpan)));
   }
-  const Nanos overdue = conn_.qp().ctx().clock.now() - answer_wait();
+  const Nanos overdue = now - answer_wait();
   bool asked = false;
   for (uint32_t at = 0; at < end;) {
     const uint32_t psn = psn_add(*awaited, int32_t(at));
@@ -118,7 +118,7 @@ bool Completer::repair_read_gaps(bool probe) {
     }
     uint32_t run = 1;
     while (at + run < end && !sack_marked(held, at + run)) ++run;
-    const uint32_t count = ask_read_part(psn, run);
+    const uint32_t count = ask_read_part(psn, run, now);
     asked |= count > 0;
     at += std::max(count, 1u);
   }
@@ -128,7 +128,7 @@ bool Completer::repair_read_gaps(bool probe) {
 // Asks again for up to `count` responses from `psn`, within the READ `psn`
 // belongs to and what that READ has asked for so far: how many (0: no READ
 // asked for `psn`).
-uint32_t Completer::ask_read_part(uint32_t psn, uint32_t count) {
+uint32_t Completer::ask_read_part(uint32_t psn, uint32_t count, Nanos now) {
   Ring<SendWqe>& sq = conn_.qp().sq();
   for (uint32_t i = sq.head(); i != sq.tail(); ++i) {
     SendWqe& w = sq.at(i);
@@ -138,7 +138,6 @@ uint32_t Completer::ask_read_part(uint32_t psn, uint32_t count) {
     const uint32_t from = uint32_t(into);
     count = std::min(count, w.read_requested - from);
     const uint32_t next_request = conn_.requester().high_psn();
-    const Nanos now = conn_.qp().ctx().clock.now();
     for (uint32_t k = 0; k < count; ++k)
       responses_held_.mark_asked(psn_add(psn, int32_t(k)), next_request, now);
     bump(conn_.qp().ctx().counters.read_gaps_asked);

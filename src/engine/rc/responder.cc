@@ -380,22 +380,20 @@ void Responder::send_atomic_ack(const Response& response) {
 // it (the requester asked again for a chunk's lost tail and the next chunk,
 // whose own request was lost): the part behind epsn is answered as a duplicate,
 // the rest executes as the request at epsn it stands for.
-void Responder::split_straddling_read(PacketView p, uint32_t behind, Nanos now) {
-  const uint64_t done = uint64_t(behind) * conn_.path().mtu;
-  const uint64_t va = p.get(reth::kVa);
-  const uint32_t rkey = uint32_t(p.get(reth::kRkey));
-  const uint32_t len = uint32_t(p.get(reth::kDmaLength));
+void Responder::split_straddling_read(PacketView p, const Response& asked, uint32_t behind,
+                                      Nanos now) {
+  const uint32_t done = behind * conn_.path().mtu;
   bump(conn_.qp().ctx().counters.reads_split);
-  queue_response(Response{.psn = p.psn(), .msn = msn_, .va = va, .rkey = rkey,
-                          .len = uint32_t(done)},
-                 true);
+  Response duplicate = asked;
+  duplicate.len = done;
+  queue_response(duplicate, true);
   std::array<uint8_t, 64> copy{};  // BTH, RETH and ICRC: 32 bytes
   if (p.bytes().size() > copy.size()) return;
   std::memcpy(copy.data(), p.bytes().data(), p.bytes().size());
   PacketView rest(std::span<uint8_t>(copy.data(), p.bytes().size()));
   rest.set(bth::kPsn, epsn_);
-  rest.set(reth::kVa, va + done);
-  rest.set(reth::kDmaLength, len - done);
+  rest.set(reth::kVa, asked.va + done);
+  rest.set(reth::kDmaLength, asked.len - done);
   on_request(rest, now);
 }
 
@@ -407,31 +405,24 @@ void Responder::on_duplicate(PacketView p, Nanos now) {
   const OpcodeInfo& info = p.info();
   if (info.is(kOpReadRequest)) {
     bump(counters.duplicate_reads);
-    const uint64_t va = p.get(reth::kVa);
-    const uint32_t rkey = uint32_t(p.get(reth::kRkey));
-    const uint32_t len = uint32_t(p.get(reth::kDmaLength));
+    Response r{.psn = p.psn(), .msn = msn_, .va = p.get(reth::kVa),
+               .rkey = uint32_t(p.get(reth::kRkey)),
+               .len = uint32_t(p.get(reth::kDmaLength))};
     const uint32_t behind = uint32_t(psn_diff(epsn_, p.psn()));
-    if (behind < packets_for(len, conn_.path().mtu)) {
+    if (behind < packets_for(r.len, conn_.path().mtu)) {
       // Go-back-N: only a range that stays behind epsn; a duplicate may not reach
       // new PSNs. Selective repeat lets a READ's next chunk go before the last is
       // whole, so a request lost there leaves epsn inside what a re-request asks.
-      if (selective_) split_straddling_read(p, behind, now);
+      if (selective_) split_straddling_read(p, r, behind, now);
       return;
     }
     // Selective repeat asks for missing parts alone (completer_selective.cc): what
     // is queued after them is still wanted, and a lost answer is asked again.
     if (selective_) {
-      queue_response(Response{.psn = p.psn(), .msn = msn_, .va = va, .rkey = rkey, .len = len},
-                     true);
+      queue_response(r, true);
       return;
     }
     drop_responses_from(p.psn());
-    Response r;
-    r.psn = p.psn();
-    r.msn = msn_;
-    r.va = va;
-    r.rkey = rkey;
-    r.len = len;
     // The requester asks again from the first response it lacks and drops every
     // later one until that arrives (IBA 9.7.5.2.1, responses in PSN order): its
     // retry is wasted if that one response is lost. A second copy makes that L^2 on

@@ -70,7 +70,7 @@ class Responder {
   // SEND with Invalidate (responder_invalidate.cc): frees the window its IETH names.
   Verdict invalidate_for_send(wire::PacketView p);
   void on_duplicate(wire::PacketView p, Nanos now);
-  void split_straddling_read(wire::PacketView p, uint32_t behind, Nanos now);
+
   // A peer's request reached registered memory that is no longer mapped
   // (docs/decisions/memory-faults.md).
   [[gnu::cold]] Verdict unmapped();
@@ -89,6 +89,8 @@ class Responder {
     bool repeat_first = false;      // READ asked again: its first response goes twice
   };
   bool queue_response(const Response& r, bool duplicate = false);
+  void split_straddling_read(wire::PacketView p, const Response& asked, uint32_t behind,
+                             Nanos now);
   size_t response_slots(uint32_t max_dest_rd_atomic) const;
   void drop_responses_from(uint32_t psn);
   // Produces up to `budget` packets of `r`; returns how many, or nullopt when the
