@@ -12,7 +12,9 @@
 # at the receiving host (the server for WRITE and SEND, the client for READ),
 # packets of 1000 bytes and more only (data; not ACKs, TCP ACKs or CM MADs), the
 # same rule for both wires. Each figure is the median of RUNS runs of DURATION
-# seconds; each row is also given relative to its own lossless figure.
+# seconds; a round runs every loss rate once, and each lossy figure's ratio is the
+# median of its rounds' ratios to the same round's lossless run. Every run's
+# figure is printed under the table.
 #
 #   bench/lossy_fabric.sh [BUILD_DIR] [DURATION] [RUNS] [LOSSES...]
 #   (defaults: build 10 3 0 0.01 0.05). Needs root (ip netns, iptables).
@@ -90,6 +92,7 @@ echo "# lossy_fabric: $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg),
 printf '| test | wire |'; for p in "${losses[@]}"; do printf ' %s %% |' "$(awk "BEGIN { print $p * 100 }")"; done; echo
 printf '|---|---|'; for _ in "${losses[@]}"; do printf -- '---|'; done; echo
 port=18000
+runs_seen=()  # every run's figure, printed under the table
 read -r -a tests <<< "${LOSSY_TESTS:-ib_write_bw ib_read_bw ib_send_bw}"
 read -r -a wires <<< "${LOSSY_WIRES:-roce-sr roce-gbn iwarp}"
 for test in "${tests[@]}"; do
@@ -112,6 +115,7 @@ for test in "${tests[@]}"; do
     done
     for p in "${losses[@]}"; do
       read -r -a at_p <<< "${figures[$p]}"
+      runs_seen+=("# ${test#ib_} $wire $p: ${at_p[*]} MB/s")
       m=$(median "${at_p[@]}")
       if [[ -z $base ]]; then
         base=$m
@@ -119,9 +123,18 @@ for test in "${tests[@]}"; do
       elif [[ $m == fail || $base == fail ]]; then
         row+=" $m |"
       else
-        row+=" $m MB/s ($(awk "BEGIN { printf \"%.2f\", $m / $base }")x) |"
+        # The median of each round's ratio to that round's lossless run: the
+        # rounds pair runs of the same minute (a failed run has no ratio).
+        read -r -a at_0 <<< "${figures[${losses[0]}]}"
+        ratios=()
+        for ((i = 0; i < ${#at_p[@]}; ++i)); do
+          [[ ${at_p[i]} == fail || ${at_0[i]} == fail ]] && continue
+          ratios+=("$(awk "BEGIN { printf \"%.3f\", ${at_p[i]} / ${at_0[i]} }")")
+        done
+        row+=" $m MB/s ($(median "${ratios[@]}" | awk '{ printf "%.2f", $1 }')x) |"
       fi
     done
     echo "$row"
   done
 done
+printf '%s\n' "${runs_seen[@]}"

@@ -70,6 +70,8 @@ struct DeviceLimits {
 
 // ECE options softrdma understands (the low bits; docs/decisions/selective-repeat.md).
 inline constexpr uint32_t kEceSelectiveRepeat = 1u << 0;
+// With selective repeat: SACKs of 512 PSNs (wire/sack.h kWideSackSpan), not 128.
+inline constexpr uint32_t kEceWideSack = 1u << 1;
 
 // When an RC connection runs selective repeat (selective_repeat.h) instead of
 // IBA's go-back-N: when both ends agreed through ECE (the rdma_cm's REQ/REP, or

@@ -373,7 +373,7 @@ uint32_t offered_ece_options(softrdma::engine::Device& device) {
   if (!device.family().traits().selective_repeat ||
       device.config().selective_repeat == softrdma::engine::SelectiveRepeatMode::kOff)
     return 0;
-  return softrdma::engine::kEceSelectiveRepeat;
+  return softrdma::engine::kEceSelectiveRepeat | softrdma::engine::kEceWideSack;
 }
 
 }  // namespace

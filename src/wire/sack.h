@@ -13,8 +13,16 @@
 
 namespace softrdma::wire {
 
+// Every agreed connection's SACK: 128 PSNs.
 inline constexpr size_t kSackBitmapBytes = 16;
 inline constexpr uint32_t kSackSpan = kSackBitmapBytes * 8;
+// The wide SACK, when both ends agreed on it too (ECE option bit 1,
+// engine/limits.h): 512 PSNs, so that a gap open for a round trip or two does
+// not stop a sender whose round trip holds more than 128 packets.
+inline constexpr size_t kWideSackBitmapBytes = 64;
+inline constexpr uint32_t kWideSackSpan = kWideSackBitmapBytes * 8;
+
+inline constexpr size_t sack_bitmap_bytes(uint32_t span) { return span / 8; }
 
 inline void sack_mark(std::span<uint8_t> bitmap, uint32_t i) {
   bitmap[i / 8] = uint8_t(bitmap[i / 8] | (1u << (i % 8)));

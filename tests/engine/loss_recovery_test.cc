@@ -87,7 +87,7 @@ std::array<uint8_t, wire::kSackBitmapBytes> held(std::initializer_list<uint32_t>
 // taken for lost once three sent after it are held (reordering by fewer is not
 // loss), and only it is resent.
 TEST(SelectiveRepeat, AGapIsLostOnceThreeLaterPacketsAreHeld) {
-  SelectiveRepeat sr(kWindow);
+  SelectiveRepeat sr(kWindow, wire::kSackSpan);
   sr.reset(0);
   EXPECT_TRUE(sr.selective());
   // Sent 0..19; 0..4 acknowledged, 5 missing, 6 and 7 held.
@@ -105,7 +105,7 @@ TEST(SelectiveRepeat, AGapIsLostOnceThreeLaterPacketsAreHeld) {
 
 // Several gaps in one SACK are resent in one walk; what the SACK holds is not.
 TEST(SelectiveRepeat, EveryGapOneSackShowsIsResentAndNothingHeld) {
-  SelectiveRepeat sr(kWindow);
+  SelectiveRepeat sr(kWindow, wire::kSackSpan);
   sr.reset(100);
   // 100 missing; 101..109 held but 104 and 107.
   const std::optional<uint32_t> lost = sr.on_sack(100, 100, held({0, 1, 2, 4, 5, 7, 8}), 120);
@@ -121,7 +121,7 @@ TEST(SelectiveRepeat, EveryGapOneSackShowsIsResentAndNothingHeld) {
 // A resend that is lost too is resent again once packets sent after it are held
 // (RACK's "sent after", in PSNs).
 TEST(SelectiveRepeat, AResendLostAgainIsResentWhenLaterPacketsAreHeld) {
-  SelectiveRepeat sr(kWindow);
+  SelectiveRepeat sr(kWindow, wire::kSackSpan);
   sr.reset(0);
   // 0 lost, 1..9 held.
   ASSERT_TRUE(sr.on_sack(0, 0, held({0, 1, 2, 3, 4, 5, 6, 7, 8}), 10).has_value());
@@ -137,7 +137,7 @@ TEST(SelectiveRepeat, AResendLostAgainIsResentWhenLaterPacketsAreHeld) {
 // An acknowledgement forgets what lies before it; a timeout resends all that is
 // not held, from a window of two; a NAK (a READ response gap) names one PSN.
 TEST(SelectiveRepeat, TimeoutsResendWhatIsNotHeldAndNaksOnePsn) {
-  SelectiveRepeat sr(kWindow);
+  SelectiveRepeat sr(kWindow, wire::kSackSpan);
   sr.reset(0);
   EXPECT_FALSE(sr.on_sack(3, 3, held({1}), 8).has_value());  // 5 held
   const Resend timeout = sr.on_loss(3, 8, LossCause::kTimeout, 0);
@@ -148,7 +148,7 @@ TEST(SelectiveRepeat, TimeoutsResendWhatIsNotHeldAndNaksOnePsn) {
   EXPECT_TRUE(sr.stays_sent(5)) << "held by the responder";
   EXPECT_FALSE(sr.stays_sent(7));
   sr.on_acknowledged(8, 0);
-  SelectiveRepeat fresh(kWindow);
+  SelectiveRepeat fresh(kWindow, wire::kSackSpan);
   fresh.reset(0);
   fresh.on_loss(2, 9, LossCause::kNak, 0);
   EXPECT_FALSE(fresh.stays_sent(2));
@@ -160,7 +160,7 @@ TEST(SelectiveRepeat, TimeoutsResendWhatIsNotHeldAndNaksOnePsn) {
 // pipe): a hole being repaired does not stop the packets after it, up to the span
 // (what one SACK describes) from the oldest unacknowledged PSN.
 TEST(SelectiveRepeat, HeldAndLostPacketsAreNotInFlight) {
-  SelectiveRepeat sr(kWindow);
+  SelectiveRepeat sr(kWindow, wire::kSackSpan);
   sr.reset(0);
   EXPECT_EQ(sr.in_flight(kWindow, 0, kWindow), kWindow);
   EXPECT_EQ(sr.window_space(kWindow, 0, kWindow), 0u) << "a full window";
@@ -196,19 +196,38 @@ TEST(GoBackN, EveryPsnFromUnaToTheNextIsInFlight) {
 // The window never exceeds what one SACK describes, whatever the setting asks
 // (after a timeout too: it grows back to that, not to the setting).
 TEST(SelectiveRepeat, TheWindowIsHeldToOneSacksSpan) {
-  SelectiveRepeat sr(4096);
-  sr.reset(0);
-  EXPECT_EQ(sr.window(), wire::kSackSpan);
-  sr.on_loss(0, 100, LossCause::kTimeout, 0);
-  for (uint32_t una = 1; una < 2000; una += 16) sr.on_acknowledged(una, 0);
-  EXPECT_EQ(sr.window(), wire::kSackSpan);
-  EXPECT_EQ(SelectiveRepeat(32).window(), 32u) << "a smaller setting stands";
+  for (const uint32_t span : {wire::kSackSpan, wire::kWideSackSpan}) {
+    SelectiveRepeat sr(4096, span);
+    sr.reset(0);
+    EXPECT_EQ(sr.window(), span);
+    sr.on_loss(0, 100, LossCause::kTimeout, 0);
+    for (uint32_t una = 1; una < 2000; una += 16) sr.on_acknowledged(una, 0);
+    EXPECT_EQ(sr.window(), span);
+    EXPECT_EQ(SelectiveRepeat(32, span).window(), 32u) << "a smaller setting stands";
+  }
+}
+
+// With the wide SACK (both ends agreed on it) the sender goes on while a gap is
+// open for more than the narrow span's 128 PSNs: what is held past it is shown,
+// and the pipe has room.
+TEST(SelectiveRepeat, AWideSpanLetsTheSenderGoOnPastTheNarrowSpansEnd) {
+  for (const uint32_t span : {wire::kSackSpan, wire::kWideSackSpan}) {
+    SelectiveRepeat sr(kWindow, span);
+    sr.reset(0);
+    // PSN 0 lost; every later one up to 199 held, as far as the span describes.
+    std::array<uint8_t, wire::kWideSackBitmapBytes> bitmap{};
+    const std::span<uint8_t> sack(bitmap.data(), wire::sack_bitmap_bytes(span));
+    for (uint32_t i = 0; i + 1 < std::min(200u, span); ++i) wire::sack_mark(sack, i);
+    EXPECT_EQ(sr.on_sack(0, 0, sack, 200), std::optional<uint32_t>(0)) << span;
+    EXPECT_EQ(sr.in_flight(200, 0, 200), span > 200 ? 0u : 200u - span) << span;
+    EXPECT_EQ(sr.window_space(200, 0, 200), span > 200 ? kWindow : 0u) << span;
+  }
 }
 
 // A SACK naming PSNs never sent is a broken or hostile peer's: nothing is taken
 // from beyond what was sent.
 TEST(SelectiveRepeat, ASackBeyondWhatWasSentMarksNothingThere) {
-  SelectiveRepeat sr(kWindow);
+  SelectiveRepeat sr(kWindow, wire::kSackSpan);
   sr.reset(0);
   EXPECT_FALSE(sr.on_sack(0, 0, held({20, 21, 22, 23}), 5).has_value());
   EXPECT_TRUE(sr.stays_sent(0));

@@ -85,7 +85,7 @@ void ud_to_rts(Qp& qp, uint32_t sq_psn, const RcOptions& o) {
 void connect_qp(Qp& qp, const Device& peer_device, uint32_t peer_qpn, uint32_t sq_psn,
                 uint32_t rq_psn, int access, const RcOptions& o) {
   if (qp.type() == IBV_QPT_UD) return ud_to_rts(qp, sq_psn, o);
-  if (o.selective) qp.set_ece_options(kEceSelectiveRepeat);
+  if (o.selective) qp.set_ece_options(kEceSelectiveRepeat | (o.wide_sack ? kEceWideSack : 0));
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_INIT;
   attr.port_num = 1;

@@ -47,6 +47,7 @@ struct RcOptions {
   // Both QPs are told (as ibv_set_ece does) that their peer agreed to selective
   // repeat (docs/decisions/selective-repeat.md); DeviceConfig::selective_repeat.
   bool selective = false;
+  bool wide_sack = false;  // and to the wide SACK (ECE option bit 1, wire/sack.h)
   SelectiveRepeatMode selective_mode = SelectiveRepeatMode::kNegotiated;
 };
 

@@ -11,6 +11,7 @@
 #include "engine/rc_fixture.h"
 #include "wire/opcodes.h"
 #include "wire/psn.h"
+#include "wire/sack.h"
 
 namespace softrdma::engine::testing {
 namespace {
@@ -53,29 +54,39 @@ TEST_F(SelectiveRepeatTest, AWriteResendsOnlyThePacketsLost) {
   EXPECT_EQ(a.counters().sacks_refused.load(), 0u);
 }
 
-// A window set beyond what one SACK describes (SOFTRDMA_WINDOW up to 4096) is
-// held to its span: the responder can hold everything sent behind a gap, and a
-// 300-packet WRITE that loses one packet resends that one alone. Wider, the
-// responder had to drop what lay beyond the span, and each of those PSNs waited
-// for a tail probe (at 5 % loss: 0.5 MB/s, where 128 moved 745).
-TEST_F(RcPairTest, AWindowBeyondOneSacksSpanIsHeldToIt) {
-  RcOptions o;
-  o.selective = true;
-  o.window = 4096;
-  o.delay_control = false;
-  o.memory = 1 << 20;
-  connect(o);
-  constexpr size_t kBytes = 300 * 1024, kAt = 512 * 1024;
-  fill(a, 0, kBytes, 41);
-  net_.drop(match::psn(wire::psn_add(options_.a_psn, 3)));
-  ASSERT_EQ(post(a, IBV_WR_RDMA_WRITE, 0, kBytes, kAt, 1), 0);
-  ASSERT_TRUE(run_until([&] { return sq_idle(a); }));
-  EXPECT_EQ(poll(a.scq).at(0).status, IBV_WC_SUCCESS);
-  EXPECT_TRUE(same(a, 0, b, kAt, kBytes));
-  EXPECT_EQ(b.counters().reorder_dropped.load(), 0u);
-  EXPECT_EQ(a.counters().retransmitted_packets.load(), 1u);
-  EXPECT_EQ(a.counters().tail_probes.load(), 0u);
-  EXPECT_EQ(a.counters().retransmit_timeouts.load(), 0u);
+// Both spans, one body: a window set beyond either (SOFTRDMA_WINDOW up to 4096)
+// is held to the agreed span, so one lost packet costs one resend and no probe
+// (wider, the responder dropped what lay beyond the span, and each of those PSNs
+// waited for a tail probe: 0.5 MB/s at 5 % loss where 128 moved 745); with the
+// wide SACK the responder holds what lies more than 128 PSNs past the gap (the
+// narrow span never lets the requester send that far).
+TEST_F(RcPairTest, TheAgreedSpanBoundsWhatIsHeldPastAGap) {
+  for (const bool wide : {false, true}) {
+    SCOPED_TRACE(wide ? "wide SACK" : "narrow SACK");
+    RcOptions o;
+    o.selective = true;
+    o.wide_sack = wide;
+    o.window = 4096;
+    o.delay_control = false;
+    o.memory = 1 << 20;
+    connect(o);
+    constexpr size_t kPackets = 400, kBytes = kPackets * 1024, kAt = 512 * 1024;
+    fill(a, 0, kBytes, wide ? 43 : 42);
+    net_.drop(match::psn(wire::psn_add(options_.a_psn, 3)));
+    ASSERT_EQ(post(a, IBV_WR_RDMA_WRITE, 0, kBytes, kAt, 1), 0);
+    ASSERT_TRUE(run_until([&] { return sq_idle(a); }));
+    EXPECT_EQ(poll(a.scq).at(0).status, IBV_WC_SUCCESS);
+    EXPECT_TRUE(same(a, 0, b, kAt, kBytes));
+    EXPECT_EQ(b.counters().reorder_dropped.load(), 0u);
+    EXPECT_EQ(a.counters().retransmitted_packets.load(), 1u);
+    EXPECT_EQ(a.counters().tail_probes.load(), 0u);
+    EXPECT_EQ(a.counters().retransmit_timeouts.load(), 0u);
+    if (wide) {
+      EXPECT_GT(b.counters().reorder_held.load(), uint64_t(wire::kSackSpan));
+    } else {
+      EXPECT_LT(b.counters().reorder_held.load(), uint64_t(wire::kSackSpan));
+    }
+  }
 }
 
 // The same loss under go-back-N (nothing agreed): everything after the gap goes

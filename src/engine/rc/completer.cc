@@ -163,7 +163,7 @@ void Completer::on_response(PacketView packet, Nanos now) {
 void Completer::on_sack(PacketView packet, Nanos now) {
   EngineCounters& counters = conn_.qp().ctx().counters;
   LossRecovery& recovery = conn_.recovery();
-  if (!recovery.selective() || packet.payload().size() != kSackBitmapBytes ||
+  if (!recovery.selective() || packet.payload().size() != sack_bitmap_bytes(conn_.sack_span()) ||
       syndrome::type(uint8_t(packet.get(aeth::kSyndrome))) != syndrome::kAck) {
     bump(counters.sacks_refused);
     return;

@@ -37,7 +37,7 @@ bool Completer::hold_response(PacketView packet, Nanos now) {
   const int32_t ahead = psn_diff(packet.psn(), *awaited);
   if (ahead <= 0) return false;
   EngineCounters& counters = conn_.qp().ctx().counters;
-  if (ahead > int32_t(kSackSpan)) {
+  if (ahead > int32_t(conn_.sack_span())) {
     bump(counters.reorder_dropped);
     return true;
   }
@@ -95,10 +95,12 @@ bool Completer::repair_read_gaps(Nanos now, bool probe) {
   std::optional<uint32_t> awaited = awaited_response();
   if (!awaited || (responses_held_.count() == 0 && !probe)) return false;
   // Bit i: PSN awaited + i is held (wire/sack.h's layout, from awaited - 1).
-  std::array<uint8_t, kSackBitmapBytes> held{};
+  const uint32_t span = conn_.sack_span();
+  std::array<uint8_t, kWideSackBitmapBytes> bitmap{};
+  const std::span<uint8_t> held(bitmap.data(), sack_bitmap_bytes(span));
   responses_held_.describe(psn_add(*awaited, -1), held);
   uint32_t end = 0;  // one past the last held
-  for (uint32_t i = 0; i < kSackSpan; ++i)
+  for (uint32_t i = 0; i < span; ++i)
     if (sack_marked(held, i)) end = i + 1;
   const uint32_t newest_held = psn_add(*awaited, int32_t(end) - 1);
   if (probe) {
@@ -106,7 +108,7 @@ bool Completer::repair_read_gaps(Nanos now, bool probe) {
     // (hold_response drops the rest).
     if (const std::optional<uint32_t> tail = last_response_asked())
       end = std::max<int32_t>(int32_t(end), std::min(psn_diff(*tail, *awaited) + 1,
-                                                     int32_t(kSackSpan)));
+                                                     int32_t(span)));
   }
   const Nanos overdue = now - answer_wait();
   bool asked = false;

@@ -7,6 +7,7 @@
 #include "engine/qp.h"
 #include "samehost/host.h"
 #include "wire/psn.h"
+#include "wire/sack.h"
 
 namespace softrdma::engine::rc {
 
@@ -35,7 +36,7 @@ RcConnection::RcConnection(Qp& qp, roce::TxBatch& tx, transport::Transport& via)
       via_(via),
       opcode_base_(roce::opcode_base_of(qp.type())),
       acknowledged_(qp.type() != IBV_QPT_UC),
-      recovery_(make_loss_recovery(qp.ctx().config.max_unacked_packets, false)),
+      recovery_(make_loss_recovery(qp.ctx().config.max_unacked_packets, false, wire::kSackSpan)),
       requester_(*this),
       completer_(*this),
       responder_(*this),
@@ -131,7 +132,8 @@ void RcConnection::on_state_change(ibv_qp_state from, ibv_qp_state to, Nanos now
   if (to == IBV_QPS_RTR && from != IBV_QPS_RTR) {
     load_path();
     selective_ = agreed_selective_repeat();
-    recovery_ = make_loss_recovery(qp_.ctx().config.max_unacked_packets, selective_);
+    sack_span_ = selective_ && agreed_wide_sack() ? wire::kWideSackSpan : wire::kSackSpan;
+    recovery_ = make_loss_recovery(qp_.ctx().config.max_unacked_packets, selective_, sack_span_);
     responder_.reset(qp_.attr().rq_psn, qp_.attr().max_dest_rd_atomic, selective_);
   }
   if (to == IBV_QPS_RTR && from != IBV_QPS_RTR) rate_.reset(now);
@@ -158,6 +160,13 @@ bool RcConnection::agreed_selective_repeat() const {
     case SelectiveRepeatMode::kNegotiated: break;
   }
   return qp_.ece_agreed(kEceSelectiveRepeat);
+}
+
+// SOFTRDMA_SELECTIVE_REPEAT=always has both ends softrdma, which speaks the wide
+// SACK since it exists (docs/decisions/selective-repeat.md "The SACK's span").
+bool RcConnection::agreed_wide_sack() const {
+  if (qp_.ctx().config.selective_repeat == SelectiveRepeatMode::kAlways) return true;
+  return qp_.ece_agreed(kEceWideSack);
 }
 
 void RcConnection::arm_pacer_timer() {

@@ -19,6 +19,7 @@
 #include "engine/rc/rate_control.h"
 #include "engine/rc/requester.h"
 #include "engine/rc/responder.h"
+#include "wire/sack.h"
 
 namespace softrdma::engine {
 class Qp;
@@ -67,6 +68,9 @@ class RcConnection final : public roce::RoceProtocol {
   bool acknowledged() const { return acknowledged_; }
   // Both ends run selective repeat (chosen at RTR; selective_repeat.h).
   bool selective() const { return selective_; }
+  // PSNs one SACK describes (wire/sack.h): what the responder holds past a gap, and
+  // how far past the oldest unacknowledged PSN the requester may send.
+  uint32_t sack_span() const { return sack_span_; }
   // Builds a packet along this connection's path.
   wire::PacketView emit(uint8_t opcode, size_t payload_len, uint32_t psn);
   // Any role that hits a fatal error: QP to Error (IBA 11.6.2), async event.
@@ -75,6 +79,7 @@ class RcConnection final : public roce::RoceProtocol {
  private:
   void load_path();
   bool agreed_selective_repeat() const;
+  bool agreed_wide_sack() const;
   // Congestion control (rate_control.h): a CNP from the peer, a CE-marked packet
   // from it.
   void on_cnp(Nanos now);
@@ -86,6 +91,7 @@ class RcConnection final : public roce::RoceProtocol {
   const uint8_t opcode_base_;  // IBA 9.2.1: the transport bits of every opcode sent
   const bool acknowledged_;
   bool selective_ = false;
+  uint32_t sack_span_ = wire::kSackSpan;
   Path path_;
   std::unique_ptr<LossRecovery> recovery_;
   Requester requester_;

@@ -38,8 +38,9 @@ Resend GoBackN::on_loss(uint32_t psn, uint32_t high, LossCause cause, Nanos /*no
 
 void GoBackN::on_acknowledged(uint32_t una, Nanos /*now*/) { window_ = resume_.grow(una); }
 
-std::unique_ptr<LossRecovery> make_loss_recovery(uint32_t max_window, bool selective) {
-  if (selective) return std::make_unique<SelectiveRepeat>(max_window);
+std::unique_ptr<LossRecovery> make_loss_recovery(uint32_t max_window, bool selective,
+                                                 uint32_t sack_span) {
+  if (selective) return std::make_unique<SelectiveRepeat>(max_window, sack_span);
   return std::make_unique<GoBackN>(max_window);
 }
 

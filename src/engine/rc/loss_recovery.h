@@ -161,7 +161,8 @@ class GoBackN final : public LossRecovery {
 };
 
 // The loss recovery a new RC connection runs: selective repeat when its two ends
-// agreed on it, else go-back-N.
-std::unique_ptr<LossRecovery> make_loss_recovery(uint32_t max_window, bool selective);
+// agreed on it, else go-back-N; `sack_span`: the PSNs one SACK describes.
+std::unique_ptr<LossRecovery> make_loss_recovery(uint32_t max_window, bool selective,
+                                                 uint32_t sack_span);
 
 }  // namespace softrdma::engine::rc

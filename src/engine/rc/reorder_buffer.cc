@@ -1,5 +1,7 @@
 #include "engine/rc/reorder_buffer.h"
 
+#include <algorithm>
+
 #include "wire/psn.h"
 #include "wire/sack.h"
 
@@ -56,11 +58,18 @@ bool ReorderBuffer::answer_pending(uint32_t psn, uint32_t newest_heard,
          s.asked_at > deadline_for_ask;
 }
 
+// By PSN over the bitmap's span, until every held one is found: a SACK goes out
+// per burst while a gap is open, and most of the slots are empty.
 void ReorderBuffer::describe(uint32_t first_missing, std::span<uint8_t> bitmap) const {
-  for (const Slot& s : slots_) {
-    if (!s.used) continue;
-    const int32_t i = wire::psn_diff(s.psn, first_missing) - 1;
-    if (i >= 0 && i < int32_t(bitmap.size() * 8)) wire::sack_mark(bitmap, uint32_t(i));
+  if (slots_.empty()) return;
+  const uint32_t bits = uint32_t(std::min<size_t>(bitmap.size() * 8, kSlots));
+  uint32_t found = 0;
+  for (uint32_t i = 0; i < bits && found < count_; ++i) {
+    const uint32_t psn = wire::psn_add(first_missing, int32_t(i + 1));
+    const Slot& s = slots_[psn % kSlots];
+    if (!s.used || s.psn != psn) continue;
+    wire::sack_mark(bitmap, i);
+    ++found;
   }
 }
 

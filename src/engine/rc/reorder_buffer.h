@@ -15,8 +15,9 @@ namespace softrdma::engine::rc {
 
 class ReorderBuffer {
  public:
-  // Slots by PSN modulo this: a power of two above the PSNs one SACK describes.
-  static constexpr uint32_t kSlots = 256;
+  // Slots by PSN modulo this: a power of two above the PSNs one SACK describes
+  // (the wide one, wire/sack.h).
+  static constexpr uint32_t kSlots = 1024;
 
   // Holds a copy of `packet`, whose PSN is `psn`; false when it is held already.
   bool hold(uint32_t psn, std::span<const uint8_t> packet);

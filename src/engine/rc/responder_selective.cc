@@ -17,7 +17,7 @@ using namespace wire;
 // never reaches that far; a hostile or broken peer's packet costs nothing held).
 void Responder::hold_out_of_order(PacketView p, uint32_t ahead) {
   EngineCounters& counters = conn_.qp().ctx().counters;
-  if (ahead > kSackSpan) {
+  if (ahead > conn_.sack_span()) {
     bump(counters.reorder_dropped);
     return;
   }
@@ -60,7 +60,7 @@ void Responder::send_sack() {
   produce_all();  // PSN order: nothing may overtake queued responses
   ack_pending_ = false;
   ack_twice_ = false;
-  PacketView r = conn_.emit(op::kRcSack, kSackBitmapBytes, psn_add(epsn_, -1));
+  PacketView r = conn_.emit(op::kRcSack, sack_bitmap_bytes(conn_.sack_span()), psn_add(epsn_, -1));
   r.set(aeth::kSyndrome, syndrome::ack());
   r.set(aeth::kMsn, msn_);
   std::span<uint8_t> bitmap = r.payload();

@@ -11,9 +11,9 @@ using wire::psn_add;
 using wire::psn_before;
 using wire::psn_diff;
 
-SelectiveRepeat::SelectiveRepeat(uint32_t max_window)
-    : LossRecovery(std::min(max_window, kMaxWindow), kMaxWindow, true),
-      resume_(std::min(max_window, kMaxWindow)) {}
+SelectiveRepeat::SelectiveRepeat(uint32_t max_window, uint32_t sack_span)
+    : LossRecovery(std::min(max_window, sack_span), std::min(sack_span, kScoreboard), true),
+      resume_(std::min(max_window, sack_span)) {}
 
 void SelectiveRepeat::reset(uint32_t psn) {
   window_ = resume_.cancel();
@@ -78,7 +78,7 @@ std::optional<uint32_t> SelectiveRepeat::on_sack(uint32_t una, uint32_t first_mi
                                                  uint32_t high) {
   advance(una);
   std::optional<uint32_t> highest;
-  for (uint32_t i = 0; i < wire::kSackSpan; ++i) {
+  for (uint32_t i = 0; i < bitmap.size() * 8; ++i) {
     if (!wire::sack_marked(bitmap, i)) continue;
     const uint32_t psn = psn_add(first_missing, int32_t(i + 1));
     if (!psn_before(psn, high) || !covered(psn)) break;  // never sent: a bad SACK

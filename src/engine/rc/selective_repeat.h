@@ -28,18 +28,19 @@ namespace softrdma::engine::rc {
 class SelectiveRepeat final : public LossRecovery {
  public:
   static constexpr uint32_t kReorderThreshold = 3;
-  // The largest window: every PSN in flight lies within one SACK's span of the
-  // responder's expected PSN (the oldest unacknowledged at most), so the
-  // responder can hold whatever arrives beyond a gap. A larger window had the
-  // responder drop what lay beyond the span, and as no SACK could ever show that
-  // tail held after a gap, each of its PSNs waited for a tail probe: at 5 % loss
-  // and a window of 160, 0.5 MB/s where 128 moved 745 MB/s.
-  static constexpr uint32_t kMaxWindow = wire::kSackSpan;
-  // PSNs the scoreboard covers from the oldest unacknowledged one: the window fits.
-  static constexpr uint32_t kScoreboard = 256;
-  static_assert(kScoreboard >= kMaxWindow);
+  // PSNs the scoreboard covers from the oldest unacknowledged one: the widest span
+  // fits.
+  static constexpr uint32_t kScoreboard = 1024;
+  static_assert(kScoreboard >= wire::kWideSackSpan);
 
-  explicit SelectiveRepeat(uint32_t max_window);
+  // The largest window is `sack_span` (wire/sack.h): every PSN in flight lies
+  // within one SACK's span of the responder's expected PSN (the oldest
+  // unacknowledged at most), so the responder can hold whatever arrives beyond a
+  // gap. A larger window had the responder drop what lay beyond the span, and as
+  // no SACK could ever show that tail held after a gap, each of its PSNs waited
+  // for a tail probe: at 5 % loss and a window of 160 with a span of 128,
+  // 0.5 MB/s where 128 moved 745 MB/s.
+  SelectiveRepeat(uint32_t max_window, uint32_t sack_span);
 
   void reset(uint32_t psn) override;
   Resend on_loss(uint32_t psn, uint32_t high, LossCause cause, Nanos now) override;
