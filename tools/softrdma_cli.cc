@@ -217,15 +217,20 @@ void print_processes(int removed_by_open) {
       // and the window the delay control allows (delay_control.h).
       const std::string rate =
           q.rate_mbps == 0 ? "line" : std::to_string(q.rate_mbps) + "Mb/s";
-      char window[32] = "-";
-      if (q.window_hundredths != 0)
+      // The round trip it answers: the latest, the base and the target, in us.
+      char window[32] = "-", rtt[80] = "-";
+      if (q.window_hundredths != 0) {
         std::snprintf(window, sizeof window, "%.2f", double(q.window_hundredths) / 100);
+        std::snprintf(rtt, sizeof rtt, "%lluus (base %llu, target %llu)",
+                      (unsigned long long)q.rtt_us, (unsigned long long)q.base_rtt_us,
+                      (unsigned long long)q.target_us);
+      }
       std::printf("  qp %u  type %s  state %s  dest_qp %u  peer %s  path %s  tx %llu  rx %llu  "
-                  "retx %llu  host_ops %llu  rate %s  window %s  cnps %llu\n",
+                  "retx %llu  host_ops %llu  rate %s  window %s  rtt %s  cnps %llu\n",
                   q.qpn, qp_type_name(q.type), qp_state_name(q.state), q.dest_qpn,
                   gid_text(to_gid(q.peer)).c_str(), qp_path_name(q), (unsigned long long)q.tx_packets,
                   (unsigned long long)q.rx_packets, (unsigned long long)q.retransmitted_packets,
-                  (unsigned long long)q.host_operations, rate.c_str(), window,
+                  (unsigned long long)q.host_operations, rate.c_str(), window, rtt,
                   (unsigned long long)q.cnps_received);
     }
     for (const auto& [name, value] : r.counters)

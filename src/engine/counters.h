@@ -114,6 +114,12 @@ struct QpCounters {
   // The delay control's window (rc/delay_control.h) in hundredths of a packet (a
   // gauge; 0: not measured yet, or the control is off).
   std::atomic<uint64_t> window_hundredths{0};
+  // What that window answers, in microseconds (gauges; 0 likewise): the least
+  // round trip measured (the base), the latest, and the target the window aims
+  // for (the base + the queueing target + flow scaling).
+  std::atomic<uint64_t> base_rtt_us{0};
+  std::atomic<uint64_t> rtt_us{0};
+  std::atomic<uint64_t> target_us{0};
 };
 
 inline void bump(std::atomic<uint64_t>& c, uint64_t by = 1) {

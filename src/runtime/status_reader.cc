@@ -34,6 +34,7 @@ struct RawRow {
   uint8_t type, state, path, reserved[5], peer[16];
   uint64_t tx_packets, rx_packets, retransmitted_packets, host_operations;
   uint64_t cnps_received, rate_mbps, window_hundredths;
+  uint64_t base_rtt_us, rtt_us, target_us;
 };
 static_assert(sizeof(RawRow) == sizeof(StatusQpRow));
 static_assert(offsetof(RawRow, tx_packets) == offsetof(StatusQpRow, counters));
@@ -72,7 +73,7 @@ void read_rows(int fd, const struct stat& st, uint32_t rows_in_use, StatusReport
       StatusReport::Qp q{r.qpn, r.dest_qpn, r.type, r.state, {},
                          r.tx_packets, r.rx_packets, r.retransmitted_packets, r.path,
                          r.host_operations, r.cnps_received, r.rate_mbps,
-                         r.window_hundredths};
+                         r.window_hundredths, r.base_rtt_us, r.rtt_us, r.target_us};
       std::memcpy(q.peer, r.peer, sizeof q.peer);
       out.qps.push_back(q);
     }

@@ -30,9 +30,10 @@
 
 namespace softrdma::runtime {
 
-// "3": issue 17's layout (issue 14's transport counters and growing table, and
-// the writer's version); a reader of another layout skips the file.
-inline constexpr char kStatusMagic[8] = {'s', 'r', 'd', 'm', 'a', 's', 't', '3'};
+// "4": issue 17's layout (issue 14's transport counters and growing table, and
+// the writer's version) with each QP's round trips and delay target (issue 28);
+// a reader of another layout skips the file.
+inline constexpr char kStatusMagic[8] = {'s', 'r', 'd', 'm', 'a', 's', 't', '4'};
 // Rows the segment can grow to (address space is reserved for them, memory and
 // file grow as rows are used): one per QP the device allows.
 inline constexpr uint32_t kStatusMaxQpRows = 1u << 18;
@@ -141,6 +142,7 @@ struct StatusReport {
     uint64_t cnps_received = 0;
     uint64_t rate_mbps = 0;  // 0: unpaced
     uint64_t window_hundredths = 0;  // 0: no delay control measured
+    uint64_t base_rtt_us = 0, rtt_us = 0, target_us = 0;  // the delay control's; 0 likewise
   };
   std::vector<Qp> qps;
 };

@@ -7,6 +7,12 @@
 # packets land at the wrong process and are handed over. The three other pairs
 # must finish with every buffer checked (-c); the victim's client must fail (its
 # peer is gone: retries exhausted), not hang. Needs root (ip netns).
+# The limits are the run's, not a measure: beside another test stage on a 2-core
+# machine an iteration took 1.5 ms, spinning or not, so 50 000 took 75-87 s, and
+# clients ran into the former 90 s limit (a fresh clone, 2026-11-30: one to three
+# clients timed out, and their servers then exhausted their retries). ctest's
+# own limit is 240 s. The programs wait on their completion channels (-e) rather
+# than spin, which leaves the cores to the test stage beside them.
 #   shared_address_kill.sh SOFTRDMA_TOOL TAG
 set -euo pipefail
 tool=$1
@@ -21,8 +27,8 @@ declare -A server client
 for port in "${ports[@]}"; do
   # stdbuf -oL: each line is written as printed, so the client's "remote address"
   # says when the pair has connected.
-  ip netns exec "$a" env SOFTRDMA_ADDR=10.213.11.1 "${share[@]}" timeout 120 \
-    "$tool" run -- stdbuf -oL ibv_rc_pingpong -g 1 -c -p "$port" -n $iters > "$out/server.$port" 2>&1 &
+  ip netns exec "$a" env SOFTRDMA_ADDR=10.213.11.1 "${share[@]}" timeout 200 \
+    "$tool" run -- stdbuf -oL ibv_rc_pingpong -g 1 -c -e -p "$port" -n $iters > "$out/server.$port" 2>&1 &
   server[$port]=$!
 done
 for port in "${ports[@]}"; do  # until each server listens for its client
@@ -32,8 +38,8 @@ for port in "${ports[@]}"; do  # until each server listens for its client
   done
 done
 for port in "${ports[@]}"; do
-  ip netns exec "$b" env SOFTRDMA_ADDR=10.213.11.2 "${share[@]}" timeout 90 "$tool" run -- \
-    stdbuf -oL ibv_rc_pingpong -g 1 -c -p "$port" -n $iters 10.213.11.1 > "$out/client.$port" 2>&1 &
+  ip netns exec "$b" env SOFTRDMA_ADDR=10.213.11.2 "${share[@]}" timeout 180 "$tool" run -- \
+    stdbuf -oL ibv_rc_pingpong -g 1 -c -e -p "$port" -n $iters 10.213.11.1 > "$out/client.$port" 2>&1 &
   client[$port]=$!
 done
 # Every pair has exchanged its QP numbers (the client printed the server's) and the
@@ -46,7 +52,7 @@ for port in "${ports[@]}"; do
 done
 # The program itself (not its `timeout` or `softrdma run`): its command line starts
 # with its name and ends without an address.
-victim_pid=$(pgrep -f "^ibv_rc_pingpong -g 1 -c -p $victim -n $iters\$" | head -1 || true)
+victim_pid=$(pgrep -f "^ibv_rc_pingpong -g 1 -c -e -p $victim -n $iters\$" | head -1 || true)
 [[ -n $victim_pid ]] || { echo "FAIL: the victim's server is not running"; exit 1; }
 echo "killing the server of port $victim (pid $victim_pid)"
 kill -KILL "$victim_pid"

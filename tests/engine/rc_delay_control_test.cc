@@ -34,6 +34,10 @@ TEST_F(RcDelayControlTest, ALateAcknowledgementCutsTheWindowOncePerRoundTrip) {
   // 32 packets; 48 are in flight, nothing more goes.
   EXPECT_EQ(ack_after(1'000'000, 164 + 15), 0u);
   EXPECT_EQ(qp_->counters().window_hundredths.load(), 3200u);  // `softrdma status`
+  EXPECT_EQ(qp_->counters().base_rtt_us.load(), 100u);         // and what it answers
+  EXPECT_EQ(qp_->counters().rtt_us.load(), 1000u);
+  EXPECT_GT(qp_->counters().target_us.load(), 300u);  // base + 200 us + some scaling
+  EXPECT_LT(qp_->counters().target_us.load(), 700u);
   // Late again within that round trip: no second cut.
   EXPECT_EQ(ack_after(10'000, 164 + 31), 0u);
   EXPECT_EQ(ack_after(10'000, 164 + 47), 16u);  // 16 in flight: 16 of WR 3 go

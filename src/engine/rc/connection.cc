@@ -190,10 +190,14 @@ void RcConnection::publish_rate() {
   const uint64_t mbps = rate_.dcqcn().limited() ? uint64_t(rate_.dcqcn().rate() * 8'000) : 0;
   qp_.counters().rate_mbps.store(mbps, std::memory_order_relaxed);
   const Swift& swift = rate_.swift();
-  const uint64_t window = rate_.controls().delay && swift.measured()
-                              ? std::max<uint64_t>(1, uint64_t(swift.window() * 100))
-                              : 0;
-  qp_.counters().window_hundredths.store(window, std::memory_order_relaxed);
+  const bool measured = rate_.controls().delay && swift.measured();
+  const uint64_t window = measured ? std::max<uint64_t>(1, uint64_t(swift.window() * 100)) : 0;
+  QpCounters& c = qp_.counters();
+  c.window_hundredths.store(window, std::memory_order_relaxed);
+  const auto us = [measured](Nanos ns) { return measured ? std::max<uint64_t>(1, ns / 1000) : 0; };
+  c.base_rtt_us.store(us(swift.base_rtt()), std::memory_order_relaxed);
+  c.rtt_us.store(us(swift.rtt()), std::memory_order_relaxed);
+  c.target_us.store(us(swift.target()), std::memory_order_relaxed);
 }
 
 // A17.9.1: the notification point answers CE marks with a CNP to the sending QP

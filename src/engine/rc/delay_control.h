@@ -86,6 +86,7 @@ class Swift {
   Nanos target() const;
   bool measured() const { return base_rtt_ != 0; }
   Nanos base_rtt() const { return base_rtt_; }
+  Nanos rtt() const { return rtt_; }  // the latest measured
   const SwiftParams& params() const { return p_; }
 
  private:
