@@ -7,6 +7,8 @@
 # WRITE, READ and SEND, for each wire:
 #   roce-sr   RoCEv2, selective repeat (agreed through the CM's ECE, the default)
 #   roce-gbn  RoCEv2, IBA's go-back-N (SOFTRDMA_SELECTIVE_REPEAT=off)
+#   roce-sr-nocc  selective repeat without congestion control
+#             (SOFTRDMA_CONGESTION=off: what the delay control costs under loss)
 #   iwarp     iWARP over TCP (SOFTRDMA_WIRE=iwarp)
 # at each loss rate: iptables drops that share of the data direction's packets
 # at the receiving host (the server for WRITE and SEND, the client for READ),
@@ -18,7 +20,8 @@
 #
 #   bench/lossy_fabric.sh [BUILD_DIR] [DURATION] [RUNS] [LOSSES...]
 #   (defaults: build 10 3 0 0.01 0.05). Needs root (ip netns, iptables).
-#   LOSSY_TESTS / LOSSY_WIRES narrow the rows (default: all three of each).
+#   LOSSY_TESTS / LOSSY_WIRES choose the rows (default: the three tests over
+#   roce-sr, roce-gbn and iwarp).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${1:-$here/build}
@@ -45,6 +48,7 @@ wire_env() {
   case $1 in
     roce-sr) echo "SOFTRDMA_WIRE=roce" ;;
     roce-gbn) echo "SOFTRDMA_WIRE=roce SOFTRDMA_SELECTIVE_REPEAT=off" ;;
+    roce-sr-nocc) echo "SOFTRDMA_WIRE=roce SOFTRDMA_CONGESTION=off" ;;
     iwarp) echo "SOFTRDMA_WIRE=iwarp" ;;
   esac
 }

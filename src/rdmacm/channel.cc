@@ -51,7 +51,7 @@ namespace {
 // on it (rping's event thread, when its main thread ends): with the kernel's
 // device the read stays blocked until the process exits, and so does this one.
 // Returning an error instead would make such programs exit with a failure (rping
-// calls exit() on it), and the channel is already freed.
+// calls exit() on it).
 [[noreturn]] void wait_forever() {
   for (;;) poll(nullptr, 0, -1);
 }
@@ -60,6 +60,7 @@ namespace {
 // non-blocking (then EAGAIN, as rdma_get_cm_event(3) answers).
 int take_event(EventChannel& channel, Event*& out) {
   for (;;) {
+    if (channel.destroyed.load(std::memory_order_acquire)) wait_forever();
     char token;
     ssize_t n = read(channel.ibv.fd, &token, 1);
     if (n < 0 && errno == EINTR) continue;
@@ -132,6 +133,39 @@ SOFTRDMA_CM_EXPORT rdma_event_channel* rdma_create_event_channel() {
 // channel must be destroyed, and all returned events must be acked before
 // calling this function." The function returns void; a channel still in use is
 // left alone (a leak rather than a use after free).
+//
+// A channel read after its destruction: rping (rdma-core 44, Debian 12's) acks
+// its last event on its event thread, which loops back into rdma_get_cm_event
+// while the main thread destroys the channel and exits. Closing the fd and
+// freeing the channel there made that late call read a closed (or reused) fd or
+// freed memory: rping then exits 255 on EBADF after every ping succeeded, or
+// worse. So destruction closes only the pipe's write end (a reader then sees
+// end-of-file and waits, as one blocked on the kernel's device does until the
+// process exits) and keeps the channel, read end included, among the last
+// kDestroyedChannelsKept destroyed; the oldest is freed when another joins.
+namespace {
+constexpr size_t kDestroyedChannelsKept = 8;
+
+void retire(EventChannel* channel) {
+  // Never destroyed: a late reader may still run while the process exits.
+  struct Retired {
+    std::mutex mutex;
+    std::deque<EventChannel*> oldest_first;
+  };
+  static auto* retired = new Retired;
+  EventChannel* oldest = nullptr;
+  {
+    std::lock_guard lock(retired->mutex);
+    retired->oldest_first.push_back(channel);
+    if (retired->oldest_first.size() <= kDestroyedChannelsKept) return;
+    oldest = retired->oldest_first.front();
+    retired->oldest_first.pop_front();
+  }
+  close(oldest->ibv.fd);
+  delete oldest;
+}
+}  // namespace
+
 SOFTRDMA_CM_EXPORT void rdma_destroy_event_channel(rdma_event_channel* ibv) {
   if (ibv == nullptr) return;
   EventChannel* channel = to_channel(ibv);
@@ -139,9 +173,10 @@ SOFTRDMA_CM_EXPORT void rdma_destroy_event_channel(rdma_event_channel* ibv) {
     std::lock_guard lock(channel->mutex);
     if (channel->ids != 0) return;
   }
-  close(channel->ibv.fd);
+  channel->destroyed.store(true, std::memory_order_release);
   close(channel->write_fd);
-  delete channel;
+  channel->write_fd = -1;
+  retire(channel);
 }
 
 SOFTRDMA_CM_EXPORT int rdma_get_cm_event(rdma_event_channel* ibv, rdma_cm_event** event) {

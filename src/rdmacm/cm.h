@@ -8,6 +8,7 @@
 
 #include <rdma/rdma_cma.h>
 
+#include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdint>
@@ -44,6 +45,9 @@ struct EventChannel {
   std::mutex mutex;
   std::deque<Event*> queue;  // guarded by mutex
   int ids = 0;               // ids created on it (destroy is EBUSY meanwhile)
+  // Set by rdma_destroy_event_channel, which closes only the write end and keeps
+  // the object (channel.cc, "A channel read after its destruction").
+  std::atomic<bool> destroyed{false};
 };
 
 enum class IdState {

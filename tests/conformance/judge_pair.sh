@@ -12,7 +12,7 @@ judge_pair() {
   echo "-- its server:"
   cat "$out/server.$name"
   if (( rc != 0 || src != 0 )) || ! grep -Eq "$done_line" "$out/client.$name"; then
-    echo "FAIL: $name"
+    echo "FAIL: $name (client exit $rc, server exit $src)"
     return 1
   fi
 }

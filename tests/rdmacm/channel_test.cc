@@ -1,8 +1,16 @@
 // Event channels and ids (rdma_create_event_channel(3), rdma_get_cm_event(3),
 // rdma_ack_cm_event(3), rdma_create_id(3), rdma_destroy_id(3), rdma_migrate_id(3)).
+#include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <thread>
 
 #include <rdma/rsocket.h>
 
@@ -84,6 +92,78 @@ TEST(Channel, MigratedIdReportsOnItsNewChannel) {
   rdma_destroy_id(id);
   rdma_destroy_event_channel(first);
   rdma_destroy_event_channel(second);
+}
+
+// The system call a thread of this process is in ("7" for poll), or "running".
+std::string syscall_of(pid_t tid) {
+  std::ifstream file("/proc/self/task/" + std::to_string(tid) + "/syscall");
+  std::string number;
+  file >> number;
+  return number;
+}
+
+size_t open_fds() {
+  size_t count = 0;
+  DIR* dir = opendir("/proc/self/fd");
+  while (readdir(dir) != nullptr) ++count;
+  closedir(dir);
+  return count;
+}
+
+enum class ReaderCame { kBeforeTheDestruction, kAfterIt };
+
+// rdma_destroy_event_channel(3) while another thread reads the channel, or is
+// about to (rping's event thread loops back into rdma_get_cm_event as its main
+// thread destroys the channel and exits): the reader waits, as one blocked on the
+// kernel's device does until the process exits; it neither fails (rping exits
+// 255 on that) nor reads a closed fd or freed memory (ASan would say).
+class DestroyedChannel : public ::testing::TestWithParam<ReaderCame> {};
+
+TEST_P(DestroyedChannel, ItsReaderWaitsInsteadOfFailing) {
+  rdma_event_channel* channel = rdma_create_event_channel();
+  ASSERT_NE(channel, nullptr);
+  std::atomic<pid_t> reader_tid{0};
+  std::atomic<bool> destroyed{false};
+  std::atomic<bool> returned{false};
+  const bool after = GetParam() == ReaderCame::kAfterIt;
+  if (after) rdma_destroy_event_channel(channel);
+  std::thread reader([&, channel] {
+    reader_tid = pid_t(syscall(SYS_gettid));
+    rdma_cm_event* event = nullptr;
+    rdma_get_cm_event(channel, &event);
+    returned = true;
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  auto reader_in = [&](long call) {
+    while (reader_tid == 0 || syscall_of(reader_tid) != std::to_string(call)) {
+      if (returned || std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::yield();
+    }
+    return true;
+  };
+  if (!after) {
+    ASSERT_TRUE(reader_in(SYS_read)) << "the reader never blocked in read";
+    rdma_destroy_event_channel(channel);
+  }
+  EXPECT_TRUE(reader_in(SYS_poll)) << "the reader returned: " << returned;
+  EXPECT_FALSE(returned);
+  reader.detach();  // it waits until this process exits
+}
+
+INSTANTIATE_TEST_SUITE_P(Channel, DestroyedChannel,
+                         ::testing::Values(ReaderCame::kBeforeTheDestruction,
+                                           ReaderCame::kAfterIt),
+                         [](const auto& info) {
+                           return info.param == ReaderCame::kAfterIt ? "ReaderCameAfter"
+                                                                     : "ReaderCameBefore";
+                         });
+
+// What destruction keeps for late readers is bounded: the last few channels'
+// read ends, not one per channel ever destroyed.
+TEST(Channel, DestroyedChannelsKeepABoundedNumberOfFds) {
+  const size_t before = open_fds();
+  for (int i = 0; i < 64; ++i) rdma_destroy_event_channel(rdma_create_event_channel());
+  EXPECT_LE(open_fds(), before + 8);
 }
 
 TEST(Ids, BadArgumentsAreEinval) {
