@@ -7,16 +7,17 @@
 # WRITE, READ and SEND, for each wire:
 #   roce-sr   RoCEv2, selective repeat (agreed through the CM's ECE, the default)
 #   roce-gbn  RoCEv2, IBA's go-back-N (SOFTRDMA_SELECTIVE_REPEAT=off)
-#   roce-sr-nocc  selective repeat without congestion control
-#             (SOFTRDMA_CONGESTION=off: what the delay control costs under loss)
+#   roce-sr-cc-X  selective repeat with SOFTRDMA_CONGESTION=X (off, dcqcn,
+#             delay, dcqcn+delay: what the congestion control costs)
 #   iwarp     iWARP over TCP (SOFTRDMA_WIRE=iwarp)
 # at each loss rate: iptables drops that share of the data direction's packets
 # at the receiving host (the server for WRITE and SEND, the client for READ),
 # packets of 1000 bytes and more only (data; not ACKs, TCP ACKs or CM MADs), the
 # same rule for both wires. Each figure is the median of RUNS runs of DURATION
-# seconds; a round runs every loss rate once, and each lossy figure's ratio is the
-# median of its rounds' ratios to the same round's lossless run. Every run's
-# figure is printed under the table.
+# seconds; a round runs every wire at every loss rate once, and each lossy
+# figure's ratio is the median of its rounds' ratios to the same round's lossless
+# run of its wire. Under the table: each wire's figure against the first wire's
+# at the same loss (the median of the rounds' ratios), and every run's figure.
 #
 #   bench/lossy_fabric.sh [BUILD_DIR] [DURATION] [RUNS] [LOSSES...]
 #   (defaults: build 10 3 0 0.01 0.05). Needs root (ip netns, iptables).
@@ -43,12 +44,20 @@ for ns in "$a" "$b"; do
   ip netns exec "$ns" ethtool -K "v$ns" tso off gso off gro off tx-udp-segmentation off >/dev/null
 done
 server_addr=10.213.28.1
+# Each host on a core of its own (LOSSY_PIN=0: wherever the scheduler puts
+# them), as two machines are: unpinned, this 2-core machine put both hosts'
+# threads on one core in some runs and not in others, and lossless SEND runs of
+# one build moved 320 or 550 MB/s.
+pin_server=() pin_client=()
+if [[ ${LOSSY_PIN:-1} == 1 ]] && (( $(nproc) >= 2 )); then
+  pin_server=(taskset -c 0) pin_client=(taskset -c 1)
+fi
 
 wire_env() {
   case $1 in
     roce-sr) echo "SOFTRDMA_WIRE=roce" ;;
     roce-gbn) echo "SOFTRDMA_WIRE=roce SOFTRDMA_SELECTIVE_REPEAT=off" ;;
-    roce-sr-nocc) echo "SOFTRDMA_WIRE=roce SOFTRDMA_CONGESTION=off" ;;
+    roce-sr-cc-*) echo "SOFTRDMA_WIRE=roce SOFTRDMA_CONGESTION=${1#roce-sr-cc-}" ;;
     iwarp) echo "SOFTRDMA_WIRE=iwarp" ;;
   esac
 }
@@ -74,12 +83,12 @@ one_run() {
   local mark
   mark=$(mktemp -u "$out/listen.XXXXXX")  # new for each run
   ip netns exec "$a" env -u SOFTRDMA_ADDR "${env_words[@]}" CONNECT_GATE_MARK="$mark" \
-    timeout $((duration + 40)) "$tool" run -- \
+    timeout $((duration + 40)) "${pin_server[@]}" "$tool" run -- \
     sh -c 'LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD }$0" exec "$@"' "$gate" \
     "$test" "${args[@]}" > "$out/server" 2>&1 &
   local server=$!
   ip netns exec "$b" env -u SOFTRDMA_ADDR "${env_words[@]}" PEERVM_CONNECT_GATE="$mark" \
-    PEERVM_CONNECT_GATE_SECONDS=30 timeout $((duration + 40)) "$tool" run -- \
+    PEERVM_CONNECT_GATE_SECONDS=30 timeout $((duration + 40)) "${pin_client[@]}" "$tool" run -- \
     sh -c 'LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD }$0" exec "$@"' "$gate" \
     "$test" "${args[@]}" "$server_addr" > "$out/client" 2>&1 || true
   wait "$server" || true
@@ -99,46 +108,61 @@ port=18000
 runs_seen=()  # every run's figure, printed under the table
 read -r -a tests <<< "${LOSSY_TESTS:-ib_write_bw ib_read_bw ib_send_bw}"
 read -r -a wires <<< "${LOSSY_WIRES:-roce-sr roce-gbn iwarp}"
+# per_round_ratio "FIGURES" "BASES": the median of the rounds' ratios (a failed
+# run has none), as "0.91".
+per_round_ratio() {
+  local -a at_p at_0 ratios=()
+  read -r -a at_p <<< "$1"
+  read -r -a at_0 <<< "$2"
+  for ((i = 0; i < ${#at_p[@]}; ++i)); do
+    [[ ${at_p[i]} == fail || ${at_0[i]} == fail ]] && continue
+    ratios+=("$(awk "BEGIN { printf \"%.3f\", ${at_p[i]} / ${at_0[i]} }")")
+  done
+  median "${ratios[@]}" | awk '{ printf "%.2f", $1 }'
+}
+
+cross_wire=()  # each wire's figures against the first wire's (the rounds' median ratio)
 for test in "${tests[@]}"; do
   receiver=$a
   [[ $test == ib_read_bw ]] && receiver=$b
-  for wire in "${wires[@]}"; do
-    row="| ${test#ib_} | $wire |"
-    base=""
-    # Round by round, every loss rate in each round: a ratio then compares runs
-    # of the same minutes (this 2-core machine's rates drift by ±20 % between
-    # minutes; all the lossless runs first made that drift part of the ratio).
-    declare -A figures=()
-    for ((r = 0; r < runs; ++r)); do
+  # Round by round, every wire and loss rate in each round: a ratio then compares
+  # runs of the same minutes (this 2-core machine's rates drift by ±20 % between
+  # minutes; all the lossless runs first made that drift part of the ratio, and
+  # one wire's runs after another's made it part of a comparison of wires).
+  declare -A figures=()
+  for ((r = 0; r < runs; ++r)); do
+    for wire in "${wires[@]}"; do
       for p in "${losses[@]}"; do
         set_loss "$receiver" "$wire" "$p"
         port=$((port + 1))
-        figures[$p]+="$(one_run "$wire" "$test" "$port") "
+        figures[$wire|$p]+="$(one_run "$wire" "$test" "$port") "
       done
       set_loss "$receiver" "$wire" 0
     done
+  done
+  for wire in "${wires[@]}"; do
+    row="| ${test#ib_} | $wire |"
+    lossless=${figures[$wire|${losses[0]}]}
     for p in "${losses[@]}"; do
-      read -r -a at_p <<< "${figures[$p]}"
+      read -r -a at_p <<< "${figures[$wire|$p]}"
       runs_seen+=("# ${test#ib_} $wire $p: ${at_p[*]} MB/s")
       m=$(median "${at_p[@]}")
-      if [[ -z $base ]]; then
-        base=$m
+      if [[ $p == "${losses[0]}" ]]; then
         row+=" $m MB/s |"
-      elif [[ $m == fail || $base == fail ]]; then
+      elif [[ $m == fail ]]; then
         row+=" $m |"
       else
-        # The median of each round's ratio to that round's lossless run: the
-        # rounds pair runs of the same minute (a failed run has no ratio).
-        read -r -a at_0 <<< "${figures[${losses[0]}]}"
-        ratios=()
-        for ((i = 0; i < ${#at_p[@]}; ++i)); do
-          [[ ${at_p[i]} == fail || ${at_0[i]} == fail ]] && continue
-          ratios+=("$(awk "BEGIN { printf \"%.3f\", ${at_p[i]} / ${at_0[i]} }")")
-        done
-        row+=" $m MB/s ($(median "${ratios[@]}" | awk '{ printf "%.2f", $1 }')x) |"
+        row+=" $m MB/s ($(per_round_ratio "${figures[$wire|$p]}" "$lossless")x) |"
       fi
     done
     echo "$row"
+    [[ $wire == "${wires[0]}" ]] && continue
+    for p in "${losses[@]}"; do
+      cross_wire+=("# ${test#ib_} $p: $wire / ${wires[0]} = $(per_round_ratio \
+        "${figures[$wire|$p]}" "${figures[${wires[0]}|$p]}")x")
+    done
   done
+  unset figures
 done
+printf '%s\n' "${cross_wire[@]}"
 printf '%s\n' "${runs_seen[@]}"
