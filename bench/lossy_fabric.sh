@@ -45,9 +45,8 @@ for ns in "$a" "$b"; do
 done
 server_addr=10.213.28.1
 # Each host on a core of its own (LOSSY_PIN=0: wherever the scheduler puts
-# them), as two machines are: unpinned, this 2-core machine put both hosts'
-# threads on one core in some runs and not in others, and lossless SEND runs of
-# one build moved 320 or 550 MB/s.
+# them), as two machines are. Unpinned, lossless SEND runs of one build moved
+# 320–550 MB/s in one table; pinned, 320–400 (2026-11-30, load ~1).
 pin_server=() pin_client=()
 if [[ ${LOSSY_PIN:-1} == 1 ]] && (( $(nproc) >= 2 )); then
   pin_server=(taskset -c 0) pin_client=(taskset -c 1)
