@@ -9,6 +9,7 @@
 #   roce-gbn  RoCEv2, IBA's go-back-N (SOFTRDMA_SELECTIVE_REPEAT=off)
 #   roce-sr-cc-X  selective repeat with SOFTRDMA_CONGESTION=X (off, dcqcn,
 #             delay, dcqcn+delay: what the congestion control costs)
+#   roce-sr-w-N   selective repeat with SOFTRDMA_WINDOW=N packets
 #   iwarp     iWARP over TCP (SOFTRDMA_WIRE=iwarp)
 # at each loss rate: iptables drops that share of the data direction's packets
 # at the receiving host (the server for WRITE and SEND, the client for READ),
@@ -57,6 +58,7 @@ wire_env() {
     roce-sr) echo "SOFTRDMA_WIRE=roce" ;;
     roce-gbn) echo "SOFTRDMA_WIRE=roce SOFTRDMA_SELECTIVE_REPEAT=off" ;;
     roce-sr-cc-*) echo "SOFTRDMA_WIRE=roce SOFTRDMA_CONGESTION=${1#roce-sr-cc-}" ;;
+    roce-sr-w-*) echo "SOFTRDMA_WIRE=roce SOFTRDMA_WINDOW=${1#roce-sr-w-}" ;;
     iwarp) echo "SOFTRDMA_WIRE=iwarp" ;;
   esac
 }

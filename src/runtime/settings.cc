@@ -112,10 +112,13 @@ std::optional<Settings> Settings::from_environment(std::string& error) {
     }
     s.progress_thread = mode == "thread";
   }
-  if (const char* v = env("SOFTRDMA_WINDOW"); v != nullptr && !parse_window(v, s.max_unacked_packets)) {
-    error = "SOFTRDMA_WINDOW must be a number of packets from 1 to " +
-            std::to_string(engine::kMaxWindowPackets) + ", not \"" + v + "\"";
-    return std::nullopt;
+  if (const char* v = env("SOFTRDMA_WINDOW")) {
+    if (!parse_window(v, s.max_unacked_packets)) {
+      error = "SOFTRDMA_WINDOW must be a number of packets from 1 to " +
+              std::to_string(engine::kMaxWindowPackets) + ", not \"" + v + "\"";
+      return std::nullopt;
+    }
+    s.selective_window = s.max_unacked_packets;  // set: every RC connection's
   }
   if (const char* v = env("SOFTRDMA_SELECTIVE_REPEAT")) {
     const std::string mode(v);
@@ -205,7 +208,11 @@ std::vector<std::pair<std::string, std::string>> Settings::describe() const {
        : share_address ? "1 (shared with this host's processes)"
                        : "0 (this process's alone)"},
       {"SOFTRDMA_PROGRESS", progress_thread ? "thread" : "inline"},
-      {"SOFTRDMA_WINDOW", std::to_string(max_unacked_packets)},
+      {"SOFTRDMA_WINDOW",
+       max_unacked_packets == selective_window
+           ? std::to_string(max_unacked_packets)
+           : std::to_string(max_unacked_packets) + " (go-back-N), " +
+                 std::to_string(selective_window) + " (selective repeat)"},
       {"SOFTRDMA_SELECTIVE_REPEAT",
        selective_repeat == engine::SelectiveRepeatMode::kAlways ? "always (every RC QP)"
        : selective_repeat == engine::SelectiveRepeatMode::kOff

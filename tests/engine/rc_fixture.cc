@@ -37,6 +37,7 @@ void build_node(Node& n, transport::fake::FakeNetwork& net, const transport::Gid
     config.host = n.host.get();
   }
   config.max_unacked_packets = o.window;
+  config.selective_window = o.selective_window != 0 ? o.selective_window : o.window;
   config.delay_control = o.delay_control;
   config.idle_probe_interval_ns = o.idle_probe;
   config.max_retry_interval_ns = o.max_retry_interval;

@@ -31,6 +31,8 @@ struct RcOptions {
   uint8_t max_rd_atomic = 4;
   size_t memory = 256 * 1024;
   uint32_t window = 64;  // DeviceConfig::max_unacked_packets
+  // DeviceConfig::selective_window; 0: `window`, for selective repeat too.
+  uint32_t selective_window = 0;
   bool delay_control = true;  // DeviceConfig::delay_control (Swift's window)
   uint32_t srq_wrs = 0;  // non-zero: each node's QP receives from an SRQ this deep
   uint32_t max_recv_wr = 256;

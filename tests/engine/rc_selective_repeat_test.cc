@@ -8,6 +8,7 @@
 #include <memory>
 #include <random>
 
+#include "engine/rc/connection.h"
 #include "engine/rc_fixture.h"
 #include "wire/opcodes.h"
 #include "wire/psn.h"
@@ -86,6 +87,41 @@ TEST_F(RcPairTest, TheAgreedSpanBoundsWhatIsHeldPastAGap) {
     } else {
       EXPECT_LT(b.counters().reorder_held.load(), uint64_t(wire::kSackSpan));
     }
+  }
+}
+
+// The product's windows (DeviceConfig's defaults): go-back-N's 64 packets, and
+// on a connection that agreed selective repeat 256 (at most the SACK's span),
+// where a loss costs only what was lost. Nothing is acknowledged until the
+// retransmission timer fires, so what went before it is the window.
+TEST_F(RcPairTest, ASelectiveRepeatConnectionHasTheWiderWindow) {
+  struct Case {
+    bool selective, wide_sack;
+    uint32_t window;
+  };
+  const DeviceConfig product;
+  for (const Case c : {Case{false, false, product.max_unacked_packets},
+                       Case{true, false, wire::kSackSpan},
+                       Case{true, true, product.selective_window}}) {
+    SCOPED_TRACE(c.selective ? (c.wide_sack ? "selective, wide SACK" : "selective") : "go-back-N");
+    RcOptions o;
+    o.selective = c.selective;
+    o.wide_sack = c.wide_sack;
+    o.window = product.max_unacked_packets;
+    o.selective_window = product.selective_window;
+    o.memory = 1 << 20;
+    connect(o);
+    auto* connection = dynamic_cast<rc::RcConnection*>(&a.qp->protocol());
+    ASSERT_NE(connection, nullptr);
+    ASSERT_EQ(connection->selective(), c.selective);
+    const transport::Gid responder = b.device->gids().back();
+    net_.clear_rules();
+    net_.drop(match::from(responder), transport::fake::FakeNetwork::kEvery);  // no ACK, no SACK
+    ASSERT_EQ(post(a, IBV_WR_RDMA_WRITE, 0, 512 * 1024, 0, 1), 0);
+    ASSERT_TRUE(run_until([&] { return a.counters().retransmit_timeouts.load() > 0; }));
+    const uint64_t first_sends =
+        a.counters().tx_packets.load() - a.counters().retransmitted_packets.load();
+    EXPECT_EQ(first_sends, c.window);
   }
 }
 

@@ -41,6 +41,10 @@ TEST_F(SettingsTest, DefaultsWhenNothingIsSet) {
   EXPECT_TRUE(s->faults.empty());
   EXPECT_TRUE(s->progress_thread);
   EXPECT_EQ(s->max_unacked_packets, 64u);
+  EXPECT_EQ(s->selective_window, 256u);
+  for (const auto& [name, value] : s->describe()) {
+    if (name == "SOFTRDMA_WINDOW") EXPECT_EQ(value, "64 (go-back-N), 256 (selective repeat)");
+  }
   EXPECT_TRUE(s->sysfs_view);
   EXPECT_EQ(s->selective_repeat, engine::SelectiveRepeatMode::kNegotiated);
 }
@@ -98,7 +102,7 @@ TEST_F(SettingsTest, EveryVariableIsRead) {
   setenv("SOFTRDMA_PCAP", "/tmp/x.pcap", 1);
   setenv("SOFTRDMA_FAULTS", "loss=0.1", 1);
   setenv("SOFTRDMA_PROGRESS", "inline", 1);
-  setenv("SOFTRDMA_WINDOW", "256", 1);
+  setenv("SOFTRDMA_WINDOW", "100", 1);
   setenv("SOFTRDMA_SYSFS_VIEW", "off", 1);
   std::string error;
   auto s = Settings::from_environment(error);
@@ -108,11 +112,12 @@ TEST_F(SettingsTest, EveryVariableIsRead) {
   EXPECT_EQ(s->pcap_path, "/tmp/x.pcap");
   EXPECT_EQ(s->faults, "loss=0.1");
   EXPECT_FALSE(s->progress_thread);
-  EXPECT_EQ(s->max_unacked_packets, 256u);
+  EXPECT_EQ(s->max_unacked_packets, 100u);
+  EXPECT_EQ(s->selective_window, 100u);  // set: every RC connection's window
   EXPECT_FALSE(s->sysfs_view);
   bool saw_window = false;
   for (const auto& [name, value] : s->describe()) {
-    if (name == "SOFTRDMA_WINDOW") saw_window = value == "256";
+    if (name == "SOFTRDMA_WINDOW") saw_window = value == "100";
   }
   EXPECT_TRUE(saw_window);
 }

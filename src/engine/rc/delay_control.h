@@ -62,6 +62,7 @@ class Swift {
  public:
   explicit Swift(const SwiftParams& params = {});
   void reset();
+  void set_max_window(double packets) { p_.max_window = packets; }
 
   // An acknowledgement released `acked` packets; `rtt`, when timed, is the round
   // trip of the newest of them.

@@ -109,6 +109,8 @@ class RateControl {
                        CongestionControls on = {})
       : dcqcn_(dcqcn), swift_(swift), on_(on) {}
   void reset(Nanos now);
+  // The delay window's ceiling, the loss recovery's window (taken at the next reset).
+  void set_max_window(uint32_t packets) { swift_.set_max_window(packets); }
 
   // DCQCN's pacing of this side's data (the requester's packets, the responder's
   // READ responses): the bucket at DCQCN's rate.
