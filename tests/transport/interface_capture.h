@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,8 +32,12 @@ class InterfaceCapture {
   // header on). `outgoing`: the datagrams this host sends out of the interface,
   // as the device gets them (a socket for ETH_P_IP sees only what comes in; on lo
   // what goes out comes back in).
+  // `src_ipv4` (host order), when not 0: only datagrams from that address, so
+  // that other tests' RoCEv2 traffic to the same port on lo (ctest runs two at
+  // once) cannot fill the buffer either (a CI run lost the one datagram it
+  // waited for so, 2026-11-30).
   bool open(const std::string& interface, uint16_t dst_port, std::string& why,
-            bool outgoing = false) {
+            bool outgoing = false, uint32_t src_ipv4 = 0) {
     outgoing_ = outgoing;
     const uint16_t protocol = outgoing ? ETH_P_ALL : ETH_P_IP;
     fd_ = socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, htons(protocol));
@@ -40,9 +45,15 @@ class InterfaceCapture {
       why = std::string("AF_PACKET socket: ") + strerror(errno);
       return false;
     }
-    // IPv4 header at 0 (SOCK_DGRAM): protocol byte 9 == UDP, no fragment offset,
-    // UDP destination port (after an IHL-sized header) == dst_port.
-    sock_filter code[] = {
+    // IPv4 header at 0 (SOCK_DGRAM): the source address (bytes 12-15) ==
+    // src_ipv4 when asked, protocol byte 9 == UDP, UDP destination port (after
+    // an IHL-sized header) == dst_port. Jumps are relative; the last is reject.
+    std::vector<sock_filter> code;
+    if (src_ipv4 != 0) {
+      code.push_back({BPF_LD | BPF_W | BPF_ABS, 0, 0, 12});
+      code.push_back({BPF_JMP | BPF_JEQ | BPF_K, 0, 6, src_ipv4});
+    }
+    const sock_filter udp_to_port[] = {
         {BPF_LD | BPF_B | BPF_ABS, 0, 0, 9},
         {BPF_JMP | BPF_JEQ | BPF_K, 0, 4, IPPROTO_UDP},
         {BPF_LDX | BPF_B | BPF_MSH, 0, 0, 0},
@@ -51,7 +62,8 @@ class InterfaceCapture {
         {BPF_RET | BPF_K, 0, 0, 0xffff},
         {BPF_RET | BPF_K, 0, 0, 0},
     };
-    sock_fprog program{sizeof code / sizeof code[0], code};
+    code.insert(code.end(), std::begin(udp_to_port), std::end(udp_to_port));
+    sock_fprog program{uint16_t(code.size()), code.data()};
     setsockopt(fd_, SOL_SOCKET, SO_ATTACH_FILTER, &program, sizeof program);
     int buffer = 8 << 20;
     setsockopt(fd_, SOL_SOCKET, SO_RCVBUFFORCE, &buffer, sizeof buffer);

@@ -286,7 +286,7 @@ TEST(UdpTransport, Ipv6PacketWithZeroUdpChecksumIsAccepted) {
 TEST(KernelFacts, UnconnectedDfSocketSendsIpv4IdZero) {
   InterfaceCapture capture;
   std::string why;
-  if (!capture.open("lo", 4791, why))
+  if (!capture.open("lo", 4791, why, false, ntohl(inet_addr(test_address(14).c_str()))))
     GTEST_SKIP() << "cannot capture on lo (needs CAP_NET_RAW): " << why;
   auto a = open_at(test_address(14));
   auto b = open_at(test_address(15));
