@@ -136,7 +136,7 @@ void RcConnection::on_state_change(ibv_qp_state from, ibv_qp_state to, Nanos now
     const DeviceConfig& config = qp_.ctx().config;
     const uint32_t window = selective_ ? config.selective_window : config.max_unacked_packets;
     recovery_ = make_loss_recovery(window, selective_, sack_span_);
-    rate_.set_max_window(selective_ ? std::min(window, sack_span_) : window);
+    rate_.set_max_window(recovery_->window());  // as the loss recovery capped it
     responder_.reset(qp_.attr().rq_psn, qp_.attr().max_dest_rd_atomic, selective_);
   }
   if (to == IBV_QPS_RTR && from != IBV_QPS_RTR) rate_.reset(now);
