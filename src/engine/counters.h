@@ -77,6 +77,7 @@ namespace softrdma::engine {
   X(tail_probes)            /* selective repeat: a PSN resent alone after a quiet probe interval */ \
   X(read_gaps_asked)        /* READ responses missing behind held ones: asked for again, alone */ \
   X(reorder_held)           /* requests held beyond a gap until it filled */ \
+  X(responses_held)         /* READ responses held beyond a gap until it filled */ \
   X(reorder_dropped)        /* beyond what one SACK describes: dropped */ \
   X(sacks_refused)          /* a SACK on a connection without selective repeat, or malformed */ \
   X(ce_marked_received)     /* packets that arrived marked ECN CE (a queue on the way was full) */ \

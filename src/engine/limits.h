@@ -98,11 +98,11 @@ struct DeviceConfig {
   // every packet in flight when one is lost.
   uint32_t max_unacked_packets = 64;
   // The window of an RC connection that runs selective repeat (agreed with a
-  // softrdma peer), at most the SACK's span. 256 moved 1.14-1.49x what 64 does on
-  // the loss bed, but a READ then met an Invalid Request NAK in an incast (the
-  // responder's queue of asked-for parts): 64 until that is fixed
-  // (docs/decisions/selective-repeat.md, "The window").
-  uint32_t selective_window = 64;
+  // softrdma peer): a loss there costs a resend of what was lost, not of the
+  // window, and on a software path 64 packets per round trip was the limit
+  // (256 moved 1.14-1.49x what 64 does on the loss bed:
+  // docs/decisions/selective-repeat.md, "The window"). At most the SACK's span.
+  uint32_t selective_window = 256;
   // AckReq (IBA 9.7.5.1.4) is set on the last packet of each message and at least
   // every this many packets of a long one, so ACKs stay timely and coalesced.
   uint32_t ack_request_interval = 16;

@@ -191,10 +191,13 @@ TEST_P(TwoProcessLoss, EveryByteAndCompletionChecks) {
       EXPECT_GT(s.counter("seq_naks_sent"), 0u);
       EXPECT_EQ(s.counter("sacks_sent"), 0u);
     } else {
-      // Without loss only the injector's reordering opens a gap, and a packet held
-      // back for it goes after 1 ms if no other passed it: a slow run (ASan beside
-      // another stage: rc_Loss0 sent no SACK in two fresh clones' CI) may see none.
-      if (c.loss > 0 || s.counter("reorder_held") > 0) {
+      // A loss opens a gap that lasts at least a round trip: the responder holds
+      // what follows it and says so. Without loss only the injector's reordering
+      // opens gaps, and one may fill within the burst that opened it (the held
+      // request runs, an ACK goes, no SACK): a slow run (ASan beside another
+      // stage) saw rc_Loss0 hold requests and send no SACK, so without loss the
+      // case asserts only that no NAK went.
+      if (c.loss > 0) {
         EXPECT_GT(s.counter("sacks_sent"), 0u);
         EXPECT_GT(s.counter("reorder_held"), 0u);
       }

@@ -41,7 +41,7 @@ bool Completer::hold_response(PacketView packet, Nanos now) {
     bump(counters.reorder_dropped);
     return true;
   }
-  if (responses_held_.hold(packet.psn(), packet.bytes())) bump(counters.reorder_held);
+  if (responses_held_.hold(packet.psn(), packet.bytes())) bump(counters.responses_held);
   publish_held();
   peer_heard(now);
   repair_read_gaps(now);

@@ -34,16 +34,7 @@ void Responder::reset(uint32_t rq_psn, uint32_t max_dest_rd_atomic, bool selecti
   recv_offset_ = 0;
   atomic_results_.assign(std::max<uint32_t>(1, max_dest_rd_atomic), AtomicResult{});
   atomic_next_ = 0;
-  responses_.assign(response_slots(max_dest_rd_atomic), Response{});
-  responses_head_ = 0;
-  responses_count_ = 0;
-}
-
-// The responses ring (responder.h); selective repeat asks for each missing part
-// of a READ alone (completer_selective.cc): room for that many more answers.
-size_t Responder::response_slots(uint32_t max_dest_rd_atomic) const {
-  constexpr size_t kSelectiveParts = 32;
-  return 2 * std::max<uint32_t>(1, max_dest_rd_atomic) + 2 + (selective_ ? kSelectiveParts : 0);
+  responses_.reset(ResponseQueue::limits_for(max_dest_rd_atomic, selective_, conn_.sack_span()));
 }
 
 void Responder::resize_atomic_results(uint32_t max_dest_rd_atomic) {
@@ -56,10 +47,7 @@ void Responder::resize_atomic_results(uint32_t max_dest_rd_atomic) {
     kept[size - 1 - i] = atomic_results_[(atomic_next_ + old - 1 - i) % old];
   atomic_results_ = std::move(kept);
   atomic_next_ = 0;
-  if (responses_count_ == 0) {
-    responses_.assign(response_slots(uint32_t(size)), Response{});
-    responses_head_ = 0;
-  }
+  responses_.set_limits(ResponseQueue::limits_for(uint32_t(size), selective_, conn_.sack_span()));
 }
 
 void Responder::on_request(PacketView p, Nanos now) {
@@ -289,8 +277,9 @@ Responder::Verdict Responder::do_read(PacketView p) {
   r.va = va;
   r.rkey = rkey;
   r.len = len;
-  // More READ/ATOMICs outstanding than max_dest_rd_atomic allows (IBA 9.5,
-  // o9-?): the requester broke the agreed limit.
+  // More READ/ATOMICs outstanding than max_dest_rd_atomic allows (IBA 9.5), or
+  // with selective repeat more than its span holds (response_queue.h): the
+  // requester broke the agreed limit.
   if (!queue_response(r)) return Verdict::kInvalidRequest;
   epsn_ = psn_add(epsn_, packets_for(len, conn_.path().mtu));
   return Verdict::kDone;
@@ -456,7 +445,7 @@ void Responder::on_duplicate(PacketView p, Nanos now) {
 
 void Responder::on_burst_end() {
   // Responses still queued go first; produce() sends the ACK once they are out.
-  if (responses_count_ > 0) return;
+  if (!responses_.empty()) return;
   if (sack_pending_) return send_sack();  // it acknowledges as the ACK would
   if (!ack_pending_) return;
   ack_pending_ = false;

@@ -12,6 +12,7 @@
 #include "engine/access_check.h"
 #include "engine/clock.h"
 #include "engine/rc/reorder_buffer.h"
+#include "engine/rc/response_queue.h"
 #include "wire/packet.h"
 
 namespace softrdma::engine::rc {
@@ -74,24 +75,10 @@ class Responder {
   // A peer's request reached registered memory that is no longer mapped
   // (docs/decisions/memory-faults.md).
   [[gnu::cold]] Verdict unmapped();
-  // A response waiting to be produced: the READ's range, or the ATOMIC's result.
-  struct Response {
-    bool is_read = true;
-    uint32_t psn = 0;       // the request's (first response's) PSN
-    uint32_t msn = 0;       // carried in the AETH: the MSN once the request executed
-    uint64_t va = 0;        // READ
-    uint32_t rkey = 0;      // READ
-    uint32_t len = 0;       // READ
-    uint32_t sent = 0;      // READ: packets produced so far
-    uint64_t original = 0;  // ATOMIC
-    const uint8_t* host = nullptr;  // READ: the range, resolved when it executed
-    uint64_t generation = 0;        // the MR table's generation then
-    bool repeat_first = false;      // READ asked again: its first response goes twice
-  };
+  using Response = QueuedResponse;
   bool queue_response(const Response& r, bool duplicate = false);
   void split_straddling_read(wire::PacketView p, const Response& asked, uint32_t behind,
                              Nanos now);
-  size_t response_slots(uint32_t max_dest_rd_atomic) const;
   void drop_responses_from(uint32_t psn);
   // Produces up to `budget` packets of `r`; returns how many, or nullopt when the
   // memory faulted (unmapped): nak_psn_ then names the response that failed.
@@ -131,12 +118,9 @@ class Responder {
   // (IBA 9.7.5.1.2: an ATOMIC must not execute twice).
   std::vector<AtomicResult> atomic_results_;
   uint32_t atomic_next_ = 0;
-  // Queued responses in PSN order: a ring of 2 * max_dest_rd_atomic + 2 slots,
-  // max_dest_rd_atomic for the new READ/ATOMICs the requester may have
-  // outstanding (IBA 9.5, 10.2.4), the rest for answers to duplicates.
-  std::vector<Response> responses_;
-  uint32_t responses_head_ = 0;
-  uint32_t responses_count_ = 0;
+  // Responses waiting to be produced, in PSN order but for the parts selective
+  // repeat asks for again, which go first (response_queue.h: the bounds).
+  ResponseQueue responses_;
 };
 
 }  // namespace softrdma::engine::rc

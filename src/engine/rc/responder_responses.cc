@@ -23,28 +23,27 @@ namespace softrdma::engine::rc {
 
 using namespace wire;
 
-// `duplicate`: an answer to a repeated request. Those may not take the slots that
-// the max_dest_rd_atomic new requests the requester may have outstanding need,
-// however many copies the network delivers; a refused duplicate is answered when
+// `duplicate`: an answer to a repeated request. Those may not take the room the
+// new READ/ATOMICs the requester may have outstanding need, however many copies
+// the network delivers (response_queue.h); a refused duplicate is answered when
 // the requester asks again.
-bool Responder::queue_response(const Response& r, bool duplicate) {
-  const size_t reserve = duplicate ? atomic_results_.size() : 0;
-  if (responses_count_ + reserve >= responses_.size()) {
+bool Responder::queue_response(const Response& response, bool duplicate) {
+  if (!responses_.admits(duplicate)) {
     bump(conn_.qp().ctx().counters.responses_refused);
     return false;
   }
+  Response r = response;
+  r.duplicate = duplicate;
   if (duplicate && selective_) {
     // A part asked for again goes first, ahead of what is queued (a READ being
     // sent included: it goes on from where it was): the requester holds every
     // later response until this one fills its gap, so behind the queue it cost
     // a whole pipe of waiting (docs/decisions/selective-repeat.md). A requester
     // that agreed to selective repeat takes responses in any order.
-    responses_head_ = uint32_t((responses_head_ + responses_.size() - 1) % responses_.size());
-    responses_[responses_head_] = r;
+    responses_.push_front(r);
   } else {
-    responses_[(responses_head_ + responses_count_) % responses_.size()] = r;
+    responses_.push_back(r);
   }
-  ++responses_count_;
   // The responses acknowledge everything before them; not a part of a READ that
   // selective repeat asked for again (behind what the pending ACK covers).
   if (!duplicate || !selective_) {
@@ -58,11 +57,7 @@ bool Responder::queue_response(const Response& r, bool duplicate) {
 // A duplicate READ restarts the responses from its PSN (IBA 9.7.5.1.2): what was
 // queued from there on is dropped; the requester resends those requests too.
 void Responder::drop_responses_from(uint32_t psn) {
-  while (responses_count_ > 0) {
-    const size_t last = (responses_head_ + responses_count_ - 1) % responses_.size();
-    if (psn_diff(responses_[last].psn, psn) < 0) break;
-    --responses_count_;
-  }
+  while (!responses_.empty() && psn_diff(responses_.back().psn, psn) >= 0) responses_.pop_back();
 }
 
 void Responder::produce_all() {
@@ -72,22 +67,22 @@ void Responder::produce_all() {
 }
 
 bool Responder::produce(uint32_t budget, Nanos now) {
-  if (!ready_to_receive(conn_.qp().state())) responses_count_ = 0;
+  if (!ready_to_receive(conn_.qp().state())) responses_.clear();
   // READ responses are this side's data: the pacer's (rate_control.h); a held
   // connection goes on from its timer (RcConnection::on_timer).
   RateControl& rate = conn_.rate();
   const uint32_t packet_bytes = paced_packet_bytes(conn_.path());
-  const bool paced = responses_count_ > 0 && rate.paced();
+  const bool paced = !responses_.empty() && rate.paced();
   if (paced) budget = std::min(budget, rate.packets_allowed(now, packet_bytes));
-  while (responses_count_ > 0 && budget > 0) {
-    Response& r = responses_[responses_head_];
+  while (!responses_.empty() && budget > 0) {
+    Response& r = responses_.front();
     if (r.is_read) {
       const std::optional<uint32_t> produced = send_read_packets(r, budget);
       if (paced && produced) rate.on_sent(uint64_t(*produced) * packet_bytes);
       if (!produced) {
         // The responses before it went out; the NAK names the first one missing,
         // the one the requester awaits (an older PSN would read as a stale ACK).
-        responses_count_ = 0;
+        responses_.clear();
         fail(unmapped(), nak_psn_, now);
         return false;
       }
@@ -97,12 +92,11 @@ bool Responder::produce(uint32_t budget, Nanos now) {
       send_atomic_ack(r);
       --budget;
     }
-    responses_head_ = uint32_t((responses_head_ + 1) % responses_.size());
-    --responses_count_;
+    responses_.pop_front();
   }
   // Held by the pacer: its timer resumes the responses, not another turn at once.
   if (paced) conn_.arm_pacer_timer();
-  if (responses_count_ > 0) return !paced || !rate.bucket_held();
+  if (!responses_.empty()) return !paced || !rate.bucket_held();
   // ACKs of later requests waited for the responses (PSN order, IBA 9.7.5.1.6).
   on_burst_end();
   return false;
