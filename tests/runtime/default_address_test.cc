@@ -99,7 +99,12 @@ TEST(DefaultAddress, AnotherUsersProcessTakesALoopbackAddressOfItsOwn) {
       std::string error;
       auto node = OpenDevice::open(Settings{}, error);
       if (node == nullptr) std::fprintf(stderr, "%s\n", error.c_str());
-      _exit(node == nullptr ? 82 : on_a_loopback_address_of_its_own(*node) ? 0 : 83);
+      const int code = node == nullptr ? 82 : on_a_loopback_address_of_its_own(*node) ? 0 : 83;
+      // Closed before _exit, which runs no destructor: nobody's segments in
+      // /dev/shm would outlive the test, and root's `softrdma status` leaves
+      // another user's files alone.
+      node.reset();
+      _exit(code);
     }
     std::string error;
     auto first = OpenDevice::open(Settings{}, error);
