@@ -345,73 +345,62 @@ transport::fake::PacketMatcher read_response_from(const transport::Gid& responde
   };
 }
 
-// Many gaps in one READ's responses (every other one of 800 lost, in a window
-// of 256) while the responder is slowed by CNPs: the requester asks for each part
-// alone, the responder queues each ask ahead, and every byte still arrives with
-// no Invalid Request NAK (with one READ: several at once are the next test).
-TEST_F(RcPairTest, ManyAsksForAReadsGapsLeaveRoomForItsNextChunks) {
-  RcOptions o;
-  o.selective = true;
-  o.wide_sack = true;
-  o.window = 256;
-  o.max_rd_atomic = 1;
-  o.memory = 2 << 20;
-  connect(o);
-  constexpr size_t kBytes = 2 << 20;  // 2 048 responses: chunks of 128 or more
-  fill(b, 0, kBytes, 77);
-  const uint32_t first = options_.a_psn;
-  net_.drop(read_response_from(b.device->gids().back(),
-                               [first](uint32_t psn) {
-                                 const int32_t at = wire::psn_diff(psn, first);
-                                 return at >= 0 && at % 2 == 1;
-                               }),
-            400);
-  // The rest marked CE: the requester's CNPs slow the responder (DCQCN), so
-  // what it was asked for waits in its queue, as in an incast.
-  net_.mark(read_response_from(b.device->gids().back(), [](uint32_t) { return true; }),
-            transport::fake::FakeNetwork::kEvery);
-  ASSERT_EQ(post(a, IBV_WR_RDMA_READ, 0, kBytes, 0, 1), 0);
-  ASSERT_TRUE(run_until([&] { return sq_idle(a); }, 60'000'000'000));
-  EXPECT_EQ(poll(a.scq).at(0).status, IBV_WC_SUCCESS);
-  EXPECT_TRUE(same(b, 0, a, 0, kBytes));
-  EXPECT_EQ(a.counters().error_naks_received.load(), 0u);
-  EXPECT_GE(a.counters().read_gaps_asked.load(), 50u);
+// READs on a wide-SACK connection with a window of 256 while the responder is
+// slowed by CNPs: of the responses, every `lost_every`-th (the second, third...)
+// is lost once, up to `losses`, and the rest are marked CE, so that what the
+// responder was asked for waits in its queue, as in an incast. Every READ must
+// complete, every byte arrive, and no Invalid Request NAK come.
+class SlowedReadsTest : public RcPairTest {
+ protected:
+  void read_all(uint8_t max_rd_atomic, int reads, size_t read_bytes, int lost_every,
+                size_t losses) {
+    RcOptions o;
+    o.selective = true;
+    o.wide_sack = true;
+    o.window = 256;
+    o.max_rd_atomic = max_rd_atomic;
+    o.memory = size_t(reads) * read_bytes;
+    connect(o);
+    fill(b, 0, o.memory, 77 + reads);
+    const uint32_t first = options_.a_psn;
+    const transport::Gid responder = b.device->gids().back();
+    net_.drop(read_response_from(responder,
+                                 [first, lost_every](uint32_t psn) {
+                                   const int32_t at = wire::psn_diff(psn, first);
+                                   return at >= 0 && at % lost_every == 1;
+                                 }),
+              losses);
+    net_.mark(read_response_from(responder, [](uint32_t) { return true; }),
+              transport::fake::FakeNetwork::kEvery);
+    for (int i = 0; i < reads; ++i) {
+      const size_t at = size_t(i) * read_bytes;
+      ASSERT_EQ(post(a, IBV_WR_RDMA_READ, at, uint32_t(read_bytes), at, uint64_t(i)), 0);
+    }
+    ASSERT_TRUE(run_until([&] { return sq_idle(a); }, 60'000'000'000));
+    const std::vector<ibv_wc> done = poll(a.scq);
+    ASSERT_EQ(done.size(), size_t(reads));
+    for (const ibv_wc& wc : done) EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << wc.wr_id;
+    EXPECT_TRUE(same(b, 0, a, 0, o.memory));
+    EXPECT_EQ(a.counters().error_naks_received.load(), 0u);
+    EXPECT_GE(a.counters().read_gaps_asked.load(), 50u);
+  }
+};
+
+// One READ of 2 MiB (2 048 responses, chunks of 128 or more), every other one
+// of the first 800 lost: the requester asks for each part alone and the
+// responder queues each ask ahead.
+TEST_F(SlowedReadsTest, ManyAsksForAReadsGapsLeaveRoomForItsNextChunks) {
+  read_all(1, 1, 2 << 20, 2, 400);
 }
 
 // Several long READs at once (max_rd_atomic of them), each asked for in chunks
-// while its gaps are repaired, under the same slowing: the responder holds more
-// requests than max_dest_rd_atomic (a WQE stands for several chunks), all
-// within the span, and queues every one of them (response_queue.h). It refused
-// the fifth with an Invalid Request NAK when its queue held 2 * 4 + 2 + 32
-// entries, asks included (the fault matrix's rc_Loss5 with a window of 256).
-TEST_F(RcPairTest, ChunksOfSeveralReadsBeyondMaxRdAtomicAreAllServed) {
-  RcOptions o;
-  o.selective = true;
-  o.wide_sack = true;
-  o.window = 256;
-  o.max_rd_atomic = 4;
-  o.memory = 4 << 20;
-  connect(o);
-  constexpr size_t kRead = 1 << 20;
-  fill(b, 0, 4 * kRead, 78);
-  const uint32_t first = options_.a_psn;
-  net_.drop(read_response_from(b.device->gids().back(),
-                               [first](uint32_t psn) {
-                                 const int32_t at = wire::psn_diff(psn, first);
-                                 return at >= 0 && at % 3 == 1;
-                               }),
-            600);
-  net_.mark(read_response_from(b.device->gids().back(), [](uint32_t) { return true; }),
-            transport::fake::FakeNetwork::kEvery);
-  for (int i = 0; i < 4; ++i)
-    ASSERT_EQ(post(a, IBV_WR_RDMA_READ, size_t(i) * kRead, kRead, size_t(i) * kRead, i), 0);
-  ASSERT_TRUE(run_until([&] { return sq_idle(a); }, 60'000'000'000));
-  const std::vector<ibv_wc> done = poll(a.scq);
-  ASSERT_EQ(done.size(), 4u);
-  for (const ibv_wc& wc : done) EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << wc.wr_id;
-  EXPECT_TRUE(same(b, 0, a, 0, 4 * kRead));
-  EXPECT_EQ(a.counters().error_naks_received.load(), 0u);
-  EXPECT_GE(a.counters().read_gaps_asked.load(), 50u);
+// while its gaps are repaired: the responder holds more requests than
+// max_dest_rd_atomic (a WQE stands for several chunks), all within the span,
+// and queues every one of them (response_queue.h). It refused one with an
+// Invalid Request NAK when its queue held 2 * 4 + 2 + 32 entries, asks included
+// (the fault matrix's rc_Loss5 with a window of 256).
+TEST_F(SlowedReadsTest, ChunksOfSeveralReadsBeyondMaxRdAtomicAreAllServed) {
+  read_all(4, 4, 1 << 20, 3, 600);
 }
 
 // A gap asked for again whose answer is lost too is asked once more as soon as
