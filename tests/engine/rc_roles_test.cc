@@ -107,6 +107,38 @@ TEST_F(RcRoleTest, AtomicResultCacheAnswersADuplicateWithoutExecutingIt) {
   EXPECT_EQ(counters().duplicate_atomics_replayed.load(), 1u);
 }
 
+// A peer with more READ/ATOMICs outstanding than it may have (the QP allows
+// max_dest_rd_atomic 16; under go-back-N 2 x 16 + 2 are served): a CNP has cut
+// the responder's rate, so the first 64 KiB READ's responses wait for the pacer
+// (the clock stands still) and 34 READs wait in the queue; then a FETCH_ADD.
+// Expect: an Invalid Request NAK at the FETCH_ADD's PSN (IBA 9.5), its add not
+// executed (memory keeps 100), and the refusal counted.
+TEST_F(RcRoleTest, AnAtomicPastTheOutstandingLimitIsRefusedBeforeItExecutes) {
+  RoleOptions options;
+  options.line_rate_bytes_per_ns = 0.125;
+  open(options);
+  deliver(PeerPacket(op::kCnp, qp_->qpn(), 0, op::kCnpReservedBytes));
+  store64(512, 100);
+  constexpr uint32_t kReads = 2 * 16 + 2, kReadPackets = 64;
+  uint32_t psn = 5000;
+  std::vector<FakePacket> out;
+  for (uint32_t i = 0; i < kReads; ++i, psn += kReadPackets) {
+    for (FakePacket& p : deliver(read_request(psn, 0, kReadPackets * 1024)))
+      out.push_back(std::move(p));
+  }
+  ASSERT_LT(out.size(), size_t(kReadPackets)) << "the first READ is still being answered";
+  EXPECT_EQ(counters().responses_refused.load(), 0u);
+  out = deliver(fetch_add(psn, 512, 5));
+  for (FakePacket& p : advance(100'000'000, 1'000'000)) out.push_back(std::move(p));
+  bool refused = false;
+  for (const FakePacket& p : out)
+    if (p.opcode() == op::kRcAcknowledge && p.psn() == psn)
+      refused = syndrome_of(p) == syndrome::nak(syndrome::kNakInvalidRequest);
+  EXPECT_TRUE(refused) << out.size() << " packets, none the NAK";
+  EXPECT_EQ(load64(512), 100u) << "the refused FETCH_ADD was executed";
+  EXPECT_EQ(counters().responses_refused.load(), 1u);
+}
+
 // Two receives are posted; a SEND arrives and takes the first. The same SEND
 // arrives again (its ACK was lost). Expect: the responder acknowledges it again,
 // with the same PSN, and completes nothing; the second receive is still there

@@ -45,6 +45,8 @@ TEST(ResponseQueue, SelectiveRepeatServesEveryRequestWithinTheSpan) {
   }
   EXPECT_FALSE(q.admits(false)) << "a peer past its span is refused";
   EXPECT_GT(q.capacity(), initial) << "the storage grew to what was queued";
+  const ResponseQueue::Limits limits = ResponseQueue::limits_for(4, true, wire::kWideSackSpan);
+  EXPECT_LE(q.capacity(), limits.new_requests + limits.duplicates) << "and no further";
   // Parts asked for again still fit, ahead of the rest.
   EXPECT_TRUE(q.admits(true));
   q.push_front(entry(9999, true));

@@ -263,6 +263,7 @@ Responder::Verdict Responder::do_read(PacketView p) {
   if (Verdict v = check_message(request, qp.ctx().config.limits.max_msg_size, false);
       v != Verdict::kDone)
     return v;
+  if (!room_for_new_response()) return Verdict::kInvalidRequest;
   Response r;
   r.generation = qp.ctx().mrs.generation();
   if (len > 0) {
@@ -277,12 +278,19 @@ Responder::Verdict Responder::do_read(PacketView p) {
   r.va = va;
   r.rkey = rkey;
   r.len = len;
-  // More READ/ATOMICs outstanding than max_dest_rd_atomic allows (IBA 9.5), or
-  // with selective repeat more than its span holds (response_queue.h): the
-  // requester broke the agreed limit.
   if (!queue_response(r)) return Verdict::kInvalidRequest;
   epsn_ = psn_add(epsn_, packets_for(len, conn_.path().mtu));
   return Verdict::kDone;
+}
+
+// More READ/ATOMICs outstanding than max_dest_rd_atomic allows (IBA 9.5), or
+// with selective repeat more than its span holds (response_queue.h): the
+// requester broke the agreed limit. Asked before the request executes, so a
+// refused ATOMIC leaves memory and the MSN as they were.
+bool Responder::room_for_new_response() {
+  if (responses_.admits(false)) return true;
+  bump(conn_.qp().ctx().counters.responses_refused);
+  return false;
 }
 
 Responder::Verdict Responder::unmapped() {
@@ -298,6 +306,7 @@ Responder::Verdict Responder::do_atomic(PacketView p) {
   if (Verdict v = check_message(request, qp.ctx().config.limits.max_msg_size, true);
       v != Verdict::kDone)
     return v;
+  if (!room_for_new_response()) return Verdict::kInvalidRequest;
   uint64_t original = 0;
   {
     auto access = qp.ctx().mrs.access();

@@ -77,6 +77,7 @@ class Responder {
   [[gnu::cold]] Verdict unmapped();
   using Response = QueuedResponse;
   bool queue_response(const Response& r, bool duplicate = false);
+  bool room_for_new_response();
   void split_straddling_read(wire::PacketView p, const Response& asked, uint32_t behind,
                              Nanos now);
   void drop_responses_from(uint32_t psn);

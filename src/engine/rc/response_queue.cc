@@ -39,7 +39,8 @@ bool ResponseQueue::admits(bool duplicate) const {
 
 void ResponseQueue::make_room() {
   if (count_ < slots_.size()) return;
-  std::vector<QueuedResponse> grown(slots_.size() * 2);
+  const size_t most = limits_.new_requests + limits_.duplicates;
+  std::vector<QueuedResponse> grown(std::max(count_ + 1, std::min(slots_.size() * 2, most)));
   for (size_t i = 0; i < count_; ++i) grown[i] = slots_[index(i)];
   slots_ = std::move(grown);
   head_ = 0;

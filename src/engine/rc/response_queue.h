@@ -14,8 +14,13 @@
 // selective repeat requester asks for a long READ's next chunk while the last is
 // being repaired (docs/decisions/selective-repeat.md), so one WQE may stand for
 // several requests; every one lies within the span from its una, and each takes
-// at least one PSN, so the span bounds them. The storage grows to what the peer
-// uses, up to the bound, rather than holding the span's worth for every QP.
+// at least one PSN, so the span bounds what it has unanswered. Not exactly what
+// is queued here: a part asked for again goes ahead of the queue, so the
+// requester may have it, and move its una on, while the new request that
+// stood for it still waits to be produced (and is sent again). Such entries
+// are few beside the span (at most max_rd_atomic WQEs, chunks of half a window
+// or more). The storage grows to what the peer uses, up to the bounds, rather
+// than holding the span's worth for every QP.
 #pragma once
 
 #include <cstddef>
@@ -68,7 +73,7 @@ class ResponseQueue {
   size_t size() const { return count_; }
   bool empty() const { return count_ == 0; }
   size_t duplicates() const { return duplicates_; }
-  // Storage held now (grows to what the peer uses, up to the limits' sum).
+  // Storage held now (grows to what the peer uses, at most the limits' sum).
   size_t capacity() const { return slots_.size(); }
 
  private:
