@@ -162,6 +162,7 @@ void Agent::serve(int fd) {
       mad_port_->drain([this](const ibv_gid& source, std::span<const uint8_t> mad) {
         on_mad(source, mad);
       });
+      if (!lingering_services_.empty()) settle_services();  // an RTU may have come
       return;
     }
     if (serve_pidfd(fd)) return;

@@ -53,6 +53,8 @@ class Agent {
   int add_listener(CmId& id);     // 0 or an errno (EADDRINUSE: another process listens)
   void add_connection(CmId& id);  // gives it a fresh local communication ID
   void forget(CmId& id);          // listener or connection, before it is freed
+  // Releases the lingering services no connection needs any more.
+  void settle_services();
   // The QP rdma_create_qp(3) gave an id (id.ibv.qp), known until rdma_destroy_qp(3)
   // or rdma_destroy_id(3) so that an ibv_destroy_qp(3) of it (perftest destroys
   // its control connection's QP so, the id still connected) first takes it from
@@ -127,6 +129,9 @@ class Agent {
   std::mutex cm_mutex_;
   std::unique_ptr<MadPort> mad_port_;               // guarded by cm_mutex_
   std::map<uint64_t, CmId*> listeners_;             // by service ID; guarded by cm_mutex_
+  // Services whose listener is gone while a connection it took may still see its
+  // REQ repeated (cm_protocol.cc, settle_services); guarded by cm_mutex_.
+  std::set<uint64_t> lingering_services_;
   std::map<uint32_t, CmId*> connections_;           // by local comm ID; guarded by cm_mutex_
   // (peer GID, its comm ID) -> id: a repeated REQ finds its connection.
   std::map<std::pair<ibv_gid, uint32_t>, CmId*, GidKeyLess> by_remote_;

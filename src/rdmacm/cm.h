@@ -100,6 +100,8 @@ struct CmId {
   // under the agent's cm_mutex.
   IwarpConnection iwarp;
   uint64_t service_id = 0;  // a listener's, while it is in the agent's table
+  // A passive id's: the service its listener claimed (Agent::settle_services).
+  uint64_t listened_service = 0;
   // The device the id is bound to; `ibv.verbs` shows it to the application,
   // except after a bind to a loopback address the device does not serve, which
   // the kernel binds to no device (bind_id in ids.cc).

@@ -75,7 +75,7 @@ void Agent::forget(CmId& id) {
     auto it = listeners_.find(id.service_id);
     if (it != listeners_.end() && it->second == &id) {
       listeners_.erase(it);
-      softrdma_cm_release_service(context(), id.service_id);
+      lingering_services_.insert(id.service_id);
     }
     id.service_id = 0;
   }
@@ -88,6 +88,38 @@ void Agent::forget(CmId& id) {
   // lose the pointer to it.
   for (auto& [comm_id, other] : connections_)
     if (other->listener == &id) other->listener = nullptr;
+  settle_services();
+}
+
+// On a shared address a REQ goes to the process that claimed its ServiceID
+// (docs/decisions/host-rnic.md, "CM MADs"). A listener may be destroyed as soon
+// as it accepted (perftest's first connection does so, before the RTU): its
+// requester, not having the REP in time, repeats the REQ, and it must still
+// reach the process that holds the connection, which sends the REP again (IBA
+// 12.9.8.1), not the process the kernel happened to give it, which knows no
+// listener and would reject it ("invalid service ID", fatal to the requester).
+// So the claim is kept while a connection the listener took is in REQ_RCVD or
+// REP_SENT, and released when none is (or kept for a new listener of the
+// service in this process).
+void Agent::settle_services() {
+  for (auto it = lingering_services_.begin(); it != lingering_services_.end();) {
+    const uint64_t service = *it;
+    bool needed = listeners_.contains(service);
+    for (const auto& [comm_id, id] : connections_) {
+      if (needed) break;
+      const CmState state = id->conn.state;
+      needed = id->listened_service == service &&
+               (state == CmState::kReqReceived || state == CmState::kRepSent);
+    }
+    if (needed && listeners_.contains(service)) {
+      it = lingering_services_.erase(it);  // the new listener's claim now
+    } else if (needed) {
+      ++it;
+    } else {
+      softrdma_cm_release_service(context(), service);
+      it = lingering_services_.erase(it);
+    }
+  }
 }
 
 int Agent::send(CmId& id, std::span<const uint8_t> mad, bool expect_answer) {
@@ -149,6 +181,7 @@ void Agent::on_timeouts() {
       deliver(id, RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT);
     }
   }
+  settle_services();  // a REP that went unanswered to the end needs no claim
 }
 
 }  // namespace softrdma::rdmacm

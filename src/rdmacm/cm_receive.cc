@@ -173,6 +173,7 @@ CmId* Agent::admit(CmId& listening, const ibv_gid& source, const Incoming& req) 
   c.transaction_id = req.transaction_id;
   c.remote_gid = source;
   c.sgid_index = id->sgid_index;
+  id->listened_service = listening.service_id;
   by_remote_[{source, req.sender_comm_id}] = id.get();
   ++listening.pending_requests;
   return id.release();  // the application's from now on (rdma_destroy_id)
