@@ -100,9 +100,10 @@ struct DeviceConfig {
   // The window of an RC connection that runs selective repeat (agreed with a
   // softrdma peer): a loss there costs a resend of what was lost, not of the
   // window, and on a software path 64 packets per round trip was the limit
-  // (256 moved 1.14-1.49x what 64 does on the loss bed:
-  // docs/decisions/selective-repeat.md, "The window"). At most the SACK's span.
-  uint32_t selective_window = 256;
+  // (256 moved 1.1-1.5x what 64 does on the loss bed, but an incast then
+  // overflowed the bottleneck's buffer: docs/decisions/selective-repeat.md, "The
+  // window"). At most the SACK's span.
+  uint32_t selective_window = 64;
   // AckReq (IBA 9.7.5.1.4) is set on the last packet of each message and at least
   // every this many packets of a long one, so ACKs stay timely and coalesced.
   uint32_t ack_request_interval = 16;

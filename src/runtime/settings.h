@@ -59,10 +59,9 @@ struct Settings {
   // "inline" makes progress only when the application polls.
   bool progress_thread = true;
   // SOFTRDMA_WINDOW: most unacknowledged packets per QP (1..4096): go-back-N's
-  // (64 unless set) and selective repeat's (256 unless set; at most the SACK's
-  // span); engine::DeviceConfig's.
+  // and selective repeat's (at most the SACK's span); engine::DeviceConfig's.
   uint32_t max_unacked_packets = 64;
-  uint32_t selective_window = 256;
+  uint32_t selective_window = 64;
   // SOFTRDMA_SELECTIVE_REPEAT: "negotiated" (default: when both ends of an RC
   // connection agreed through ECE), "always" (every RC QP; every peer must be
   // softrdma), "off" (IBA's go-back-N only; ECE offers nothing).

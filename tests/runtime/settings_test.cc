@@ -41,10 +41,10 @@ TEST_F(SettingsTest, DefaultsWhenNothingIsSet) {
   EXPECT_TRUE(s->faults.empty());
   EXPECT_TRUE(s->progress_thread);
   EXPECT_EQ(s->max_unacked_packets, 64u);
-  EXPECT_EQ(s->selective_window, 256u);
+  EXPECT_EQ(s->selective_window, 64u);
   for (const auto& [name, value] : s->describe()) {
     if (name == "SOFTRDMA_WINDOW") {
-      EXPECT_EQ(value, "64 (go-back-N), 256 (selective repeat)");
+      EXPECT_EQ(value, "64");
     }
   }
   EXPECT_TRUE(s->sysfs_view);
