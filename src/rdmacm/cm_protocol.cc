@@ -6,6 +6,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 
@@ -104,21 +105,22 @@ void Agent::forget(CmId& id) {
 void Agent::settle_services() {
   for (auto it = lingering_services_.begin(); it != lingering_services_.end();) {
     const uint64_t service = *it;
-    bool needed = listeners_.contains(service);
-    for (const auto& [comm_id, id] : connections_) {
-      if (needed) break;
-      const CmState state = id->conn.state;
-      needed = id->listened_service == service &&
-               (state == CmState::kReqReceived || state == CmState::kRepSent);
-    }
-    if (needed && listeners_.contains(service)) {
-      it = lingering_services_.erase(it);  // the new listener's claim now
-    } else if (needed) {
-      ++it;
-    } else {
-      softrdma_cm_release_service(context(), service);
+    if (listeners_.contains(service)) {  // a new listener of this process holds it now
       it = lingering_services_.erase(it);
+      continue;
     }
+    const bool answering =
+        std::any_of(connections_.begin(), connections_.end(), [&](const auto& entry) {
+          const CmState state = entry.second->conn.state;
+          return entry.second->listened_service == service &&
+                 (state == CmState::kReqReceived || state == CmState::kRepSent);
+        });
+    if (answering) {
+      ++it;
+      continue;
+    }
+    softrdma_cm_release_service(context(), service);
+    it = lingering_services_.erase(it);
   }
 }
 
