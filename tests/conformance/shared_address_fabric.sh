@@ -75,7 +75,7 @@ for entry in "${cases[@]}"; do
   server[$name]=$!
 done
 listening() {  # NAME PORT: whether that server listens (perftest's TCP, or rdma_listen)
-  [[ -e $out/listen.$1.1 ]] || ip netns exec "$server_host" ss -ltnH "sport = :$2" | grep -q .
+  [[ -e $out/listen.$1.1 ]] || grep -q . <<<"$(ip netns exec "$server_host" ss -ltnH "sport = :$2")"
 }
 for entry in "${cases[@]}"; do  # until each server listens for its client
   IFS='|' read -r name _ port _ _ <<< "$entry"

@@ -28,8 +28,11 @@ fail() { say "$*"; exit 1; }
 for tool in qemu-system-x86_64 cpio depmod modprobe xz; do
   command -v "$tool" >/dev/null || fail "no $tool: run scripts/install-deps.sh"
 done
-[[ -x /bin/busybox ]] && /bin/busybox --list | grep -qx sh ||
-  fail "no static busybox: run scripts/install-deps.sh"
+# The whole list first: busybox writes it one applet per write(), so under
+# pipefail `busybox --list | grep -q` fails whenever grep stops before the last
+# write (SIGPIPE); under load it did, in CI.
+applets=$([[ -x /bin/busybox ]] && /bin/busybox --list || true)
+grep -qx sh <<<"$applets" || fail "no static busybox: run scripts/install-deps.sh"
 
 # The guest's kernel is the one whose headers are installed (linux-headers-amd64,
 # from install-deps.sh): siw.ko must be built against exactly that release.

@@ -16,7 +16,7 @@ guest_modules=(virtio_pci virtio_net 9pnet_virtio 9p rdma_rxe siw ib_uverbs rdma
 # copy_program FILE DIR ROOT STAGE_LIBS: FILE into ROOT/DIR, and every library it
 # links (ldd, the staged rdma-core first) into ROOT's single library directory.
 copy_program() {
-  local file=$1 dir=$2 root=$3 libs=$4 line lib
+  local file=$1 dir=$2 root=$3 libs=$4 line lib needs
   cp -L "$file" "$root/$dir/"
   while read -r line; do
     lib=$(awk '/=>/ {print $3; next} /^\// {print $1}' <<<"$line")
@@ -27,7 +27,9 @@ copy_program() {
       cp -Ln "$lib" "$root/usr/lib/x86_64-linux-gnu/"
     fi
   done < <(LD_LIBRARY_PATH=$libs ldd "$file" | tr -d '\t')
-  if LD_LIBRARY_PATH=$libs ldd "$file" | grep -q 'not found'; then
+  # The whole output first: `ldd | grep -q` under pipefail can fail by SIGPIPE.
+  needs=$(LD_LIBRARY_PATH=$libs ldd "$file")
+  if grep -q 'not found' <<<"$needs"; then
     echo "peer-vm build: $file: a library is missing" >&2
     return 1
   fi
