@@ -11,6 +11,8 @@
 #             delay, dcqcn+delay: what the congestion control costs)
 #   roce-sr-w-N   selective repeat with SOFTRDMA_WINDOW=N packets
 #   iwarp     iWARP over TCP (SOFTRDMA_WIRE=iwarp)
+#   WIRE@DIR  any of these with the softrdma of another build (an older commit's:
+#             two versions side by side in the same rounds)
 # at each loss rate: iptables drops that share of the data direction's packets
 # at the receiving host (the server for WRITE and SEND, the client for READ),
 # packets of 1000 bytes and more only (data; not ACKs, TCP ACKs or CM MADs), the
@@ -54,7 +56,7 @@ if [[ ${LOSSY_PIN:-1} == 1 ]] && (( $(nproc) >= 2 )); then
 fi
 
 wire_env() {
-  case $1 in
+  case ${1%@*} in
     roce-sr) echo "SOFTRDMA_WIRE=roce" ;;
     roce-gbn) echo "SOFTRDMA_WIRE=roce SOFTRDMA_SELECTIVE_REPEAT=off" ;;
     roce-sr-cc-*) echo "SOFTRDMA_WIRE=roce SOFTRDMA_CONGESTION=${1#roce-sr-cc-}" ;;
@@ -68,14 +70,15 @@ set_loss() {
   ip netns exec "$1" iptables -F INPUT
   [[ $3 == 0 ]] && return
   local proto=(-p udp --dport 4791)
-  [[ $2 == iwarp ]] && proto=(-p tcp)
+  [[ ${2%@*} == iwarp ]] && proto=(-p tcp)
   ip netns exec "$1" iptables -A INPUT "${proto[@]}" -m length --length 1000:65535 \
     -m statistic --mode random --probability "$3" -j DROP
 }
 
 # one_run WIRE TEST PORT: the client's average MB/s, or "fail".
 one_run() {
-  local wire=$1 test=$2 port=$3
+  local wire=$1 test=$2 port=$3 tool=$tool
+  [[ $wire == *@* ]] && tool=${wire#*@}/tools/softrdma
   local -a env_words
   read -r -a env_words <<< "$(wire_env "$wire")"
   local args=(-R -D "$duration" -s 65536 -m 1024 -p "$port")
@@ -109,6 +112,10 @@ port=18000
 runs_seen=()  # every run's figure, printed under the table
 read -r -a tests <<< "${LOSSY_TESTS:-ib_write_bw ib_read_bw ib_send_bw}"
 read -r -a wires <<< "${LOSSY_WIRES:-roce-sr roce-gbn iwarp}"
+for wire in "${wires[@]}"; do
+  [[ $wire != *@* || -x ${wire#*@}/tools/softrdma ]] ||
+    { echo "$wire: no ${wire#*@}/tools/softrdma" >&2; exit 2; }
+done
 # per_round_ratio "FIGURES" "BASES": the median of the rounds' ratios (a failed
 # run has none), as "0.91".
 per_round_ratio() {

@@ -99,11 +99,15 @@ struct DeviceConfig {
   uint32_t max_unacked_packets = 64;
   // The window of an RC connection that runs selective repeat (agreed with a
   // softrdma peer): a loss there costs a resend of what was lost, not of the
-  // window, and on a software path 64 packets per round trip was the limit
-  // (256 moved 1.1-1.5x what 64 does on the loss bed, but an incast then
-  // overflowed the bottleneck's buffer: docs/decisions/selective-repeat.md, "The
-  // window"). At most the SACK's span.
-  uint32_t selective_window = 64;
+  // window, and on a software path 64 packets per round trip was the limit (256
+  // moves 1.2-1.5x what 64 does on the loss bed; with the delay control's slow
+  // start, an incast through a 128 KiB buffer drops no more than with 64:
+  // docs/decisions/selective-repeat.md, "The window"). At most the SACK's span.
+  uint32_t selective_window = 256;
+  // Where the delay control's window starts, in packets: it doubles per round trip
+  // from there to the window above while the round trip stays low (slow start;
+  // rc/delay_control.h). At or above the window: a connection starts at it.
+  uint32_t initial_window = 32;
   // AckReq (IBA 9.7.5.1.4) is set on the last packet of each message and at least
   // every this many packets of a long one, so ACKs stay timely and coalesced.
   uint32_t ack_request_interval = 16;

@@ -111,6 +111,7 @@ std::unique_ptr<OpenDevice> OpenDevice::open(const Settings& settings, std::stri
   config.host = node->host_.get();
   config.max_unacked_packets = settings.max_unacked_packets;
   config.selective_window = settings.selective_window;
+  config.initial_window = settings.initial_window;
   config.selective_repeat = settings.selective_repeat;
   config.dcqcn = settings.dcqcn;
   config.delay_control = settings.delay_control;

@@ -120,6 +120,13 @@ std::optional<Settings> Settings::from_environment(std::string& error) {
     }
     s.selective_window = s.max_unacked_packets;  // set: every RC connection's
   }
+  if (const char* v = env("SOFTRDMA_INITIAL_WINDOW")) {
+    if (!parse_window(v, s.initial_window)) {
+      error = "SOFTRDMA_INITIAL_WINDOW must be a number of packets from 1 to " +
+              std::to_string(engine::kMaxWindowPackets) + ", not \"" + v + "\"";
+      return std::nullopt;
+    }
+  }
   if (const char* v = env("SOFTRDMA_SELECTIVE_REPEAT")) {
     const std::string mode(v);
     if (mode == "negotiated") {
@@ -213,6 +220,7 @@ std::vector<std::pair<std::string, std::string>> Settings::describe() const {
            ? std::to_string(max_unacked_packets)
            : std::to_string(max_unacked_packets) + " (go-back-N), " +
                  std::to_string(selective_window) + " (selective repeat)"},
+      {"SOFTRDMA_INITIAL_WINDOW", std::to_string(initial_window) + " (slow start from there)"},
       {"SOFTRDMA_SELECTIVE_REPEAT",
        selective_repeat == engine::SelectiveRepeatMode::kAlways ? "always (every RC QP)"
        : selective_repeat == engine::SelectiveRepeatMode::kOff

@@ -61,7 +61,10 @@ struct Settings {
   // SOFTRDMA_WINDOW: most unacknowledged packets per QP (1..4096): go-back-N's
   // and selective repeat's (at most the SACK's span); engine::DeviceConfig's.
   uint32_t max_unacked_packets = 64;
-  uint32_t selective_window = 64;
+  uint32_t selective_window = 256;
+  // SOFTRDMA_INITIAL_WINDOW: where the delay control's window starts (1..4096
+  // packets); it doubles per round trip from there while the round trip stays low.
+  uint32_t initial_window = 32;
   // SOFTRDMA_SELECTIVE_REPEAT: "negotiated" (default: when both ends of an RC
   // connection agreed through ECE), "always" (every RC QP; every peer must be
   // softrdma), "off" (IBA's go-back-N only; ECE offers nothing).

@@ -7,8 +7,10 @@
 // held, waiting for the gap before it to fill.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 
 namespace softrdma::wire {
@@ -30,6 +32,15 @@ inline void sack_mark(std::span<uint8_t> bitmap, uint32_t i) {
 
 inline bool sack_marked(std::span<const uint8_t> bitmap, uint32_t i) {
   return i < bitmap.size() * 8 && (bitmap[i / 8] >> (i % 8)) & 1u;
+}
+
+// The last bit set (the newest PSN held: first_missing + 1 + it), if any.
+inline std::optional<uint32_t> sack_last_marked(std::span<const uint8_t> bitmap) {
+  for (size_t byte = bitmap.size(); byte-- > 0;) {
+    if (bitmap[byte] == 0) continue;
+    return uint32_t(byte * 8 + 7 - std::countl_zero(bitmap[byte]));
+  }
+  return std::nullopt;
 }
 
 }  // namespace softrdma::wire

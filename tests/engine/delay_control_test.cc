@@ -17,6 +17,7 @@ SwiftParams params() {
   p.target_queueing = 200 * kUs;
   p.flow_scaling_range = 200 * kUs;
   p.rounds_to_compete = 1000;  // the delay alone (competing: its own test)
+  p.initial_window = 1e9;      // at the ceiling (the slow start: its own tests)
   return p;
 }
 
@@ -33,6 +34,54 @@ TEST(SwiftTest, TheTargetIsTheBaseRttPlusQueueingPlusMoreForASmallerWindow) {
   for (int i = 0; i < 12; ++i) swift.on_ack(1, 10'000 * kUs, Nanos(i + 1) * 20'000 * kUs);
   EXPECT_DOUBLE_EQ(swift.window(), 0.1);
   EXPECT_NEAR(double(swift.target()), 80e3 + 400e3, 1);
+}
+
+// The slow start (RFC 5681 §3.1 with a delay exit): from the initial window, a
+// packet per packet acknowledged while the round trip stays within a quarter of
+// the queueing target above the base; then Swift's additive increase.
+TEST(SwiftTest, AConnectionStartsAtItsInitialWindowAndDoublesPerRoundTripWhileTheDelayStaysLow) {
+  SwiftParams p = params();
+  p.max_window = 256;
+  p.initial_window = 16;
+  Swift swift(p);
+  EXPECT_EQ(swift.window(), 16);
+  EXPECT_TRUE(swift.slow_start());
+  Nanos now = 0;
+  swift.on_ack(16, 100 * kUs, now += 100 * kUs);  // the base
+  EXPECT_EQ(swift.window(), 32);
+  swift.on_ack(32, 140 * kUs, now += 140 * kUs);  // 40 us of queueing: below 50
+  EXPECT_EQ(swift.window(), 64);
+  EXPECT_TRUE(swift.slow_start());
+  // 60 us above the base: past the exit (200 us / 4), still below the target.
+  swift.on_ack(64, 160 * kUs, now += 160 * kUs);
+  EXPECT_FALSE(swift.slow_start());
+  EXPECT_NEAR(swift.window(), 64 + 1, 0.02);  // additive: ~one packet per window
+  // A low round trip again does not restart it.
+  swift.on_ack(64, 100 * kUs, now += 100 * kUs);
+  EXPECT_FALSE(swift.slow_start());
+  EXPECT_LT(swift.window(), 67);
+}
+
+TEST(SwiftTest, TheSlowStartStopsAtTheCeilingAndAtATimeout) {
+  SwiftParams p = params();
+  p.max_window = 40;
+  p.initial_window = 16;
+  Swift swift(p);
+  Nanos now = 0;
+  swift.on_ack(16, 100 * kUs, now += 100 * kUs);
+  swift.on_ack(32, 100 * kUs, now += 100 * kUs);
+  EXPECT_EQ(swift.window(), 40);  // not 64
+  EXPECT_FALSE(swift.slow_start());
+  Swift other(p);
+  other.on_timeout(now);
+  EXPECT_FALSE(other.slow_start());
+  EXPECT_EQ(other.window(), 8);
+  other.on_ack(1, 100 * kUs, now += 100 * kUs);
+  EXPECT_NEAR(other.window(), 8 + 1.0 / 8, 1e-9);  // additive, not doubling
+  // An initial window at or above the ceiling: no slow start at all.
+  p.initial_window = 64;
+  EXPECT_FALSE(Swift(p).slow_start());
+  EXPECT_EQ(Swift(p).window(), 40);
 }
 
 TEST(SwiftTest, BelowTheTargetTheWindowGrowsByOnePacketPerWindowAcknowledged) {

@@ -165,5 +165,38 @@ TEST(RateControlTest, WhileCompetingCnpsAndLossesHalveTheWindowOncePerWindowOfDa
   EXPECT_DOUBLE_EQ(r.swift().window(), next / 2);
 }
 
+// While a gap is open the cumulative ACK stands still, and when it moves it covers
+// a resend (Karn: no sample). The SACKs time the round trip meanwhile: by the
+// newest PSN each names, when that is news and went once.
+TEST(RateControlTest, SacksNamingANewerHeldPsnTimeTheRoundTripWhileAGapIsOpen) {
+  SwiftParams sp;
+  sp.initial_window = 64;  // the ceiling: no slow start here
+  sp.target_queueing = 200'000;
+  RateControl r({}, sp);
+  r.reset(0);
+  constexpr Nanos kUs = 1'000;
+  r.on_first_send(0, 64, 0);
+  r.on_acknowledged(10, 100 * kUs);  // the base round trip: 100 us
+  ASSERT_EQ(r.swift().base_rtt(), 100 * kUs);
+  const double before = r.swift().window();
+  // PSN 10 is lost; 11..30 arrive and are held. 1 ms: far above the target.
+  r.on_sacked(30, 1'000 * kUs);
+  EXPECT_EQ(r.swift().rtt(), 1'000 * kUs);
+  EXPECT_DOUBLE_EQ(r.swift().window(), before / 2);  // Swift's largest cut
+  // The same newest named again (a resend filled part of a gap): no news, no sample.
+  r.on_sacked(30, 5'000 * kUs);
+  EXPECT_EQ(r.swift().rtt(), 1'000 * kUs);
+  // A newest PSN that was resent times nothing (Karn).
+  r.on_resent(40);
+  r.on_sacked(40, 6'000 * kUs);
+  EXPECT_EQ(r.swift().rtt(), 1'000 * kUs);
+  EXPECT_DOUBLE_EQ(r.swift().window(), before / 2);
+  // A newer one that went once: sampled; timely now, so no cut (and no growth:
+  // nothing was acknowledged).
+  r.on_sacked(45, 45 + 150 * kUs);
+  EXPECT_EQ(r.swift().rtt(), 45 + 150 * kUs);
+  EXPECT_DOUBLE_EQ(r.swift().window(), before / 2);
+}
+
 }  // namespace
 }  // namespace softrdma::engine::rc

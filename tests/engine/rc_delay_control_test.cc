@@ -100,6 +100,36 @@ TEST_F(RcDelayControlTest, NakedLossesDoNotCutTheWindowButATimeoutDoes) {
   EXPECT_EQ(send_64_packets(3), 34u);
 }
 
+// Selective repeat: while a gap is open, the SACKs time the round trip (by the
+// newest PSN each names, when that is news); the cumulative ACK cannot.
+TEST_F(RcDelayControlTest, ASackNamingANewerHeldPsnIsARoundTripSample) {
+  RoleOptions options;
+  options.selective = true;
+  open(options);
+  EXPECT_EQ(send_64_packets(1), 64u);
+  EXPECT_EQ(ack_after(100'000, 100 + 9), 0u);  // the base: 100 us
+  // PSN 110 lost, 111..130 held and named 1 ms after they left: the SACK moves
+  // the cumulative ACK nowhere (nothing for Karn's rule to time), yet the window
+  // halves.
+  const std::initializer_list<uint32_t> held = {111, 112, 113, 114, 115, 116, 117,
+                                                118, 119, 120, 121, 122, 123, 124,
+                                                125, 126, 127, 128, 129, 130};
+  const uint64_t before = qp_->counters().window_hundredths.load();
+  ASSERT_GT(before, 6400u);  // selective repeat's window, grown by the first ACK
+  clock_.advance(900'000);
+  deliver(sack(109, held));
+  EXPECT_EQ(counters().sacks_received.load(), 1u);
+  EXPECT_EQ(qp_->counters().rtt_us.load(), 1000u);
+  const uint64_t cut = qp_->counters().window_hundredths.load();
+  EXPECT_NEAR(double(cut), double(before) / 2, 1);  // Swift's largest cut
+  // The same newest again, later (the resend of 110 is on its way): no sample.
+  clock_.advance(2'000'000);
+  deliver(sack(109, held));
+  EXPECT_EQ(counters().sacks_received.load(), 2u);
+  EXPECT_EQ(qp_->counters().rtt_us.load(), 1000u);
+  EXPECT_EQ(qp_->counters().window_hundredths.load(), cut);
+}
+
 TEST_F(RcDelayControlTest, WithTheDelayControlOffLateAcknowledgementsChangeNothing) {
   RoleOptions options;
   options.delay_control = false;

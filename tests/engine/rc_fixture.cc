@@ -38,6 +38,7 @@ void build_node(Node& n, transport::fake::FakeNetwork& net, const transport::Gid
   }
   config.max_unacked_packets = o.window;
   config.selective_window = o.selective_window != 0 ? o.selective_window : o.window;
+  config.initial_window = o.initial_window;
   config.delay_control = o.delay_control;
   config.idle_probe_interval_ns = o.idle_probe;
   config.max_retry_interval_ns = o.max_retry_interval;

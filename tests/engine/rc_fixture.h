@@ -34,6 +34,9 @@ struct RcOptions {
   // DeviceConfig::selective_window; 0: `window`, for selective repeat too.
   uint32_t selective_window = 0;
   bool delay_control = true;  // DeviceConfig::delay_control (Swift's window)
+  // DeviceConfig::initial_window: at the ceiling, so that a story counts what a
+  // whole window sends at once (the slow start has tests of its own).
+  uint32_t initial_window = 4096;
   uint32_t srq_wrs = 0;  // non-zero: each node's QP receives from an SRQ this deep
   uint32_t max_recv_wr = 256;
   uint32_t max_recv_sge = 4;

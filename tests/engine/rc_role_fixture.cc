@@ -4,6 +4,8 @@
 #include <cstring>
 
 #include "wire/fields.h"
+#include "wire/psn.h"
+#include "wire/sack.h"
 
 namespace softrdma::engine::testing {
 
@@ -31,6 +33,8 @@ void RcRoleTest::open(const RoleOptions& options) {
   config.line_rate_bytes_per_ns = options.line_rate_bytes_per_ns;
   config.delay_control = options.delay_control;
   config.target_queueing_ns = options.target_queueing;
+  config.initial_window = options.initial_window;
+  if (options.selective) config.selective_repeat = SelectiveRepeatMode::kAlways;
   device_ = std::make_unique<Device>(config, *transport_, roce::RoceFamily::maker(), clock_);
   int err = 0;
   pd_ = device_->alloc_pd(err);
@@ -134,6 +138,16 @@ PeerPacket RcRoleTest::fetch_add(uint32_t psn, size_t offset, uint64_t add) {
 PeerPacket RcRoleTest::ack(uint32_t psn) {
   PeerPacket p(op::kRcAcknowledge, qp_->qpn(), psn, 0);
   p.view().set(wire::aeth::kSyndrome, wire::syndrome::ack());
+  return p;
+}
+
+PeerPacket RcRoleTest::sack(uint32_t psn, std::initializer_list<uint32_t> held) {
+  // kAlways takes the wide SACK too (RcConnection::agreed_wide_sack).
+  PeerPacket p(op::kRcSack, qp_->qpn(), psn, wire::kWideSackBitmapBytes);
+  p.view().set(wire::aeth::kSyndrome, wire::syndrome::ack());
+  const uint32_t first_missing = wire::psn_add(psn, 1);
+  for (const uint32_t h : held)
+    wire::sack_mark(p.view().payload(), uint32_t(wire::psn_diff(h, first_missing) - 1));
   return p;
 }
 

@@ -30,6 +30,8 @@ struct RoleOptions {
   double line_rate_bytes_per_ns = 5.0;  // DCQCN's line rate (DeviceConfig)
   bool delay_control = true;            // Swift (DeviceConfig)
   Nanos target_queueing = 200'000;      // ... and its target above the base RTT
+  uint32_t initial_window = 4096;       // ... and its start: the ceiling (no slow start)
+  bool selective = false;  // selective repeat as if agreed (SelectiveRepeatMode::kAlways)
 };
 
 // A packet from the peer, laid out by wire::build_packet; set its fields through
@@ -73,6 +75,9 @@ class RcRoleTest : public ::testing::Test {
   PeerPacket ack(uint32_t psn);
   PeerPacket nak(uint32_t psn, uint8_t code);
   PeerPacket rnr_nak(uint32_t psn, uint8_t timer_code);
+  // Selective repeat: a SACK (wire/sack.h) whose last PSN in order is `psn`, holding
+  // `held` (PSNs beyond the gap).
+  PeerPacket sack(uint32_t psn, std::initializer_list<uint32_t> held);
 
   // Verbs on the QP.
   void post_recv(size_t offset, uint32_t length, uint64_t wr_id);

@@ -123,6 +123,23 @@ TEST_F(RcPairTest, ASelectiveRepeatConnectionTakesItsOwnWindow) {
   }
 }
 
+// The delay control starts a connection at its initial window, not at the
+// ceiling (slow start, rc/delay_control.h): with nothing answered, that is all
+// that goes before the timer.
+TEST_F(RcPairTest, AConnectionStartsAtTheInitialWindowBelowItsCeiling) {
+  RcOptions o;
+  o.selective = true;
+  o.wide_sack = true;
+  o.selective_window = 256;
+  o.initial_window = 16;
+  o.memory = 1 << 20;
+  connect(o);
+  net_.drop(match::from(b.device->gids().back()), transport::fake::FakeNetwork::kEvery);
+  ASSERT_EQ(post(a, IBV_WR_RDMA_WRITE, 0, 512 * 1024, 0, 1), 0);
+  ASSERT_TRUE(run_until([&] { return a.counters().retransmit_timeouts.load() > 0; }));
+  EXPECT_EQ(a.counters().tx_packets.load() - a.counters().retransmitted_packets.load(), 16u);
+}
+
 // The same loss under go-back-N (nothing agreed): everything after the gap goes
 // again. What selective repeat saves.
 TEST_F(RcPairTest, WithoutAgreementAGapResendsEverythingAfterIt) {

@@ -19,7 +19,8 @@ class SettingsTest : public ::testing::Test {
                                            "SOFTRDMA_SYSFS_VIEW", "SOFTRDMA_SHARE_ADDRESS",
                                            "SOFTRDMA_WIRE", "SOFTRDMA_SELECTIVE_REPEAT",
                                            "SOFTRDMA_CONGESTION", "SOFTRDMA_LINE_RATE_GBPS",
-                                           "SOFTRDMA_TARGET_DELAY_US"};
+                                           "SOFTRDMA_TARGET_DELAY_US",
+                                           "SOFTRDMA_INITIAL_WINDOW"};
   void SetUp() override { clear(); }
   void TearDown() override { clear(); }
   static void clear() {
@@ -41,12 +42,15 @@ TEST_F(SettingsTest, DefaultsWhenNothingIsSet) {
   EXPECT_TRUE(s->faults.empty());
   EXPECT_TRUE(s->progress_thread);
   EXPECT_EQ(s->max_unacked_packets, 64u);
-  EXPECT_EQ(s->selective_window, 64u);
+  EXPECT_EQ(s->selective_window, 256u);
+  bool saw_window = false;
   for (const auto& [name, value] : s->describe()) {
     if (name == "SOFTRDMA_WINDOW") {
-      EXPECT_EQ(value, "64");
+      EXPECT_EQ(value, "64 (go-back-N), 256 (selective repeat)");
+      saw_window = true;
     }
   }
+  EXPECT_TRUE(saw_window);
   EXPECT_TRUE(s->sysfs_view);
   EXPECT_EQ(s->selective_repeat, engine::SelectiveRepeatMode::kNegotiated);
 }
@@ -77,6 +81,7 @@ TEST_F(SettingsTest, CongestionControlIsDcqcnAndDelayUnlessTurnedOff) {
   EXPECT_TRUE(s->delay_control);
   EXPECT_EQ(s->target_delay_us, 750u);
   EXPECT_EQ(s->line_rate_gbps, 40u);
+  EXPECT_EQ(s->initial_window, 32u);
   setenv("SOFTRDMA_CONGESTION", "off", 1);
   setenv("SOFTRDMA_LINE_RATE_GBPS", "100", 1);
   setenv("SOFTRDMA_TARGET_DELAY_US", "50", 1);
@@ -106,6 +111,7 @@ TEST_F(SettingsTest, EveryVariableIsRead) {
   setenv("SOFTRDMA_PROGRESS", "inline", 1);
   setenv("SOFTRDMA_WINDOW", "100", 1);
   setenv("SOFTRDMA_SYSFS_VIEW", "off", 1);
+  setenv("SOFTRDMA_INITIAL_WINDOW", "8", 1);
   std::string error;
   auto s = Settings::from_environment(error);
   ASSERT_TRUE(s.has_value()) << error;
@@ -117,6 +123,7 @@ TEST_F(SettingsTest, EveryVariableIsRead) {
   EXPECT_EQ(s->max_unacked_packets, 100u);
   EXPECT_EQ(s->selective_window, 100u);  // set: every RC connection's window
   EXPECT_FALSE(s->sysfs_view);
+  EXPECT_EQ(s->initial_window, 8u);
   bool saw_window = false;
   for (const auto& [name, value] : s->describe()) {
     if (name == "SOFTRDMA_WINDOW") saw_window = value == "100";
@@ -133,7 +140,8 @@ TEST_F(SettingsTest, MalformedValuesAreRefusedByName) {
       {"SOFTRDMA_SELECTIVE_REPEAT", "on"}, {"SOFTRDMA_CONGESTION", "dctcp"},
       {"SOFTRDMA_LINE_RATE_GBPS", "0"},   {"SOFTRDMA_LINE_RATE_GBPS", "1000001"},
       {"SOFTRDMA_CONGESTION", "delay+dcqcn"}, {"SOFTRDMA_TARGET_DELAY_US", "0"},
-      {"SOFTRDMA_TARGET_DELAY_US", "1000001"},
+      {"SOFTRDMA_TARGET_DELAY_US", "1000001"}, {"SOFTRDMA_INITIAL_WINDOW", "0"},
+      {"SOFTRDMA_INITIAL_WINDOW", "4097"},
       {"SOFTRDMA_DEVICE", "a-name-that-is-far-too-long-for-a-verbs-device-name-of-64-bytes-xx"}};
   for (const auto& [name, value] : bad) {
     clear();

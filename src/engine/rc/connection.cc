@@ -21,6 +21,7 @@ DcqcnParams dcqcn_params(const DeviceConfig& config) {
 SwiftParams swift_params(const DeviceConfig& config) {
   SwiftParams p;
   p.max_window = config.max_unacked_packets;
+  p.initial_window = config.initial_window;
   p.target_queueing = config.target_queueing_ns;
   // Twice the target (Swift's fs_range is a multiple of its base target): with
   // the target alone, six flows into one port settled at Jain 0.88 (congestion-

@@ -18,7 +18,8 @@ Swift::Swift(const SwiftParams& params) : p_(params) {
 }
 
 void Swift::reset() {
-  window_ = p_.max_window;  // a new connection starts at the loss recovery's window
+  window_ = std::min(p_.initial_window, p_.max_window);
+  slow_start_ = window_ < p_.max_window;
   base_rtt_ = 0;
   rtt_ = 0;
   last_decrease_ = 0;
@@ -38,10 +39,7 @@ Nanos Swift::target() const {
 
 // Swift §3.1 (its Algorithm 1, "On receiving ACK").
 void Swift::on_ack(uint32_t acked, std::optional<Nanos> rtt, Nanos now) {
-  if (rtt) {
-    rtt_ = std::max<Nanos>(1, *rtt);
-    if (base_rtt_ == 0 || rtt_ < base_rtt_) base_rtt_ = rtt_;
-  }
+  if (rtt) take_sample(*rtt);
   if (base_rtt_ == 0 || acked == 0) return;  // nothing timed yet: nothing to compare
   if (competing_ && now >= compete_until_) stop_competing();  // try the delay again
   if (rtt_ < target()) {
@@ -56,8 +54,28 @@ void Swift::on_ack(uint32_t acked, std::optional<Nanos> rtt, Nanos now) {
   clamp();
 }
 
-// Additive increase of additive_increase per window's worth of ACKs.
+void Swift::on_sample(Nanos rtt, Nanos now) {
+  take_sample(rtt);
+  if (competing_ || rtt_ < target()) return;  // competing: losses and CNPs cut, not delay
+  above_target(now);
+  clamp();
+}
+
+void Swift::take_sample(Nanos rtt) {
+  rtt_ = std::max<Nanos>(1, rtt);
+  if (base_rtt_ == 0 || rtt_ < base_rtt_) base_rtt_ = rtt_;
+  if (slow_start_ && rtt_ >= base_rtt_ + Nanos(p_.slow_start_exit * double(p_.target_queueing)))
+    slow_start_ = false;  // the queue grows: from here the window is Swift's
+}
+
+// Additive increase of additive_increase per window's worth of ACKs; in the slow
+// start, a packet per packet acknowledged.
 void Swift::increase(uint32_t acked) {
+  if (slow_start_) {
+    window_ += double(acked);  // one packet per packet acknowledged: doubling per RTT
+    if (window_ >= p_.max_window) slow_start_ = false;
+    return;
+  }
   const double step = p_.additive_increase * double(acked);
   window_ += window_ >= 1 ? step / window_ : step;
 }
@@ -94,6 +112,7 @@ void Swift::on_competing_loss(Nanos now) {
 }
 
 void Swift::on_timeout(Nanos now) {
+  slow_start_ = false;
   if (window_ <= 1 || !may_decrease(now)) return;
   decrease(1 - p_.max_decrease, now);
   window_ = std::max(window_, 1.0);

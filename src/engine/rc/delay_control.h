@@ -26,6 +26,14 @@
 // Reno with ECN does; a later competition starts from the window the last ended
 // with.
 //
+// A connection starts at `initial_window` packets, not at its ceiling, and
+// doubles its window per round trip (TCP's slow start, RFC 5681 §3.1) while the
+// round trip stays within `slow_start_exit` of the queueing target above the
+// base RTT (a delay exit, as HyStart's: CUBIC, RFC 9438 §4.10); a window that
+// started at a 256-packet ceiling put twice a 128 KiB switch buffer into the
+// network before any round trip came back (docs/decisions/congestion-control.md,
+// "Starting"). A timeout ends the slow start too.
+//
 // The target is the path's base RTT (the least measured on this connection: a
 // software path's fixed delay is not known in advance as a NIC fabric's is) plus
 // `target_queueing`, plus Swift's flow-based scaling: a smaller window gets a
@@ -50,6 +58,8 @@ struct SwiftParams {
   // scheduler's milliseconds, and RTT / window is how long the next packet waits.
   double min_window = 0.1;
   double max_window = 64;             // packets: the loss recovery's window
+  double initial_window = 32;         // packets at the start (at most max_window)
+  double slow_start_exit = 0.25;      // of target_queueing: the slow start's delay exit
   Nanos target_queueing = 750'000;      // queueing delay allowed above the base RTT
   Nanos flow_scaling_range = 1'000'000; // the most flow scaling adds to the target
   double flow_scaling_min_window = 0.1;   // a window this small gets all of the range
@@ -67,6 +77,10 @@ class Swift {
   // An acknowledgement released `acked` packets; `rtt`, when timed, is the round
   // trip of the newest of them.
   void on_ack(uint32_t acked, std::optional<Nanos> rtt, Nanos now);
+  // A round trip timed by something other than an acknowledgement (a SACK's
+  // newest held PSN): the delay compared with the target, a cut if above it,
+  // nothing grows (nothing was acknowledged).
+  void on_sample(Nanos rtt, Nanos now);
   // The retransmission timer expired: the path is in trouble beyond a random loss.
   void on_timeout(Nanos now);
   // A loss was found (a NAK, a SACK's gap), or a CNP came (ECN as TCP answers
@@ -75,6 +89,8 @@ class Swift {
   void on_competing_loss(Nanos now);
   // Competing with a loss-based flow (see above).
   bool competing() const { return competing_; }
+  // Doubling per round trip from the initial window (see above).
+  bool slow_start() const { return slow_start_; }
 
   double window() const { return window_; }
   // Packets that may be unacknowledged: the window, at least one.
@@ -97,6 +113,7 @@ class Swift {
   bool may_decrease(Nanos now) const {
     return !decreased_ || now - last_decrease_ >= rtt_at_decrease_;
   }
+  void take_sample(Nanos rtt);
   void decrease(double factor, Nanos now);
   void clamp();
   void above_target(Nanos now);
@@ -114,6 +131,7 @@ class Swift {
   bool decreased_ = false;
   uint32_t rounds_at_floor_ = 0;  // cuts in a row made at one packet or below
   bool competing_ = false;
+  bool slow_start_ = false;
   Nanos compete_until_ = 0;
   double compete_window_ = 0;  // the window when competing last ended
 };

@@ -113,6 +113,7 @@ void RateControl::reset(Nanos now) {
   swift_.reset();
   stamps_.clear();
   started_ = false;
+  sacked_ = false;
   cut_made_ = false;
   pacer_.reset(now, dcqcn_.params().burst_bytes, dcqcn_.params().burst_time);
   held_ = false;
@@ -209,6 +210,16 @@ void RateControl::on_acknowledged(uint32_t una, Nanos now) {
   acked_to_ = una;
   // Competing begins: DCQCN's cuts, made before it, end with it (see on_cnp).
   if (!was_competing && swift_.competing() && on_.dcqcn) dcqcn_.reset(now);
+}
+
+void RateControl::on_sacked(uint32_t newest, Nanos now) {
+  if (!on_.delay || !started_) return;
+  if (sacked_ && !wire::psn_before(sacked_newest_, newest)) return;  // held before: no news
+  sacked_ = true;
+  sacked_newest_ = newest;
+  if (const std::optional<Nanos> sent =
+          stamps_.newest_if_all_sent_once(newest, wire::psn_add(newest, 1)))
+    swift_.on_sample(now - *sent, now);
 }
 
 void RateControl::on_timeout(Nanos now) {

@@ -146,6 +146,12 @@ class RateControl {
   // Everything before `una` is acknowledged.
   void on_acknowledged(uint32_t una, Nanos now);
   void on_timeout(Nanos now);
+  // A SACK named `newest` the newest PSN the responder holds. When that is newer
+  // than any SACK named before, its arrival is what sent this SACK: if it went
+  // once, its send time gives a round trip. While a gap is open the cumulative
+  // ACK stands still and then covers a resend (Karn's rule times nothing), so
+  // without these the delay control is blind exactly while a queue overflows.
+  void on_sacked(uint32_t newest, Nanos now);
   // A loss found by a NAK or a SACK (not a timeout); `high` as for on_cnp.
   void on_loss(Nanos now, uint32_t high) { competing_cut(now, high); }
 
@@ -170,6 +176,8 @@ class RateControl {
   SendStamps stamps_;
   uint32_t acked_to_ = 0;   // una at the last acknowledgement
   bool started_ = false;    // a first send set acked_to_
+  uint32_t sacked_newest_ = 0;  // the newest PSN a SACK named so far
+  bool sacked_ = false;         // ... once one did
   uint32_t cut_until_ = 0;  // a competing cut waits until acked_to_ reaches this
   bool cut_made_ = false;
   bool held_ = false;       // a sender found the bucket empty
