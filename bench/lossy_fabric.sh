@@ -56,7 +56,8 @@ if [[ ${LOSSY_PIN:-1} == 1 ]] && (( $(nproc) >= 2 )); then
 fi
 
 wire_env() {
-  case ${1%@*} in
+  set -- "${1%@*}"  # the build aside
+  case $1 in
     roce-sr) echo "SOFTRDMA_WIRE=roce" ;;
     roce-gbn) echo "SOFTRDMA_WIRE=roce SOFTRDMA_SELECTIVE_REPEAT=off" ;;
     roce-sr-cc-*) echo "SOFTRDMA_WIRE=roce SOFTRDMA_CONGESTION=${1#roce-sr-cc-}" ;;
