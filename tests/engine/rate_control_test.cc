@@ -6,6 +6,8 @@
 
 #include <cmath>
 
+#include "wire/psn.h"
+
 namespace softrdma::engine::rc {
 namespace {
 
@@ -196,6 +198,44 @@ TEST(RateControlTest, SacksNamingANewerHeldPsnTimeTheRoundTripWhileAGapIsOpen) {
   r.on_sacked(45, 45 + 150 * kUs);
   EXPECT_EQ(r.swift().rtt(), 45 + 150 * kUs);
   EXPECT_DOUBLE_EQ(r.swift().window(), before / 2);
+  // Half the PSN space later (24-bit PSNs compare within 2^23), a SACK's newest
+  // is news still: what a SACK named is forgotten once acknowledged past.
+  Nanos now = 10'000 * kUs;
+  for (int quarter = 1; quarter <= 3; ++quarter) r.on_acknowledged(uint32_t(quarter) << 22, now);
+  const uint32_t far = (3u << 22) + 20;  // 45 + more than 2^23: "before 45" if compared
+  r.on_first_send(3u << 22, 64, now);
+  r.on_sacked(far, now + 700 * kUs);
+  EXPECT_EQ(r.swift().rtt(), 700 * kUs);
+}
+
+// A loss (a NAK, a SACK's gap) or a CNP ends the slow start (RFC 5681 §3.1) and
+// cuts nothing: the cumulative ACK that closes a repaired gap acknowledges a
+// whole span at once, which doubling would add to the window whole.
+TEST(RateControlTest, ALossOrACnpEndsTheSlowStartWithoutACut) {
+  constexpr Nanos kUs = 1'000;
+  for (const bool cnp : {false, true}) {
+    SCOPED_TRACE(cnp ? "a CNP" : "a loss");
+    SwiftParams sp;
+    sp.max_window = 256;
+    sp.initial_window = 16;
+    RateControl r({}, sp);
+    r.reset(0);
+    r.on_first_send(0, 16, 0);
+    r.on_acknowledged(16, 100 * kUs);
+    ASSERT_TRUE(r.swift().slow_start());
+    ASSERT_DOUBLE_EQ(r.swift().window(), 32);
+    r.on_first_send(16, 32, 100 * kUs);
+    if (cnp) {
+      r.on_cnp(150 * kUs, 48);
+    } else {
+      r.on_loss(150 * kUs, 48);
+    }
+    EXPECT_FALSE(r.swift().slow_start());
+    EXPECT_DOUBLE_EQ(r.swift().window(), 32);
+    r.on_resent(16);  // the repair: its ACK times nothing and releases all 32 at once
+    r.on_acknowledged(48, 400 * kUs);
+    EXPECT_DOUBLE_EQ(r.swift().window(), 33);  // additive: one per window, not 32 more
+  }
 }
 
 }  // namespace

@@ -130,6 +130,21 @@ TEST_F(RcDelayControlTest, ASackNamingANewerHeldPsnIsARoundTripSample) {
   EXPECT_EQ(qp_->counters().window_hundredths.load(), cut);
 }
 
+// A SACK whose newest PSN was never sent (a bad peer's) is no sample, and does
+// not hide the next SACKs' news.
+TEST_F(RcDelayControlTest, ASackNamingAPsnNeverSentHidesNoLaterSample) {
+  RoleOptions options;
+  options.selective = true;
+  open(options);
+  EXPECT_EQ(send_64_packets(1), 64u);  // PSNs 100..163
+  EXPECT_EQ(ack_after(100'000, 100 + 9), 0u);
+  clock_.advance(900'000);
+  deliver(sack(109, {111, 112, 113, 400}));  // 400: never sent
+  EXPECT_EQ(qp_->counters().rtt_us.load(), 100u);
+  deliver(sack(109, {111, 112, 113, 114}));  // 114 left 1 ms ago
+  EXPECT_EQ(qp_->counters().rtt_us.load(), 1000u);
+}
+
 TEST_F(RcDelayControlTest, WithTheDelayControlOffLateAcknowledgementsChangeNothing) {
   RoleOptions options;
   options.delay_control = false;

@@ -171,9 +171,14 @@ void Completer::on_sack(PacketView packet, Nanos now) {
   bump(counters.sacks_received);
   if (!acknowledge_through(packet.psn(), now) || sq_empty_or_unsent()) return;
   const uint32_t first_missing = psn_add(packet.psn(), 1);
-  if (const std::optional<uint32_t> newest = sack_last_marked(packet.payload())) {
-    conn_.rate().on_sacked(psn_add(first_missing, int32_t(*newest) + 1), now);
-    conn_.publish_rate();
+  // The newest PSN held, if it was ever sent (a SACK naming more is a bad one:
+  // its newest would hide the next SACKs' news).
+  if (const std::optional<uint32_t> bit = sack_last_marked(packet.payload())) {
+    const uint32_t newest = psn_add(first_missing, int32_t(*bit) + 1);
+    if (psn_before(newest, conn_.requester().high_psn())) {
+      conn_.rate().on_sacked(newest, now);
+      conn_.publish_rate();
+    }
   }
   const std::optional<uint32_t> lost =
       recovery.on_sack(una_psn_, first_missing, packet.payload(), conn_.requester().high_psn());

@@ -18,7 +18,7 @@ Swift::Swift(const SwiftParams& params) : p_(params) {
 }
 
 void Swift::reset() {
-  window_ = std::min(p_.initial_window, p_.max_window);
+  window_ = std::clamp(p_.initial_window, std::max(1.0, p_.min_window), p_.max_window);
   slow_start_ = window_ < p_.max_window;
   base_rtt_ = 0;
   rtt_ = 0;
@@ -56,6 +56,7 @@ void Swift::on_ack(uint32_t acked, std::optional<Nanos> rtt, Nanos now) {
 
 void Swift::on_sample(Nanos rtt, Nanos now) {
   take_sample(rtt);
+  if (competing_ && now >= compete_until_) stop_competing();  // try the delay again
   if (competing_ || rtt_ < target()) return;  // competing: losses and CNPs cut, not delay
   above_target(now);
   clamp();

@@ -32,7 +32,11 @@
 // base RTT (a delay exit, as HyStart's: CUBIC, RFC 9438 §4.10); a window that
 // started at a 256-packet ceiling put twice a 128 KiB switch buffer into the
 // network before any round trip came back (docs/decisions/congestion-control.md,
-// "Starting"). A timeout ends the slow start too.
+// "Starting"). A timeout or a loss (a NAK, a SACK's gap) ends the slow start
+// too, as TCP's (RFC 5681 §3.1): the cumulative ACK that closes a repaired gap
+// times nothing (Karn) and acknowledges a whole span at once, which doubling
+// would add to the window whole. A loss cuts nothing by itself (random loss is
+// not congestion).
 //
 // The target is the path's base RTT (the least measured on this connection: a
 // software path's fixed delay is not known in advance as a NIC fabric's is) plus
@@ -87,6 +91,9 @@ class Swift {
   // it, RFC 3168 §6.1.2): while competing, half the window, else nothing. The
   // caller makes it at most one cut per window of data (RateControl).
   void on_competing_loss(Nanos now);
+  // A loss or a CNP: the slow start ends (RFC 5681 §3.1; RFC 3168 §6.1.2), and
+  // nothing is cut by it (see above).
+  void end_slow_start() { slow_start_ = false; }
   // Competing with a loss-based flow (see above).
   bool competing() const { return competing_; }
   // Doubling per round trip from the initial window (see above).

@@ -171,6 +171,7 @@ Nanos RateControl::resume_at() const {
 // per CNP: the other flow's marks cut it once per round trip, and DCQCN's, many
 // times in one, would hand it the link.
 void RateControl::on_cnp(Nanos now, uint32_t high) {
+  if (on_.delay) swift_.end_slow_start();
   if (on_.delay && swift_.competing()) {
     competing_cut(now, high);
     return;
@@ -202,6 +203,9 @@ void RateControl::on_acknowledged(uint32_t una, Nanos now) {
   if (!started_) return;
   const int32_t acked = wire::psn_diff(una, acked_to_);
   if (acked <= 0) return;
+  // Acknowledged past the newest a SACK named: any later SACK's newest is news.
+  // (Kept, it would read as ahead of PSNs 2^23 on, and block their samples.)
+  if (sacked_ && wire::psn_before(sacked_newest_, una)) sacked_ = false;
   std::optional<Nanos> rtt;
   if (const std::optional<Nanos> sent = stamps_.newest_if_all_sent_once(acked_to_, una))
     rtt = now - *sent;

@@ -153,7 +153,10 @@ class RateControl {
   // without these the delay control is blind exactly while a queue overflows.
   void on_sacked(uint32_t newest, Nanos now);
   // A loss found by a NAK or a SACK (not a timeout); `high` as for on_cnp.
-  void on_loss(Nanos now, uint32_t high) { competing_cut(now, high); }
+  void on_loss(Nanos now, uint32_t high) {
+    if (on_.delay) swift_.end_slow_start();
+    competing_cut(now, high);
+  }
 
   // Receiving a CE-marked packet: true when a CNP is due (at most one per interval).
   bool cnp_due(Nanos now);
