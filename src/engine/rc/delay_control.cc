@@ -41,7 +41,7 @@ Nanos Swift::target() const {
 void Swift::on_ack(uint32_t acked, std::optional<Nanos> rtt, Nanos now) {
   if (rtt) take_sample(*rtt);
   if (base_rtt_ == 0 || acked == 0) return;  // nothing timed yet: nothing to compare
-  if (competing_ && now >= compete_until_) stop_competing();  // try the delay again
+  end_competing_when_due(now);
   if (rtt_ < target()) {
     if (competing_) stop_competing();
     rounds_at_floor_ = 0;
@@ -56,7 +56,7 @@ void Swift::on_ack(uint32_t acked, std::optional<Nanos> rtt, Nanos now) {
 
 void Swift::on_sample(Nanos rtt, Nanos now) {
   take_sample(rtt);
-  if (competing_ && now >= compete_until_) stop_competing();  // try the delay again
+  end_competing_when_due(now);
   if (competing_ || rtt_ < target()) return;  // competing: losses and CNPs cut, not delay
   above_target(now);
   clamp();
@@ -98,6 +98,11 @@ void Swift::above_target(Nanos now) {
   }
   const double excess = double(rtt_ - target()) / double(rtt_);
   decrease(std::max(1 - p_.beta * excess, 1 - p_.max_decrease), now);
+}
+
+// Competing lasts compete_rounds round trips; then the delay is tried again.
+void Swift::end_competing_when_due(Nanos now) {
+  if (competing_ && now >= compete_until_) stop_competing();
 }
 
 void Swift::stop_competing() {

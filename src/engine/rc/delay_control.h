@@ -125,6 +125,7 @@ class Swift {
   void clamp();
   void above_target(Nanos now);
   void increase(uint32_t acked);
+  void end_competing_when_due(Nanos now);
   void stop_competing();
 
   SwiftParams p_;

@@ -113,7 +113,7 @@ void RateControl::reset(Nanos now) {
   swift_.reset();
   stamps_.clear();
   started_ = false;
-  sacked_ = false;
+  sacked_newest_.reset();
   cut_made_ = false;
   pacer_.reset(now, dcqcn_.params().burst_bytes, dcqcn_.params().burst_time);
   held_ = false;
@@ -205,7 +205,7 @@ void RateControl::on_acknowledged(uint32_t una, Nanos now) {
   if (acked <= 0) return;
   // Acknowledged past the newest a SACK named: any later SACK's newest is news.
   // (Kept, it would read as ahead of PSNs 2^23 on, and block their samples.)
-  if (sacked_ && wire::psn_before(sacked_newest_, una)) sacked_ = false;
+  if (sacked_newest_ && wire::psn_before(*sacked_newest_, una)) sacked_newest_.reset();
   std::optional<Nanos> rtt;
   if (const std::optional<Nanos> sent = stamps_.newest_if_all_sent_once(acked_to_, una))
     rtt = now - *sent;
@@ -218,8 +218,7 @@ void RateControl::on_acknowledged(uint32_t una, Nanos now) {
 
 void RateControl::on_sacked(uint32_t newest, Nanos now) {
   if (!on_.delay || !started_) return;
-  if (sacked_ && !wire::psn_before(sacked_newest_, newest)) return;  // held before: no news
-  sacked_ = true;
+  if (sacked_newest_ && !wire::psn_before(*sacked_newest_, newest)) return;  // no news
   sacked_newest_ = newest;
   if (const std::optional<Nanos> sent =
           stamps_.newest_if_all_sent_once(newest, wire::psn_add(newest, 1)))

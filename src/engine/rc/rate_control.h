@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "engine/clock.h"
 #include "engine/rc/delay_control.h"
@@ -179,8 +180,8 @@ class RateControl {
   SendStamps stamps_;
   uint32_t acked_to_ = 0;   // una at the last acknowledgement
   bool started_ = false;    // a first send set acked_to_
-  uint32_t sacked_newest_ = 0;  // the newest PSN a SACK named so far
-  bool sacked_ = false;         // ... once one did
+  // The newest PSN a SACK named, until acknowledged past.
+  std::optional<uint32_t> sacked_newest_;
   uint32_t cut_until_ = 0;  // a competing cut waits until acked_to_ reaches this
   bool cut_made_ = false;
   bool held_ = false;       // a sender found the bucket empty
