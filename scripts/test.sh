@@ -59,9 +59,10 @@ failed_names=()
 # only in CI cannot be told from its name.
 failed_outputs=()
 
-# failure_excerpt LOG NUMBER: the output ctest printed for test NUMBER, from its
-# first gtest "Failure" line (or its last lines when there is none), at most 40
-# lines.
+# failure_excerpt LOG NUMBER: the output ctest printed for test NUMBER, at most 40
+# lines: from its first gtest "Failure" line; else the 40 lines that end at its
+# first line starting "FAIL" (a script's verdict comes after what it judged), then
+# its later "FAIL" lines; else its last lines.
 failure_excerpt() {
   local log=$1 number=$2
   awk -v number="$number" '
@@ -69,10 +70,19 @@ failure_excerpt() {
     inside && ($0 ~ /^ *[0-9]+\/[0-9]+ Test +#/ || $0 ~ /^ +Start +[0-9]+:/ || $0 ~ /tests passed,/) { inside = 0 }
     inside { lines[++n] = $0 }
     END {
-      first = 1
+      first = 0
       for (i = 1; i <= n; i++) if (lines[i] ~ /Failure$/) { first = i; break }
-      if (first == 1 && n > 40) first = n - 39
-      for (i = first; i <= n && i < first + 40; i++) print "    " lines[i]
+      if (first) {
+        for (i = first; i <= n && i < first + 40; i++) print "    " lines[i]
+        exit
+      }
+      for (i = 1; i <= n; i++) if (lines[i] ~ /^FAIL/) { verdict = i; break }
+      if (!verdict) {
+        for (i = (n > 40 ? n - 39 : 1); i <= n; i++) print "    " lines[i]
+        exit
+      }
+      for (i = (verdict > 40 ? verdict - 39 : 1); i <= verdict; i++) print "    " lines[i]
+      for (i = verdict + 1; i <= n; i++) if (lines[i] ~ /^FAIL/) print "    " lines[i]
     }' "$log"
 }
 
