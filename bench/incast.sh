@@ -33,9 +33,10 @@ for n in "${counts[@]}"; do
         start_switch --rate-mbit "$rate" --buffer-kb "$buffer" --mark-kb "$mark"
         args=(-D "$duration" -s 65536 -m 1024 -F)
         pids=()
+        declare -A flow_pid=()  # server$i / client$i: its pid, for its exit status
         for ((i = 1; i <= n; ++i)); do
           on "$receiver" ib_write_bw "${args[@]}" -p $((18500 + i)) > "$out/server$i" 2>&1 &
-          pids+=($!)
+          flow_pid[server$i]=$!
         done
         for ((i = 1; i <= n; ++i)); do  # until each server listens
           for _ in $(seq 500); do
@@ -48,7 +49,7 @@ for n in "${counts[@]}"; do
         for ((i = 1; i <= n; ++i)); do
           on "${senders[$((i - 1))]}" ib_write_bw "${args[@]}" -p $((18500 + i)) "${addr[$receiver]}" \
             > "$out/client$i" 2>&1 &
-          pids+=($!)
+          flow_pid[client$i]=$!
         done
         # The probe starts once the flows have had a second to fill the queue.
         sleep 1
@@ -59,13 +60,19 @@ for n in "${counts[@]}"; do
         on "${senders[$n]}" ib_send_lat -s 8 -n 2000 -F -p 18599 "${addr[$receiver]}" \
           > "$out/lat_client" 2>&1 || true
         for pid in "${pids[@]}"; do wait "$pid" || true; done
+        declare -A flow_status=()  # 124: `timeout` ended it; 128+N: signal N
+        for name in "${!flow_pid[@]}"; do
+          flow_status[$name]=0
+          wait "${flow_pid[$name]}" || flow_status[$name]=$?
+        done
         stats=$(switch_stats)
         flows=()
         for ((i = 1; i <= n; ++i)); do
           flows+=("$(awk '$1 == 65536 { print $4; found = 1 } END { if (!found) print 0 }' "$out/client$i")")
           grep -q '^ 65536 ' "$out/client$i" ||
-            { echo "== flow $i ($mode, run $run): no result; client and server said:"
-              tail -n 6 "$out/client$i" "$out/server$i"; } >&2
+            { echo "== flow $i ($mode, run $run): no result; client exit ${flow_status[client$i]}," \
+                "server exit ${flow_status[server$i]}; they said:"
+              tail -n 30 "$out/client$i" "$out/server$i"; } >&2
         done
         # ib_send_lat's row: bytes iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%
         latency=$(awk '$1 == 8 { print $5, $8; found = 1 } END { if (!found) print "- -" }' "$out/lat_client")
