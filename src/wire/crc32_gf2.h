@@ -90,6 +90,14 @@ constexpr uint32_t undo_zero_bytes(uint32_t r, uint32_t n) {
   return r;
 }
 
+// x^(8n): what feeding n zero bytes multiplies a register by.
+constexpr uint32_t zero_bytes_power(uint32_t n) {
+  uint32_t p = kOne;
+  for (uint32_t i = 0; i < 8 * n; ++i) p = times_x(p);
+  return p;
+}
+static_assert(multiply(zero_bytes_power(5), undo_zero_bytes(kOne, 5)) == kOne);
+
 // The register after feeding bytes b0 then b1 into a zero register.
 constexpr uint32_t register_of_two_bytes(uint8_t b0, uint8_t b1) {
   const uint32_t after_b0 = kByteTable[b0];

@@ -39,6 +39,89 @@ void set_ones(uint8_t* p, size_t n) { std::memset(p, 0xff, n); }
 constexpr uint32_t kDfClearedAtId =
     crc_math::multiply(crc_math::kByteTable[kIpv4DfInFlagsByte], crc_math::kInversePow8[0]);
 
+// --- The headers' register, computed once per flow and length ---
+// A17.3.3 items 1-3 (LRH ones, IP, UDP) are the same for every packet of one flow
+// and length but the IPv4 ID and DF, so their CRC is kept (one entry per thread:
+// a bulk transfer's packets share it) and the ID and DF are folded in by linearity:
+// two messages of equal length that differ in a few bytes have CRCs that differ by
+// those bytes' register contribution times x^(8 * bytes after them). Building the
+// headers and feeding their 36 bytes to the CRC cost more than the CRC of a 1 KiB
+// payload (bench/wire_bench BM_ComputeIcrc).
+constexpr size_t kIpv4HeadersBytes = kLrhOnesBytes + kIpv4HeaderBytes + kUdpHeaderBytes;
+constexpr uint32_t kAfterIdBytes = uint32_t(kIpv4HeadersBytes - (kIpv4IdAt + 2));
+
+// kIdHigh[b] / kIdLow[b]: what an ID byte b (big-endian: high, then low) adds to
+// the headers' register.
+template <bool kHigh>
+constexpr std::array<uint32_t, 256> make_id_table() {
+  std::array<uint32_t, 256> table{};
+  const uint32_t after_id = crc_math::zero_bytes_power(kAfterIdBytes);
+  for (uint32_t b = 0; b < 256; ++b) {
+    const uint32_t bytes = kHigh ? crc_math::register_of_two_bytes(uint8_t(b), 0)
+                                 : crc_math::register_of_two_bytes(0, uint8_t(b));
+    table[b] = crc_math::multiply(bytes, after_id);
+  }
+  return table;
+}
+constexpr std::array<uint32_t, 256> kIdHigh = make_id_table<true>();
+constexpr std::array<uint32_t, 256> kIdLow = make_id_table<false>();
+// What clearing DF (in the byte after the ID) adds to the headers' register.
+constexpr uint32_t kDfClearedAfterHeaders =
+    crc_math::multiply(crc_math::kByteTable[kIpv4DfInFlagsByte],
+                       crc_math::zero_bytes_power(kAfterIdBytes - 1));
+
+struct HeadersKey {
+  Gid src;
+  Gid dst;
+  uint16_t src_port;
+  uint16_t dst_port;
+  uint32_t udp_payload_bytes;
+  bool operator==(const HeadersKey&) const = default;
+};
+
+struct HeadersRegister {
+  HeadersKey key{};
+  uint32_t crc = 0;
+  bool valid = false;
+};
+
+// The CRC of the masked LRH ones, IP and UDP headers with IPv4 ID 0 and DF (or the
+// IPv6 headers), built from scratch.
+uint32_t headers_crc(const IpUdpInfo& info, size_t udp_payload_bytes) {
+  std::array<uint8_t, kIcrcPrefixMaxBytes> prefix;
+  const std::array<uint8_t, kBthBytes> no_bth{};
+  IpUdpInfo base = info;
+  base.ipv4_id = 0;
+  base.ipv4_df = true;
+  const size_t n = write_icrc_prefix(base, no_bth, udp_payload_bytes, prefix);
+  return crc32_update(0, std::span(prefix.data(), n - kBthBytes));
+}
+
+// The running CRC after A17.3.3 items 1-3 for `info` (`udp_payload_bytes` in range).
+uint32_t headers_register(const IpUdpInfo& info, size_t udp_payload_bytes) {
+  thread_local HeadersRegister last;
+  const HeadersKey key{info.src, info.dst, info.src_port, info.dst_port,
+                       uint32_t(udp_payload_bytes)};
+  if (!last.valid || !(last.key == key)) {
+    last = {key, headers_crc(info, udp_payload_bytes), true};
+  }
+  if (info.ipv6()) return last.crc;
+  return last.crc ^ kIdHigh[info.ipv4_id >> 8] ^ kIdLow[info.ipv4_id & 0xff] ^
+         (info.ipv4_df ? 0 : kDfClearedAfterHeaders);
+}
+
+// x^(-8n) for the n of the last call on this thread: packets of one size solve
+// with one multiplication instead of one per set bit of n.
+uint32_t inverse_zero_bytes_power(uint32_t n) {
+  thread_local uint32_t last_n = 0;
+  thread_local uint32_t last_power = crc_math::kOne;
+  if (n != last_n) {
+    last_power = crc_math::undo_zero_bytes(crc_math::kOne, n);
+    last_n = n;
+  }
+  return last_power;
+}
+
 }  // namespace
 
 // Everything after the BTH is fed to the CRC where it lies; only the headers the
@@ -71,10 +154,15 @@ size_t write_icrc_prefix(const IpUdpInfo& info, std::span<const uint8_t, kBthByt
 
 IcrcStream::IcrcStream(const IpUdpInfo& info, std::span<const uint8_t, kBthBytes> bth,
                        size_t udp_payload_bytes) {
-  std::array<uint8_t, kIcrcPrefixMaxBytes> prefix;
-  const size_t prefix_bytes = write_icrc_prefix(info, bth, udp_payload_bytes, prefix);
-  if (prefix_bytes == 0) [[unlikely]] return;  // finish() says nullopt
-  crc_ = crc32_update(0, std::span(prefix.data(), prefix_bytes));
+  if (!icrc_covers(udp_payload_bytes)) [[unlikely]] return;  // finish() says nullopt
+  // The BTH by table, a byte at a time: twelve bytes cost the CRC library's call
+  // more than its work. Byte 4 (FECN, BECN, reserved) counts as ones (A17.3.3).
+  uint32_t r = ~headers_register(info, udp_payload_bytes);  // the raw register
+  for (size_t i = 0; i < kBthBytes; ++i) {
+    const uint8_t byte = i == 4 ? uint8_t(0xff) : bth[i];
+    r = (r >> 8) ^ crc_math::kByteTable[(r ^ byte) & 0xff];
+  }
+  crc_ = ~r;
   bytes_left_ = udp_payload_bytes - kBthBytes - kIcrcBytes;
   length_ok_ = true;
 }
@@ -134,30 +222,32 @@ bool check_icrc(const IpUdpInfo& info, std::span<const uint8_t> udp_payload) {
   return compute_icrc(info, udp_payload) == stored_icrc(udp_payload);
 }
 
-// crc(ID = x, DF = d) = crc(ID = 0, DF = 1) ^ [reg(x) ^ (d ? 0 : reg(DF))] * x^(8K),
-// with K the bytes after the ID and reg() the register a change leaves from a zero
-// register (the affine parts of CRC-32 cancel between equal-length messages, and
-// the IPv4 header checksum that the ID would change is masked to ones). So one CRC
-// pass with ID 0, one multiplication by x^(-8K) and a table inversion find x.
-std::optional<SolvedIpv4> solve_icrc_ipv4(IpUdpInfo info,
-                                          std::span<const uint8_t> udp_payload) {
+// crc(ID = x, DF = d) = crc(ID = g, DF = 1) ^ [reg(x ^ g) ^ (d ? 0 : reg(DF))] * x^(8K),
+// with g the guess, K the bytes after the ID and reg() the register a change leaves
+// from a zero register (the affine parts of CRC-32 cancel between equal-length
+// messages, and the IPv4 header checksum that the ID would change is masked to
+// ones). So one CRC pass with ID g, one multiplication by x^(-8K) and a table
+// inversion find x.
+std::optional<SolvedIpv4> solve_icrc_ipv4(IpUdpInfo info, std::span<const uint8_t> udp_payload,
+                                          uint16_t likely_id) {
   if (!icrc_covers(udp_payload.size())) return std::nullopt;
   if (info.ipv6()) {  // nothing unknown: the flow label is masked
     if (!check_icrc(info, udp_payload)) return std::nullopt;
     return SolvedIpv4{info.ipv4_id, info.ipv4_df};
   }
-  info.ipv4_id = 0;
+  info.ipv4_id = likely_id;
   info.ipv4_df = true;
   const uint32_t difference = stored_icrc(udp_payload) ^ compute_icrc(info, udp_payload);
-  if (difference == 0) return SolvedIpv4{0, true};  // softrdma's own senders: ID 0, DF
+  if (difference == 0) return SolvedIpv4{likely_id, true};
 
   const size_t icrc_input_bytes = kLrhOnesBytes + kIpv4HeaderBytes + kUdpHeaderBytes +
                                   udp_payload.size() - kIcrcBytes;
   const uint32_t bytes_after_id = uint32_t(icrc_input_bytes - (kIpv4IdAt + 2));
-  const uint32_t at_id = crc_math::undo_zero_bytes(difference, bytes_after_id);
-  if (auto id = crc_math::two_bytes_of_register(at_id)) return SolvedIpv4{*id, true};
-  if (auto id = crc_math::two_bytes_of_register(at_id ^ kDfClearedAtId))
-    return SolvedIpv4{*id, false};
+  const uint32_t at_id = crc_math::multiply(difference, inverse_zero_bytes_power(bytes_after_id));
+  if (auto delta = crc_math::two_bytes_of_register(at_id))
+    return SolvedIpv4{uint16_t(*delta ^ likely_id), true};
+  if (auto delta = crc_math::two_bytes_of_register(at_id ^ kDfClearedAtId))
+    return SolvedIpv4{uint16_t(*delta ^ likely_id), false};
   return std::nullopt;
 }
 

@@ -79,15 +79,17 @@ bool check_icrc(const IpUdpInfo& info, std::span<const uint8_t> udp_payload);
 // A receiving UDP socket never sees the sender's IPv4 Identification nor its DF bit,
 // yet the ICRC covers both. CRC-32 is linear, so the 16 ID bits can be solved for:
 // the check keeps 32 - 16 - 1 = 15 bits of strength (see docs/decisions/icrc.md).
-// Tries ID 0 with DF (what softrdma sends) first, then solves with DF set, then clear.
-// Returns the ID that makes the ICRC match, or nullopt. `info`'s ipv4_id/ipv4_df are
-// ignored. For an IPv6 `info` nothing is unknown: it is check_icrc, returning
-// info's own id/df on success.
+// Tries `likely_id` with DF first (softrdma sends ID 0 + DF alone, and i + DF as
+// segment i of a GSO send), then solves with DF set, then clear: the guess saves
+// the solve's multiplication when right and changes nothing else. Returns the ID
+// that makes the ICRC match, or nullopt. `info`'s ipv4_id/ipv4_df are ignored. For
+// an IPv6 `info` nothing is unknown: it is check_icrc, returning info's own id/df
+// on success.
 struct SolvedIpv4 {
   uint16_t id;
   bool df;
 };
-std::optional<SolvedIpv4> solve_icrc_ipv4(IpUdpInfo info,
-                                          std::span<const uint8_t> udp_payload);
+std::optional<SolvedIpv4> solve_icrc_ipv4(IpUdpInfo info, std::span<const uint8_t> udp_payload,
+                                          uint16_t likely_id = 0);
 
 }  // namespace softrdma::wire

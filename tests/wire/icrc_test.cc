@@ -73,6 +73,47 @@ TEST(IcrcTest, StoredLeastSignificantByteFirst) {
   EXPECT_TRUE(check_icrc(info, p));
 }
 
+// zlib's crc32 over the A17.3.3 input for `p`, written out by hand.
+uint32_t annex_icrc(const IpUdpInfo& info, const std::vector<uint8_t>& p) {
+  std::vector<uint8_t> input(8, 0xff);
+  std::array<uint8_t, 48> ip_udp{};
+  const size_t n = build_ip_udp_headers(info, p.size(), ip_udp);
+  input.insert(input.end(), ip_udp.begin(), ip_udp.begin() + n);
+  const size_t ip = 8, ip_bytes = n - 8;
+  if (info.ipv6()) {
+    input[ip] |= 0x0f;                                            // traffic class
+    input[ip + 1] = input[ip + 2] = input[ip + 3] = 0xff;         // and flow label
+    input[ip + 7] = 0xff;                                         // hop limit
+  } else {
+    input[ip + 1] = input[ip + 8] = 0xff;                         // TOS, TTL
+    input[ip + 10] = input[ip + 11] = 0xff;                       // header checksum
+  }
+  input[ip + ip_bytes + 6] = input[ip + ip_bytes + 7] = 0xff;     // UDP checksum
+  input.insert(input.end(), p.begin(), p.end() - 4);
+  input[ip + n + 4] = 0xff;                                       // BTH byte 4
+  return uint32_t(::crc32(0, input.data(), uInt(input.size())));
+}
+
+// The headers' CRC is kept per flow and length, and the IPv4 ID and DF are folded
+// into it: flows, lengths, IDs and DF bits that change from one packet to the next
+// (each a miss of the kept one) and that repeat (a hit) give the annex's value.
+TEST(IcrcTest, TheKeptHeadersGiveTheAnnexValueForEveryFlowLengthIdAndDf) {
+  std::mt19937_64 rng(40);
+  std::vector<IpUdpInfo> flows;
+  for (int i = 0; i < 3; ++i) flows.push_back(random_ipv4_info(rng));
+  flows.push_back(random_ipv6_info(rng));
+  for (int i = 0; i < 4000; ++i) {
+    IpUdpInfo info = flows[rng() % flows.size()];
+    info.ipv4_id = i % 3 == 0 ? uint16_t(i % 64) : uint16_t(rng());
+    info.ipv4_df = rng() % 4 != 0;
+    info.ttl = uint8_t(rng());
+    std::vector<uint8_t> p = random_packet(rng, op::kRcSendOnly, i % 5 == 0 ? 1024 : rng() % 2000);
+    const uint32_t expected = annex_icrc(info, p);
+    ASSERT_EQ(compute_icrc(info, p), expected) << i;
+    ASSERT_EQ(compute_icrc(info, p), expected) << i;  // the same flow and length again
+  }
+}
+
 // The ICRC equals zlib's crc32 over the A17.3.3 input written out by hand.
 TEST(IcrcTest, MatchesTheAnnexInputWrittenOut) {
   std::mt19937_64 rng(4);
@@ -184,6 +225,36 @@ TEST(SolveIcrcTest, RecoversRandomIdentifications) {
     EXPECT_TRUE(solved->df && !sent.ipv4_df);
   }
   EXPECT_LE(collisions, 2);
+}
+
+// The receiver's guess (segment i of a GSO send carries ID i) is only a first
+// try: right or wrong, with DF set or clear, the sender's ID comes back.
+TEST(SolveIcrcTest, ALikelyIdRightOrWrongFindsTheSendersId) {
+  std::mt19937_64 rng(41);
+  for (int i = 0; i < 2000; ++i) {
+    IpUdpInfo sent = random_ipv4_info(rng);
+    sent.ipv4_id = uint16_t(i % 64);
+    sent.ipv4_df = i % 7 != 0;
+    std::vector<uint8_t> p = signed_packet(rng, sent, 1 + rng() % 4096);
+    for (const uint16_t likely : {sent.ipv4_id, uint16_t(sent.ipv4_id ^ 0x2c), uint16_t(0)}) {
+      auto solved = solve_icrc_ipv4(sent, p, likely);
+      ASSERT_TRUE(solved.has_value()) << i << " " << likely;
+      IpUdpInfo found = sent;
+      found.ipv4_id = solved->id;
+      found.ipv4_df = solved->df;
+      EXPECT_TRUE(check_icrc(found, p)) << i;
+      // A DF-clear packet may also fit some ID with DF set (2^-16); else exact.
+      if (sent.ipv4_df || !solved->df) EXPECT_EQ(solved->id, sent.ipv4_id) << i << " " << likely;
+    }
+    p[p.size() / 2] ^= 0x08;  // a covered bit: no guess makes it pass for certain
+    IpUdpInfo check = sent;
+    if (auto solved = solve_icrc_ipv4(sent, p, sent.ipv4_id)) {
+      check.ipv4_id = solved->id;
+      check.ipv4_df = solved->df;
+      EXPECT_TRUE(check_icrc(check, p));  // a genuine 2^-15 coincidence, if ever
+      EXPECT_FALSE(solved->id == sent.ipv4_id && solved->df == sent.ipv4_df) << i;
+    }
+  }
 }
 
 TEST(SolveIcrcTest, Ipv6IsAPlainCheck) {

@@ -147,6 +147,9 @@ size_t UdpTransport::collect_received(std::span<RxPacket> packets) {
       continue;
     }
     const size_t take = std::min(ring.segment, length - ring.offset);
+    // Segment i of a datagram that one GSO send made whole (loopback, or GRO
+    // joining it again) carries IPv4 ID i: the ICRC's first guess.
+    const uint16_t likely_id = uint16_t(ring.offset / std::max<size_t>(ring.segment, 1));
     RxPacket& out = packets[n];
     out = RxPacket{};
     out.bytes = std::span<uint8_t>(ring.datagram(ring.next) + ring.offset, take);
@@ -170,7 +173,7 @@ size_t UdpTransport::collect_received(std::span<RxPacket> packets) {
       }
       if (hand_over_if_not_mine(out)) continue;
     }
-    if (!check_received_icrc(out)) {
+    if (!check_received_icrc(out, likely_id)) {
       ++bad_icrc;
       continue;
     }
@@ -192,12 +195,14 @@ size_t UdpTransport::collect_received(std::span<RxPacket> packets) {
 // DESIGN.md §3 trap 2: the socket hides the sender's IPv4 ID and DF, which the ICRC
 // covers; solve for them (16 + 1 unknown bits, so 15 bits of the CRC still check,
 // docs/decisions/icrc.md). softrdma's own senders use ID 0 + DF for a single
-// datagram, and 0, 1, 2 ... for the segments of a GSO send: one CRC pass either way.
-bool UdpTransport::check_received_icrc(RxPacket& packet) {
+// datagram, and 0, 1, 2 ... for the segments of a GSO send: one CRC pass when
+// `likely_id` is right, and a multiplication more when not.
+bool UdpTransport::check_received_icrc(RxPacket& packet, uint16_t likely_id) {
   const wire::IpUdpInfo info{.src = packet.src, .dst = packet.dst, .src_port = packet.src_port,
                              .dst_port = port_};
   if (!wire::gid_is_ipv4(packet.src)) return wire::check_icrc(info, packet.bytes);
-  const std::optional<wire::SolvedIpv4> solved = wire::solve_icrc_ipv4(info, packet.bytes);
+  const std::optional<wire::SolvedIpv4> solved =
+      wire::solve_icrc_ipv4(info, packet.bytes, likely_id);
   if (!solved) return false;
   packet.ipv4_id = solved->id;
   packet.ipv4_df = solved->df;

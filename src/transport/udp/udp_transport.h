@@ -176,7 +176,7 @@ class UdpTransport final : public Transport {
   size_t collect_handed_over(std::span<RxPacket> packets);
   // Epoll only (not read by refill: another format).
   void watch_in_epoll(int fd);
-  bool check_received_icrc(RxPacket& packet);
+  bool check_received_icrc(RxPacket& packet, uint16_t likely_id = 0);
 
   const UdpConfig config_;
   const int rx_fd_;
