@@ -144,9 +144,10 @@ NodeDirectory::NodeDirectory() {
   path_ = mkdtemp(name) != nullptr ? std::string(name) + "/" : "/tmp/";
 }
 
-NodeDirectory::~NodeDirectory() {
+void NodeDirectory::remove() {
   std::error_code ec;
   if (path_ != "/tmp/") std::filesystem::remove_all(path_, ec);
+  path_ = "/tmp/";
 }
 
 std::string path_name(const ::testing::TestParamInfo<TestPath>& info) {

@@ -60,8 +60,11 @@ struct RcOptions {
 class NodeDirectory {
  public:
   NodeDirectory();
-  ~NodeDirectory();
+  ~NodeDirectory() { remove(); }
   const std::string& path() const { return path_; }  // ends with '/'
+  // Removes the directory now: a death test's child, which dies without running
+  // destructors, calls it before it dies (its fixture made a directory of its own).
+  void remove();
 
  private:
   std::string path_;
