@@ -98,10 +98,14 @@ constexpr uint32_t zero_bytes_power(uint32_t n) {
 }
 static_assert(multiply(zero_bytes_power(5), undo_zero_bytes(kOne, 5)) == kOne);
 
+// The register after feeding byte b into register r (byte-wise CRC-32's step).
+constexpr uint32_t feed_byte(uint32_t r, uint8_t b) {
+  return (r >> 8) ^ kByteTable[(r ^ b) & 0xff];
+}
+
 // The register after feeding bytes b0 then b1 into a zero register.
 constexpr uint32_t register_of_two_bytes(uint8_t b0, uint8_t b1) {
-  const uint32_t after_b0 = kByteTable[b0];
-  return (after_b0 >> 8) ^ kByteTable[(after_b0 ^ b1) & 0xff];
+  return feed_byte(kByteTable[b0], b1);
 }
 
 // Inverse of register_of_two_bytes: the bytes (b0 << 8 | b1) that leave register r,

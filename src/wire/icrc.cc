@@ -158,10 +158,8 @@ IcrcStream::IcrcStream(const IpUdpInfo& info, std::span<const uint8_t, kBthBytes
   // The BTH by table, a byte at a time: twelve bytes cost the CRC library's call
   // more than its work. Byte 4 (FECN, BECN, reserved) counts as ones (A17.3.3).
   uint32_t r = ~headers_register(info, udp_payload_bytes);  // the raw register
-  for (size_t i = 0; i < kBthBytes; ++i) {
-    const uint8_t byte = i == 4 ? uint8_t(0xff) : bth[i];
-    r = (r >> 8) ^ crc_math::kByteTable[(r ^ byte) & 0xff];
-  }
+  for (size_t i = 0; i < kBthBytes; ++i)
+    r = crc_math::feed_byte(r, i == 4 ? uint8_t(0xff) : bth[i]);
   crc_ = ~r;
   bytes_left_ = udp_payload_bytes - kBthBytes - kIcrcBytes;
   length_ok_ = true;
