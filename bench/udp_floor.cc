@@ -5,11 +5,13 @@
 //   udp_floor pingpong client ADDR PORT N SIZE     N round trips, busy-polling;
 //                                                  prints "rtt_us_median X"
 //   udp_floor stream server ADDR PORT MODE         count bytes until a 1-byte datagram
-//   udp_floor stream client ADDR PORT MODE SECONDS 4 KiB datagrams for SECONDS;
-//                                                  the server prints "gbps X"
+//   udp_floor stream client ADDR PORT MODE SECONDS [SIZE]
+//                                 datagrams of SIZE bytes (default 4 KiB) for
+//                                 SECONDS; the server prints "gbps X" (payload)
 // MODE: sendto (one datagram per call), sendmmsg (32 per call), gso (UDP_SEGMENT
-// sends of 15 segments, received with UDP_GRO). Both ends of the ping-pong
-// busy-poll, as RDMA latency tests poll their CQs.
+// sends of as many segments as one UDP datagram holds, at most 64, received with
+// UDP_GRO). Both ends of the ping-pong busy-poll, as RDMA latency tests poll
+// their CQs.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
@@ -31,7 +33,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr size_t kDatagram = 4096;
 constexpr int kBatch = 32;
-constexpr int kGsoSegments = 15;  // 15 x 4 KiB: the most one UDP datagram holds
+constexpr size_t kMaxUdpPayload = 65507;  // IPv4's most in one UDP datagram
+constexpr size_t kMaxGsoSegments = 64;    // the kernel's UDP_MAX_SEGMENTS
 
 using floor_socket::address;
 using floor_socket::die;
@@ -113,12 +116,14 @@ int stream_server(const sockaddr_in& at, const std::string& mode) {
   }
 }
 
-// Sends 4 KiB datagrams for `seconds`: one per sendto, kBatch per sendmmsg, or
-// kGsoSegments per UDP_SEGMENT message (kBatch messages per sendmmsg).
-int stream_client(const sockaddr_in& to, const std::string& mode, double seconds) {
+// Sends datagrams of `size` bytes for `seconds`: one per sendto, kBatch per
+// sendmmsg, or as many as fit one UDP datagram per UDP_SEGMENT message (kBatch
+// messages per sendmmsg).
+int stream_client(const sockaddr_in& to, const std::string& mode, double seconds, size_t size) {
   const int fd = udp_socket(nullptr);
   const bool gso = mode == "gso";
-  const size_t per_message = gso ? kDatagram * kGsoSegments : kDatagram;
+  const size_t segments = std::min(kMaxGsoSegments, kMaxUdpPayload / size);
+  const size_t per_message = gso ? size * segments : size;
   std::vector<char> payload(per_message, 'x');
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(uint16_t))] = {};
   mmsghdr msgs[kBatch];
@@ -142,7 +147,7 @@ int stream_client(const sockaddr_in& to, const std::string& mode, double seconds
     c->cmsg_level = SOL_UDP;
     c->cmsg_type = UDP_SEGMENT;
     c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-    const uint16_t segment = kDatagram;
+    const uint16_t segment = uint16_t(size);
     std::memcpy(CMSG_DATA(c), &segment, sizeof segment);
   }
   const auto end = Clock::now() + std::chrono::duration<double>(seconds);
@@ -174,8 +179,11 @@ int main(int argc, char** argv) {
   if (test == "pingpong" && role == "client" && argc == 7)
     return pingpong_client(at, std::atoi(argv[5]), size_t(std::atoi(argv[6])));
   if (test == "stream" && role == "server" && argc == 6) return stream_server(at, argv[5]);
-  if (test == "stream" && role == "client" && argc == 7)
-    return stream_client(at, argv[5], std::atof(argv[6]));
+  if (test == "stream" && role == "client" && (argc == 7 || argc == 8)) {
+    const size_t size = argc == 8 ? size_t(std::atoi(argv[7])) : kDatagram;
+    if (size < 2 || size > kMaxUdpPayload) return 2;  // 1 byte is the "done" datagram
+    return stream_client(at, argv[5], std::atof(argv[6]), size);
+  }
   std::fprintf(stderr, "udp_floor: bad arguments\n");
   return 2;
 }

@@ -72,6 +72,10 @@ struct DeviceLimits {
 inline constexpr uint32_t kEceSelectiveRepeat = 1u << 0;
 // With selective repeat: SACKs of 512 PSNs (wire/sack.h kWideSackSpan), not 128.
 inline constexpr uint32_t kEceWideSack = 1u << 1;
+// With selective repeat: ACKs and SACKs say how long the responder held what they
+// answer (op::kRcTimedAck, wire/ack_hold.h), which the requester's delay control
+// takes off its round trip (docs/decisions/congestion-control.md, "Host delay").
+inline constexpr uint32_t kEceAckHold = 1u << 2;
 
 // When an RC connection runs selective repeat (selective_repeat.h) instead of
 // IBA's go-back-N: when both ends agreed through ECE (the rdma_cm's REQ/REP, or

@@ -79,6 +79,12 @@ struct RxPacket {
   // queue on the way marked it instead of dropping it (RoCEv2 Annex A17.9.1: the
   // receiver answers with a CNP; docs/decisions/congestion-control.md).
   bool congestion_experienced = false;
+  // When the packet reached this host: the kernel's receive timestamp
+  // (SO_TIMESTAMPNS), on CLOCK_MONOTONIC (the engine's clock), in nanoseconds; 0
+  // when not known. The congestion control's round trip ends there, not when this
+  // process got round to the packet: a descheduled process is not a congested
+  // network (docs/decisions/congestion-control.md, "Host delay").
+  int64_t arrival_ns = 0;
 };
 
 // Why the transport discarded something, counted (DESIGN.md §7).

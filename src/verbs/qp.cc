@@ -373,7 +373,8 @@ uint32_t offered_ece_options(softrdma::engine::Device& device) {
   if (!device.family().traits().selective_repeat ||
       device.config().selective_repeat == softrdma::engine::SelectiveRepeatMode::kOff)
     return 0;
-  return softrdma::engine::kEceSelectiveRepeat | softrdma::engine::kEceWideSack;
+  return softrdma::engine::kEceSelectiveRepeat | softrdma::engine::kEceWideSack |
+         softrdma::engine::kEceAckHold;
 }
 
 }  // namespace

@@ -134,6 +134,13 @@ inline constexpr uint8_t kUdSendOnlyImm = kUd | kSendOnlyImm;
 // order), then a bitmap of the PSNs received beyond the first missing one
 // (wire/sack.h).
 inline constexpr uint8_t kRcSack = 0xc1;
+// softrdma's timed acknowledgement, on an RC connection whose two ends agreed on
+// it (ECE, docs/decisions/congestion-control.md "Host delay"): an ACK (AETH
+// included, acknowledging as an ACK does) followed by how long the responder had
+// held the newest packet it answers (wire/ack_hold.h), which the requester's
+// delay control takes off its round trip. A SACK on such a connection carries the
+// same hold after its bitmap.
+inline constexpr uint8_t kRcTimedAck = 0xc2;
 // RoCEv2 Annex A17.9.3: the Congestion Notification Packet, in the CNP transport
 // (0x80): a BTH (DestQP: the QP whose packets arrived marked CE; BECN set; PSN 0)
 // and 16 reserved bytes, sent by the receiver of CE-marked packets to their sender,
@@ -298,6 +305,10 @@ constexpr std::array<OpcodeInfo, 256> make_opcode_table() {
   sack.offset[size_t(Header::kAeth)] = uint8_t(kBthBytes);
   sack.header_bytes = uint8_t(kBthBytes + kHeaderBytes[size_t(Header::kAeth)]);
   table[op::kRcSack] = sack;
+  OpcodeInfo timed_ack = sack;
+  timed_ack.name = "SOFTRDMA_TIMED_ACK";
+  timed_ack.flags = kOpResponse | kOpAck | kOpPayload | kOpRc | kOpOnly;
+  table[op::kRcTimedAck] = timed_ack;
   OpcodeInfo cnp{};
   cnp.name = "CNP";
   cnp.headers = header_bit(Header::kBth);

@@ -143,7 +143,8 @@ TEST(RateControlTest, WhileCompetingCnpsAndLossesHalveTheWindowOncePerWindowOfDa
   uint32_t psn = 0;
   auto one_round = [&](Nanos rtt) {
     r.on_first_send(psn, 1, now);
-    r.on_acknowledged(++psn, now += rtt);
+    now += rtt;
+    r.on_acknowledged(++psn, now, now);
   };
   one_round(100 * kUs);  // the base round trip
   r.on_cnp(now, psn);
@@ -161,7 +162,8 @@ TEST(RateControlTest, WhileCompetingCnpsAndLossesHalveTheWindowOncePerWindowOfDa
   r.on_loss(now + kFull, psn);
   r.on_cnp(now + kFull, psn);
   EXPECT_DOUBLE_EQ(r.swift().window(), grown / 2) << "the same window of data";
-  r.on_acknowledged(psn, now += kFull);  // all sent before the cut
+  now += kFull;
+  r.on_acknowledged(psn, now, now);  // all sent before the cut
   const double next = r.swift().window();
   r.on_loss(now, psn);
   EXPECT_DOUBLE_EQ(r.swift().window(), next / 2);
@@ -178,33 +180,34 @@ TEST(RateControlTest, SacksNamingANewerHeldPsnTimeTheRoundTripWhileAGapIsOpen) {
   r.reset(0);
   constexpr Nanos kUs = 1'000;
   r.on_first_send(0, 64, 0);
-  r.on_acknowledged(10, 100 * kUs);  // the base round trip: 100 us
+  r.on_acknowledged(10, 100 * kUs, 100 * kUs);  // the base round trip: 100 us
   ASSERT_EQ(r.swift().base_rtt(), 100 * kUs);
   const double before = r.swift().window();
   // PSN 10 is lost; 11..30 arrive and are held. 1 ms: far above the target.
-  r.on_sacked(30, 1'000 * kUs);
+  r.on_sacked(30, 1'000 * kUs, 1'000 * kUs);
   EXPECT_EQ(r.swift().rtt(), 1'000 * kUs);
   EXPECT_DOUBLE_EQ(r.swift().window(), before / 2);  // Swift's largest cut
   // The same newest named again (a resend filled part of a gap): no news, no sample.
-  r.on_sacked(30, 5'000 * kUs);
+  r.on_sacked(30, 5'000 * kUs, 5'000 * kUs);
   EXPECT_EQ(r.swift().rtt(), 1'000 * kUs);
   // A newest PSN that was resent times nothing (Karn).
   r.on_resent(40);
-  r.on_sacked(40, 6'000 * kUs);
+  r.on_sacked(40, 6'000 * kUs, 6'000 * kUs);
   EXPECT_EQ(r.swift().rtt(), 1'000 * kUs);
   EXPECT_DOUBLE_EQ(r.swift().window(), before / 2);
   // A newer one that went once: sampled; timely now, so no cut (and no growth:
   // nothing was acknowledged).
-  r.on_sacked(45, 45 + 150 * kUs);
+  r.on_sacked(45, 45 + 150 * kUs, 45 + 150 * kUs);
   EXPECT_EQ(r.swift().rtt(), 45 + 150 * kUs);
   EXPECT_DOUBLE_EQ(r.swift().window(), before / 2);
   // Half the PSN space later (24-bit PSNs compare within 2^23), a SACK's newest
   // is news still: what a SACK named is forgotten once acknowledged past.
   Nanos now = 10'000 * kUs;
-  for (int quarter = 1; quarter <= 3; ++quarter) r.on_acknowledged(uint32_t(quarter) << 22, now);
+  for (int quarter = 1; quarter <= 3; ++quarter)
+    r.on_acknowledged(uint32_t(quarter) << 22, now, now);
   const uint32_t far = (3u << 22) + 20;  // 45 + more than 2^23: "before 45" if compared
   r.on_first_send(3u << 22, 64, now);
-  r.on_sacked(far, now + 700 * kUs);
+  r.on_sacked(far, now + 700 * kUs, now + 700 * kUs);
   EXPECT_EQ(r.swift().rtt(), 700 * kUs);
 }
 
@@ -221,7 +224,7 @@ TEST(RateControlTest, ALossOrACnpEndsTheSlowStartWithoutACut) {
     RateControl r({}, sp);
     r.reset(0);
     r.on_first_send(0, 16, 0);
-    r.on_acknowledged(16, 100 * kUs);
+    r.on_acknowledged(16, 100 * kUs, 100 * kUs);
     ASSERT_TRUE(r.swift().slow_start());
     ASSERT_DOUBLE_EQ(r.swift().window(), 32);
     r.on_first_send(16, 32, 100 * kUs);
@@ -233,7 +236,7 @@ TEST(RateControlTest, ALossOrACnpEndsTheSlowStartWithoutACut) {
     EXPECT_FALSE(r.swift().slow_start());
     EXPECT_DOUBLE_EQ(r.swift().window(), 32);
     r.on_resent(16);  // the repair: its ACK times nothing and releases all 32 at once
-    r.on_acknowledged(48, 400 * kUs);
+    r.on_acknowledged(48, 400 * kUs, 400 * kUs);
     EXPECT_DOUBLE_EQ(r.swift().window(), 33);  // additive: one per window, not 32 more
   }
 }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/rc_role_fixture.h"
+#include "wire/ack_hold.h"
 #include "wire/opcodes.h"
 
 namespace softrdma::engine::testing {
@@ -98,6 +99,98 @@ TEST_F(RcDelayControlTest, NakedLossesDoNotCutTheWindowButATimeoutDoes) {
   // the halved window by what it released, 64 / 32 packets: 34 of WR 3 go.
   EXPECT_EQ(ack_after(10'000, 227), 0u);
   EXPECT_EQ(send_64_packets(3), 34u);
+}
+
+// A response that waited in this host's kernel (the process was descheduled, or
+// busy) ends its round trip when it arrived, not when the engine took it: the
+// wait is this host's, not the network's, and cuts nothing.
+TEST_F(RcDelayControlTest, AnAcknowledgementsRoundTripEndsAtItsArrivalNotWhenTaken) {
+  EXPECT_EQ(send_64_packets(1), 64u);
+  EXPECT_EQ(ack_after(100'000, 100 + 31), 0u);  // the base: 100 us
+  const uint64_t before = qp_->counters().window_hundredths.load();
+  // Taken 5.1 ms after it was sent, having waited 4.95 ms of those in the kernel.
+  clock_.advance(5'000'000);
+  deliver(ack(100 + 47), false, 4'950'000);
+  EXPECT_EQ(qp_->counters().rtt_us.load(), 150u);
+  EXPECT_GE(qp_->counters().window_hundredths.load(), before) << "no cut";
+  // The same wait unknown (0): 10.1 ms, far above the target, and a cut.
+  clock_.advance(5'000'000);
+  deliver(ack(100 + 63));
+  EXPECT_EQ(qp_->counters().rtt_us.load(), 10'100u);
+  EXPECT_LT(qp_->counters().window_hundredths.load(), before);
+}
+
+TEST_F(RcDelayControlTest, ASacksRoundTripEndsAtItsArrivalToo) {
+  RoleOptions options;
+  options.selective = true;
+  open(options);
+  EXPECT_EQ(send_64_packets(1), 64u);
+  EXPECT_EQ(ack_after(100'000, 100 + 9), 0u);
+  const uint64_t before = qp_->counters().window_hundredths.load();
+  clock_.advance(3'000'000);
+  deliver(sack(109, {111, 112}), false, 2'880'000);  // 112 left 3.1 ms ago
+  EXPECT_EQ(counters().sacks_received.load(), 1u);
+  EXPECT_EQ(qp_->counters().rtt_us.load(), 220u);
+  EXPECT_EQ(qp_->counters().window_hundredths.load(), before);
+}
+
+// Agreed (selective repeat, SOFTRDMA_SELECTIVE_REPEAT=always here): the
+// responder's ACKs and SACKs say how long it held what they answer, and the round
+// trip ends that much earlier (wire/ack_hold.h): a busy responder is not a queue.
+TEST_F(RcDelayControlTest, TheRespondersHoldComesOffTheRoundTrip) {
+  RoleOptions options;
+  options.selective = true;
+  open(options);
+  EXPECT_EQ(send_64_packets(1), 64u);
+  EXPECT_EQ(ack_after(100'000, 100 + 9), 0u);  // the base: 100 us
+  const uint64_t before = qp_->counters().window_hundredths.load();
+  // Taken 4 ms later: 1 ms of it in this host's kernel, 2.8 ms in the responder.
+  clock_.advance(4'000'000);
+  deliver(timed_ack(100 + 19, 2'800'000), false, 1'000'000);
+  EXPECT_EQ(qp_->counters().rtt_us.load(), 300u);
+  EXPECT_GE(qp_->counters().window_hundredths.load(), before) << "no cut";
+  // A hold longer than the whole round trip (a peer's clock, a bad peer): no
+  // less than the round trip to the engine, as without a hold.
+  clock_.advance(1'000'000);
+  deliver(timed_ack(100 + 29, 1'000'000'000));
+  EXPECT_EQ(qp_->counters().rtt_us.load(), 5'100u);
+  // A SACK's hold, the same way.
+  clock_.advance(4'000'000);
+  deliver(sack(100 + 29, {100 + 31}, 8'750'000));  // 131 left 9.1 ms ago
+  EXPECT_EQ(counters().sacks_received.load(), 1u);
+  EXPECT_EQ(qp_->counters().rtt_us.load(), 350u);
+  EXPECT_EQ(counters().sacks_refused.load(), 0u);
+}
+
+// The responder's side: agreed, its coalesced ACK is a timed one whose hold is how
+// long the newest request had been in this host (here all of it in the kernel:
+// the manual clock stands still while the device runs).
+TEST_F(RcDelayControlTest, AnAgreedRespondersAckSaysHowLongItHeldTheNewestRequest) {
+  RoleOptions options;
+  options.selective = true;
+  open(options);
+  post_recv(0, 256, 1);
+  const std::vector<transport::fake::FakePacket> acks =
+      deliver(send_only(5000, 64), false, 700'000);
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0].opcode(), wire::op::kRcTimedAck);
+  EXPECT_EQ(acks[0].psn(), 5000u);
+  const std::span<const uint8_t> payload = acks[0].view().payload();
+  ASSERT_EQ(payload.size(), wire::kAckHoldBytes);
+  EXPECT_EQ(wire::read_ack_hold(payload.first<wire::kAckHoldBytes>()), 700'000);
+  EXPECT_EQ(poll(rcq_).size(), 1u);
+}
+
+// Not agreed (go-back-N): a timed ACK is not this connection's, and acknowledges
+// nothing; it is counted as a refused SACK is.
+TEST_F(RcDelayControlTest, ATimedAckWhereNoneWasAgreedIsRefused) {
+  EXPECT_EQ(send_64_packets(1), 64u);
+  clock_.advance(100'000);
+  deliver(timed_ack(100 + 63, 50'000));
+  EXPECT_EQ(counters().sacks_refused.load(), 1u);
+  EXPECT_EQ(poll(scq_).size(), 0u) << "nothing acknowledged";
+  EXPECT_EQ(ack_after(0, 100 + 63), 0u);
+  EXPECT_EQ(poll(scq_).size(), 1u);
 }
 
 // Selective repeat: while a gap is open, the SACKs time the round trip (by the

@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "wire/ack_hold.h"
 #include "wire/fields.h"
 #include "wire/psn.h"
 #include "wire/sack.h"
@@ -96,8 +97,9 @@ std::vector<FakePacket> RcRoleTest::run() {
   return from_qp;
 }
 
-std::vector<FakePacket> RcRoleTest::deliver(PeerPacket packet, bool marked) {
-  net_.inject(peer_gid_, qp_gid_, packet.take(), 0xC000, marked);
+std::vector<FakePacket> RcRoleTest::deliver(PeerPacket packet, bool marked, Nanos waited) {
+  net_.inject(peer_gid_, qp_gid_, packet.take(), 0xC000, marked,
+              waited != 0 ? clock_.now() - waited : 0);
   return run();
 }
 
@@ -141,13 +143,23 @@ PeerPacket RcRoleTest::ack(uint32_t psn) {
   return p;
 }
 
-PeerPacket RcRoleTest::sack(uint32_t psn, std::initializer_list<uint32_t> held) {
-  // kAlways takes the wide SACK too (RcConnection::agreed_wide_sack).
-  PeerPacket p(op::kRcSack, qp_->qpn(), psn, wire::kWideSackBitmapBytes);
+PeerPacket RcRoleTest::sack(uint32_t psn, std::initializer_list<uint32_t> held, Nanos hold_ns) {
+  // kAlways takes the wide SACK and the hold too (RcConnection::agreed_wide_sack,
+  // agreed_ack_hold).
+  PeerPacket p(op::kRcSack, qp_->qpn(), psn, wire::kWideSackBitmapBytes + wire::kAckHoldBytes);
   p.view().set(wire::aeth::kSyndrome, wire::syndrome::ack());
   const uint32_t first_missing = wire::psn_add(psn, 1);
+  const std::span<uint8_t> bitmap = p.view().payload().first(wire::kWideSackBitmapBytes);
   for (const uint32_t h : held)
-    wire::sack_mark(p.view().payload(), uint32_t(wire::psn_diff(h, first_missing) - 1));
+    wire::sack_mark(bitmap, uint32_t(wire::psn_diff(h, first_missing) - 1));
+  wire::write_ack_hold(p.view().payload().subspan(wire::kWideSackBitmapBytes).first<4>(), hold_ns);
+  return p;
+}
+
+PeerPacket RcRoleTest::timed_ack(uint32_t psn, Nanos hold_ns) {
+  PeerPacket p(op::kRcTimedAck, qp_->qpn(), psn, wire::kAckHoldBytes);
+  p.view().set(wire::aeth::kSyndrome, wire::syndrome::ack());
+  wire::write_ack_hold(p.view().payload().first<wire::kAckHoldBytes>(), hold_ns);
   return p;
 }
 

@@ -60,8 +60,10 @@ class RcRoleTest : public ::testing::Test {
   // Runs the device until it has nothing left to do; what the QP sent meanwhile.
   std::vector<transport::fake::FakePacket> run();
   // Delivers `packet` to the QP as the peer's, then run(); `marked`: it arrives
-  // with ECN Congestion Experienced set.
-  std::vector<transport::fake::FakePacket> deliver(PeerPacket packet, bool marked = false);
+  // with ECN Congestion Experienced set; `waited`: as if it had waited that long in
+  // the kernel before the device took it (RxPacket::arrival_ns).
+  std::vector<transport::fake::FakePacket> deliver(PeerPacket packet, bool marked = false,
+                                                   Nanos waited = 0);
   // Moves the clock on by `ns` in steps of `step`, running the device after each;
   // what the QP sent meanwhile.
   std::vector<transport::fake::FakePacket> advance(Nanos ns, Nanos step = 10'000);
@@ -77,7 +79,11 @@ class RcRoleTest : public ::testing::Test {
   PeerPacket rnr_nak(uint32_t psn, uint8_t timer_code);
   // Selective repeat: a SACK (wire/sack.h) whose last PSN in order is `psn`, holding
   // `held` (PSNs beyond the gap).
-  PeerPacket sack(uint32_t psn, std::initializer_list<uint32_t> held);
+  // kAlways agrees on the wide SACK and the responder's hold too (`hold_ns` after
+  // the bitmap; wire/ack_hold.h).
+  PeerPacket sack(uint32_t psn, std::initializer_list<uint32_t> held, Nanos hold_ns = 0);
+  // An ACK that says the responder held what it answers for `hold_ns`.
+  PeerPacket timed_ack(uint32_t psn, Nanos hold_ns);
 
   // Verbs on the QP.
   void post_recv(size_t offset, uint32_t length, uint64_t wr_id);

@@ -74,12 +74,12 @@ TEST(Connect, SelectiveRepeatIsAgreedThroughTheReqAndRep) {
   ibv_ece offered{};
   ASSERT_EQ(rdma_get_remote_ece(child, &offered), 0);
   EXPECT_EQ(offered.vendor_id, 0xffffffu);
-  EXPECT_EQ(offered.options, 3u);  // selective repeat, the wide SACK
+  EXPECT_EQ(offered.options, 7u);  // selective repeat, the wide SACK, the hold
   ibv_qp_init_attr attr = rc_attr();
   ASSERT_EQ(rdma_create_qp(child, nullptr, &attr), 0);
   ibv_ece agreed{};
   ASSERT_EQ(ibv_query_ece(child->qp, &agreed), 0);
-  EXPECT_EQ(agreed.options, 3u);
+  EXPECT_EQ(agreed.options, 7u);
   rdma_conn_param accept{};
   accept.responder_resources = accept.initiator_depth = 1;
   ASSERT_EQ(rdma_accept(child, &accept), 0);
@@ -88,7 +88,7 @@ TEST(Connect, SelectiveRepeatIsAgreedThroughTheReqAndRep) {
   ibv_ece client{};
   ASSERT_EQ(ibv_query_ece(c.client.id->qp, &client), 0);
   EXPECT_EQ(client.vendor_id, 0xffffffu);
-  EXPECT_EQ(client.options, 3u);  // its offer and the REP's answer are both 3
+  EXPECT_EQ(client.options, 7u);  // its offer and the REP's answer are both 7
   ASSERT_EQ(rdma_disconnect(c.client.id), 0);
   rdma_ack_cm_event(expect_event(c.server.channel, RDMA_CM_EVENT_DISCONNECTED));
   rdma_ack_cm_event(expect_event(c.client.channel, RDMA_CM_EVENT_DISCONNECTED));

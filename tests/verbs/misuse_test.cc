@@ -335,7 +335,8 @@ TEST_F(Misuse, EceOffersSelectiveRepeatAndRefusesWhatItDoesNotKnow) {
   ibv_ece ece{};
   ASSERT_EQ(ibv_query_ece(qp, &ece), 0);
   EXPECT_EQ(ece.vendor_id, 0xffffffu);
-  EXPECT_EQ(ece.options, 3u) << "selective repeat (bit 0) with the wide SACK (bit 1)";
+  EXPECT_EQ(ece.options, 7u)
+      << "selective repeat (bit 0) with the wide SACK (bit 1) and the responder's hold (bit 2)";
   ibv_ece mellanox{.vendor_id = 0x15b3, .options = 1, .comp_mask = 0};
   errno = 0;
   EXPECT_EQ(ibv_set_ece(qp, &mellanox), EINVAL);
@@ -346,7 +347,7 @@ TEST_F(Misuse, EceOffersSelectiveRepeatAndRefusesWhatItDoesNotKnow) {
   ibv_ece more{.vendor_id = 0xffffff, .options = 0xff, .comp_mask = 0};
   ASSERT_EQ(ibv_set_ece(qp, &more), 0);
   ASSERT_EQ(ibv_query_ece(qp, &ece), 0);
-  EXPECT_EQ(ece.options, 3u) << "only what softrdma understands is agreed";
+  EXPECT_EQ(ece.options, 7u) << "only what softrdma understands is agreed";
   ibv_ece narrow{.vendor_id = 0xffffff, .options = 1, .comp_mask = 0};
   ASSERT_EQ(ibv_set_ece(qp, &narrow), 0);
   ASSERT_EQ(ibv_query_ece(qp, &ece), 0);

@@ -15,10 +15,14 @@ namespace {
 TEST(OpcodesTest, ExactlyTheRcUcUdXrcOpcodesAreValid) {
   // RC: 24 operations (IBA 1.5's ATOMIC WRITE among them), UC: 12 (no READ,
   // ATOMIC, ACK, INVALIDATE), UD: 2 SENDs, XRC: RC's 24; and softrdma's own SACK
-  // in the manufacturer-specific range (docs/decisions/selective-repeat.md); and
-  // RoCEv2's CNP (Annex A17.9.3), a BTH and 16 reserved bytes.
-  EXPECT_EQ(testing::valid_opcodes().size(), 24u + 12u + 2u + 24u + 1u + 1u);
+  // and timed ACK in the manufacturer-specific range (docs/decisions/
+  // selective-repeat.md, congestion-control.md); and RoCEv2's CNP (Annex A17.9.3),
+  // a BTH and 16 reserved bytes.
+  EXPECT_EQ(testing::valid_opcodes().size(), 24u + 12u + 2u + 24u + 2u + 1u);
   EXPECT_EQ(kOpcodes[0xc1].name, "SOFTRDMA_SACK");
+  EXPECT_EQ(kOpcodes[0xc2].name, "SOFTRDMA_TIMED_ACK");
+  EXPECT_TRUE(kOpcodes[0xc2].is(kOpAck)) << "acknowledges as an ACK does";
+  EXPECT_FALSE(kOpcodes[0xc3].valid());
   EXPECT_EQ(kOpcodes[0x81].name, "CNP");
   EXPECT_EQ(kOpcodes[0x81].header_bytes, kBthBytes);
   EXPECT_EQ(kOpcodes[0x81].headers, header_bit(Header::kBth));
@@ -108,7 +112,8 @@ TEST(OpcodesTest, HeadersAgreeWithMeaning) {
                          (i.any(kOpLast) ? 4 : 0);
     EXPECT_TRUE(position == 1 || position == 2 || position == 4 || position == 5);
     EXPECT_EQ(i.any(kOpPayload),
-              i.any(kOpSend | kOpWrite | kOpReadResponse | kOpAtomicWrite | kOpSack));
+              i.any(kOpSend | kOpWrite | kOpReadResponse | kOpAtomicWrite | kOpSack) ||
+                  opcode == op::kRcTimedAck);
   }
 }
 

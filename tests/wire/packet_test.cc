@@ -111,7 +111,8 @@ TEST(ParseTest, RejectsOpcodesOutsideTheTable) {
     EXPECT_EQ(e == ParseError::kBadOpcode, !kOpcodes[opcode].valid()) << opcode;
     rejected += e == ParseError::kBadOpcode ? 1 : 0;
   }
-  EXPECT_EQ(rejected, 256 - 64);  // RC 24, UC 12, UD 2, XRC 24 (IBA Table 39), SACK, CNP
+  // RC 24, UC 12, UD 2, XRC 24 (IBA Table 39), SACK, timed ACK, CNP
+  EXPECT_EQ(rejected, 256 - 65);
 }
 
 TEST(ParseTest, RejectsTransportVersionOtherThanZero) {

@@ -7,6 +7,7 @@
 #include "engine/qp.h"
 #include "engine/rc/connection.h"
 #include "engine/sgl.h"
+#include "wire/ack_hold.h"
 #include "wire/messages.h"
 #include "wire/psn.h"
 #include "wire/sack.h"
@@ -127,7 +128,13 @@ void Completer::complete_local_heads() {
     complete_head(IBV_WC_SUCCESS);
 }
 
-void Completer::on_response(PacketView packet, Nanos now) {
+void Completer::on_response(PacketView packet, Nanos now, Nanos arrival) {
+  response_arrival_ = arrival;
+  take_response(packet, now);
+  response_arrival_ = 0;
+}
+
+void Completer::take_response(PacketView packet, Nanos now) {
   const ibv_qp_state state = conn_.qp().state();
   if (state != IBV_QPS_RTS && state != IBV_QPS_SQD) return;
   const uint32_t psn = packet.psn();
@@ -163,32 +170,51 @@ void Completer::on_response(PacketView packet, Nanos now) {
 void Completer::on_sack(PacketView packet, Nanos now) {
   EngineCounters& counters = conn_.qp().ctx().counters;
   LossRecovery& recovery = conn_.recovery();
-  if (!recovery.selective() || packet.payload().size() != sack_bitmap_bytes(conn_.sack_span()) ||
+  const size_t bitmap_bytes = sack_bitmap_bytes(conn_.sack_span());
+  const size_t hold_bytes = conn_.ack_hold() ? kAckHoldBytes : 0;
+  if (!recovery.selective() || packet.payload().size() != bitmap_bytes + hold_bytes ||
       syndrome::type(uint8_t(packet.get(aeth::kSyndrome))) != syndrome::kAck) {
     bump(counters.sacks_refused);
     return;
   }
   bump(counters.sacks_received);
+  const std::span<const uint8_t> bitmap = packet.payload().first(bitmap_bytes);
+  if (hold_bytes != 0) take_hold(packet.payload().subspan(bitmap_bytes));
   if (!acknowledge_through(packet.psn(), now) || sq_empty_or_unsent()) return;
   const uint32_t first_missing = psn_add(packet.psn(), 1);
   // The newest PSN held, if it was ever sent (a SACK naming more is a bad one:
   // its newest would hide the next SACKs' news).
-  if (const std::optional<uint32_t> bit = sack_last_marked(packet.payload())) {
+  if (const std::optional<uint32_t> bit = sack_last_marked(bitmap)) {
     const uint32_t newest = psn_add(first_missing, int32_t(*bit) + 1);
     if (psn_before(newest, conn_.requester().high_psn())) {
-      conn_.rate().on_sacked(newest, now);
+      conn_.rate().on_sacked(newest, now, response_arrival_ != 0 ? response_arrival_ : now);
       conn_.publish_rate();
     }
   }
   const std::optional<uint32_t> lost =
-      recovery.on_sack(una_psn_, first_missing, packet.payload(), conn_.requester().high_psn());
+      recovery.on_sack(una_psn_, first_missing, bitmap, conn_.requester().high_psn());
   if (!lost) return;
   conn_.rate().on_loss(now, conn_.requester().high_psn());
   conn_.requester().resend_from(*lost);
   conn_.requester().run(now);
 }
 
+// The responder held what this response answers for the time it names: that is
+// not the network's, and the round trip ends that much earlier (wire/ack_hold.h).
+void Completer::take_hold(std::span<const uint8_t> hold) {
+  if (response_arrival_ != 0) response_arrival_ -= read_ack_hold(hold.first<kAckHoldBytes>());
+}
+
 void Completer::on_ack(PacketView packet, Nanos now) {
+  if (packet.opcode() == op::kRcTimedAck) {
+    // Only agreed connections' responders send it: from any other, or malformed,
+    // refused as a SACK would be.
+    if (!conn_.ack_hold() || packet.payload().size() != kAckHoldBytes) {
+      bump(conn_.qp().ctx().counters.sacks_refused);
+      return;
+    }
+    take_hold(packet.payload());
+  }
   const uint8_t syn = uint8_t(packet.get(aeth::kSyndrome));
   if (syndrome::type(syn) == syndrome::kAck) {
     acknowledge_through(packet.psn(), now);
@@ -383,7 +409,9 @@ void Completer::progress_made(Nanos now) {
   read_rerequested_ = false;
   probes_ = 0;
   rto_.on_acknowledged(una_psn_, now);
-  conn_.rate().on_acknowledged(una_psn_, now);  // the delay control's sample
+  // The delay control's sample; a response's progress ends its round trip at the
+  // response's arrival.
+  conn_.rate().on_acknowledged(una_psn_, now, response_arrival_ != 0 ? response_arrival_ : now);
   conn_.publish_rate();
   deadline_ = kNever;
   probe_deadline_ = kNever;

@@ -23,7 +23,9 @@ class Completer {
  public:
   explicit Completer(RcConnection& conn) : conn_(conn) {}
 
-  void on_response(wire::PacketView packet, Nanos now);
+  // A response that arrived at this host at `arrival` (the round trip's end;
+  // `now` or before: it may have waited in the kernel).
+  void on_response(wire::PacketView packet, Nanos now, Nanos arrival);
   // The requester sent something: make sure the retransmission timer runs.
   void on_sent(Nanos now);
   Nanos deadline() const { return std::min(deadline_, probe_deadline_); }
@@ -46,11 +48,13 @@ class Completer {
   void complete_local_heads();
 
  private:
+  void take_response(wire::PacketView packet, Nanos now);
   void complete_unacknowledged();
   void on_ack(wire::PacketView packet, Nanos now);
   void on_read_response(wire::PacketView packet, Nanos now);
   void on_atomic_ack(wire::PacketView packet, Nanos now);
   void on_sack(wire::PacketView packet, Nanos now);
+  void take_hold(std::span<const uint8_t> hold);
   // Selective repeat (completer_selective.cc): a READ response or ATOMIC ACK beyond
   // the one awaited is held, not dropped; what fills the gap runs the held ones in
   // PSN order; a gap with responses held after it is asked for again at once, and
@@ -102,6 +106,8 @@ class Completer {
   // Responses held beyond a gap, and the PSNs asked for again since the last
   // probe (asked once per probe interval; the probe asks for the rest).
   ReorderBuffer responses_held_;
+  // The arrival of the response being taken (on_response), 0 outside one.
+  Nanos response_arrival_ = 0;
 };
 
 }  // namespace softrdma::engine::rc

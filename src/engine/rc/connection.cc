@@ -62,10 +62,13 @@ void RcConnection::on_packet(wire::PacketView packet, const transport::RxPacket&
     on_cnp(now);
     return;
   }
+  // When it reached this host (the transport's clock is the engine's): it may
+  // have waited in the kernel before `now`.
+  const Nanos arrival = from.arrival_ns != 0 ? from.arrival_ns : now;
   if (packet.info().is(wire::kOpResponse)) {
-    completer_.on_response(packet, now);
+    completer_.on_response(packet, now, arrival);
   } else {
-    responder_.on_request(packet, now);
+    responder_.on_request(packet, now, arrival);
   }
   liveness_.heard(now);  // after the completer: it asks whether a probe was answered
 }
@@ -134,6 +137,7 @@ void RcConnection::on_state_change(ibv_qp_state from, ibv_qp_state to, Nanos now
     load_path();
     selective_ = agreed_selective_repeat();
     sack_span_ = selective_ && agreed_wide_sack() ? wire::kWideSackSpan : wire::kSackSpan;
+    ack_hold_ = selective_ && agreed_ack_hold();
     const DeviceConfig& config = qp_.ctx().config;
     const uint32_t window = selective_ ? config.selective_window : config.max_unacked_packets;
     recovery_ = make_loss_recovery(window, selective_, sack_span_);
@@ -171,6 +175,12 @@ bool RcConnection::agreed_selective_repeat() const {
 bool RcConnection::agreed_wide_sack() const {
   if (qp_.ctx().config.selective_repeat == SelectiveRepeatMode::kAlways) return true;
   return qp_.ece_agreed(kEceWideSack);
+}
+
+// As the wide SACK: SOFTRDMA_SELECTIVE_REPEAT=always has both ends softrdma.
+bool RcConnection::agreed_ack_hold() const {
+  if (qp_.ctx().config.selective_repeat == SelectiveRepeatMode::kAlways) return true;
+  return qp_.ece_agreed(kEceAckHold);
 }
 
 void RcConnection::arm_pacer_timer() {

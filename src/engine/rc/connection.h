@@ -71,6 +71,8 @@ class RcConnection final : public roce::RoceProtocol {
   // PSNs one SACK describes (wire/sack.h): what the responder holds past a gap, and
   // how far past the oldest unacknowledged PSN the requester may send.
   uint32_t sack_span() const { return sack_span_; }
+  // ACKs and SACKs carry the responder's hold (both ends agreed; wire/ack_hold.h).
+  bool ack_hold() const { return ack_hold_; }
   // Builds a packet along this connection's path.
   wire::PacketView emit(uint8_t opcode, size_t payload_len, uint32_t psn);
   // Any role that hits a fatal error: QP to Error (IBA 11.6.2), async event.
@@ -80,6 +82,7 @@ class RcConnection final : public roce::RoceProtocol {
   void load_path();
   bool agreed_selective_repeat() const;
   bool agreed_wide_sack() const;
+  bool agreed_ack_hold() const;
   // Congestion control (rate_control.h): a CNP from the peer, a CE-marked packet
   // from it.
   void on_cnp(Nanos now);
@@ -92,6 +95,7 @@ class RcConnection final : public roce::RoceProtocol {
   const bool acknowledged_;
   bool selective_ = false;
   uint32_t sack_span_ = wire::kSackSpan;
+  bool ack_hold_ = false;
   Path path_;
   std::unique_ptr<LossRecovery> recovery_;
   Requester requester_;

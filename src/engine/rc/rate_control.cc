@@ -198,7 +198,13 @@ void RateControl::on_first_send(uint32_t psn, uint32_t psns, Nanos now) {
   stamps_.stamp(psn, psns, now);
 }
 
-void RateControl::on_acknowledged(uint32_t una, Nanos now) {
+// The round trip of a packet sent at `sent` whose answer arrived at `arrival`: to
+// the arrival, unless that is before the send (a clock stepped), then to `now`.
+static Nanos round_trip(Nanos sent, Nanos arrival, Nanos now) {
+  return arrival > sent ? arrival - sent : now - sent;
+}
+
+void RateControl::on_acknowledged(uint32_t una, Nanos now, Nanos arrival) {
   if (!on_.delay) return;
   if (!started_) return;
   const int32_t acked = wire::psn_diff(una, acked_to_);
@@ -208,7 +214,7 @@ void RateControl::on_acknowledged(uint32_t una, Nanos now) {
   if (sacked_newest_ && wire::psn_before(*sacked_newest_, una)) sacked_newest_.reset();
   std::optional<Nanos> rtt;
   if (const std::optional<Nanos> sent = stamps_.newest_if_all_sent_once(acked_to_, una))
-    rtt = now - *sent;
+    rtt = round_trip(*sent, arrival, now);
   const bool was_competing = swift_.competing();
   swift_.on_ack(uint32_t(acked), rtt, now);
   acked_to_ = una;
@@ -216,13 +222,13 @@ void RateControl::on_acknowledged(uint32_t una, Nanos now) {
   if (!was_competing && swift_.competing() && on_.dcqcn) dcqcn_.reset(now);
 }
 
-void RateControl::on_sacked(uint32_t newest, Nanos now) {
+void RateControl::on_sacked(uint32_t newest, Nanos now, Nanos arrival) {
   if (!on_.delay || !started_) return;
   if (sacked_newest_ && !wire::psn_before(*sacked_newest_, newest)) return;  // no news
   sacked_newest_ = newest;
   if (const std::optional<Nanos> sent =
           stamps_.newest_if_all_sent_once(newest, wire::psn_add(newest, 1)))
-    swift_.on_sample(now - *sent, now);
+    swift_.on_sample(round_trip(*sent, arrival, now), now);
 }
 
 void RateControl::on_timeout(Nanos now) {

@@ -144,15 +144,17 @@ class RateControl {
   void on_resent(uint32_t psn) {
     if (on_.delay) stamps_.forget(psn);
   }
-  // Everything before `una` is acknowledged.
-  void on_acknowledged(uint32_t una, Nanos now);
+  // Everything before `una` is acknowledged, by a response that arrived at this
+  // host at `arrival` (before `now` when it waited in the kernel): the round trip
+  // ends there.
+  void on_acknowledged(uint32_t una, Nanos now, Nanos arrival);
   void on_timeout(Nanos now);
   // A SACK named `newest` the newest PSN the responder holds. When that is newer
   // than any SACK named before, its arrival is what sent this SACK: if it went
   // once, its send time gives a round trip. While a gap is open the cumulative
   // ACK stands still and then covers a resend (Karn's rule times nothing), so
   // without these the delay control is blind exactly while a queue overflows.
-  void on_sacked(uint32_t newest, Nanos now);
+  void on_sacked(uint32_t newest, Nanos now, Nanos arrival);
   // A loss found by a NAK or a SACK (not a timeout); `high` as for on_cnp.
   void on_loss(Nanos now, uint32_t high) {
     if (on_.delay) swift_.end_slow_start();

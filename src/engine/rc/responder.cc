@@ -14,6 +14,7 @@
 #include "engine/rc/connection.h"
 #include "engine/sgl.h"
 #include "samehost/host.h"
+#include "wire/ack_hold.h"
 #include "wire/messages.h"
 #include "wire/psn.h"
 
@@ -469,9 +470,19 @@ void Responder::send_ack(uint8_t syn, uint32_t psn) {
     ack_pending_ = false;
     ack_twice_ = false;
   }
-  PacketView r = conn_.emit(conn_.opcode(op::kAcknowledge), 0, psn);
+  // Agreed: an ACK says how long the responder held what it answers; a NAK is
+  // IBA's own.
+  const bool timed = conn_.ack_hold() && syndrome::type(syn) == syndrome::kAck;
+  PacketView r = timed ? conn_.emit(op::kRcTimedAck, kAckHoldBytes, psn)
+                       : conn_.emit(conn_.opcode(op::kAcknowledge), 0, psn);
   r.set(aeth::kSyndrome, syn);
   r.set(aeth::kMsn, msn_);
+  if (timed) write_hold(r.payload());
+}
+
+void Responder::write_hold(std::span<uint8_t> out) const {
+  const Nanos held = newest_arrival_ == 0 ? 0 : conn_.qp().ctx().clock.now() - newest_arrival_;
+  write_ack_hold(out.first<kAckHoldBytes>(), held);
 }
 
 // IBA 9.9.3.1.2 responder errors (class B/C/D): NAK, then the QP goes to Error; a

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "engine/access_check.h"
@@ -29,6 +30,12 @@ class Responder {
   explicit Responder(RcConnection& conn) : conn_(conn) {}
 
   void on_request(wire::PacketView packet, Nanos now);
+  // As above, for a request that reached this host at `arrival` (`now` or before:
+  // it may have waited in the kernel): what a timed ACK's hold counts from.
+  void on_request(wire::PacketView packet, Nanos now, Nanos arrival) {
+    newest_arrival_ = arrival;
+    on_request(packet, now);
+  }
   // End of a receive burst: one ACK covers every request that asked for one.
   void on_burst_end();
   // `selective`: the two ends agreed on selective repeat (selective_repeat.h).
@@ -59,6 +66,8 @@ class Responder {
   void hold_out_of_order(wire::PacketView p, uint32_t ahead);
   void execute_held(Nanos now);
   void send_sack();
+  // How long the newest request has been in this host (wire/ack_hold.h).
+  void write_hold(std::span<uint8_t> out) const;
   Verdict execute(wire::PacketView p);
   Verdict check_sequence_and_length(wire::PacketView p) const;
   Verdict do_send(wire::PacketView p);
@@ -102,6 +111,7 @@ class Responder {
   uint32_t nak_psn_ = 0;  // PSN an error NAK carries: the request's, or the READ response that failed
   bool nak_outstanding_ = false;  // one NAK per sequence error (IBA 9.7.5.1.3)
   bool ack_pending_ = false;
+  Nanos newest_arrival_ = 0;  // of the newest request taken (0: none yet)
   bool ack_twice_ = false;  // the pending ACK answers a duplicate: send it twice
   bool selective_ = false;     // selective repeat agreed: hold what comes after a gap
   bool sack_pending_ = false;  // something was held (or held again): SACK at burst end

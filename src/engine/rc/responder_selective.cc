@@ -6,6 +6,7 @@
 #include "engine/qp.h"
 #include "engine/rc/connection.h"
 #include "engine/rc/responder.h"
+#include "wire/ack_hold.h"
 #include "wire/psn.h"
 #include "wire/sack.h"
 
@@ -60,12 +61,15 @@ void Responder::send_sack() {
   produce_all();  // PSN order: nothing may overtake queued responses
   ack_pending_ = false;
   ack_twice_ = false;
-  PacketView r = conn_.emit(op::kRcSack, sack_bitmap_bytes(conn_.sack_span()), psn_add(epsn_, -1));
+  const size_t bitmap_bytes = sack_bitmap_bytes(conn_.sack_span());
+  const size_t hold_bytes = conn_.ack_hold() ? kAckHoldBytes : 0;
+  PacketView r = conn_.emit(op::kRcSack, bitmap_bytes + hold_bytes, psn_add(epsn_, -1));
   r.set(aeth::kSyndrome, syndrome::ack());
   r.set(aeth::kMsn, msn_);
-  std::span<uint8_t> bitmap = r.payload();
+  std::span<uint8_t> bitmap = r.payload().first(bitmap_bytes);
   std::fill(bitmap.begin(), bitmap.end(), uint8_t(0));
   reorder_.describe(epsn_, bitmap);
+  if (hold_bytes != 0) write_hold(r.payload().subspan(bitmap_bytes));
   bump(conn_.qp().ctx().counters.sacks_sent);
 }
 

@@ -186,12 +186,13 @@ size_t FakeNetwork::sent_count() const {
 }
 
 void FakeNetwork::inject(const Gid& src, const Gid& dst, std::vector<uint8_t> bytes,
-                         uint16_t src_port, bool congestion_experienced) {
+                         uint16_t src_port, bool congestion_experienced, int64_t arrival_ns) {
   assert(bytes.size() >= kMinRoceBytes);
   wire::write_icrc(fake_ip_udp(src, dst, src_port), bytes);
   std::lock_guard lock(mutex_);
   FakePacket packet{std::move(bytes), src, dst, src_port};
   packet.congestion_experienced = congestion_experienced;
+  packet.arrival_ns = arrival_ns;
   send_locked(std::move(packet));
 }
 
@@ -334,7 +335,8 @@ size_t FakeTransport::rx_burst(std::span<RxPacket> packets) {
   for (size_t i = 0; i < last_burst_.size(); ++i) {
     FakePacket& p = last_burst_[i];
     packets[i] = RxPacket{.bytes = p.bytes, .src = p.src, .dst = p.dst, .src_port = p.src_port,
-                          .congestion_experienced = p.congestion_experienced};
+                          .congestion_experienced = p.congestion_experienced,
+                          .arrival_ns = p.arrival_ns};
     ++counters_.rx_packets;
     counters_.rx_bytes += p.bytes.size();
   }

@@ -47,6 +47,7 @@ struct FakePacket {
   uint64_t sequence = 0;  // order in which the network saw it sent, from 0
   Fate fate = Fate::kDelivered;
   bool congestion_experienced = false;  // arrives marked CE
+  int64_t arrival_ns = 0;  // when it reached the host, as the receiver tells (RxPacket)
 
   // BTH fields (IBA 9.2). Every packet on the network holds at least BTH + ICRC.
   uint8_t opcode() const { return bytes[0]; }
@@ -117,8 +118,10 @@ class FakeNetwork {
 
   // Delivers `bytes` to `dst` as if `src` had sent it from `src_port`; the ICRC is
   // written here (the last four bytes are overwritten). Logged like a sent packet.
+  // `arrival_ns`: the arrival its receiver reports (RxPacket::arrival_ns; 0: none).
   void inject(const Gid& src, const Gid& dst, std::vector<uint8_t> bytes,
-              uint16_t src_port = 0xC000, bool congestion_experienced = false);
+              uint16_t src_port = 0xC000, bool congestion_experienced = false,
+              int64_t arrival_ns = 0);
 
   struct Stats {
     uint64_t sent = 0, delivered = 0, dropped = 0, held = 0, duplicated = 0, undeliverable = 0,

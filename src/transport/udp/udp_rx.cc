@@ -2,6 +2,7 @@
 // into their segments, every packet's ICRC checked (docs/decisions/transport.md,
 // gso-gro.md). No allocation per packet.
 #include <netinet/udp.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -16,11 +17,21 @@ namespace softrdma::transport {
 namespace {
 
 constexpr size_t kMinRoceBytes = wire::kBthBytes + wire::kIcrcBytes;
+// A longer wait than this is a clock step, not a wait.
+constexpr int64_t kMostWaitedNs = 10'000'000'000;
+
+int64_t clock_ns(clockid_t clock) {
+  timespec t;
+  clock_gettime(clock, &t);
+  return int64_t(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
+}
 
 // From the control messages: the local address a datagram was sent to
 // (IP_PKTINFO / IPV6_PKTINFO), the segment size of a coalesced one (UDP_GRO) and
-// whether it arrived marked CE (IP_TOS / IPV6_TCLASS).
-void read_control(msghdr& header, wire::Gid& dst, size_t& segment, bool& ce) {
+// whether it arrived marked CE (IP_TOS / IPV6_TCLASS), when it arrived
+// (SCM_TIMESTAMPNS, CLOCK_REALTIME; 0 when absent).
+void read_control(msghdr& header, wire::Gid& dst, size_t& segment, bool& ce,
+                  int64_t& arrived_ns) {
   for (cmsghdr* c = CMSG_FIRSTHDR(&header); c != nullptr; c = CMSG_NXTHDR(&header, c)) {
     if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
       in_pktinfo info;
@@ -38,6 +49,10 @@ void read_control(msghdr& header, wire::Gid& dst, size_t& segment, bool& ce) {
       int tclass = 0;
       std::memcpy(&tclass, CMSG_DATA(c), sizeof tclass);
       ce = (unsigned(tclass) & wire::kEcnMask) == wire::kEcnCe;
+    } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
+      timespec at;
+      std::memcpy(&at, CMSG_DATA(c), sizeof at);
+      arrived_ns = int64_t(at.tv_sec) * 1'000'000'000 + at.tv_nsec;
     } else if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
       int size = 0;
       std::memcpy(&size, CMSG_DATA(c), sizeof size);
@@ -107,6 +122,10 @@ bool UdpTransport::refill(int fd, size_t wanted) {
     received = recvmmsg(fd, ring.msgs.data(), unsigned(want), MSG_DONTWAIT, nullptr);
   } while (received < 0 && errno == EINTR);
   ring.received = received > 0 ? size_t(received) : 0;
+  if (ring.received > 0) {
+    ring.called_ns = clock_ns(CLOCK_MONOTONIC);
+    ring.realtime_offset_ns = clock_ns(CLOCK_REALTIME) - ring.called_ns;
+  }
   ring.next = 0;
   ring.offset = 0;
   return ring.received > 0;
@@ -125,7 +144,12 @@ bool UdpTransport::open_datagram() {
   ring.dst = local_gid_;
   ring.segment = length;
   ring.congestion_experienced = false;
-  read_control(h, ring.dst, ring.segment, ring.congestion_experienced);
+  int64_t arrived_ns = 0;
+  read_control(h, ring.dst, ring.segment, ring.congestion_experienced, arrived_ns);
+  // Unknown, or a clock stepped meanwhile: no arrival rather than a wrong one.
+  const int64_t arrival = arrived_ns - ring.realtime_offset_ns;
+  const int64_t waited = ring.called_ns - arrival;
+  ring.arrival_ns = arrived_ns != 0 && waited >= 0 && waited < kMostWaitedNs ? arrival : 0;
   if (ring.segment < length) {
     counters_.rx_gro_datagrams.fetch_add(1, std::memory_order_relaxed);
     counters_.rx_gro_segments.fetch_add((length + ring.segment - 1) / ring.segment,
@@ -157,6 +181,7 @@ size_t UdpTransport::collect_received(std::span<RxPacket> packets) {
     out.dst = ring.dst;
     out.src_port = ring.src_port;
     out.congestion_experienced = ring.congestion_experienced;
+    out.arrival_ns = ring.arrival_ns;
     ring.offset += take;
     if (ring.offset >= length || take == 0) {
       ++ring.next;

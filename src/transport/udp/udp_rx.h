@@ -3,6 +3,7 @@
 
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include <memory>
 #include <vector>
@@ -11,10 +12,11 @@
 
 namespace softrdma::transport {
 
-// Room for an IP_PKTINFO / IPV6_PKTINFO and a UDP_GRO control message.
+// Room for the control messages a datagram may carry.
 struct alignas(cmsghdr) ControlBuffer {
-  // IP_PKTINFO/IPV6_PKTINFO, UDP_GRO, IP_TOS/IPV6_TCLASS.
-  uint8_t bytes[CMSG_SPACE(sizeof(in6_pktinfo)) + 2 * CMSG_SPACE(sizeof(int))];
+  // IP_PKTINFO/IPV6_PKTINFO, UDP_GRO, IP_TOS/IPV6_TCLASS, SCM_TIMESTAMPNS.
+  uint8_t bytes[CMSG_SPACE(sizeof(in6_pktinfo)) + 2 * CMSG_SPACE(sizeof(int)) +
+                CMSG_SPACE(sizeof(timespec))];
 };
 
 // A datagram may be up to this long: with UDP_GRO the kernel hands over a run of
@@ -38,6 +40,10 @@ struct UdpTransport::RxRing {
   size_t received = 0;  // datagrams the last recvmmsg returned
   size_t next = 0;      // the datagram being taken apart
   size_t offset = 0;    // where its next segment starts
+  // CLOCK_MONOTONIC just after that recvmmsg returned, and CLOCK_REALTIME (the
+  // receive timestamps' clock) less CLOCK_MONOTONIC then.
+  int64_t called_ns = 0;
+  int64_t realtime_offset_ns = 0;
   // What the datagram being taken apart says of all its segments.
   Gid src{}, dst{};
   uint16_t src_port = 0;
@@ -46,6 +52,7 @@ struct UdpTransport::RxRing {
   // checksum (the kernel's inet_gro_receive flushes on a TOS change), so one mark
   // holds for every segment.
   bool congestion_experienced = false;
+  int64_t arrival_ns = 0;  // CLOCK_MONOTONIC (one timestamp for all its segments)
 };
 
 }  // namespace softrdma::transport

@@ -251,6 +251,11 @@ bool enable_gro(int fd) {
   return setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof on) == 0;
 }
 
+void enable_receive_timestamps(int fd) {
+  int on = 1;
+  setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof on);
+}
+
 void accept_zero_udp_checksum(int fd) {
   int on = 1;
   setsockopt(fd, SOL_UDP, UDP_NO_CHECK6_RX, &on, sizeof on);

@@ -96,5 +96,7 @@ void accept_zero_udp_checksum(int fd);
 // UDP_GRO on a receive socket (Linux 5.0): a run of segments of one flow is read as
 // one datagram with its segment size. False when the kernel refuses.
 bool enable_gro(int fd);
+// Each datagram carries the kernel's receive timestamp (SO_TIMESTAMPNS).
+void enable_receive_timestamps(int fd);
 
 }  // namespace softrdma::transport::udp

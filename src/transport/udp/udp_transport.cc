@@ -135,6 +135,7 @@ UdpTransport::UdpTransport(const UdpConfig& config, int fd, Gid gid)
   if (ipv6_) udp::accept_zero_udp_checksum(fd);
   // docs/decisions/gso-gro.md: a run of segments of one flow arrives as one datagram.
   gro_ = udp::enable_gro(fd);
+  udp::enable_receive_timestamps(fd);
   multicast_ifindex_ = udp::interface_of(gid);
   udp::set_multicast_interface(fd, ipv6_, multicast_ifindex_);
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
@@ -204,6 +205,7 @@ void UdpTransport::serve_link_local() {
   }
   udp::accept_zero_udp_checksum(fd);
   udp::enable_gro(fd);
+  udp::enable_receive_timestamps(fd);
   udp::set_multicast_interface(fd, true, ifindex);
   link_local_fd_ = fd;
   link_local_gid_ = gid;
