@@ -10,6 +10,7 @@
 #   roce-sr-cc-X  selective repeat with SOFTRDMA_CONGESTION=X (off, dcqcn,
 #             delay, dcqcn+delay: what the congestion control costs)
 #   roce-sr-w-N   selective repeat with SOFTRDMA_WINDOW=N packets
+#   roce-sr-t-N   selective repeat with SOFTRDMA_TARGET_DELAY_US=N
 #   iwarp     iWARP over TCP (SOFTRDMA_WIRE=iwarp)
 #   WIRE@DIR  any of these with the softrdma of another build (an older commit's:
 #             two versions side by side in the same rounds)
@@ -25,7 +26,7 @@
 #   bench/lossy_fabric.sh [BUILD_DIR] [DURATION] [RUNS] [LOSSES...]
 #   (defaults: build 10 3 0 0.01 0.05). Needs root (ip netns, iptables).
 #   LOSSY_TESTS / LOSSY_WIRES choose the rows (default: the three tests over
-#   roce-sr, roce-gbn and iwarp).
+#   roce-sr, roce-gbn and iwarp); LOSSY_HOGS=N runs N busy loops beside it.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${1:-$here/build}
@@ -47,6 +48,15 @@ for ns in "$a" "$b"; do
   ip netns exec "$ns" ethtool -K "v$ns" tso off gso off gro off tx-udp-segmentation off >/dev/null
 done
 server_addr=10.213.28.1
+# LOSSY_HOGS=N: N busy loops beside the bed for the whole run (a loaded host, as a
+# CI machine or a laptop running a build is; docs/decisions/congestion-control.md
+# "Host delay"). Unpinned: the scheduler shares the cores among all.
+hogs=()
+for ((i = 0; i < ${LOSSY_HOGS:-0}; ++i)); do
+  sh -c 'while :; do :; done' &
+  hogs+=($!)
+done
+trap 'kill "${hogs[@]}" 2>/dev/null; host_pair_cleanup' EXIT
 # Each host on a core of its own (LOSSY_PIN=0: wherever the scheduler puts
 # them), as two machines are. Unpinned, lossless SEND runs of one build moved
 # 320–550 MB/s in one table; pinned, 320–400 (2026-11-30, load ~1).
@@ -62,6 +72,7 @@ wire_env() {
     roce-gbn) echo "SOFTRDMA_WIRE=roce SOFTRDMA_SELECTIVE_REPEAT=off" ;;
     roce-sr-cc-*) echo "SOFTRDMA_WIRE=roce SOFTRDMA_CONGESTION=${1#roce-sr-cc-}" ;;
     roce-sr-w-*) echo "SOFTRDMA_WIRE=roce SOFTRDMA_WINDOW=${1#roce-sr-w-}" ;;
+    roce-sr-t-*) echo "SOFTRDMA_WIRE=roce SOFTRDMA_TARGET_DELAY_US=${1#roce-sr-t-}" ;;
     iwarp) echo "SOFTRDMA_WIRE=iwarp" ;;
   esac
 }
@@ -106,7 +117,7 @@ one_run() {
 
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR ? v[int((NR + 1) / 2)] : "fail") }'; }
 
-echo "# lossy_fabric: $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg), ${duration} s x ${runs} runs, MTU 1024, 64 KiB messages"
+echo "# lossy_fabric: $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg), ${duration} s x ${runs} runs, MTU 1024, 64 KiB messages, ${#hogs[@]} busy loops beside"
 printf '| test | wire |'; for p in "${losses[@]}"; do printf ' %s %% |' "$(awk "BEGIN { print $p * 100 }")"; done; echo
 printf '|---|---|'; for _ in "${losses[@]}"; do printf -- '---|'; done; echo
 port=18000
