@@ -181,6 +181,29 @@ TEST_F(RcDelayControlTest, AnAgreedRespondersAckSaysHowLongItHeldTheNewestReques
   EXPECT_EQ(poll(rcq_).size(), 1u);
 }
 
+// A tail probe's copy arrives after the originals it repeats, often in the same
+// burst: the ACK names the originals, and its hold counts from their arrival,
+// not the copy's (which would make the network look slower by the responder's
+// whole absence).
+TEST_F(RcDelayControlTest, AnAcksHoldCountsFromThePacketItNamesNotADuplicateAfterIt) {
+  RoleOptions options;
+  options.selective = true;
+  open(options);
+  post_recv(0, 256, 1);
+  const Nanos now = clock_.now();
+  net_.inject(peer_gid_, qp_gid_, send_only(5000, 64).take(), 0xC000, false, now - 3'000'000);
+  net_.inject(peer_gid_, qp_gid_, send_only(5000, 64).take(), 0xC000, false, now);  // the copy
+  const std::vector<transport::fake::FakePacket> acks = run();
+  ASSERT_FALSE(acks.empty());
+  for (const transport::fake::FakePacket& a : acks) {
+    EXPECT_EQ(a.opcode(), wire::op::kRcTimedAck);
+    EXPECT_EQ(a.psn(), 5000u);
+    EXPECT_EQ(wire::read_ack_hold(a.view().payload().first<wire::kAckHoldBytes>()), 3'000'000);
+  }
+  EXPECT_EQ(counters().duplicate_requests.load(), 1u);
+  EXPECT_EQ(poll(rcq_).size(), 1u);
+}
+
 // Not agreed (go-back-N): a timed ACK is not this connection's, and acknowledges
 // nothing; it is counted as a refused SACK is.
 TEST_F(RcDelayControlTest, ATimedAckWhereNoneWasAgreedIsRefused) {

@@ -71,6 +71,7 @@ void Responder::on_request(PacketView p, Nanos now) {
     return;
   }
   nak_outstanding_ = false;
+  in_order_arrival_ = taken_arrival_;
   if (execute_in_order(p, now) && reorder_.count() > 0) execute_held(now);
 }
 
@@ -477,11 +478,11 @@ void Responder::send_ack(uint8_t syn, uint32_t psn) {
                        : conn_.emit(conn_.opcode(op::kAcknowledge), 0, psn);
   r.set(aeth::kSyndrome, syn);
   r.set(aeth::kMsn, msn_);
-  if (timed) write_hold(r.payload());
+  if (timed) write_hold(r.payload(), in_order_arrival_);
 }
 
-void Responder::write_hold(std::span<uint8_t> out) const {
-  const Nanos held = newest_arrival_ == 0 ? 0 : conn_.qp().ctx().clock.now() - newest_arrival_;
+void Responder::write_hold(std::span<uint8_t> out, Nanos arrival) const {
+  const Nanos held = arrival == 0 ? 0 : conn_.qp().ctx().clock.now() - arrival;
   write_ack_hold(out.first<kAckHoldBytes>(), held);
 }
 

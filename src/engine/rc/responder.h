@@ -33,7 +33,7 @@ class Responder {
   // As above, for a request that reached this host at `arrival` (`now` or before:
   // it may have waited in the kernel): what a timed ACK's hold counts from.
   void on_request(wire::PacketView packet, Nanos now, Nanos arrival) {
-    newest_arrival_ = arrival;
+    taken_arrival_ = arrival;
     on_request(packet, now);
   }
   // End of a receive burst: one ACK covers every request that asked for one.
@@ -66,8 +66,9 @@ class Responder {
   void hold_out_of_order(wire::PacketView p, uint32_t ahead);
   void execute_held(Nanos now);
   void send_sack();
-  // How long the newest request has been in this host (wire/ack_hold.h).
-  void write_hold(std::span<uint8_t> out) const;
+  // How long the request that arrived at `arrival` has been in this host
+  // (wire/ack_hold.h).
+  void write_hold(std::span<uint8_t> out, Nanos arrival) const;
   Verdict execute(wire::PacketView p);
   Verdict check_sequence_and_length(wire::PacketView p) const;
   Verdict do_send(wire::PacketView p);
@@ -111,7 +112,16 @@ class Responder {
   uint32_t nak_psn_ = 0;  // PSN an error NAK carries: the request's, or the READ response that failed
   bool nak_outstanding_ = false;  // one NAK per sequence error (IBA 9.7.5.1.3)
   bool ack_pending_ = false;
-  Nanos newest_arrival_ = 0;  // of the newest request taken (0: none yet)
+  // Arrivals (0: none yet): of the request being taken; of the newest executed in
+  // order, which an ACK names; of the newest held past a gap, which a SACK names.
+  // Not of a duplicate: a tail probe's copy of a packet arrives after the
+  // originals it follows, and its arrival would shorten the hold the ACK of
+  // those originals reports, making the network look slower by the responder's
+  // whole absence.
+  Nanos taken_arrival_ = 0;
+  Nanos in_order_arrival_ = 0;
+  Nanos held_arrival_ = 0;
+  uint32_t held_newest_psn_ = 0;  // the PSN held_arrival_ is of
   bool ack_twice_ = false;  // the pending ACK answers a duplicate: send it twice
   bool selective_ = false;     // selective repeat agreed: hold what comes after a gap
   bool sack_pending_ = false;  // something was held (or held again): SACK at burst end

@@ -24,6 +24,11 @@ void Responder::hold_out_of_order(PacketView p, uint32_t ahead) {
   }
   if (reorder_.hold(p.psn(), p.bytes())) {
     bump(counters.reorder_held);
+    // The SACK names the newest held: a resend filling an older hole is not it.
+    if (reorder_.count() == 1 || psn_before(held_newest_psn_, p.psn())) {
+      held_newest_psn_ = p.psn();
+      held_arrival_ = taken_arrival_;
+    }
   } else {
     bump(counters.duplicate_requests);  // a resend of one held: SACKed again
   }
@@ -69,7 +74,7 @@ void Responder::send_sack() {
   std::span<uint8_t> bitmap = r.payload().first(bitmap_bytes);
   std::fill(bitmap.begin(), bitmap.end(), uint8_t(0));
   reorder_.describe(epsn_, bitmap);
-  if (hold_bytes != 0) write_hold(r.payload().subspan(bitmap_bytes));
+  if (hold_bytes != 0) write_hold(r.payload().subspan(bitmap_bytes), held_arrival_);
   bump(conn_.qp().ctx().counters.sacks_sent);
 }
 
