@@ -27,6 +27,7 @@ namespace {
 
 using testing::InterfaceCapture;
 using testing::make_packet;
+using testing::open_udp_at;
 using testing::receive;
 using testing::test_address;
 
@@ -82,15 +83,6 @@ class VethPair {
 
 wire::Gid gid_of(const std::string& ipv4) { return wire::gid_from_ipv4(ntohl(inet_addr(ipv4.c_str()))); }
 
-std::unique_ptr<UdpTransport> open_at(const std::string& address) {
-  UdpConfig config;
-  config.address = address;
-  std::string error;
-  auto t = UdpTransport::open(config, error);
-  EXPECT_NE(t, nullptr) << error;
-  return t;
-}
-
 TEST(KernelFacts, GsoSegmentsCarryConsecutiveIpv4Ids) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root for ip netns / veth / ethtool";
   VethPair veth;
@@ -98,7 +90,7 @@ TEST(KernelFacts, GsoSegmentsCarryConsecutiveIpv4Ids) {
   InterfaceCapture capture;
   std::string why;
   ASSERT_TRUE(capture.open(veth.host(), 4791, why, /*outgoing=*/true)) << why;
-  auto a = open_at(veth.local());
+  auto a = open_udp_at(veth.local());
   ASSERT_TRUE(a);
   constexpr size_t kSegments = 6;
   std::vector<std::vector<uint8_t>> bytes;
@@ -127,8 +119,8 @@ TEST(KernelFacts, GsoSegmentsCarryConsecutiveIpv4Ids) {
 // apart into its packets, in order, each checked; a burst smaller than the
 // datagram returns the rest on the next call.
 TEST(UdpGsoGro, ARunArrivesAsItsPacketsAcrossSmallBursts) {
-  auto a = open_at(test_address(30));
-  auto b = open_at(test_address(31));
+  auto a = open_udp_at(test_address(30));
+  auto b = open_udp_at(test_address(31));
   ASSERT_TRUE(a && b);
   std::vector<std::vector<uint8_t>> bytes;
   std::vector<TxPacket> burst;
@@ -156,8 +148,8 @@ TEST(UdpGsoGro, ARunArrivesAsItsPacketsAcrossSmallBursts) {
 // A segment corrupted in flight is dropped and counted; its neighbours in the same
 // coalesced datagram still arrive.
 TEST(UdpGsoGro, ACorruptedSegmentIsDroppedAndTheOthersPass) {
-  auto a = open_at(test_address(32));
-  auto b = open_at(test_address(33));
+  auto a = open_udp_at(test_address(32));
+  auto b = open_udp_at(test_address(33));
   ASSERT_TRUE(a && b);
   std::vector<std::vector<uint8_t>> bytes;
   std::vector<TxPacket> burst;

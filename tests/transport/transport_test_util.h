@@ -7,8 +7,11 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "transport/transport.h"
 #include "transport/udp/udp_transport.h"
@@ -78,6 +81,16 @@ inline std::string test_address(unsigned k) {
   char text[INET_ADDRSTRLEN];
   inet_ntop(AF_INET, &in, text, sizeof text);
   return text;
+}
+
+// A UDP transport at `address` (a test address), or null with the reason reported.
+inline std::unique_ptr<UdpTransport> open_udp_at(const std::string& address) {
+  UdpConfig config;
+  config.address = address;
+  std::string error;
+  auto t = UdpTransport::open(config, error);
+  EXPECT_NE(t, nullptr) << error;
+  return t;
 }
 
 }  // namespace softrdma::transport::testing

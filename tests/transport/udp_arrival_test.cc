@@ -16,17 +16,9 @@ namespace softrdma::transport {
 namespace {
 
 using testing::make_packet;
+using testing::open_udp_at;
 using testing::receive;
 using testing::test_address;
-
-std::unique_ptr<UdpTransport> open_at(const std::string& address) {
-  UdpConfig config;
-  config.address = address;
-  std::string error;
-  auto t = UdpTransport::open(config, error);
-  EXPECT_NE(t, nullptr) << error;
-  return t;
-}
 
 int64_t monotonic_ns() {
   timespec t;
@@ -41,8 +33,8 @@ void send_one(UdpTransport& from, const UdpTransport& to, uint32_t psn) {
 }
 
 TEST(UdpArrival, APacketLeftWaitingInTheSocketSaysWhenItArrived) {
-  auto a = open_at(test_address(60));
-  auto b = open_at(test_address(61));
+  auto a = open_udp_at(test_address(60));
+  auto b = open_udp_at(test_address(61));
   ASSERT_TRUE(a && b);
   const int64_t before_send = monotonic_ns();
   send_one(*a, *b, 1);

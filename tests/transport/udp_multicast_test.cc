@@ -12,18 +12,10 @@ namespace softrdma::transport {
 namespace {
 
 using testing::make_packet;
+using testing::open_udp_at;
 using testing::receive;
 using testing::receive_for;
 using testing::test_address;
-
-std::unique_ptr<UdpTransport> open_at(const std::string& address) {
-  UdpConfig config;
-  config.address = address;
-  std::string error;
-  auto t = UdpTransport::open(config, error);
-  EXPECT_NE(t, nullptr) << error;
-  return t;
-}
 
 // A group of this test process's own (239/8, administratively scoped, RFC 2365):
 // tests running in parallel processes on this host never share one.
@@ -38,9 +30,9 @@ size_t send_to(UdpTransport& from, const Gid& group, std::vector<uint8_t>& bytes
 }
 
 TEST(UdpMulticast, EveryJoinedTransportGetsOneCopyAndOthersNone) {
-  auto a = open_at(test_address(40));
-  auto b = open_at(test_address(41));
-  auto sender = open_at(test_address(42));
+  auto a = open_udp_at(test_address(40));
+  auto b = open_udp_at(test_address(41));
+  auto sender = open_udp_at(test_address(42));
   ASSERT_TRUE(a && b && sender);
   const Gid group = own_group(1);
   ASSERT_EQ(a->join_group(group), 0);
@@ -62,7 +54,7 @@ TEST(UdpMulticast, EveryJoinedTransportGetsOneCopyAndOthersNone) {
 // IP_MULTICAST_LOOP: a transport that joined gets what it sends itself (an attached
 // QP of the sending process receives its own message, as with Soft-RoCE).
 TEST(UdpMulticast, AJoinedSenderGetsItsOwnCopy) {
-  auto a = open_at(test_address(43));
+  auto a = open_udp_at(test_address(43));
   ASSERT_TRUE(a);
   const Gid group = own_group(2);
   ASSERT_EQ(a->join_group(group), 0);
@@ -74,8 +66,8 @@ TEST(UdpMulticast, AJoinedSenderGetsItsOwnCopy) {
 }
 
 TEST(UdpMulticast, LeavingStopsDelivery) {
-  auto a = open_at(test_address(44));
-  auto b = open_at(test_address(45));
+  auto a = open_udp_at(test_address(44));
+  auto b = open_udp_at(test_address(45));
   ASSERT_TRUE(a && b);
   const Gid group = own_group(3);
   ASSERT_EQ(a->join_group(group), 0);
@@ -90,7 +82,7 @@ TEST(UdpMulticast, LeavingStopsDelivery) {
 }
 
 TEST(UdpMulticast, RefusesWhatItCannotJoin) {
-  auto a = open_at(test_address(46));
+  auto a = open_udp_at(test_address(46));
   ASSERT_TRUE(a);
   EXPECT_EQ(a->join_group(a->local_gid()), EINVAL) << "not a multicast address";
   // The loopback interface carries no IPv6 multicast (measured: sendto ff0x::
