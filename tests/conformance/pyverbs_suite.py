@@ -18,7 +18,12 @@ FILE). With --listed-errors (the iWARP run, SOFTRDMA_WIRE=iwarp), an error or a
 failure is accepted when FILE lists that test with that outcome and that exact
 message: rdma-core's suite knows no iWARP and connects RC QPs by ibv_modify_qp,
 which an iWARP device refuses (EINVAL at RTS, as siw does); a test that errs
-differently, or starts to pass, still shows. --write-table writes the per-test table of docs/conformance.md's pyverbs
+differently, or starts to pass, still shows. An outcome "race" in FILE (iWARP
+only) accepts a pass or that exact error, and nothing else: the test reads the
+target's memory as soon as the initiator's WRITE completed, which RFC 5040 does
+not promise (a WRITE completes once its bytes are on the stream, as siw's do; the
+target places them when its engine reads them), so its outcome depends on the
+scheduler. --write-table writes the per-test table of docs/conformance.md's pyverbs
 section. Vendor tests (mlx5, EFA, CUDA) are listed apart: they skip on any
 non-vendor device.
 """
@@ -164,7 +169,11 @@ def compare(results, expected, listed_errors=False):
     for r in results:
         want = expected.get(r["id"])
         got = (r["outcome"], r["reason"])
-        if r["outcome"] in ("error", "fail"):
+        if listed_errors and want is not None and want[0] == "race":
+            if got[0] != "pass" and got != ("error", want[1]):
+                problems.append(f"{r['id']}: a pass or '{want[1]}' expected, "
+                                f"{got[0]}: {got[1]}")
+        elif r["outcome"] in ("error", "fail"):
             if not (listed_errors and want == got):
                 problems.append(f"{r['id']}: {r['outcome']}: {r['reason']}")
         elif listed_errors and want is not None and want[0] in ("error", "fail"):
