@@ -56,7 +56,7 @@ for ((i = 0; i < ${LOSSY_HOGS:-0}; ++i)); do
   sh -c 'while :; do :; done' &
   hogs+=($!)
 done
-trap 'kill "${hogs[@]}" 2>/dev/null; host_pair_cleanup' EXIT
+trap '((${#hogs[@]} == 0)) || kill "${hogs[@]}" 2>/dev/null || true; host_pair_cleanup' EXIT
 # Each host on a core of its own (LOSSY_PIN=0: wherever the scheduler puts
 # them), as two machines are. Unpinned, lossless SEND runs of one build moved
 # 320–550 MB/s in one table; pinned, 320–400 (2026-11-30, load ~1).
