@@ -187,7 +187,7 @@ void Completer::on_sack(PacketView packet, Nanos now) {
   if (const std::optional<uint32_t> bit = sack_last_marked(bitmap)) {
     const uint32_t newest = psn_add(first_missing, int32_t(*bit) + 1);
     if (psn_before(newest, conn_.requester().high_psn())) {
-      conn_.rate().on_sacked(newest, now, response_arrival_ != 0 ? response_arrival_ : now);
+      conn_.rate().on_sacked(newest, now, sample_end(now));
       conn_.publish_rate();
     }
   }
@@ -411,7 +411,7 @@ void Completer::progress_made(Nanos now) {
   rto_.on_acknowledged(una_psn_, now);
   // The delay control's sample; a response's progress ends its round trip at the
   // response's arrival.
-  conn_.rate().on_acknowledged(una_psn_, now, response_arrival_ != 0 ? response_arrival_ : now);
+  conn_.rate().on_acknowledged(una_psn_, now, sample_end(now));
   conn_.publish_rate();
   deadline_ = kNever;
   probe_deadline_ = kNever;

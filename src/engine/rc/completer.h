@@ -55,6 +55,9 @@ class Completer {
   void on_atomic_ack(wire::PacketView packet, Nanos now);
   void on_sack(wire::PacketView packet, Nanos now);
   void take_hold(std::span<const uint8_t> hold);
+  // Where a round trip sampled now ends: the response's arrival less the
+  // responder's hold, or `now` outside a response.
+  Nanos sample_end(Nanos now) const { return response_arrival_ != 0 ? response_arrival_ : now; }
   // Selective repeat (completer_selective.cc): a READ response or ATOMIC ACK beyond
   // the one awaited is held, not dropped; what fills the gap runs the held ones in
   // PSN order; a gap with responses held after it is asked for again at once, and
