@@ -10,6 +10,9 @@ Runs, interleaved and repeated (median, min-max of the rounds):
              its wireup in UCX 1.13)
   libfabric  fi_pingpong with the tcp provider (FI_EP_MSG, and FI_EP_RDM)
   floors     bench/udp_floor: UDP ping-pong, UDP streams (sendto, sendmmsg, GSO+GRO)
+1500-byte link (issue 29): bench/link_1500.sh, ib_write_bw over RoCEv2 and iWARP
+between two namespaces on a veth of MTU 1500 beside UDP_SEGMENT sends of the same
+datagrams on that link (needs root).
 iWARP (issue 16): softrdma with SOFTRDMA_WIRE=iwarp (perftest -R: connected by
 rdma_cm over TCP) beside bench/tcp_floor, a TCP ping-pong and a TCP stream on one
 connection with TCP_NODELAY, the ground iWARP's FPDUs stand on.
@@ -44,6 +47,10 @@ PORT = [21000]
 # crossed). Beside the "udp" rows, where each process has an address of its own.
 SHARED_ADDRESS = "127.0.0.91"
 SHARED_PATHS = {"steered": "1", "handed over": "crossed"}
+# Issue 29: the 1500-byte link between two namespaces (bench/link_1500.sh).
+LINK_FLOOR = "floor UDP 1040 B GSO sends, 1500-byte link"
+LINK_ROCE = "softrdma ib_write_bw 64 KiB, 1500-byte link"
+LINK_IWARP = "softrdma iWARP ib_write_bw 64 KiB, 1500-byte link"
 
 
 def next_port():
@@ -103,6 +110,7 @@ def timed_pair(server, client, env=None, timeout=120):
 
 class Bench:
     def __init__(self, build, quick):
+        self.build = build
         self.softrdma = os.path.join(build, "tools", "softrdma")
         self.floor = os.path.join(build, "bench", "udp_floor")
         self.shm_floor = os.path.join(build, "bench", "shm_floor")
@@ -264,6 +272,21 @@ class Bench:
         self.add("floor TCP stream %s writes" % human(size),
                  float(re.search(r"gbps ([\d.]+)", srv).group(1)))
 
+    def link_1500(self):
+        """Issue 29: RoCEv2 (and iWARP) across a 1500-byte link between two namespaces,
+        beside that link's floor, by bench/link_1500.sh (one round of it per round here;
+        it needs root for its namespaces). MB/s there, Gb/s here."""
+        out = subprocess.run(
+            ["bash", os.path.join(ROOT, "bench", "link_1500.sh"), self.build,
+             "3" if self.quick else "8", "1"],
+            env=dict(os.environ, LINK_WIRES="roce iwarp"), capture_output=True, text=True,
+            check=True, timeout=300).stdout
+        found = dict(re.findall(r"^# (\w+): ([\d.]+) MB/s$", out, re.M))
+        for key, name in (("floor", LINK_FLOOR), ("roce", LINK_ROCE), ("iwarp", LINK_IWARP)):
+            if key not in found:
+                raise RuntimeError("link_1500.sh gave no %s figure:\n%s" % (key, out))
+            self.add(name, float(found[key]) * 8 / 1000)
+
     def shm_floors(self):
         out = subprocess.run([self.shm_floor, "pingpong", "20000" if self.quick else "200000"],
                              capture_output=True, text=True, check=True).stdout
@@ -350,6 +373,7 @@ def cases(b):
         out.append((label, lambda tool=tool, label=label: b.softrdma_latency(tool, label, "iwarp")))
     out.append(("floor TCP 8 B one-way (RTT/2)", b.tcp_pingpong))
     out.append(("softrdma idle context", b.idle_cpu))
+    out.append(("1500-byte link", b.link_1500))
     for mode in ("sendto", "sendmmsg", "gso"):
         out.append(("floor UDP 4 KiB %s" % mode, lambda mode=mode: b.udp_stream(mode)))
     for size in sizes:

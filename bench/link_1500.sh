@@ -17,7 +17,9 @@
 #
 #   bench/link_1500.sh [BUILD_DIR] [DURATION] [ROUNDS]   (defaults: build 10 3)
 # Needs root (ip netns). LINK_WIRES chooses the softrdma rows (default "roce
-# roce-tcp iwarp").
+# roce-tcp iwarp"); LINK_FLOOR_SEGMENTS="16 32" adds floor rows whose GSO sends
+# carry at most that many datagrams (what a sender of shorter runs pays per
+# datagram; docs/decisions/wire-speed.md), each against the full floor.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${1:-$here/build}
@@ -29,6 +31,7 @@ gate=$build/tests/conformance/libconnect_gate.so
 [[ -x $tool && -x $floor && -f $gate ]] ||
   { echo "build $build first (softrdma, udp_floor, connect_gate)" >&2; exit 2; }
 read -r -a wires <<< "${LINK_WIRES:-roce roce-tcp iwarp}"
+read -r -a floor_segments <<< "${LINK_FLOOR_SEGMENTS:-}"
 
 a=lka$$ b=lkb$$
 source "$here/tests/conformance/host_pair.sh" 10.213.31
@@ -48,14 +51,14 @@ bound() {
   done
 }
 
-# floor_run PORT: MB/s of payload, or "fail".
+# floor_run PORT [SEGMENTS]: MB/s of payload, or "fail".
 floor_run() {
   ip netns exec "$a" timeout $((duration + 20)) "${pin_server[@]}" "$floor" stream server \
     "$server_addr" "$1" gso > "$out/floor" 2>&1 &
   local server=$!
   bound "$a" u "$1"  # a datagram before that would be lost
   ip netns exec "$b" timeout $((duration + 20)) "${pin_client[@]}" "$floor" stream client \
-    "$server_addr" "$1" gso "$duration" 1040 || true
+    "$server_addr" "$1" gso "$duration" 1040 ${2:+"$2"} || true
   wait "$server" || true
   awk '$1 == "gbps" { printf "%.0f\n", $2 * 1000 / 8; found = 1 } END { if (!found) print "fail" }' \
     "$out/floor"
@@ -101,6 +104,10 @@ port=19000
 for ((r = 0; r < rounds; ++r)); do
   port=$((port + 1))
   figures[floor]+="$(floor_run "$port") "
+  for n in "${floor_segments[@]}"; do
+    port=$((port + 1))
+    figures[floor-$n]+="$(floor_run "$port" "$n") "
+  done
   for wire in "${wires[@]}"; do
     port=$((port + 1))
     figures[$wire]+="$(softrdma_run "$wire" "$port") "
@@ -110,13 +117,18 @@ read -r -a floors <<< "${figures[floor]}"
 echo "| row | MB/s (median) | against the floor |"
 echo "|---|---:|---:|"
 echo "| floor: UDP 1040 B datagrams, GSO sends | $(median "${floors[@]}") | 1 |"
-for wire in "${wires[@]}"; do
-  read -r -a runs <<< "${figures[$wire]}"
-  ratios=()
+# row LABEL KEY: the median of KEY's runs and of their ratios to the same rounds' floor.
+row() {
+  local -a runs ratios=()
+  read -r -a runs <<< "${figures[$2]}"
   for ((i = 0; i < ${#runs[@]}; ++i)); do
     [[ ${runs[i]} == fail || ${floors[i]} == fail ]] && continue
     ratios+=("$(awk "BEGIN { printf \"%.3f\", ${runs[i]} / ${floors[i]} }")")
   done
-  echo "| softrdma $wire ib_write_bw 64 KiB | $(median "${runs[@]}") | $(median "${ratios[@]}" | awk '{ printf "%.2f", $1 }') |"
-done
-for key in floor "${wires[@]}"; do echo "# $key: ${figures[$key]}MB/s"; done
+  echo "| $1 | $(median "${runs[@]}") | $(median "${ratios[@]}" | awk '{ printf "%.2f", $1 }') |"
+}
+for n in "${floor_segments[@]}"; do row "floor, at most $n datagrams per GSO send" "floor-$n"; done
+for wire in "${wires[@]}"; do row "softrdma $wire ib_write_bw 64 KiB" "$wire"; done
+keys=(floor)
+for n in "${floor_segments[@]}"; do keys+=("floor-$n"); done
+for key in "${keys[@]}" "${wires[@]}"; do echo "# $key: ${figures[$key]}MB/s"; done

@@ -5,12 +5,13 @@
 //   udp_floor pingpong client ADDR PORT N SIZE     N round trips, busy-polling;
 //                                                  prints "rtt_us_median X"
 //   udp_floor stream server ADDR PORT MODE         count bytes until a 1-byte datagram
-//   udp_floor stream client ADDR PORT MODE SECONDS [SIZE]
+//   udp_floor stream client ADDR PORT MODE SECONDS [SIZE [SEGMENTS]]
 //                                 datagrams of SIZE bytes (default 4 KiB) for
 //                                 SECONDS; the server prints "gbps X" (payload)
 // MODE: sendto (one datagram per call), sendmmsg (32 per call), gso (UDP_SEGMENT
 // sends of as many segments as one UDP datagram holds, at most 64, received with
-// UDP_GRO). Both ends of the ping-pong busy-poll, as RDMA latency tests poll
+// UDP_GRO; SEGMENTS, if given, fewer: what a sender of shorter runs pays per
+// datagram, docs/decisions/wire-speed.md). Both ends of the ping-pong busy-poll, as RDMA latency tests poll
 // their CQs.
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -119,10 +120,11 @@ int stream_server(const sockaddr_in& at, const std::string& mode) {
 // Sends datagrams of `size` bytes for `seconds`: one per sendto, kBatch per
 // sendmmsg, or as many as fit one UDP datagram per UDP_SEGMENT message (kBatch
 // messages per sendmmsg).
-int stream_client(const sockaddr_in& to, const std::string& mode, double seconds, size_t size) {
+int stream_client(const sockaddr_in& to, const std::string& mode, double seconds, size_t size,
+                  size_t most_segments) {
   const int fd = udp_socket(nullptr);
   const bool gso = mode == "gso";
-  const size_t segments = std::min(kMaxGsoSegments, kMaxUdpPayload / size);
+  const size_t segments = std::min({most_segments, kMaxGsoSegments, kMaxUdpPayload / size});
   const size_t per_message = gso ? size * segments : size;
   std::vector<char> payload(per_message, 'x');
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(uint16_t))] = {};
@@ -179,10 +181,12 @@ int main(int argc, char** argv) {
   if (test == "pingpong" && role == "client" && argc == 7)
     return pingpong_client(at, std::atoi(argv[5]), size_t(std::atoi(argv[6])));
   if (test == "stream" && role == "server" && argc == 6) return stream_server(at, argv[5]);
-  if (test == "stream" && role == "client" && (argc == 7 || argc == 8)) {
-    const size_t size = argc == 8 ? size_t(std::atoi(argv[7])) : kDatagram;
+  if (test == "stream" && role == "client" && argc >= 7 && argc <= 9) {
+    const size_t size = argc >= 8 ? size_t(std::atoi(argv[7])) : kDatagram;
     if (size < 2 || size > kMaxUdpPayload) return 2;  // 1 byte is the "done" datagram
-    return stream_client(at, argv[5], std::atof(argv[6]), size);
+    const long segments = argc == 9 ? std::atol(argv[8]) : long(kMaxGsoSegments);
+    if (segments < 1) return 2;
+    return stream_client(at, argv[5], std::atof(argv[6]), size, size_t(segments));
   }
   std::fprintf(stderr, "udp_floor: bad arguments\n");
   return 2;
