@@ -35,6 +35,7 @@ read -r -a floor_segments <<< "${LINK_FLOOR_SEGMENTS:-}"
 
 a=lka$$ b=lkb$$
 source "$here/tests/conformance/host_pair.sh" 10.213.31
+source "$here/bench/figures.sh"
 for ns in "$a" "$b"; do
   ip netns exec "$ns" ethtool -K "v$ns" tso off gso off gro off tx-udp-segmentation off >/dev/null
 done
@@ -96,7 +97,6 @@ softrdma_run() {
   awk '$1 == 65536 { print $4; found = 1 } END { if (!found) print "fail" }' "$out/client"
 }
 
-median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR ? v[int((NR + 1) / 2)] : "fail") }'; }
 
 echo "# link_1500: $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg), ${duration} s x ${rounds} rounds, veth MTU 1500 offloads off, RoCE MTU 1024"
 declare -A figures=()
@@ -119,13 +119,9 @@ echo "|---|---:|---:|"
 echo "| floor: UDP 1040 B datagrams, GSO sends | $(median "${floors[@]}") | 1 |"
 # row LABEL KEY: the median of KEY's runs and of their ratios to the same rounds' floor.
 row() {
-  local -a runs ratios=()
+  local -a runs
   read -r -a runs <<< "${figures[$2]}"
-  for ((i = 0; i < ${#runs[@]}; ++i)); do
-    [[ ${runs[i]} == fail || ${floors[i]} == fail ]] && continue
-    ratios+=("$(awk "BEGIN { printf \"%.3f\", ${runs[i]} / ${floors[i]} }")")
-  done
-  echo "| $1 | $(median "${runs[@]}") | $(median "${ratios[@]}" | awk '{ printf "%.2f", $1 }') |"
+  echo "| $1 | $(median "${runs[@]}") | $(per_round_ratio "${figures[$2]}" "${figures[floor]}") |"
 }
 for n in "${floor_segments[@]}"; do row "floor, at most $n datagrams per GSO send" "floor-$n"; done
 for wire in "${wires[@]}"; do row "softrdma $wire ib_write_bw 64 KiB" "$wire"; done

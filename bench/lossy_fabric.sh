@@ -41,6 +41,7 @@ gate=$build/tests/conformance/libconnect_gate.so
 
 a=lfa$$ b=lfb$$
 source "$here/tests/conformance/host_pair.sh" 10.213.28
+source "$here/bench/figures.sh"
 # Every packet its own frame, so that a drop takes one packet: without
 # tx-udp-segmentation off a UDP GSO batch crosses the veth whole, and the rule
 # below dropped a whole batch (about 13 packets) at once (found 2026-11-30).
@@ -115,7 +116,6 @@ one_run() {
   awk '$1 == 65536 { print $4; found = 1 } END { if (!found) print "fail" }' "$out/client"
 }
 
-median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR ? v[int((NR + 1) / 2)] : "fail") }'; }
 
 echo "# lossy_fabric: $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg), ${duration} s x ${runs} runs, MTU 1024, 64 KiB messages, ${#hogs[@]} busy loops beside"
 printf '| test | wire |'; for p in "${losses[@]}"; do printf ' %s %% |' "$(awk "BEGIN { print $p * 100 }")"; done; echo
@@ -128,19 +128,6 @@ for wire in "${wires[@]}"; do
   [[ $wire != *@* || -x ${wire#*@}/tools/softrdma ]] ||
     { echo "$wire: no ${wire#*@}/tools/softrdma" >&2; exit 2; }
 done
-# per_round_ratio "FIGURES" "BASES": the median of the rounds' ratios (a failed
-# run has none), as "0.91".
-per_round_ratio() {
-  local -a at_p at_0 ratios=()
-  read -r -a at_p <<< "$1"
-  read -r -a at_0 <<< "$2"
-  for ((i = 0; i < ${#at_p[@]}; ++i)); do
-    [[ ${at_p[i]} == fail || ${at_0[i]} == fail ]] && continue
-    ratios+=("$(awk "BEGIN { printf \"%.3f\", ${at_p[i]} / ${at_0[i]} }")")
-  done
-  median "${ratios[@]}" | awk '{ printf "%.2f", $1 }'
-}
-
 cross_wire=()  # each wire's figures against the first wire's (the rounds' median ratio)
 for test in "${tests[@]}"; do
   receiver=$a
